@@ -1,0 +1,8 @@
+//! vramtop: watch GPU memory live and make fragmentation and leaks visible.
+//!
+//! Data flows one way: sources (`telemetry`, `alloc`, `probe`, `trace`) produce owned
+//! snapshots, `app` keeps them in its state, and `ui` draws from a borrowed state.
+
+pub mod alloc;
+pub mod rng;
+pub mod telemetry;
