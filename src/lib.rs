@@ -4,5 +4,10 @@
 //! snapshots, `app` keeps them in its state, and `ui` draws from a borrowed state.
 
 pub mod alloc;
+pub mod app;
+pub mod bench;
+pub mod cli;
+pub mod export;
 pub mod rng;
 pub mod telemetry;
+pub mod ui;

@@ -1,0 +1,190 @@
+//! What a key means: one table from key to `Action`, so bindings live in one place and
+//! a config file can later override them, instead of a chain of key checks.
+
+use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Action {
+    Quit,
+    /// Ctrl-C: quit the way an interrupted program does (exit 130).
+    Interrupt,
+    ToggleHelp,
+    CloseOverlay,
+    ScrollUp,
+    ScrollDown,
+    PageUp,
+    PageDown,
+    Top,
+    Bottom,
+    SortByMemory,
+    SortByPid,
+    NextDevice,
+    PrevDevice,
+    ToggleFreeze,
+}
+
+/// One binding: a key, the modifiers it needs, what it does, and the text the help shows.
+pub struct Binding {
+    pub code: KeyCode,
+    pub modifiers: KeyModifiers,
+    pub action: Action,
+    pub keys: &'static str,
+    pub help: &'static str,
+}
+
+const fn bind(
+    code: KeyCode,
+    modifiers: KeyModifiers,
+    action: Action,
+    keys: &'static str,
+    help: &'static str,
+) -> Binding {
+    Binding {
+        code,
+        modifiers,
+        action,
+        keys,
+        help,
+    }
+}
+
+const NONE: KeyModifiers = KeyModifiers::NONE;
+
+/// The default key map. Entries with an empty `keys` are aliases left out of the help.
+pub const BINDINGS: &[Binding] = &[
+    bind(KeyCode::Char('q'), NONE, Action::Quit, "q", "quit"),
+    bind(
+        KeyCode::Char('c'),
+        KeyModifiers::CONTROL,
+        Action::Interrupt,
+        "Ctrl-C",
+        "quit (exit 130)",
+    ),
+    bind(
+        KeyCode::Char('?'),
+        NONE,
+        Action::ToggleHelp,
+        "?",
+        "show / hide this help",
+    ),
+    bind(
+        KeyCode::Esc,
+        NONE,
+        Action::CloseOverlay,
+        "Esc",
+        "close the help",
+    ),
+    bind(
+        KeyCode::Up,
+        NONE,
+        Action::ScrollUp,
+        "Up/k",
+        "previous process",
+    ),
+    bind(KeyCode::Char('k'), NONE, Action::ScrollUp, "", ""),
+    bind(
+        KeyCode::Down,
+        NONE,
+        Action::ScrollDown,
+        "Down/j",
+        "next process",
+    ),
+    bind(KeyCode::Char('j'), NONE, Action::ScrollDown, "", ""),
+    bind(KeyCode::PageUp, NONE, Action::PageUp, "PgUp", "page up"),
+    bind(
+        KeyCode::PageDown,
+        NONE,
+        Action::PageDown,
+        "PgDn",
+        "page down",
+    ),
+    bind(KeyCode::Home, NONE, Action::Top, "Home/g", "first process"),
+    bind(KeyCode::Char('g'), NONE, Action::Top, "", ""),
+    bind(KeyCode::End, NONE, Action::Bottom, "End/G", "last process"),
+    bind(KeyCode::Char('G'), NONE, Action::Bottom, "", ""),
+    bind(
+        KeyCode::Char('m'),
+        NONE,
+        Action::SortByMemory,
+        "m",
+        "sort processes by GPU memory",
+    ),
+    bind(
+        KeyCode::Char('p'),
+        NONE,
+        Action::SortByPid,
+        "p",
+        "sort processes by pid",
+    ),
+    bind(KeyCode::Tab, NONE, Action::NextDevice, "Tab", "next device"),
+    bind(
+        KeyCode::BackTab,
+        KeyModifiers::SHIFT,
+        Action::PrevDevice,
+        "Shift-Tab",
+        "previous device",
+    ),
+    bind(
+        KeyCode::Char('f'),
+        NONE,
+        Action::ToggleFreeze,
+        "f",
+        "freeze / unfreeze the display",
+    ),
+];
+
+/// The action bound to a key press, if any. Shift is ignored for characters, since
+/// terminals disagree on whether '?' or 'G' arrive with it.
+pub fn action_for(key: KeyEvent) -> Option<Action> {
+    let mods = match key.code {
+        KeyCode::Char(_) => key.modifiers - KeyModifiers::SHIFT,
+        _ => key.modifiers,
+    };
+    BINDINGS
+        .iter()
+        .find(|b| b.code == key.code && (b.modifiers == mods || (b.code == KeyCode::BackTab)))
+        .map(|b| b.action)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(code: KeyCode, modifiers: KeyModifiers) -> KeyEvent {
+        KeyEvent::new(code, modifiers)
+    }
+
+    #[test]
+    fn keys_map_to_actions() {
+        assert_eq!(
+            action_for(key(KeyCode::Char('q'), NONE)),
+            Some(Action::Quit)
+        );
+        assert_eq!(
+            action_for(key(KeyCode::Char('c'), KeyModifiers::CONTROL)),
+            Some(Action::Interrupt)
+        );
+        assert_eq!(action_for(key(KeyCode::Char('c'), NONE)), None);
+        assert_eq!(
+            action_for(key(KeyCode::Char('?'), KeyModifiers::SHIFT)),
+            Some(Action::ToggleHelp)
+        );
+        assert_eq!(
+            action_for(key(KeyCode::BackTab, NONE)),
+            Some(Action::PrevDevice)
+        );
+    }
+
+    #[test]
+    fn no_key_is_bound_twice() {
+        for (i, a) in BINDINGS.iter().enumerate() {
+            for b in &BINDINGS[i + 1..] {
+                assert!(
+                    !(a.code == b.code && a.modifiers == b.modifiers),
+                    "{:?} bound twice",
+                    a.code
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,290 @@
+//! The app's state and how it changes: snapshots come in, actions come in, and the
+//! state is what `ui::draw` reads. No drawing and no I/O here.
+
+pub mod action;
+pub mod history;
+pub mod runtime;
+
+use ratatui::widgets::TableState;
+
+use crate::telemetry::{DeviceHealth, ProcessSnapshot, SystemSnapshot};
+use action::Action;
+use history::History;
+
+/// Samples kept per device: ten minutes at the default 1 s interval.
+pub const HISTORY_SAMPLES: usize = 600;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SortKey {
+    /// Most GPU memory first.
+    Memory,
+    /// Lowest pid first.
+    Pid,
+}
+
+/// How the app ended, which decides the exit code.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Exit {
+    Quit,
+    Interrupted,
+    Terminated,
+}
+
+impl Exit {
+    pub fn code(self) -> u8 {
+        match self {
+            Exit::Quit | Exit::Terminated => 0,
+            Exit::Interrupted => 130,
+        }
+    }
+}
+
+/// One row of the process table: a process and the device it runs on.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ProcessRow {
+    pub device: u32,
+    pub process: ProcessSnapshot,
+}
+
+pub struct App {
+    /// The snapshot on screen.
+    pub snapshot: Option<SystemSnapshot>,
+    /// A newer snapshot held back while the display is frozen.
+    pub held_back: Option<SystemSnapshot>,
+    pub frozen: bool,
+    /// Memory used per device, oldest first, indexed like `snapshot.devices`.
+    pub memory_history: Vec<History>,
+    pub rows: Vec<ProcessRow>,
+    pub sort: SortKey,
+    pub table: TableState,
+    pub selected_device: usize,
+    pub show_help: bool,
+    /// No snapshot arrived for longer than the poll should take: figures are old.
+    pub stale: bool,
+    pub interval_s: f64,
+    pub exit: Option<Exit>,
+}
+
+impl App {
+    pub fn new(interval_s: f64) -> Self {
+        App {
+            snapshot: None,
+            held_back: None,
+            frozen: false,
+            memory_history: Vec::new(),
+            rows: Vec::new(),
+            sort: SortKey::Memory,
+            table: TableState::default(),
+            selected_device: 0,
+            show_help: false,
+            stale: false,
+            interval_s,
+            exit: None,
+        }
+    }
+
+    /// Take in a new poll. History is recorded even while frozen, so nothing is lost.
+    pub fn apply_snapshot(&mut self, snapshot: SystemSnapshot) {
+        self.stale = false;
+        if self.memory_history.len() != snapshot.devices.len() {
+            self.memory_history
+                .resize_with(snapshot.devices.len(), || History::new(HISTORY_SAMPLES));
+        }
+        for (history, device) in self.memory_history.iter_mut().zip(&snapshot.devices) {
+            history.push(device.memory_used_bytes.unwrap_or(0));
+        }
+        if self.frozen {
+            self.held_back = Some(snapshot);
+            return;
+        }
+        self.show(snapshot);
+    }
+
+    fn show(&mut self, snapshot: SystemSnapshot) {
+        self.selected_device = self
+            .selected_device
+            .min(snapshot.devices.len().saturating_sub(1));
+        self.snapshot = Some(snapshot);
+        self.rebuild_rows();
+    }
+
+    /// Mark the figures on screen as old: the poller has not answered in time.
+    pub fn mark_stale(&mut self) {
+        self.stale = true;
+        if let Some(s) = self.snapshot.as_mut() {
+            for d in &mut s.devices {
+                if d.health == DeviceHealth::Ok {
+                    d.health = DeviceHealth::Stale;
+                }
+            }
+        }
+    }
+
+    fn rebuild_rows(&mut self) {
+        let selected_pid = self
+            .table
+            .selected()
+            .and_then(|i| self.rows.get(i))
+            .map(|r| (r.device, r.process.pid));
+        self.rows = self
+            .snapshot
+            .iter()
+            .flat_map(|s| &s.devices)
+            .flat_map(|d| {
+                d.processes.iter().map(|p| ProcessRow {
+                    device: d.index,
+                    process: p.clone(),
+                })
+            })
+            .collect();
+        self.sort_rows();
+        // Keep the cursor on the same process when the table reorders under it.
+        let position = selected_pid.and_then(|key| {
+            self.rows
+                .iter()
+                .position(|r| (r.device, r.process.pid) == key)
+        });
+        let clamped = self
+            .table
+            .selected()
+            .map(|i| i.min(self.rows.len().saturating_sub(1)));
+        self.table.select(if self.rows.is_empty() {
+            None
+        } else {
+            position.or(clamped)
+        });
+    }
+
+    fn sort_rows(&mut self) {
+        match self.sort {
+            SortKey::Memory => self.rows.sort_by(|a, b| {
+                b.process
+                    .used_memory_bytes
+                    .cmp(&a.process.used_memory_bytes)
+                    .then(a.process.pid.cmp(&b.process.pid))
+            }),
+            SortKey::Pid => self.rows.sort_by(|a, b| {
+                a.process
+                    .pid
+                    .cmp(&b.process.pid)
+                    .then(a.device.cmp(&b.device))
+            }),
+        }
+    }
+
+    pub fn device_count(&self) -> usize {
+        self.snapshot.as_ref().map_or(0, |s| s.devices.len())
+    }
+
+    pub fn handle(&mut self, action: Action) {
+        const PAGE: usize = 10;
+        match action {
+            Action::Quit => self.exit = Some(Exit::Quit),
+            Action::Interrupt => self.exit = Some(Exit::Interrupted),
+            Action::ToggleHelp => self.show_help = !self.show_help,
+            Action::CloseOverlay => self.show_help = false,
+            Action::ScrollUp => self.move_cursor(-1),
+            Action::ScrollDown => self.move_cursor(1),
+            Action::PageUp => self.move_cursor(-(PAGE as isize)),
+            Action::PageDown => self.move_cursor(PAGE as isize),
+            Action::Top => self.move_cursor(isize::MIN / 2),
+            Action::Bottom => self.move_cursor(isize::MAX / 2),
+            Action::SortByMemory => self.set_sort(SortKey::Memory),
+            Action::SortByPid => self.set_sort(SortKey::Pid),
+            Action::NextDevice => self.cycle_device(1),
+            Action::PrevDevice => self.cycle_device(-1),
+            Action::ToggleFreeze => {
+                self.frozen = !self.frozen;
+                if !self.frozen {
+                    if let Some(s) = self.held_back.take() {
+                        self.show(s);
+                    }
+                }
+            }
+        }
+    }
+
+    fn set_sort(&mut self, key: SortKey) {
+        self.sort = key;
+        self.rebuild_rows();
+    }
+
+    fn move_cursor(&mut self, delta: isize) {
+        if self.rows.is_empty() {
+            self.table.select(None);
+            return;
+        }
+        let last = self.rows.len() as isize - 1;
+        let current = self.table.selected().map_or(-1, |i| i as isize);
+        let next = current.saturating_add(delta).clamp(0, last);
+        self.table.select(Some(next as usize));
+    }
+
+    fn cycle_device(&mut self, delta: isize) {
+        let n = self.device_count() as isize;
+        if n > 0 {
+            self.selected_device = (self.selected_device as isize + delta).rem_euclid(n) as usize;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::telemetry::sim::{SimSource, WorkloadGauge};
+    use crate::telemetry::TelemetrySource;
+
+    fn busy_snapshot() -> SystemSnapshot {
+        let w = WorkloadGauge::default();
+        w.set(1 << 30);
+        SimSource::new(1, w).poll()
+    }
+
+    #[test]
+    fn freeze_holds_the_screen_but_keeps_history() {
+        let mut app = App::new(1.0);
+        app.apply_snapshot(busy_snapshot());
+        app.handle(Action::ToggleFreeze);
+        let mut newer = busy_snapshot();
+        newer.taken_at_ms = 42;
+        app.apply_snapshot(newer);
+        assert_ne!(app.snapshot.as_ref().map(|s| s.taken_at_ms), Some(42));
+        assert_eq!(app.memory_history[0].len(), 2);
+        app.handle(Action::ToggleFreeze);
+        assert_eq!(app.snapshot.as_ref().map(|s| s.taken_at_ms), Some(42));
+    }
+
+    #[test]
+    fn cursor_stays_in_bounds() {
+        let mut app = App::new(1.0);
+        app.handle(Action::ScrollDown);
+        assert_eq!(app.table.selected(), None);
+        app.apply_snapshot(busy_snapshot());
+        app.handle(Action::Bottom);
+        assert_eq!(app.table.selected(), Some(0));
+        app.handle(Action::PageUp);
+        assert_eq!(app.table.selected(), Some(0));
+    }
+
+    #[test]
+    fn stale_marks_devices_until_the_next_poll() {
+        let mut app = App::new(1.0);
+        app.apply_snapshot(busy_snapshot());
+        app.mark_stale();
+        assert_eq!(
+            app.snapshot.as_ref().map(|s| s.devices[0].health.clone()),
+            Some(DeviceHealth::Stale)
+        );
+        app.apply_snapshot(busy_snapshot());
+        assert!(!app.stale);
+    }
+
+    #[test]
+    fn quit_and_interrupt_exit_codes() {
+        let mut app = App::new(1.0);
+        app.handle(Action::Interrupt);
+        assert_eq!(app.exit.map(Exit::code), Some(130));
+        app.handle(Action::Quit);
+        assert_eq!(app.exit.map(Exit::code), Some(0));
+    }
+}

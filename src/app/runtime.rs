@@ -1,0 +1,130 @@
+//! The live loop: one `tokio::select!` over terminal events, telemetry snapshots, the
+//! frame deadline, a staleness watchdog and signals. Telemetry is polled on its own
+//! thread so a slow or hung driver call never freezes the screen. The screen is redrawn
+//! only when something changed, so an idle vramtop costs next to nothing.
+
+use std::sync::mpsc as std_mpsc;
+use std::thread;
+use std::time::Duration;
+
+use color_eyre::eyre::{Result, WrapErr};
+use crossterm::event::{Event, EventStream, KeyEventKind};
+use futures::StreamExt;
+use ratatui::DefaultTerminal;
+use tokio::signal::unix::{signal, SignalKind};
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use super::action::action_for;
+use super::{App, Exit};
+use crate::telemetry::{SystemSnapshot, TelemetrySource};
+
+/// Upper bound on redraws per second; input and data are coalesced into frames.
+const MAX_FPS: f64 = 30.0;
+
+/// Polls a source on a dedicated thread at a fixed cadence and publishes only the latest
+/// snapshot: if the UI is busy, older snapshots are replaced, never queued.
+/// Dropping the poller stops the thread at its next wake-up.
+pub struct Poller {
+    pub snapshots: watch::Receiver<Option<SystemSnapshot>>,
+    _stop: std_mpsc::Sender<()>,
+}
+
+impl Poller {
+    pub fn spawn(mut source: Box<dyn TelemetrySource>, interval: Duration) -> Result<Self> {
+        let (tx, rx) = watch::channel(None);
+        let (stop_tx, stop_rx) = std_mpsc::channel::<()>();
+        thread::Builder::new()
+            .name("vramtop-telemetry".into())
+            .spawn(move || {
+                let mut next = std::time::Instant::now();
+                loop {
+                    tx.send_replace(Some(source.poll()));
+                    next += interval;
+                    let wait = next.saturating_duration_since(std::time::Instant::now());
+                    // The stop channel doubles as an interruptible sleep.
+                    match stop_rx.recv_timeout(wait) {
+                        Err(std_mpsc::RecvTimeoutError::Timeout) => {}
+                        _ => return,
+                    }
+                    if tx.is_closed() {
+                        return;
+                    }
+                }
+            })
+            .wrap_err("could not start the telemetry thread")?;
+        Ok(Poller {
+            snapshots: rx,
+            _stop: stop_tx,
+        })
+    }
+}
+
+pub async fn run(
+    terminal: &mut DefaultTerminal,
+    app: &mut App,
+    mut poller: Poller,
+) -> Result<Exit> {
+    let mut events = EventStream::new();
+    let mut sigterm = signal(SignalKind::terminate()).wrap_err("installing SIGTERM handler")?;
+    let mut sighup = signal(SignalKind::hangup()).wrap_err("installing SIGHUP handler")?;
+    let mut sigint = signal(SignalKind::interrupt()).wrap_err("installing SIGINT handler")?;
+    let frame_period = Duration::from_secs_f64(1.0 / MAX_FPS);
+    let interval = Duration::from_secs_f64(app.interval_s);
+    // A poll that has not answered in three intervals (and at least two seconds) is hung.
+    let stale_after = (interval * 3).max(Duration::from_secs(2));
+    let mut stale_deadline = Instant::now() + stale_after;
+    let mut next_frame = Instant::now();
+    let mut dirty = true;
+    let mut telemetry_alive = true;
+
+    loop {
+        if let Some(exit) = app.exit {
+            return Ok(exit);
+        }
+        if dirty && Instant::now() >= next_frame {
+            terminal
+                .draw(|frame| crate::ui::draw(frame, app))
+                .wrap_err("drawing the screen")?;
+            dirty = false;
+            next_frame = Instant::now() + frame_period;
+        }
+        tokio::select! {
+            event = events.next() => match event {
+                Some(Ok(Event::Key(key))) if key.kind == KeyEventKind::Press => {
+                    if let Some(action) = action_for(key) {
+                        app.handle(action);
+                        dirty = true;
+                    }
+                }
+                Some(Ok(Event::Resize(_, _))) => dirty = true,
+                Some(Ok(_)) => {}
+                Some(Err(e)) => return Err(e).wrap_err("reading terminal input"),
+                None => return Ok(Exit::Terminated),
+            },
+            changed = poller.snapshots.changed(), if telemetry_alive => {
+                if changed.is_err() {
+                    // The telemetry thread ended: keep the last figures, marked stale.
+                    telemetry_alive = false;
+                    app.mark_stale();
+                    dirty = true;
+                    continue;
+                }
+                let snapshot = poller.snapshots.borrow_and_update().clone();
+                if let Some(snapshot) = snapshot {
+                    app.apply_snapshot(snapshot);
+                    stale_deadline = Instant::now() + stale_after;
+                    dirty = true;
+                }
+            },
+            _ = tokio::time::sleep_until(next_frame), if dirty => {},
+            _ = tokio::time::sleep_until(stale_deadline), if !app.stale => {
+                app.mark_stale();
+                dirty = true;
+            },
+            _ = sigint.recv() => return Ok(Exit::Interrupted),
+            _ = sigterm.recv() => return Ok(Exit::Terminated),
+            _ = sighup.recv() => return Ok(Exit::Terminated),
+        }
+    }
+}

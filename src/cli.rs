@@ -1,0 +1,195 @@
+//! The command line: options for the live app and the subcommands vramtop grows into.
+//! Layering is CLI > environment > defaults; every bad value gets one line that names
+//! the flag and the accepted range.
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+pub const MIN_INTERVAL_S: f64 = 0.05;
+pub const MAX_INTERVAL_S: f64 = 3600.0;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "vramtop",
+    version,
+    about = "Watch GPU memory live and make fragmentation and leaks visible",
+    long_about = "Watch GPU memory live and make fragmentation and leaks visible.\n\n\
+        Without a subcommand, vramtop opens the live view (NVML when an NVIDIA driver is \
+        present, else a clearly labelled simulated device). When stdout is not a terminal \
+        it prints one snapshot, as --once does."
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub live: LiveArgs,
+
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct LiveArgs {
+    /// Seconds between telemetry polls (0.05 to 3600)
+    #[arg(long, value_name = "SECONDS", default_value = "1", value_parser = parse_interval, env = "VRAMTOP_INTERVAL")]
+    pub interval: f64,
+
+    /// Seed for the simulated device and probe workloads (0 to 18446744073709551615)
+    #[arg(long, value_name = "N", default_value = "0", value_parser = parse_seed, allow_hyphen_values = true)]
+    pub seed: u64,
+
+    /// Where telemetry comes from
+    #[arg(long, value_enum, default_value = "auto", env = "VRAMTOP_DEVICE")]
+    pub device: DeviceChoice,
+
+    /// Print one snapshot and exit
+    #[arg(long)]
+    pub once: bool,
+
+    /// With --once: print JSON instead of a table
+    #[arg(long, requires = "once")]
+    pub json: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum DeviceChoice {
+    /// NVML when libnvidia-ml.so.1 loads, else the simulated device
+    Auto,
+    /// NVML only: exit 1 when it cannot be loaded
+    Nvml,
+    /// The simulated device, labelled as such
+    Sim,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run a probe workload headless and print allocator metrics
+    Probe {
+        /// Scenario name
+        scenario: String,
+    },
+    /// Replay an allocation trace through vramtop's allocator policies
+    Replay {
+        /// Trace file (PyTorch snapshot, RMM CSV or vramtop recording)
+        file: std::path::PathBuf,
+    },
+    /// Show the segments and blocks of a PyTorch memory snapshot
+    Snapshot {
+        /// Snapshot file (.pickle or .pickle.gz)
+        file: std::path::PathBuf,
+    },
+    /// Play a scripted fragmentation story for talks
+    Demo {
+        /// Story name
+        name: Option<String>,
+    },
+    /// Measure vramtop's own costs
+    Bench {
+        #[command(subcommand)]
+        what: BenchCommand,
+    },
+    /// Serve metrics in the Prometheus text format
+    Serve,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum BenchCommand {
+    /// Nanoseconds per alloc+free pair for each allocator policy
+    Alloc {
+        /// Print JSON rows instead of a table
+        #[arg(long)]
+        json: bool,
+    },
+    /// Time to draw the full screen
+    Render {
+        /// Terminal width to draw at
+        #[arg(long, default_value = "200")]
+        width: u16,
+        /// Terminal height to draw at
+        #[arg(long, default_value = "60")]
+        height: u16,
+        /// Frames to draw
+        #[arg(long, default_value = "200")]
+        frames: usize,
+        /// Print JSON instead of a table
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn parse_interval(raw: &str) -> Result<f64, String> {
+    let range = format!("accepted range: {MIN_INTERVAL_S} to {MAX_INTERVAL_S} seconds");
+    let value: f64 = raw
+        .trim()
+        .parse()
+        .map_err(|_| format!("not a number of seconds; {range}"))?;
+    if !value.is_finite() || !(MIN_INTERVAL_S..=MAX_INTERVAL_S).contains(&value) {
+        return Err(format!("out of range; {range}"));
+    }
+    Ok(value)
+}
+
+fn parse_seed(raw: &str) -> Result<u64, String> {
+    raw.trim()
+        .parse()
+        .map_err(|_| format!("not a whole number; accepted range: 0 to {}", u64::MAX))
+}
+
+/// Parse the command line. Errors come back as one line (clap's first line, which names
+/// the flag) so scripts and people see what was wrong without a wall of usage text;
+/// `--help` and `--version` come back as `Ok(Err(text))` to be printed as they are.
+pub fn parse<I, T>(args: I) -> Result<Cli, (i32, String)>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    use clap::error::ErrorKind;
+    Cli::try_parse_from(args).map_err(|e| match e.kind() {
+        ErrorKind::DisplayHelp
+        | ErrorKind::DisplayVersion
+        | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => (0, e.render().to_string()),
+        _ => {
+            let text = e.render().to_string();
+            let first = text
+                .lines()
+                .next()
+                .unwrap_or("error: bad arguments")
+                .to_string();
+            (2, format!("{first} (see vramtop --help)\n"))
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn interval_bounds() {
+        assert!(parse_interval("0.05").is_ok());
+        assert!(parse_interval("0").unwrap_err().contains("0.05"));
+        assert!(parse_interval("abc")
+            .unwrap_err()
+            .contains("accepted range"));
+        assert!(parse_interval("NaN").is_err());
+    }
+
+    #[test]
+    fn bad_input_is_one_line_naming_the_flag() {
+        for args in [
+            vec!["vramtop", "--interval", "0"],
+            vec!["vramtop", "--interval", "abc"],
+            vec!["vramtop", "--seed", "-1"],
+            vec!["vramtop", "--bogus"],
+        ] {
+            let (code, text) = parse(args.clone()).unwrap_err();
+            assert_eq!(code, 2, "{args:?}");
+            assert_eq!(text.trim_end().lines().count(), 1, "{args:?}: {text}");
+            let flag = args[1].to_string();
+            assert!(text.contains(&flag), "{args:?}: {text}");
+        }
+    }
+
+    #[test]
+    fn verify_cli() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+}

@@ -1,0 +1,80 @@
+//! `vramtop --once [--json]`: one snapshot, printed as a table or as JSON.
+
+use std::fmt::Write as _;
+
+use crate::telemetry::{HostView, SystemSnapshot};
+use crate::ui::devices::title;
+use crate::ui::format::{bytes, celsius, pct, power, NA};
+
+pub fn json(snapshot: &SystemSnapshot) -> String {
+    // Serialising plain data with string keys cannot fail; fall back to an error object
+    // rather than a panic all the same.
+    serde_json::to_string_pretty(snapshot)
+        .unwrap_or_else(|e| format!("{{\"error\": \"could not serialise snapshot: {e}\"}}"))
+}
+
+pub fn table(snapshot: &SystemSnapshot) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "vramtop {}  host {}  driver {}  CUDA {}  source: {}",
+        env!("CARGO_PKG_VERSION"),
+        snapshot.hostname,
+        snapshot.driver_version.as_deref().unwrap_or(NA),
+        snapshot.cuda_version.as_deref().unwrap_or(NA),
+        snapshot.source
+    );
+    for w in &snapshot.warnings {
+        let _ = writeln!(out, "warning: {w}");
+    }
+    let _ = writeln!(
+        out,
+        "\n{:<52} {:>10} {:>10} {:>10} {:>10} {:>5} {:>5} {:>11}",
+        "DEVICE", "USED", "DRIVER", "FREE", "TOTAL", "UTIL", "TEMP", "POWER"
+    );
+    for d in &snapshot.devices {
+        let _ = writeln!(
+            out,
+            "{:<52} {:>10} {:>10} {:>10} {:>10} {:>5} {:>5} {:>11}",
+            title(d),
+            bytes(d.memory_used_bytes),
+            bytes(d.memory_reserved_bytes),
+            bytes(d.memory_free_bytes),
+            bytes(d.memory_total_bytes),
+            pct(d.gpu_util_pct),
+            celsius(d.temperature_c),
+            power(d.power_mw, d.power_limit_mw),
+        );
+    }
+    let _ = writeln!(
+        out,
+        "\n{:<4} {:>8} {:<10} {:<4} {:>10} {:>10}  COMMAND",
+        "GPU", "PID", "USER", "TYPE", "GPU MEM", "RSS"
+    );
+    let mut any = false;
+    for d in &snapshot.devices {
+        for p in &d.processes {
+            any = true;
+            let command = match p.host_view {
+                HostView::Visible => p.command.clone().unwrap_or_else(|| NA.to_string()),
+                HostView::OtherNamespace => "(not in our PID namespace)".to_string(),
+                HostView::Exited => "(exited)".to_string(),
+            };
+            let _ = writeln!(
+                out,
+                "{:<4} {:>8} {:<10} {:<4} {:>10} {:>10}  {}",
+                d.index,
+                p.pid,
+                p.user.as_deref().unwrap_or(NA),
+                p.kind.label(),
+                bytes(p.used_memory_bytes),
+                bytes(p.rss_bytes),
+                command
+            );
+        }
+    }
+    if !any {
+        let _ = writeln!(out, "(no GPU processes)");
+    }
+    out
+}

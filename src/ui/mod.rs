@@ -1,0 +1,112 @@
+//! Drawing only, from a borrowed `&App`: one module per screen region. Nothing here
+//! reads a source or changes state, so a frozen or replayed state draws the same.
+//!
+//! ```text
+//! +-------------------------------------------------------------+
+//! | header: vramtop · host · driver · devices · source           |
+//! +-------------------------------------------------------------+
+//! | devices: memory bar, gauges, sparkline (compact if many)     |
+//! +-------------------------------------------------------------+
+//! | processes table                                              |
+//! +-------------------------------------------------------------+
+//! | allocator region (block map when a probe runs)               |
+//! +-------------------------------------------------------------+
+//! | footer: key hints                                            |
+//! +-------------------------------------------------------------+
+//! ```
+
+pub mod allocator;
+pub mod devices;
+pub mod format;
+pub mod header;
+pub mod help;
+pub mod membar;
+pub mod processes;
+
+use ratatui::layout::{Constraint, Layout, Rect};
+use ratatui::style::{Style, Stylize};
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Paragraph, Wrap};
+use ratatui::Frame;
+
+use crate::app::App;
+
+/// Below this size the layout cannot show a device and its processes legibly.
+pub const MIN_WIDTH: u16 = 60;
+pub const MIN_HEIGHT: u16 = 16;
+const HEADER_ROWS: u16 = 1;
+const FOOTER_ROWS: u16 = 1;
+/// Rows the process table gets at most, borders included, before the allocator region.
+const MAX_PROCESS_ROWS: u16 = 12;
+const MIN_PROCESS_ROWS: u16 = 5;
+
+pub fn draw(frame: &mut Frame, app: &App) {
+    let area = frame.area();
+    if area.width < MIN_WIDTH || area.height < MIN_HEIGHT {
+        draw_too_small(frame, area);
+        return;
+    }
+    let [header, body, footer] = Layout::vertical([
+        Constraint::Length(HEADER_ROWS),
+        Constraint::Min(0),
+        Constraint::Length(FOOTER_ROWS),
+    ])
+    .areas(area);
+    header::draw(frame, header, app);
+
+    let device_rows = devices::height(app, body.height / 2);
+    let process_rows = (app.rows.len() as u16 + 3).clamp(MIN_PROCESS_ROWS, MAX_PROCESS_ROWS);
+    let [devices_area, processes_area, allocator_area] = Layout::vertical([
+        Constraint::Length(device_rows),
+        Constraint::Length(process_rows),
+        Constraint::Min(0),
+    ])
+    .areas(body);
+    devices::draw(frame, devices_area, app);
+    processes::draw(frame, processes_area, app);
+    allocator::draw(frame, allocator_area, app);
+    draw_footer(frame, footer, app);
+    if app.show_help {
+        help::draw(frame, area);
+    }
+}
+
+fn draw_too_small(frame: &mut Frame, area: Rect) {
+    let text = format!(
+        "vramtop: terminal {}x{} is too small; enlarge to at least {MIN_WIDTH}x{MIN_HEIGHT} (q quits)",
+        area.width, area.height
+    );
+    frame.render_widget(
+        Paragraph::new(text).wrap(Wrap { trim: true }).yellow(),
+        area,
+    );
+}
+
+fn draw_footer(frame: &mut Frame, area: Rect, app: &App) {
+    let key = |k: &'static str| Span::styled(k, Style::new().bold().cyan());
+    let mut spans = vec![
+        key(" q"),
+        Span::raw(" quit  "),
+        key("?"),
+        Span::raw(" help  "),
+        key("m/p"),
+        Span::raw(" sort  "),
+        key("↑↓"),
+        Span::raw(" select  "),
+        key("f"),
+        Span::raw(" freeze"),
+    ];
+    if app.frozen {
+        spans.push(Span::styled(
+            "  FROZEN",
+            Style::new().bold().black().on_yellow(),
+        ));
+    }
+    if app.stale {
+        spans.push(Span::styled(
+            "  STALE: telemetry not answering",
+            Style::new().bold().red(),
+        ));
+    }
+    frame.render_widget(Paragraph::new(Line::from(spans)), area);
+}
