@@ -4,6 +4,8 @@
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+use crate::alloc::PolicyKind;
+
 pub const MIN_INTERVAL_S: f64 = 0.05;
 pub const MAX_INTERVAL_S: f64 = 3600.0;
 
@@ -46,6 +48,50 @@ pub struct LiveArgs {
     /// With --once: print JSON instead of a table
     #[arg(long, requires = "once")]
     pub json: bool,
+
+    /// Run a probe workload in the background and show its block map
+    #[arg(long, value_name = "SCENARIO")]
+    pub probe: Option<String>,
+
+    /// Run the probe through two or more policies side by side, e.g. caching,expandable
+    #[arg(long, value_name = "POLICY,POLICY", value_delimiter = ',', value_parser = parse_policy, requires = "probe")]
+    pub compare: Vec<PolicyKind>,
+
+    #[command(flatten)]
+    pub probe_opts: ProbeOptions,
+}
+
+/// Options shared by `--probe` in the live view and `vramtop probe`.
+#[derive(Debug, Clone, Args)]
+pub struct ProbeOptions {
+    /// Allocator policy: caching, best-fit, first-fit, tlsf or expandable
+    #[arg(long, value_name = "NAME", default_value = "caching", value_parser = parse_policy)]
+    pub policy: PolicyKind,
+
+    /// Where probe memory comes from: auto (cuda when libcuda loads, else host)
+    #[arg(long, value_enum, default_value = "auto")]
+    pub backing: BackingChoice,
+
+    /// Most memory a probe may hold, e.g. 512MiB or 4GiB (default: host 512 MiB; cuda 25 %
+    /// of free device memory, never closer than 1 GiB to full)
+    #[arg(long, value_name = "BYTES", value_parser = parse_bytes)]
+    pub probe_limit: Option<u64>,
+
+    /// Probe operations per second in the live view (1 to 200000)
+    #[arg(long, value_name = "N", default_value = "200", value_parser = parse_rate)]
+    pub ops_per_s: f64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum BackingChoice {
+    /// The GPU through CUDA when libcuda loads, else host memory
+    Auto,
+    /// Real host memory
+    Host,
+    /// Real device memory through CUDA (cuMemAlloc, or cuMemCreate pages for expandable)
+    Cuda,
+    /// Address ranges only, no memory behind them (fastest; nothing to verify)
+    Bookkeeping,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -62,8 +108,19 @@ pub enum DeviceChoice {
 pub enum Command {
     /// Run a probe workload headless and print allocator metrics
     Probe {
-        /// Scenario name
+        /// Scenario name, or a path to a scenario .toml file
         scenario: String,
+        /// Stop after this many seconds even if the scenario is not finished
+        #[arg(long, value_name = "N", default_value = "30", value_parser = parse_seconds)]
+        seconds: f64,
+        /// Print JSON instead of a summary
+        #[arg(long)]
+        json: bool,
+        /// Seed of the scenario's random draws
+        #[arg(long, value_name = "N", default_value = "0", value_parser = parse_seed, allow_hyphen_values = true)]
+        seed: u64,
+        #[command(flatten)]
+        opts: ProbeOptions,
     },
     /// Replay an allocation trace through vramtop's allocator policies
     Replay {
@@ -124,6 +181,33 @@ fn parse_interval(raw: &str) -> Result<f64, String> {
         return Err(format!("out of range; {range}"));
     }
     Ok(value)
+}
+
+fn parse_policy(raw: &str) -> Result<PolicyKind, String> {
+    raw.trim().parse()
+}
+
+fn parse_bytes(raw: &str) -> Result<u64, String> {
+    match crate::probe::scenario::parse_size(raw) {
+        Ok(0) => Err("must be more than 0 bytes".to_string()),
+        other => other,
+    }
+}
+
+fn parse_rate(raw: &str) -> Result<f64, String> {
+    let v: f64 = raw.trim().parse().map_err(|_| "not a number; accepted range: 1 to 200000".to_string())?;
+    if !(1.0..=200_000.0).contains(&v) {
+        return Err("out of range; accepted range: 1 to 200000".to_string());
+    }
+    Ok(v)
+}
+
+fn parse_seconds(raw: &str) -> Result<f64, String> {
+    let v: f64 = raw.trim().parse().map_err(|_| "not a number; accepted range: 0.1 to 86400".to_string())?;
+    if !v.is_finite() || !(0.1..=86_400.0).contains(&v) {
+        return Err("out of range; accepted range: 0.1 to 86400".to_string());
+    }
+    Ok(v)
 }
 
 fn parse_seed(raw: &str) -> Result<u64, String> {

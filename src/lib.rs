@@ -8,6 +8,7 @@ pub mod app;
 pub mod bench;
 pub mod cli;
 pub mod export;
+pub mod probe;
 pub mod rng;
 pub mod telemetry;
 pub mod ui;

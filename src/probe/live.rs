@@ -1,0 +1,188 @@
+//! Running probes in the background of the live app: a tokio task steps one or more
+//! probes (several for `--compare`, in lockstep, same plan) at a controlled rate and
+//! publishes what the screen needs (layout, stats, report) as an owned snapshot.
+//! Only the latest snapshot is kept: the UI never works through a backlog.
+
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use super::runner::{Probe, ProbeReport};
+use crate::alloc::{Layout, Stats};
+use crate::telemetry::sim::WorkloadGauge;
+
+/// How often the runner wakes to do work and publish.
+const TICK: Duration = Duration::from_millis(50);
+/// Fragmentation samples kept for the sparkline.
+const FRAG_HISTORY: usize = 300;
+pub const DEFAULT_OPS_PER_S: f64 = 200.0;
+pub const MIN_OPS_PER_S: f64 = 1.0;
+pub const MAX_OPS_PER_S: f64 = 200_000.0;
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Control {
+    pub paused: bool,
+    pub ops_per_s: f64,
+    /// Single steps asked for while paused; the runner does one per increment.
+    pub steps_requested: u64,
+}
+
+/// One policy's view of the run.
+#[derive(Clone, Debug, Default)]
+pub struct PolicyView {
+    pub layout: Layout,
+    pub stats: Stats,
+    pub report: ProbeReport,
+    /// External fragmentation in per-mille, oldest first.
+    pub frag_history: Vec<u64>,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct ProbeView {
+    pub policies: Vec<PolicyView>,
+    pub paused: bool,
+    pub ops_per_s: f64,
+    pub done: bool,
+}
+
+pub struct LiveProbe {
+    control: watch::Sender<Control>,
+    pub views: watch::Receiver<ProbeView>,
+    cancel: CancellationToken,
+}
+
+impl LiveProbe {
+    /// Start stepping `probes` on the current tokio runtime. `gauge` receives the bytes
+    /// the first probe's backing holds, so a simulated device can show them as used.
+    pub fn spawn(probes: Vec<Probe>, gauge: Option<WorkloadGauge>, ops_per_s: f64) -> LiveProbe {
+        let initial = Control {
+            paused: false,
+            ops_per_s: ops_per_s.clamp(MIN_OPS_PER_S, MAX_OPS_PER_S),
+            steps_requested: 0,
+        };
+        let (control_tx, control_rx) = watch::channel(initial);
+        let (view_tx, view_rx) = watch::channel(ProbeView::default());
+        let cancel = CancellationToken::new();
+        tokio::spawn(run(probes, gauge, control_rx, view_tx, cancel.clone()));
+        LiveProbe {
+            control: control_tx,
+            views: view_rx,
+            cancel,
+        }
+    }
+
+    pub fn toggle_pause(&self) {
+        self.control.send_modify(|c| c.paused = !c.paused);
+    }
+
+    pub fn step(&self) {
+        self.control.send_modify(|c| {
+            c.paused = true;
+            c.steps_requested += 1;
+        });
+    }
+
+    pub fn faster(&self) {
+        self.control
+            .send_modify(|c| c.ops_per_s = (c.ops_per_s * 2.0).min(MAX_OPS_PER_S));
+    }
+
+    pub fn slower(&self) {
+        self.control
+            .send_modify(|c| c.ops_per_s = (c.ops_per_s / 2.0).max(MIN_OPS_PER_S));
+    }
+}
+
+impl Drop for LiveProbe {
+    fn drop(&mut self) {
+        self.cancel.cancel();
+    }
+}
+
+async fn run(
+    mut probes: Vec<Probe>,
+    gauge: Option<WorkloadGauge>,
+    mut control: watch::Receiver<Control>,
+    views: watch::Sender<ProbeView>,
+    cancel: CancellationToken,
+) {
+    let mut histories: Vec<Vec<u64>> = vec![Vec::new(); probes.len()];
+    let mut credit = 0.0f64;
+    let mut steps_done = control.borrow().steps_requested;
+    let mut ticker = tokio::time::interval(TICK);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    let mut publish = true;
+    loop {
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = ticker.tick() => {},
+            changed = control.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+                publish = true;
+            },
+        }
+        let c = *control.borrow();
+        let mut budget = 0u64;
+        if c.paused {
+            credit = 0.0;
+            budget = c.steps_requested.saturating_sub(steps_done);
+            steps_done = c.steps_requested;
+        } else {
+            steps_done = c.steps_requested;
+            credit += c.ops_per_s * TICK.as_secs_f64();
+            if credit >= 1.0 {
+                budget = credit as u64;
+                credit -= budget as f64;
+            }
+        }
+        let mut progressed = false;
+        for _ in 0..budget {
+            let mut any = false;
+            for p in probes.iter_mut() {
+                any |= p.step();
+            }
+            progressed |= any;
+            if !any {
+                break;
+            }
+        }
+        if progressed || publish {
+            let view = snapshot(&probes, &mut histories, c);
+            if let (Some(g), Some(first)) = (&gauge, view.policies.first()) {
+                g.set(first.stats.reserved_bytes);
+            }
+            views.send_replace(view);
+            publish = false;
+        }
+    }
+}
+
+fn snapshot(probes: &[Probe], histories: &mut [Vec<u64>], control: Control) -> ProbeView {
+    let policies = probes
+        .iter()
+        .zip(histories.iter_mut())
+        .map(|(p, history)| {
+            let report = p.report();
+            let stats = report.stats.clone();
+            history.push((stats.external_fragmentation * 1000.0).round() as u64);
+            if history.len() > FRAG_HISTORY {
+                history.drain(..history.len() - FRAG_HISTORY);
+            }
+            PolicyView {
+                layout: p.allocator().layout(),
+                stats,
+                report,
+                frag_history: history.clone(),
+            }
+        })
+        .collect();
+    ProbeView {
+        policies,
+        paused: control.paused,
+        ops_per_s: control.ops_per_s,
+        done: probes.iter().all(Probe::is_done),
+    }
+}

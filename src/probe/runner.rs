@@ -1,0 +1,263 @@
+//! Executing a plan against an allocator: one allocator call per `step`, so the live
+//! view can pause, single-step and change speed. Every block is filled with a pattern
+//! derived from its id after allocation and verified just before it is freed; a mismatch
+//! means two live blocks overlapped or memory was corrupted, and is reported loudly.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde::Serialize;
+
+use super::plan::{plan, Op, Slot};
+use super::scenario::{Scenario, SizeRange};
+use crate::alloc::{AllocError, Allocator, Block, OomReport, Stats};
+use crate::rng::Rng;
+
+/// What a probe run did, for `vramtop probe --json` and the live view.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct ProbeReport {
+    pub scenario: String,
+    pub policy: String,
+    pub backing: String,
+    pub seed: u64,
+    pub ops_total: usize,
+    pub ops_done: usize,
+    pub complete: bool,
+    pub allocs: u64,
+    pub frees: u64,
+    /// Requests that failed for lack of memory, not counting the one that ends a fill.
+    pub ooms: u64,
+    pub last_oom: Option<OomReport>,
+    /// Fills that stopped because the allocator ran out, as they are meant to.
+    pub fill_stops: u64,
+    pub verified_blocks: u64,
+    /// 32-bit words that did not read back as written. Anything but 0 is a bug.
+    pub verify_mismatches: u64,
+    /// Blocks with no memory behind them to check (a bookkeeping backing).
+    pub unverified_blocks: u64,
+    /// Driver or OS errors other than out-of-memory; the probe backs off and goes on.
+    pub backing_errors: Vec<String>,
+    pub phase: Option<String>,
+    pub step: Option<(u32, u32)>,
+    pub elapsed_s: f64,
+    pub stats: Stats,
+}
+
+/// A symbolic operation being worked through one allocator call at a time.
+enum InProgress {
+    Fill { tag: String, size: SizeRange, until: f64 },
+    Frees(VecDeque<Slot>),
+}
+
+pub struct Probe {
+    allocator: Arc<Allocator>,
+    ops: Vec<Op>,
+    pos: usize,
+    current: Option<InProgress>,
+    live: HashMap<Slot, Block>,
+    /// Live slots per tag in allocation order, for "free every other block of a tag".
+    tag_slots: HashMap<String, Vec<Slot>>,
+    next_dynamic_slot: Slot,
+    rng: Rng,
+    report: ProbeReport,
+    started: Instant,
+}
+
+impl Probe {
+    pub fn new(scenario: &Scenario, allocator: Arc<Allocator>, backing: &str, seed: u64) -> Self {
+        let ops = plan(scenario, seed);
+        // Slots made at run time (fills) start above every planned one.
+        let next_dynamic_slot = ops
+            .iter()
+            .filter_map(|o| match o {
+                Op::Alloc { slot, .. } => Some(*slot + 1),
+                _ => None,
+            })
+            .max()
+            .unwrap_or(0);
+        let report = ProbeReport {
+            scenario: scenario.name.clone(),
+            policy: allocator.policy().name().to_string(),
+            backing: backing.to_string(),
+            seed,
+            ops_total: ops.len(),
+            ..ProbeReport::default()
+        };
+        Probe {
+            allocator,
+            ops,
+            pos: 0,
+            current: None,
+            live: HashMap::new(),
+            tag_slots: HashMap::new(),
+            next_dynamic_slot,
+            rng: Rng::new(seed ^ 0x5eed),
+            report,
+            started: Instant::now(),
+        }
+    }
+
+    pub fn allocator(&self) -> &Arc<Allocator> {
+        &self.allocator
+    }
+
+    pub fn is_done(&self) -> bool {
+        self.pos >= self.ops.len() && self.current.is_none()
+    }
+
+    /// Execute one allocator call (or one marker). Returns false once the plan is done.
+    pub fn step(&mut self) -> bool {
+        if let Some(work) = self.current.take() {
+            self.continue_work(work);
+            return true;
+        }
+        let Some(op) = self.ops.get(self.pos).cloned() else {
+            self.report.complete = true;
+            return false;
+        };
+        self.pos += 1;
+        self.report.ops_done = self.pos;
+        self.execute(op);
+        true
+    }
+
+    /// Run until the plan ends or `deadline` passes.
+    pub fn run(&mut self, deadline: Option<Instant>) {
+        let mut n: u32 = 0;
+        while self.step() {
+            n = n.wrapping_add(1);
+            if n % 64 == 0 && deadline.is_some_and(|d| Instant::now() >= d) {
+                break;
+            }
+        }
+    }
+
+    pub fn report(&self) -> ProbeReport {
+        let mut r = self.report.clone();
+        r.complete = self.is_done();
+        r.elapsed_s = self.started.elapsed().as_secs_f64();
+        r.stats = self.allocator.stats();
+        r
+    }
+
+    fn execute(&mut self, op: Op) {
+        match op {
+            Op::Phase { caption, .. } => self.report.phase = Some(caption),
+            Op::Step { step, of } => self.report.step = Some((step, of)),
+            Op::Alloc { slot, size, stream, tag } => {
+                self.alloc(slot, size, stream, &tag, false);
+            }
+            Op::Free { slot } => self.free(slot, false),
+            Op::FreeDeferred { slot } => self.free(slot, true),
+            Op::ProcessPending => {
+                self.allocator.process_pending();
+            }
+            Op::EmptyCache => self.allocator.empty_cache(),
+            Op::Fill { tag, size, until } => self.current = Some(InProgress::Fill { tag, size, until }),
+            Op::FreeEvery { tag, every, offset } => {
+                let slots: VecDeque<Slot> = self
+                    .live_slots_of(&tag)
+                    .into_iter()
+                    .enumerate()
+                    .filter(|(i, _)| *i as u32 % every == offset % every)
+                    .map(|(_, s)| s)
+                    .collect();
+                self.current = Some(InProgress::Frees(slots));
+            }
+            Op::FreeTag { tag } => {
+                self.current = Some(InProgress::Frees(self.live_slots_of(&tag).into()));
+            }
+        }
+    }
+
+    fn continue_work(&mut self, work: InProgress) {
+        match work {
+            InProgress::Fill { tag, size, until } => {
+                let capacity = self.allocator.stats().capacity_bytes as f64;
+                let allocated = self.allocator.stats().allocated_bytes as f64;
+                if allocated >= capacity * until {
+                    return;
+                }
+                let bytes = if size.min >= size.max {
+                    size.min
+                } else {
+                    self.rng.range(size.min, size.max)
+                };
+                let slot = self.next_dynamic_slot;
+                self.next_dynamic_slot += 1;
+                if self.alloc(slot, bytes, 0, &tag, true) {
+                    self.current = Some(InProgress::Fill { tag, size, until });
+                }
+            }
+            InProgress::Frees(mut slots) => {
+                if let Some(slot) = slots.pop_front() {
+                    self.free(slot, false);
+                }
+                if !slots.is_empty() {
+                    self.current = Some(InProgress::Frees(slots));
+                }
+            }
+        }
+    }
+
+    fn live_slots_of(&self, tag: &str) -> Vec<Slot> {
+        self.tag_slots
+            .get(tag)
+            .map(|slots| slots.iter().copied().filter(|s| self.live.contains_key(s)).collect())
+            .unwrap_or_default()
+    }
+
+    /// Returns whether the allocation succeeded.
+    fn alloc(&mut self, slot: Slot, size: u64, stream: u32, tag: &str, in_fill: bool) -> bool {
+        match self.allocator.alloc(size, stream, tag) {
+            Ok(block) => {
+                self.report.allocs += 1;
+                match self.allocator.fill_block(&block, block.id) {
+                    Ok(_) => {}
+                    Err(e) => self.report.backing_errors.push(format!("fill of block #{}: {e}", block.id)),
+                }
+                self.tag_slots.entry(tag.to_string()).or_default().push(slot);
+                self.live.insert(slot, block);
+                true
+            }
+            Err(AllocError::OutOfMemory(oom)) => {
+                if in_fill {
+                    self.report.fill_stops += 1;
+                } else {
+                    self.report.ooms += 1;
+                    self.report.last_oom = Some(*oom);
+                }
+                false
+            }
+            Err(e) => {
+                self.report.backing_errors.push(format!("alloc of {size} B: {e}"));
+                false
+            }
+        }
+    }
+
+    fn free(&mut self, slot: Slot, deferred: bool) {
+        // A slot whose allocation failed has nothing to free.
+        let Some(block) = self.live.remove(&slot) else {
+            return;
+        };
+        match self.allocator.verify_block(&block, block.id) {
+            Ok(Some(bad)) => {
+                self.report.verified_blocks += 1;
+                self.report.verify_mismatches += bad;
+            }
+            Ok(None) => self.report.unverified_blocks += 1,
+            Err(e) => self.report.backing_errors.push(format!("verify of block #{}: {e}", block.id)),
+        }
+        let result = if deferred {
+            self.allocator.free_deferred(&block)
+        } else {
+            self.allocator.free(&block)
+        };
+        match result {
+            Ok(()) => self.report.frees += 1,
+            Err(e) => self.report.backing_errors.push(format!("free of block #{}: {e}", block.id)),
+        }
+    }
+}

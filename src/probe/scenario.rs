@@ -1,0 +1,271 @@
+//! Probe scenarios as data: a TOML file of phases (assets/scenarios/*.toml, built into
+//! the binary, or a path given on the command line). Parsing is strict: an unknown field
+//! or a bad value names the file, the line and the field.
+
+use std::path::Path;
+
+use serde::Deserialize;
+
+/// The built-in scenarios, embedded so the binary works from any directory.
+pub const BUILTIN: &[(&str, &str)] = &[
+    ("checkerboard", include_str!("../../assets/scenarios/checkerboard.toml")),
+    ("churn", include_str!("../../assets/scenarios/churn.toml")),
+    ("leak", include_str!("../../assets/scenarios/leak.toml")),
+    ("steady", include_str!("../../assets/scenarios/steady.toml")),
+    ("streams", include_str!("../../assets/scenarios/streams.toml")),
+    ("training", include_str!("../../assets/scenarios/training.toml")),
+];
+
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Scenario {
+    pub name: String,
+    pub summary: String,
+    #[serde(rename = "phase")]
+    pub phases: Vec<Phase>,
+}
+
+/// A size in bytes: an integer, or a string such as "512B", "4MiB", "1.5GiB".
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Size(pub u64);
+
+impl<'de> Deserialize<'de> for Size {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Int(u64),
+            Text(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::Int(n) => Ok(Size(n)),
+            Raw::Text(s) => parse_size(&s).map(Size).map_err(serde::de::Error::custom),
+        }
+    }
+}
+
+/// A size drawn log-uniformly from `[min, max]` each time; a single size is fixed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SizeRange {
+    pub min: u64,
+    pub max: u64,
+}
+
+impl<'de> Deserialize<'de> for SizeRange {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            One(Size),
+            Two([Size; 2]),
+        }
+        let (min, max) = match Raw::deserialize(d)? {
+            Raw::One(Size(n)) => (n, n),
+            Raw::Two([Size(a), Size(b)]) => (a, b),
+        };
+        if min > max {
+            return Err(serde::de::Error::custom(format!(
+                "size range [{min}, {max}] has its minimum above its maximum"
+            )));
+        }
+        Ok(SizeRange { min, max })
+    }
+}
+
+fn default_one() -> u32 {
+    1
+}
+fn default_two() -> u32 {
+    2
+}
+fn default_full() -> f64 {
+    1.0
+}
+
+/// One phase of a scenario. Each has a caption, shown in the live view and in talks.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum Phase {
+    /// `count` allocations of `size` on `stream`, kept until freed by a later phase.
+    Alloc {
+        caption: String,
+        tag: String,
+        size: SizeRange,
+        #[serde(default = "default_one")]
+        count: u32,
+        #[serde(default)]
+        stream: u32,
+    },
+    /// Allocate blocks until `until` (a fraction of the probe's capacity) is allocated
+    /// or the allocator runs out: the OOM that ends a fill is expected, not counted.
+    Fill {
+        caption: String,
+        tag: String,
+        size: SizeRange,
+        #[serde(default = "default_full")]
+        until: f64,
+    },
+    /// Free every `every`-th live block of `tag`, starting at `offset`.
+    FreeEvery {
+        caption: String,
+        tag: String,
+        #[serde(default = "default_two")]
+        every: u32,
+        #[serde(default)]
+        offset: u32,
+    },
+    /// Free every live block of `tag`.
+    FreeTag { caption: String, tag: String },
+    /// Release cached memory back to the backing.
+    EmptyCache { caption: String },
+    /// `count` allocations of varied sizes, freed in random order, at most `max_live` live.
+    Churn {
+        caption: String,
+        tag: String,
+        count: u32,
+        size: SizeRange,
+        max_live: u32,
+    },
+    /// A training loop: a forward pass allocates one activation per layer (scaled by a
+    /// batch drawn each step), a backward pass frees them in reverse with a short-lived
+    /// gradient buffer per layer. `leak`, when set, keeps one buffer per step forever.
+    Steps {
+        caption: String,
+        steps: u32,
+        layers: u32,
+        /// Batch size drawn uniformly from [min, max] each step.
+        batch: [u32; 2],
+        /// Activation bytes per layer per unit of batch.
+        activation_per_sample: Size,
+        gradient: Size,
+        #[serde(default)]
+        leak: Option<Size>,
+    },
+    /// `streams` streams interleaving allocations with lifetimes of [min, max] operations;
+    /// frees are stream-ordered: pending until the allocator processes its events, every
+    /// `process_every` operations.
+    Streams {
+        caption: String,
+        streams: u32,
+        ops: u32,
+        size: SizeRange,
+        lifetime: [u32; 2],
+        process_every: u32,
+    },
+    /// A fixed working set: `blocks` live blocks, each step frees one and allocates one of
+    /// the same size, for a quiet baseline.
+    Steady {
+        caption: String,
+        tag: String,
+        blocks: u32,
+        size: SizeRange,
+        steps: u32,
+    },
+}
+
+impl Phase {
+    pub fn caption(&self) -> &str {
+        match self {
+            Phase::Alloc { caption, .. }
+            | Phase::Fill { caption, .. }
+            | Phase::FreeEvery { caption, .. }
+            | Phase::FreeTag { caption, .. }
+            | Phase::EmptyCache { caption }
+            | Phase::Churn { caption, .. }
+            | Phase::Steps { caption, .. }
+            | Phase::Streams { caption, .. }
+            | Phase::Steady { caption, .. } => caption,
+        }
+    }
+}
+
+/// "4MiB", "512 B", "1.5GiB", "2048" -> bytes.
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let (number, unit) = t.split_at(split);
+    let value: f64 = number
+        .parse()
+        .map_err(|_| format!("'{text}' is not a size: write e.g. 512B, 4MiB or 1.5GiB"))?;
+    let scale: u64 = match unit.trim() {
+        "" | "B" => 1,
+        "KiB" | "K" => 1 << 10,
+        "MiB" | "M" => 1 << 20,
+        "GiB" | "G" => 1 << 30,
+        "TiB" | "T" => 1 << 40,
+        other => return Err(format!("unknown size unit '{other}' in '{text}': use B, KiB, MiB, GiB or TiB")),
+    };
+    Ok((value * scale as f64).round() as u64)
+}
+
+impl Scenario {
+    pub fn from_toml(text: &str, origin: &str) -> Result<Scenario, String> {
+        let scenario: Scenario = toml::from_str(text).map_err(|e| {
+            // toml's message carries the line, column and field; keep it on one line.
+            let detail = e.to_string().split_whitespace().collect::<Vec<_>>().join(" ");
+            format!("scenario {origin}: {detail}")
+        })?;
+        if scenario.phases.is_empty() {
+            return Err(format!("scenario {origin}: no [[phase]] entries"));
+        }
+        Ok(scenario)
+    }
+
+    /// A built-in name, or a path to a TOML file.
+    pub fn load(name_or_path: &str) -> Result<Scenario, String> {
+        if let Some((_, text)) = BUILTIN.iter().find(|(n, _)| *n == name_or_path) {
+            return Scenario::from_toml(text, &format!("'{name_or_path}' (built in)"));
+        }
+        let path = Path::new(name_or_path);
+        if name_or_path.ends_with(".toml") || path.exists() {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| format!("cannot read scenario file {}: {e}", path.display()))?;
+            return Scenario::from_toml(&text, &path.display().to_string());
+        }
+        Err(format!(
+            "unknown scenario '{name_or_path}'; known scenarios: {} (or give a path to a .toml file)",
+            names().join(", ")
+        ))
+    }
+}
+
+pub fn names() -> Vec<&'static str> {
+    BUILTIN.iter().map(|(n, _)| *n).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_builtin_parses() {
+        for (name, text) in BUILTIN {
+            let s = Scenario::from_toml(text, name).unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(&s.name, name);
+        }
+    }
+
+    #[test]
+    fn sizes_parse() {
+        assert_eq!(parse_size("4MiB"), Ok(4 << 20));
+        assert_eq!(parse_size("512B"), Ok(512));
+        assert_eq!(parse_size("1.5GiB"), Ok(3 << 29));
+        assert!(parse_size("4 parsecs").is_err());
+    }
+
+    #[test]
+    fn bad_field_names_line_and_field() {
+        let text = "name = \"x\"\nsummary = \"y\"\n[[phase]]\nkind = \"alloc\"\ncaption = \"c\"\ntag = \"t\"\nsize = \"4MiB\"\ncuont = 3\n";
+        let err = Scenario::from_toml(text, "bad.toml").unwrap_err();
+        assert!(err.contains("bad.toml"), "{err}");
+        // Tagged phases are read whole, so the line is that of the `[[phase]]` holding the field.
+        assert!(err.contains("line 3"), "{err}");
+        assert!(err.contains("cuont"), "{err}");
+    }
+
+    #[test]
+    fn unknown_name_lists_the_known_ones() {
+        let err = Scenario::load("nope").unwrap_err();
+        assert!(err.contains("checkerboard") && err.contains("training"), "{err}");
+    }
+}
