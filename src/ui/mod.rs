@@ -16,12 +16,17 @@
 //! ```
 
 pub mod allocator;
+pub mod blockmap;
 pub mod devices;
+#[doc(hidden)]
+pub mod fixtures;
+pub mod fragmentation;
 pub mod format;
 pub mod header;
 pub mod help;
 pub mod membar;
 pub mod processes;
+pub mod theme;
 
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Style, Stylize};
