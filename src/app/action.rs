@@ -21,6 +21,26 @@ pub enum Action {
     NextDevice,
     PrevDevice,
     ToggleFreeze,
+    /// Probe workload controls (forwarded to the probe runner).
+    ProbePause,
+    ProbeStep,
+    ProbeFaster,
+    ProbeSlower,
+    ZoomIn,
+    ZoomOut,
+    NextSegment,
+    PrevSegment,
+    ToggleSegmentList,
+}
+
+impl Action {
+    /// Actions that steer the background probe rather than the app state.
+    pub fn is_probe_control(self) -> bool {
+        matches!(
+            self,
+            Action::ProbePause | Action::ProbeStep | Action::ProbeFaster | Action::ProbeSlower
+        )
+    }
 }
 
 /// One binding: a key, the modifiers it needs, what it does, and the text the help shows.

@@ -7,12 +7,15 @@ pub mod runtime;
 
 use ratatui::widgets::TableState;
 
+use crate::probe::live::ProbeView;
 use crate::telemetry::{DeviceHealth, ProcessSnapshot, SystemSnapshot};
 use action::Action;
 use history::History;
 
 /// Samples kept per device: ten minutes at the default 1 s interval.
 pub const HISTORY_SAMPLES: usize = 600;
+/// Zoom steps either way from the fitted scale.
+const MAX_ZOOM: i32 = 16;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SortKey {
@@ -63,6 +66,14 @@ pub struct App {
     pub stale: bool,
     pub interval_s: f64,
     pub exit: Option<Exit>,
+    /// The background probe's latest published state, when one runs.
+    pub probe: Option<ProbeView>,
+    /// Block map zoom: +1 halves the bytes per cell.
+    pub map_zoom: i32,
+    /// Selected segment of the (first) block map, for its block list.
+    pub selected_segment: Option<usize>,
+    pub show_segment_list: bool,
+    pub segment_table: TableState,
 }
 
 impl App {
@@ -80,6 +91,11 @@ impl App {
             stale: false,
             interval_s,
             exit: None,
+            probe: None,
+            map_zoom: 0,
+            selected_segment: None,
+            show_segment_list: false,
+            segment_table: TableState::default(),
         }
     }
 
@@ -182,7 +198,10 @@ impl App {
             Action::Quit => self.exit = Some(Exit::Quit),
             Action::Interrupt => self.exit = Some(Exit::Interrupted),
             Action::ToggleHelp => self.show_help = !self.show_help,
-            Action::CloseOverlay => self.show_help = false,
+            Action::CloseOverlay => {
+                self.show_help = false;
+                self.show_segment_list = false;
+            }
             Action::ScrollUp => self.move_cursor(-1),
             Action::ScrollDown => self.move_cursor(1),
             Action::PageUp => self.move_cursor(-(PAGE as isize)),
@@ -193,6 +212,16 @@ impl App {
             Action::SortByPid => self.set_sort(SortKey::Pid),
             Action::NextDevice => self.cycle_device(1),
             Action::PrevDevice => self.cycle_device(-1),
+            Action::ZoomIn => self.map_zoom = (self.map_zoom + 1).min(MAX_ZOOM),
+            Action::ZoomOut => self.map_zoom = (self.map_zoom - 1).max(-MAX_ZOOM),
+            Action::NextSegment => self.move_segment(1),
+            Action::PrevSegment => self.move_segment(-1),
+            Action::ToggleSegmentList => {
+                self.show_segment_list = !self.show_segment_list && self.selected_segment.is_some();
+                self.segment_table = TableState::default();
+            }
+            // Forwarded to the probe runner by the event loop.
+            Action::ProbePause | Action::ProbeStep | Action::ProbeFaster | Action::ProbeSlower => {}
             Action::ToggleFreeze => {
                 self.frozen = !self.frozen;
                 if !self.frozen {
@@ -202,6 +231,37 @@ impl App {
                 }
             }
         }
+    }
+
+    /// Take in the probe's latest state, keeping the segment selection in range.
+    pub fn apply_probe(&mut self, view: ProbeView) {
+        let segments = view.policies.first().map_or(0, |p| p.layout.segments.len());
+        self.selected_segment = match self.selected_segment {
+            Some(_) if segments == 0 => None,
+            Some(i) => Some(i.min(segments - 1)),
+            None => None,
+        };
+        if self.selected_segment.is_none() {
+            self.show_segment_list = false;
+        }
+        self.probe = Some(view);
+    }
+
+    fn move_segment(&mut self, delta: isize) {
+        let segments = self
+            .probe
+            .as_ref()
+            .and_then(|p| p.policies.first())
+            .map_or(0, |p| p.layout.segments.len());
+        if segments == 0 {
+            self.selected_segment = None;
+            return;
+        }
+        let next = match self.selected_segment {
+            None => 0,
+            Some(i) => (i as isize + delta).clamp(0, segments as isize - 1) as usize,
+        };
+        self.selected_segment = Some(next);
     }
 
     fn set_sort(&mut self, key: SortKey) {

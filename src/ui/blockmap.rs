@@ -109,6 +109,9 @@ pub struct BlockMap<'a> {
     selected: Option<usize>,
     legend: bool,
     block: Option<Block<'a>>,
+    /// log2 of bytes per cell at zoom 0 when fixed by the caller (side-by-side maps
+    /// share one scale); None fits the layout to the area.
+    fixed_exp: Option<i32>,
 }
 
 impl<'a> BlockMap<'a> {
@@ -120,7 +123,23 @@ impl<'a> BlockMap<'a> {
             selected: None,
             legend: true,
             block: None,
+            fixed_exp: None,
         }
+    }
+
+    /// Use this many bytes per cell at zoom 0 (rounded up to a power of two) instead of
+    /// fitting the layout, so maps drawn side by side share one scale.
+    pub fn scale(mut self, bytes_per_cell: u64) -> Self {
+        let exp = 64 - bytes_per_cell.max(1).saturating_sub(1).leading_zeros() as i32;
+        self.fixed_exp = Some(exp.min(MAX_CELL_EXP));
+        self
+    }
+
+    /// Bytes per cell that fit the whole layout into `area` at zoom 0.
+    pub fn fitted_bytes_per_cell(&self, area: Rect) -> u64 {
+        let inner = self.map_area(area);
+        let cols = u64::from(inner.width.saturating_sub(gutter_width(self.layout, inner.width)).max(1));
+        1u64 << fit_cell_exp(&self.layout.segments, cols, usize::from(inner.height)).clamp(0, MAX_CELL_EXP)
     }
 
     /// Zoom steps: +1 halves the bytes per cell, -1 doubles them. Clamped so a cell stays
@@ -160,7 +179,9 @@ impl<'a> BlockMap<'a> {
         let gutter = gutter_width(self.layout, inner.width);
         let cells_per_row = inner.width.saturating_sub(gutter);
         let cols = u64::from(cells_per_row.max(1));
-        let fit_exp = fit_cell_exp(&self.layout.segments, cols, usize::from(inner.height));
+        let fit_exp = self
+            .fixed_exp
+            .unwrap_or_else(|| fit_cell_exp(&self.layout.segments, cols, usize::from(inner.height)));
         let exp = (fit_exp - self.zoom).clamp(0, MAX_CELL_EXP);
         let bytes_per_cell = 1u64 << exp;
         let mut bands = Vec::with_capacity(self.layout.segments.len());
