@@ -4,5 +4,6 @@
 //! snapshots, `app` keeps them in its state, and `ui` draws from a borrowed state.
 
 pub mod alloc;
+pub mod backing;
 pub mod rng;
 pub mod telemetry;
