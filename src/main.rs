@@ -10,6 +10,8 @@ use color_eyre::eyre::{Result, WrapErr};
 use vramtop::app::runtime::{self, Poller};
 use vramtop::app::App;
 use vramtop::cli::{self, BenchCommand, Cli, Command};
+use vramtop::probe::live::LiveProbe;
+use vramtop::probe::{setup, Scenario};
 use vramtop::telemetry::open::open;
 use vramtop::telemetry::sim::WorkloadGauge;
 
@@ -67,6 +69,13 @@ fn run(cli: Cli) -> Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
+        Some(Command::Probe {
+            scenario,
+            seconds,
+            json,
+            seed,
+            opts,
+        }) => probe_headless(&scenario, seconds, json, seed, &opts),
         Some(other) => {
             let name = match other {
                 Command::Probe { .. } => "probe",
@@ -82,9 +91,43 @@ fn run(cli: Cli) -> Result<ExitCode> {
     }
 }
 
+/// One line for a user mistake, exit 2; the caller prints it.
+fn usage_error(msg: impl std::fmt::Display) -> Result<ExitCode> {
+    eprintln!("vramtop: {msg}");
+    Ok(ExitCode::from(2))
+}
+
+fn probe_headless(name: &str, seconds: f64, json: bool, seed: u64, opts: &cli::ProbeOptions) -> Result<ExitCode> {
+    let scenario = match Scenario::load(name) {
+        Ok(s) => s,
+        Err(e) => return usage_error(e),
+    };
+    let mut set = match setup::build(&scenario, &[opts.policy], opts.backing, opts.probe_limit, seed) {
+        Ok(s) => s,
+        Err(e) => return usage_error(e),
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs_f64(seconds);
+    let Some(probe) = set.probes.first_mut() else {
+        return usage_error("no probe was built");
+    };
+    probe.run(Some(deadline));
+    let report = probe.report();
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", vramtop::probe::runner::summary(&report));
+    }
+    // A verification mismatch is a correctness failure: say so in the exit code too.
+    Ok(if report.verify_mismatches > 0 {
+        ExitCode::from(3)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
 fn live(args: cli::LiveArgs) -> Result<ExitCode> {
     let workload = WorkloadGauge::default();
-    let opened = open(args.device, args.seed, workload)?;
+    let opened = open(args.device, args.seed, workload.clone())?;
     let once = args.once || !std::io::stdout().is_terminal();
     if once {
         let mut source = opened.source;
@@ -103,10 +146,33 @@ fn live(args: cli::LiveArgs) -> Result<ExitCode> {
         .enable_all()
         .build()
         .wrap_err("could not start the async runtime")?;
+    let probe_set = match &args.probe {
+        None => None,
+        Some(name) => {
+            let scenario = match Scenario::load(name) {
+                Ok(s) => s,
+                Err(e) => return usage_error(e),
+            };
+            let policies = if args.compare.is_empty() {
+                vec![args.probe_opts.policy]
+            } else {
+                args.compare.clone()
+            };
+            let o = &args.probe_opts;
+            match setup::build(&scenario, &policies, o.backing, o.probe_limit, args.seed) {
+                Ok(set) => Some(set),
+                Err(e) => return usage_error(e),
+            }
+        }
+    };
     let poller = Poller::spawn(opened.source, Duration::from_secs_f64(args.interval))?;
     let mut app = App::new(args.interval);
     let mut terminal = ratatui::init();
-    let result = rt.block_on(runtime::run(&mut terminal, &mut app, poller));
+    let ops_per_s = args.probe_opts.ops_per_s;
+    let result = rt.block_on(async {
+        let live = probe_set.map(|set| LiveProbe::spawn(set.probes, Some(workload), ops_per_s));
+        runtime::run(&mut terminal, &mut app, poller, live).await
+    });
     ratatui::restore();
     let exit = result?;
     Ok(ExitCode::from(exit.code()))

@@ -15,8 +15,9 @@ use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::action::action_for;
+use super::action::{action_for, Action};
 use super::{App, Exit};
+use crate::probe::live::{LiveProbe, ProbeView};
 use crate::telemetry::{SystemSnapshot, TelemetrySource};
 
 /// Upper bound on redraws per second; input and data are coalesced into frames.
@@ -64,7 +65,12 @@ pub async fn run(
     terminal: &mut DefaultTerminal,
     app: &mut App,
     mut poller: Poller,
+    probe: Option<LiveProbe>,
 ) -> Result<Exit> {
+    // Without a probe, a channel that never changes keeps the select arm idle.
+    let (_idle_tx, idle_rx) = watch::channel(ProbeView::default());
+    let mut probe_views = probe.as_ref().map_or(idle_rx, |p| p.views.clone());
+    let mut probe_alive = probe.is_some();
     let mut events = EventStream::new();
     let mut sigterm = signal(SignalKind::terminate()).wrap_err("installing SIGTERM handler")?;
     let mut sighup = signal(SignalKind::hangup()).wrap_err("installing SIGHUP handler")?;
@@ -93,6 +99,9 @@ pub async fn run(
             event = events.next() => match event {
                 Some(Ok(Event::Key(key))) if key.kind == KeyEventKind::Press => {
                     if let Some(action) = action_for(key) {
+                        if let Some(p) = probe.as_ref().filter(|_| action.is_probe_control()) {
+                            forward(p, action);
+                        }
                         app.handle(action);
                         dirty = true;
                     }
@@ -117,6 +126,15 @@ pub async fn run(
                     dirty = true;
                 }
             },
+            changed = probe_views.changed(), if probe_alive => {
+                if changed.is_err() {
+                    probe_alive = false;
+                } else {
+                    let view = probe_views.borrow_and_update().clone();
+                    app.apply_probe(view);
+                    dirty = true;
+                }
+            },
             _ = tokio::time::sleep_until(next_frame), if dirty => {},
             _ = tokio::time::sleep_until(stale_deadline), if !app.stale => {
                 app.mark_stale();
@@ -126,5 +144,15 @@ pub async fn run(
             _ = sigterm.recv() => return Ok(Exit::Terminated),
             _ = sighup.recv() => return Ok(Exit::Terminated),
         }
+    }
+}
+
+fn forward(probe: &LiveProbe, action: Action) {
+    match action {
+        Action::ProbePause => probe.toggle_pause(),
+        Action::ProbeStep => probe.step(),
+        Action::ProbeFaster => probe.faster(),
+        Action::ProbeSlower => probe.slower(),
+        _ => {}
     }
 }

@@ -261,3 +261,52 @@ impl Probe {
         }
     }
 }
+
+/// The report as a few lines for people: what ran, the allocator's figures, OOMs and
+/// verification.
+pub fn summary(r: &ProbeReport) -> String {
+    use crate::alloc::human_bytes;
+    let s = &r.stats;
+    let mut out = format!(
+        "probe {} · policy {} · backing {} · seed {}\n\
+         ops {}/{}{} in {:.2} s · allocs {} · frees {}\n\
+         reserved {} (peak {}) · allocated {} · requested {} · live blocks {}\n\
+         free {} in {} runs, largest {} · external fragmentation {:.3}\n\
+         backing calls {} · OOMs {} · fill stops {} · retries {}\n",
+        r.scenario,
+        r.policy,
+        r.backing,
+        r.seed,
+        r.ops_done,
+        r.ops_total,
+        if r.complete { " (complete)" } else { " (stopped at the time limit)" },
+        r.elapsed_s,
+        r.allocs,
+        r.frees,
+        human_bytes(s.reserved_bytes),
+        human_bytes(s.peak_reserved_bytes),
+        human_bytes(s.allocated_bytes),
+        human_bytes(s.requested_bytes),
+        s.live_blocks,
+        human_bytes(s.total_free_bytes),
+        s.free_runs,
+        human_bytes(s.largest_free_bytes),
+        s.external_fragmentation,
+        s.backing_calls(),
+        r.ooms,
+        r.fill_stops,
+        s.retries,
+    );
+    if let Some(oom) = &r.last_oom {
+        out.push_str(&format!("last OOM: {oom}\n"));
+    }
+    let verdict = if r.verify_mismatches == 0 { "ok" } else { "MISMATCH: memory was corrupted or blocks overlapped" };
+    out.push_str(&format!(
+        "verified {} blocks ({} unverifiable): {} mismatched words, {verdict}\n",
+        r.verified_blocks, r.unverified_blocks, r.verify_mismatches
+    ));
+    for e in &r.backing_errors {
+        out.push_str(&format!("backing error: {e}\n"));
+    }
+    out
+}

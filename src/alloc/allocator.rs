@@ -1,0 +1,503 @@
+//! `Allocator`: the thread-safe front of a policy over a backing. It checks receipts,
+//! keeps the counters and the live-block ledger, and announces every change on the
+//! event ring. One mutex guards everything but the ring, which readers use lock-free.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Instant;
+
+use super::arena::LiveInfo;
+use super::caching::Caching;
+use super::events::{EventData, EventReceiver, EventRing};
+use super::expandable::Expandable;
+use super::fit::{AddrIndex, Fit};
+use super::ledger::{Ledger, LiveRef};
+use super::metrics::Counters;
+use super::policy::{BackingCx, Placement, Policy, Shortfall};
+use super::size_index::{SizeIndex, GRAIN};
+use super::tlsf::TlsfIndex;
+use super::types::{
+    AllocError, Block, EventKind, Layout, OomReport, PolicyKind, Stats, StreamId, TagId,
+};
+use crate::backing::Backing;
+
+/// Allocator options; `Default` gives PyTorch's defaults and a 65536-event ring.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AllocConfig {
+    /// `caching` only: blocks of at least this size are never split, and cached
+    /// blocks this large only serve requests this large (PyTorch's
+    /// `max_split_size_mb`, in bytes). `None`: unlimited.
+    pub max_split_size: Option<u64>,
+    /// Events the ring holds before slow observers start missing some.
+    pub event_ring: usize,
+}
+
+impl Default for AllocConfig {
+    fn default() -> Self {
+        AllocConfig {
+            max_split_size: None,
+            event_ring: 65536,
+        }
+    }
+}
+
+/// A live block as leak queries report it.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct LiveBlock {
+    pub id: u64,
+    pub addr: u64,
+    pub size: u64,
+    pub requested: u64,
+    pub stream: StreamId,
+    pub tag: TagId,
+    pub tag_name: String,
+    pub born_ns: u64,
+    pub age_ns: u64,
+    pub pending_free: bool,
+}
+
+/// Live bytes of one allocation site.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct TagUsage {
+    pub tag: TagId,
+    pub tag_name: String,
+    pub bytes: u64,
+    pub blocks: u64,
+}
+
+/// Requests are rounded up to 512 B; 0 B gets the minimum block (see module docs).
+pub fn round_size(size: u64) -> Option<u64> {
+    size.max(1).checked_next_multiple_of(GRAIN)
+}
+
+fn make_policy(kind: PolicyKind, config: &AllocConfig) -> Box<dyn Policy> {
+    match kind {
+        PolicyKind::Caching => Box::new(Caching::new(config.max_split_size)),
+        PolicyKind::BestFit => Box::<Fit<SizeIndex>>::default(),
+        PolicyKind::FirstFit => Box::<Fit<AddrIndex>>::default(),
+        PolicyKind::Tlsf => Box::<Fit<TlsfIndex>>::default(),
+        PolicyKind::Expandable => Box::new(Expandable::default()),
+    }
+}
+
+static NEXT_OWNER: AtomicU64 = AtomicU64::new(1);
+
+struct Inner {
+    policy: Box<dyn Policy>,
+    backing: Box<dyn Backing>,
+    counters: Counters,
+    ledger: Ledger,
+    next_id: u64,
+}
+
+pub struct Allocator {
+    owner: u64,
+    kind: PolicyKind,
+    capacity: u64,
+    start: Instant,
+    ring: Arc<EventRing>,
+    inner: Mutex<Inner>,
+}
+
+impl std::fmt::Debug for Allocator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Allocator")
+            .field("owner", &self.owner)
+            .field("policy", &self.kind)
+            .field("capacity", &self.capacity)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Allocator {
+    pub fn new(policy: PolicyKind, backing: Box<dyn Backing>, config: AllocConfig) -> Allocator {
+        Allocator {
+            owner: NEXT_OWNER.fetch_add(1, Ordering::Relaxed),
+            kind: policy,
+            capacity: backing.capacity(),
+            start: Instant::now(),
+            ring: Arc::new(EventRing::new(config.event_ring)),
+            inner: Mutex::new(Inner {
+                policy: make_policy(policy, &config),
+                backing,
+                counters: Counters::default(),
+                ledger: Ledger::default(),
+                next_id: 1,
+            }),
+        }
+    }
+
+    pub fn policy(&self) -> PolicyKind {
+        self.kind
+    }
+
+    /// The id stamped into `Block::owner` of every block this allocator issues.
+    pub fn owner_id(&self) -> u64 {
+        self.owner
+    }
+
+    pub fn capacity(&self) -> u64 {
+        self.capacity
+    }
+
+    pub fn backing_name(&self) -> String {
+        self.lock().backing.name().to_owned()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn now_ns(&self) -> u64 {
+        self.start.elapsed().as_nanos() as u64
+    }
+
+    fn announce(
+        &self,
+        kind: EventKind,
+        addr: u64,
+        size: u64,
+        stream: StreamId,
+        live: Option<(TagId, u64)>,
+        now_ns: u64,
+    ) {
+        self.ring.push(EventData {
+            time_ns: now_ns,
+            kind,
+            addr,
+            size,
+            stream,
+            tag: live.map(|(tag, _)| tag),
+            alloc_id: live.map(|(_, id)| id),
+        });
+    }
+
+    /// Allocates `size` bytes on `stream` for the allocation site `tag`. Any stream id
+    /// works; the caching policy opens pools for a new stream on first use.
+    pub fn alloc(&self, size: u64, stream: StreamId, tag: &str) -> Result<Block, AllocError> {
+        let mut guard = self.lock();
+        let inner = &mut *guard;
+        let now_ns = self.now_ns();
+        let tag = inner.ledger.tags.intern(tag);
+        let rounded = match round_size(size) {
+            Some(r) if r <= self.capacity => r,
+            other => return Err(self.oom(inner, size, other.unwrap_or(u64::MAX), stream, now_ns)),
+        };
+        let live = LiveInfo {
+            id: inner.next_id,
+            requested: size,
+            stream,
+            tag,
+            born_ns: now_ns,
+        };
+        let placed = match self.place(inner, rounded, live, now_ns) {
+            Ok(p) => p,
+            Err(Shortfall::Exhausted) => return Err(self.oom(inner, size, rounded, stream, now_ns)),
+            Err(Shortfall::Backing(msg)) => return Err(AllocError::Backing(msg)),
+        };
+        inner.next_id += 1;
+        inner.ledger.insert(
+            live.id,
+            LiveRef {
+                node: placed.node,
+                addr: placed.addr,
+                size: placed.size,
+                requested: size,
+                tag,
+                pending: false,
+            },
+        );
+        inner.counters.add_live(placed.size, size);
+        self.announce(
+            EventKind::Alloc,
+            placed.addr,
+            placed.size,
+            stream,
+            Some((tag, live.id)),
+            now_ns,
+        );
+        Ok(Block {
+            id: live.id,
+            owner: self.owner,
+            addr: placed.addr,
+            size: placed.size,
+            requested: size,
+            stream,
+            tag,
+        })
+    }
+
+    /// Asks the policy; on exhaustion releases cached segments and asks once more.
+    fn place(
+        &self,
+        inner: &mut Inner,
+        size: u64,
+        live: LiveInfo,
+        now_ns: u64,
+    ) -> Result<Placement, Shortfall> {
+        let Inner {
+            policy,
+            backing,
+            counters,
+            ..
+        } = inner;
+        let mut cx = BackingCx {
+            backing: backing.as_mut(),
+            counters,
+            events: &self.ring,
+            now_ns,
+            stream: live.stream,
+        };
+        match policy.alloc(size, live, &mut cx) {
+            Err(Shortfall::Exhausted) if policy.release_cached(&mut cx) > 0 => {
+                let placed = policy.alloc(size, live, &mut cx)?;
+                cx.counters.retries += 1;
+                Ok(placed)
+            }
+            other => other,
+        }
+    }
+
+    fn oom(
+        &self,
+        inner: &mut Inner,
+        size: u64,
+        rounded: u64,
+        stream: StreamId,
+        now_ns: u64,
+    ) -> AllocError {
+        let headroom = self.capacity.saturating_sub(inner.backing.held());
+        let view = inner.policy.oom_view(headroom);
+        let report = OomReport {
+            requested_bytes: size,
+            rounded_bytes: rounded,
+            total_free_bytes: view.total,
+            largest_free_bytes: view.largest,
+            free_runs: view.runs,
+            reserved_bytes: inner.counters.reserved,
+            capacity_bytes: self.capacity,
+            stream,
+        };
+        inner.counters.ooms += 1;
+        inner.counters.last_oom = Some(report.clone());
+        self.announce(EventKind::Oom, 0, size, stream, None, now_ns);
+        AllocError::OutOfMemory(Box::new(report))
+    }
+
+    /// The ledger entry of a receipt, if it is live and ours.
+    fn check(&self, inner: &Inner, block: &Block) -> Result<LiveRef, AllocError> {
+        if block.owner != self.owner {
+            return Err(AllocError::ForeignBlock { id: block.id });
+        }
+        match inner.ledger.live.get(&block.id) {
+            Some(live) if live.addr == block.addr && live.size == block.size => Ok(*live),
+            _ => Err(AllocError::DoubleFree { id: block.id }),
+        }
+    }
+
+    /// Returns a block now. Freeing it twice, or a block another allocator issued, is
+    /// an error that changes nothing.
+    pub fn free(&self, block: &Block) -> Result<(), AllocError> {
+        let mut guard = self.lock();
+        let live = self.check(&guard, block)?;
+        if live.pending {
+            return Err(AllocError::DoubleFree { id: block.id });
+        }
+        let now_ns = self.now_ns();
+        self.complete_free(&mut guard, block.id, block.stream, now_ns);
+        Ok(())
+    }
+
+    fn complete_free(&self, inner: &mut Inner, id: u64, stream: StreamId, now_ns: u64) {
+        let Some(live) = inner.ledger.remove(id) else {
+            return;
+        };
+        let Inner {
+            policy,
+            backing,
+            counters,
+            ..
+        } = inner;
+        let mut cx = BackingCx {
+            backing: backing.as_mut(),
+            counters,
+            events: &self.ring,
+            now_ns,
+            stream,
+        };
+        policy.free(live.node, &mut cx);
+        counters.remove_live(live.size, live.requested);
+        if live.pending {
+            counters.pending_blocks -= 1;
+        }
+        self.announce(
+            EventKind::Free,
+            live.addr,
+            live.size,
+            stream,
+            Some((live.tag, id)),
+            now_ns,
+        );
+    }
+
+    /// Stream-ordered free: the block stays held (counted allocated, drawn
+    /// pending-free) until `process_pending`.
+    pub fn free_deferred(&self, block: &Block) -> Result<(), AllocError> {
+        let mut guard = self.lock();
+        let inner = &mut *guard;
+        let live = self.check(inner, block)?;
+        if live.pending {
+            return Err(AllocError::DoubleFree { id: block.id });
+        }
+        if let Some(entry) = inner.ledger.live.get_mut(&block.id) {
+            entry.pending = true;
+        }
+        inner.policy.set_pending(live.node);
+        inner.ledger.pending.push(block.id);
+        inner.counters.pending_blocks += 1;
+        let now_ns = self.now_ns();
+        self.announce(
+            EventKind::FreeRequested,
+            live.addr,
+            live.size,
+            block.stream,
+            Some((live.tag, block.id)),
+            now_ns,
+        );
+        Ok(())
+    }
+
+    /// Completes every deferred free (the streams caught up); returns how many.
+    pub fn process_pending(&self) -> u64 {
+        let mut guard = self.lock();
+        let inner = &mut *guard;
+        let ids = std::mem::take(&mut inner.ledger.pending);
+        let now_ns = self.now_ns();
+        for &id in &ids {
+            let stream = inner
+                .ledger
+                .live
+                .get(&id)
+                .map(|l| inner.policy.node(l.node).live.stream)
+                .unwrap_or(0);
+            self.complete_free(inner, id, stream, now_ns);
+        }
+        ids.len() as u64
+    }
+
+    /// Gives cached, wholly free segments back to the backing.
+    pub fn empty_cache(&self) {
+        let mut guard = self.lock();
+        let now_ns = self.now_ns();
+        let Inner {
+            policy,
+            backing,
+            counters,
+            ..
+        } = &mut *guard;
+        let mut cx = BackingCx {
+            backing: backing.as_mut(),
+            counters,
+            events: &self.ring,
+            now_ns,
+            stream: 0,
+        };
+        policy.release_cached(&mut cx);
+    }
+
+    pub fn stats(&self) -> Stats {
+        let inner = self.lock();
+        let free = inner.policy.free_summary();
+        inner.counters.stats(self.kind, self.capacity, &free)
+    }
+
+    pub fn layout(&self) -> Layout {
+        let inner = self.lock();
+        let mut segments = Vec::new();
+        inner.policy.layout(&mut segments);
+        Layout {
+            policy: Some(self.kind),
+            capacity: self.capacity,
+            segments,
+            tags: inner.ledger.tags.names.clone(),
+            generation: self.ring.head(),
+        }
+    }
+
+    /// A receiver of every event from now on.
+    pub fn subscribe(&self) -> EventReceiver {
+        EventReceiver::new(self.ring.clone())
+    }
+
+    pub fn tag_name(&self, tag: TagId) -> Option<String> {
+        self.lock().ledger.tags.name(tag).map(str::to_owned)
+    }
+
+    /// The `limit` oldest live blocks, oldest first (leak suspects).
+    pub fn live_blocks_by_age(&self, limit: usize) -> Vec<LiveBlock> {
+        let inner = self.lock();
+        let now_ns = self.now_ns();
+        let ids = inner.ledger.oldest_ids(limit);
+        ids.iter()
+            .filter_map(|id| inner.ledger.live.get(id))
+            .map(|live| {
+                let info = inner.policy.node(live.node).live;
+                LiveBlock {
+                    id: info.id,
+                    addr: live.addr,
+                    size: live.size,
+                    requested: live.requested,
+                    stream: info.stream,
+                    tag: live.tag,
+                    tag_name: inner.ledger.tags.name(live.tag).unwrap_or("?").to_owned(),
+                    born_ns: info.born_ns,
+                    age_ns: now_ns.saturating_sub(info.born_ns),
+                    pending_free: live.pending,
+                }
+            })
+            .collect()
+    }
+
+    /// Live bytes and blocks per allocation site, largest first; sites with nothing
+    /// live are left out.
+    pub fn live_bytes_by_tag(&self) -> Vec<TagUsage> {
+        let inner = self.lock();
+        let tags = &inner.ledger.tags;
+        let mut usage: Vec<TagUsage> = tags
+            .usage
+            .iter()
+            .enumerate()
+            .filter(|(_, &(_, blocks))| blocks > 0)
+            .map(|(i, &(bytes, blocks))| TagUsage {
+                tag: TagId(i as u32),
+                tag_name: tags.names[i].clone(),
+                bytes,
+                blocks,
+            })
+            .collect();
+        usage.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.tag.cmp(&b.tag)));
+        usage
+    }
+
+    /// Writes the pattern of `seed` over the whole block (its rounded size). `false`
+    /// when the backing has no memory behind it. Holds the allocator lock meanwhile.
+    pub fn fill_block(&self, block: &Block, seed: u64) -> Result<bool, AllocError> {
+        let mut guard = self.lock();
+        self.check(&guard, block)?;
+        guard
+            .backing
+            .fill(block.addr, block.size, seed)
+            .map_err(|e| AllocError::Backing(e.to_string()))
+    }
+
+    /// Mismatched 32-bit words of the block against `seed`'s pattern; `None` when the
+    /// backing cannot check. Holds the allocator lock meanwhile.
+    pub fn verify_block(&self, block: &Block, seed: u64) -> Result<Option<u64>, AllocError> {
+        let mut guard = self.lock();
+        self.check(&guard, block)?;
+        guard
+            .backing
+            .verify(block.addr, block.size, seed)
+            .map_err(|e| AllocError::Backing(e.to_string()))
+    }
+}

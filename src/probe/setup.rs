@@ -1,0 +1,80 @@
+//! Building probes from command-line choices: the scenario, one allocator per policy,
+//! each over its own backing of the same capacity.
+
+use std::sync::Arc;
+
+use super::runner::Probe;
+use super::scenario::Scenario;
+use crate::alloc::{AllocConfig, Allocator, PolicyKind};
+use crate::backing::{Backing, BookkeepingBacking, HostBacking};
+use crate::cli::BackingChoice;
+
+/// Default probe capacity on host memory: large enough for every scenario, small enough
+/// to fill and verify in a moment.
+pub const HOST_DEFAULT_LIMIT: u64 = 512 << 20;
+
+pub struct ProbeSet {
+    pub probes: Vec<Probe>,
+    /// "host 512.0 MiB", "cuda 19.8 GiB": shown in titles and reports.
+    pub backing_label: String,
+}
+
+/// Host memory available to us, from /proc/meminfo, so a limit larger than the machine
+/// can be refused before anything is allocated.
+fn host_available() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kib: u64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("MemAvailable:"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()?;
+    Some(kib * 1024)
+}
+
+fn make_backing(choice: BackingChoice, limit: Option<u64>) -> Result<(Box<dyn Backing>, String), String> {
+    use crate::alloc::human_bytes;
+    match choice {
+        BackingChoice::Bookkeeping => {
+            let cap = limit.unwrap_or(HOST_DEFAULT_LIMIT);
+            Ok((Box::new(BookkeepingBacking::new(cap)), format!("bookkeeping {}", human_bytes(cap))))
+        }
+        BackingChoice::Host | BackingChoice::Auto => {
+            let cap = limit.unwrap_or(HOST_DEFAULT_LIMIT);
+            if let Some(avail) = host_available() {
+                if cap > avail {
+                    return Err(format!(
+                        "--probe-limit {} is more than the {} of host memory available; give a smaller limit",
+                        human_bytes(cap),
+                        human_bytes(avail)
+                    ));
+                }
+            }
+            Ok((Box::new(HostBacking::new(cap)), format!("host {}", human_bytes(cap))))
+        }
+        BackingChoice::Cuda => Err("--backing cuda: CUDA support is not built into this version".to_string()),
+    }
+}
+
+/// One probe per policy, all with the same scenario, seed and capacity.
+pub fn build(
+    scenario: &Scenario,
+    policies: &[PolicyKind],
+    backing: BackingChoice,
+    limit: Option<u64>,
+    seed: u64,
+) -> Result<ProbeSet, String> {
+    let mut probes = Vec::with_capacity(policies.len());
+    let mut label = String::new();
+    for &policy in policies {
+        let (b, l) = make_backing(backing, limit)?;
+        label = l;
+        let allocator = Arc::new(Allocator::new(policy, b, AllocConfig::default()));
+        probes.push(Probe::new(scenario, allocator, &label, seed));
+    }
+    Ok(ProbeSet {
+        probes,
+        backing_label: label,
+    })
+}
