@@ -195,7 +195,10 @@ fn parse_bytes(raw: &str) -> Result<u64, String> {
 }
 
 fn parse_rate(raw: &str) -> Result<f64, String> {
-    let v: f64 = raw.trim().parse().map_err(|_| "not a number; accepted range: 1 to 200000".to_string())?;
+    let v: f64 = raw
+        .trim()
+        .parse()
+        .map_err(|_| "not a number; accepted range: 1 to 200000".to_string())?;
     if !(1.0..=200_000.0).contains(&v) {
         return Err("out of range; accepted range: 1 to 200000".to_string());
     }
@@ -203,7 +206,10 @@ fn parse_rate(raw: &str) -> Result<f64, String> {
 }
 
 fn parse_seconds(raw: &str) -> Result<f64, String> {
-    let v: f64 = raw.trim().parse().map_err(|_| "not a number; accepted range: 0.1 to 86400".to_string())?;
+    let v: f64 = raw
+        .trim()
+        .parse()
+        .map_err(|_| "not a number; accepted range: 0.1 to 86400".to_string())?;
     if !v.is_finite() || !(0.1..=86_400.0).contains(&v) {
         return Err("out of range; accepted range: 0.1 to 86400".to_string());
     }

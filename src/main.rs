@@ -97,12 +97,24 @@ fn usage_error(msg: impl std::fmt::Display) -> Result<ExitCode> {
     Ok(ExitCode::from(2))
 }
 
-fn probe_headless(name: &str, seconds: f64, json: bool, seed: u64, opts: &cli::ProbeOptions) -> Result<ExitCode> {
+fn probe_headless(
+    name: &str,
+    seconds: f64,
+    json: bool,
+    seed: u64,
+    opts: &cli::ProbeOptions,
+) -> Result<ExitCode> {
     let scenario = match Scenario::load(name) {
         Ok(s) => s,
         Err(e) => return usage_error(e),
     };
-    let mut set = match setup::build(&scenario, &[opts.policy], opts.backing, opts.probe_limit, seed) {
+    let mut set = match setup::build(
+        &scenario,
+        &[opts.policy],
+        opts.backing,
+        opts.probe_limit,
+        seed,
+    ) {
         Ok(s) => s,
         Err(e) => return usage_error(e),
     };
@@ -129,6 +141,9 @@ fn live(args: cli::LiveArgs) -> Result<ExitCode> {
     let workload = WorkloadGauge::default();
     let opened = open(args.device, args.seed, workload.clone())?;
     let once = args.once || !std::io::stdout().is_terminal();
+    if let (true, Some(notice)) = (once, &opened.notice) {
+        eprintln!("vramtop: {notice}");
+    }
     if once {
         let mut source = opened.source;
         let snapshot = source.poll();
@@ -167,6 +182,7 @@ fn live(args: cli::LiveArgs) -> Result<ExitCode> {
     };
     let poller = Poller::spawn(opened.source, Duration::from_secs_f64(args.interval))?;
     let mut app = App::new(args.interval);
+    app.notice = opened.notice.clone();
     let mut terminal = ratatui::init();
     let ops_per_s = args.probe_opts.ops_per_s;
     let result = rt.block_on(async {

@@ -66,6 +66,8 @@ pub struct App {
     pub stale: bool,
     pub interval_s: f64,
     pub exit: Option<Exit>,
+    /// A one-line notice from start-up, such as why NVML is not in use.
+    pub notice: Option<String>,
     /// The background probe's latest published state, when one runs.
     pub probe: Option<ProbeView>,
     /// Block map zoom: +1 halves the bytes per cell.
@@ -91,6 +93,7 @@ impl App {
             stale: false,
             interval_s,
             exit: None,
+            notice: None,
             probe: None,
             map_zoom: 0,
             selected_segment: None,

@@ -14,17 +14,42 @@ pub type Slot = u32;
 #[derive(Clone, Debug, PartialEq)]
 pub enum Op {
     /// Start of a phase: its index and caption, for the live view and talks.
-    Phase { index: usize, caption: String },
+    Phase {
+        index: usize,
+        caption: String,
+    },
     /// Start of a training step (1-based), for "step 12 / 60".
-    Step { step: u32, of: u32 },
-    Alloc { slot: Slot, size: u64, stream: u32, tag: String },
-    Free { slot: Slot },
+    Step {
+        step: u32,
+        of: u32,
+    },
+    Alloc {
+        slot: Slot,
+        size: u64,
+        stream: u32,
+        tag: String,
+    },
+    Free {
+        slot: Slot,
+    },
     /// A stream-ordered free: the block stays pending until `ProcessPending`.
-    FreeDeferred { slot: Slot },
+    FreeDeferred {
+        slot: Slot,
+    },
     ProcessPending,
-    Fill { tag: String, size: SizeRange, until: f64 },
-    FreeEvery { tag: String, every: u32, offset: u32 },
-    FreeTag { tag: String },
+    Fill {
+        tag: String,
+        size: SizeRange,
+        until: f64,
+    },
+    FreeEvery {
+        tag: String,
+        every: u32,
+        offset: u32,
+    },
+    FreeTag {
+        tag: String,
+    },
     EmptyCache,
 }
 
@@ -78,25 +103,41 @@ pub fn plan(scenario: &Scenario, seed: u64) -> Vec<Op> {
 
 fn plan_phase(p: &mut Planner, phase: &Phase) {
     match phase {
-        Phase::Alloc { tag, size, count, stream, .. } => {
+        Phase::Alloc {
+            tag,
+            size,
+            count,
+            stream,
+            ..
+        } => {
             for _ in 0..*count {
                 let bytes = p.size(*size);
                 p.alloc(bytes, *stream, tag);
             }
         }
-        Phase::Fill { tag, size, until, .. } => p.ops.push(Op::Fill {
+        Phase::Fill {
+            tag, size, until, ..
+        } => p.ops.push(Op::Fill {
             tag: tag.clone(),
             size: *size,
             until: *until,
         }),
-        Phase::FreeEvery { tag, every, offset, .. } => p.ops.push(Op::FreeEvery {
+        Phase::FreeEvery {
+            tag, every, offset, ..
+        } => p.ops.push(Op::FreeEvery {
             tag: tag.clone(),
             every: (*every).max(1),
             offset: *offset,
         }),
         Phase::FreeTag { tag, .. } => p.ops.push(Op::FreeTag { tag: tag.clone() }),
         Phase::EmptyCache { .. } => p.ops.push(Op::EmptyCache),
-        Phase::Churn { tag, count, size, max_live, .. } => plan_churn(p, tag, *count, *size, *max_live),
+        Phase::Churn {
+            tag,
+            count,
+            size,
+            max_live,
+            ..
+        } => plan_churn(p, tag, *count, *size, *max_live),
         Phase::Steps {
             steps,
             layers,
@@ -109,7 +150,13 @@ fn plan_phase(p: &mut Planner, phase: &Phase) {
             for step in 1..=*steps {
                 p.ops.push(Op::Step { step, of: *steps });
                 let b = p.rng.range(batch[0] as u64, batch[1].max(batch[0]) as u64);
-                plan_step(p, *layers, b * activation_per_sample.0, gradient.0, leak.map(|l| l.0));
+                plan_step(
+                    p,
+                    *layers,
+                    b * activation_per_sample.0,
+                    gradient.0,
+                    leak.map(|l| l.0),
+                );
             }
         }
         Phase::Streams {
@@ -120,7 +167,13 @@ fn plan_phase(p: &mut Planner, phase: &Phase) {
             process_every,
             ..
         } => plan_streams(p, *streams, *ops, *size, *lifetime, *process_every),
-        Phase::Steady { tag, blocks, size, steps, .. } => {
+        Phase::Steady {
+            tag,
+            blocks,
+            size,
+            steps,
+            ..
+        } => {
             let mut live: Vec<(Slot, u64)> = (0..*blocks)
                 .map(|_| {
                     let bytes = p.size(*size);
@@ -179,14 +232,23 @@ fn plan_step(p: &mut Planner, layers: u32, activation: u64, gradient: u64, leak:
     }
 }
 
-fn plan_streams(p: &mut Planner, streams: u32, ops: u32, size: SizeRange, lifetime: [u32; 2], process_every: u32) {
+fn plan_streams(
+    p: &mut Planner,
+    streams: u32,
+    ops: u32,
+    size: SizeRange,
+    lifetime: [u32; 2],
+    process_every: u32,
+) {
     // Frees due at an operation index, per stream: a block lives for a drawn number of ops.
     let mut due: VecDeque<(u32, Slot)> = VecDeque::new();
     for i in 0..ops {
         let stream = i % streams.max(1);
         let bytes = p.size(size);
         let slot = p.alloc(bytes, stream, &format!("stream {stream}"));
-        let life = p.rng.range(lifetime[0] as u64, lifetime[1].max(lifetime[0]) as u64) as u32;
+        let life =
+            p.rng
+                .range(lifetime[0] as u64, lifetime[1].max(lifetime[0]) as u64) as u32;
         let at = i + life;
         let pos = due.partition_point(|(t, _)| *t <= at);
         due.insert(pos, (at, slot));

@@ -46,7 +46,11 @@ pub struct ProbeReport {
 
 /// A symbolic operation being worked through one allocator call at a time.
 enum InProgress {
-    Fill { tag: String, size: SizeRange, until: f64 },
+    Fill {
+        tag: String,
+        size: SizeRange,
+        until: f64,
+    },
     Frees(VecDeque<Slot>),
 }
 
@@ -145,7 +149,12 @@ impl Probe {
         match op {
             Op::Phase { caption, .. } => self.report.phase = Some(caption),
             Op::Step { step, of } => self.report.step = Some((step, of)),
-            Op::Alloc { slot, size, stream, tag } => {
+            Op::Alloc {
+                slot,
+                size,
+                stream,
+                tag,
+            } => {
                 self.alloc(slot, size, stream, &tag, false);
             }
             Op::Free { slot } => self.free(slot, false),
@@ -154,7 +163,9 @@ impl Probe {
                 self.allocator.process_pending();
             }
             Op::EmptyCache => self.allocator.empty_cache(),
-            Op::Fill { tag, size, until } => self.current = Some(InProgress::Fill { tag, size, until }),
+            Op::Fill { tag, size, until } => {
+                self.current = Some(InProgress::Fill { tag, size, until })
+            }
             Op::FreeEvery { tag, every, offset } => {
                 let slots: VecDeque<Slot> = self
                     .live_slots_of(&tag)
@@ -204,7 +215,13 @@ impl Probe {
     fn live_slots_of(&self, tag: &str) -> Vec<Slot> {
         self.tag_slots
             .get(tag)
-            .map(|slots| slots.iter().copied().filter(|s| self.live.contains_key(s)).collect())
+            .map(|slots| {
+                slots
+                    .iter()
+                    .copied()
+                    .filter(|s| self.live.contains_key(s))
+                    .collect()
+            })
             .unwrap_or_default()
     }
 
@@ -215,9 +232,15 @@ impl Probe {
                 self.report.allocs += 1;
                 match self.allocator.fill_block(&block, block.id) {
                     Ok(_) => {}
-                    Err(e) => self.report.backing_errors.push(format!("fill of block #{}: {e}", block.id)),
+                    Err(e) => self
+                        .report
+                        .backing_errors
+                        .push(format!("fill of block #{}: {e}", block.id)),
                 }
-                self.tag_slots.entry(tag.to_string()).or_default().push(slot);
+                self.tag_slots
+                    .entry(tag.to_string())
+                    .or_default()
+                    .push(slot);
                 self.live.insert(slot, block);
                 true
             }
@@ -231,7 +254,9 @@ impl Probe {
                 false
             }
             Err(e) => {
-                self.report.backing_errors.push(format!("alloc of {size} B: {e}"));
+                self.report
+                    .backing_errors
+                    .push(format!("alloc of {size} B: {e}"));
                 false
             }
         }
@@ -248,7 +273,10 @@ impl Probe {
                 self.report.verify_mismatches += bad;
             }
             Ok(None) => self.report.unverified_blocks += 1,
-            Err(e) => self.report.backing_errors.push(format!("verify of block #{}: {e}", block.id)),
+            Err(e) => self
+                .report
+                .backing_errors
+                .push(format!("verify of block #{}: {e}", block.id)),
         }
         let result = if deferred {
             self.allocator.free_deferred(&block)
@@ -257,7 +285,10 @@ impl Probe {
         };
         match result {
             Ok(()) => self.report.frees += 1,
-            Err(e) => self.report.backing_errors.push(format!("free of block #{}: {e}", block.id)),
+            Err(e) => self
+                .report
+                .backing_errors
+                .push(format!("free of block #{}: {e}", block.id)),
         }
     }
 }
@@ -279,7 +310,11 @@ pub fn summary(r: &ProbeReport) -> String {
         r.seed,
         r.ops_done,
         r.ops_total,
-        if r.complete { " (complete)" } else { " (stopped at the time limit)" },
+        if r.complete {
+            " (complete)"
+        } else {
+            " (stopped at the time limit)"
+        },
         r.elapsed_s,
         r.allocs,
         r.frees,
@@ -300,7 +335,11 @@ pub fn summary(r: &ProbeReport) -> String {
     if let Some(oom) = &r.last_oom {
         out.push_str(&format!("last OOM: {oom}\n"));
     }
-    let verdict = if r.verify_mismatches == 0 { "ok" } else { "MISMATCH: memory was corrupted or blocks overlapped" };
+    let verdict = if r.verify_mismatches == 0 {
+        "ok"
+    } else {
+        "MISMATCH: memory was corrupted or blocks overlapped"
+    };
     out.push_str(&format!(
         "verified {} blocks ({} unverifiable): {} mismatched words, {verdict}\n",
         r.verified_blocks, r.unverified_blocks, r.verify_mismatches

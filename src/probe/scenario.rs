@@ -8,12 +8,21 @@ use serde::Deserialize;
 
 /// The built-in scenarios, embedded so the binary works from any directory.
 pub const BUILTIN: &[(&str, &str)] = &[
-    ("checkerboard", include_str!("../../assets/scenarios/checkerboard.toml")),
+    (
+        "checkerboard",
+        include_str!("../../assets/scenarios/checkerboard.toml"),
+    ),
     ("churn", include_str!("../../assets/scenarios/churn.toml")),
     ("leak", include_str!("../../assets/scenarios/leak.toml")),
     ("steady", include_str!("../../assets/scenarios/steady.toml")),
-    ("streams", include_str!("../../assets/scenarios/streams.toml")),
-    ("training", include_str!("../../assets/scenarios/training.toml")),
+    (
+        "streams",
+        include_str!("../../assets/scenarios/streams.toml"),
+    ),
+    (
+        "training",
+        include_str!("../../assets/scenarios/training.toml"),
+    ),
 ];
 
 #[derive(Clone, Debug, Deserialize, PartialEq)]
@@ -182,7 +191,9 @@ impl Phase {
 /// "4MiB", "512 B", "1.5GiB", "2048" -> bytes.
 pub fn parse_size(text: &str) -> Result<u64, String> {
     let t = text.trim();
-    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
     let (number, unit) = t.split_at(split);
     let value: f64 = number
         .parse()
@@ -193,7 +204,11 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
         "MiB" | "M" => 1 << 20,
         "GiB" | "G" => 1 << 30,
         "TiB" | "T" => 1 << 40,
-        other => return Err(format!("unknown size unit '{other}' in '{text}': use B, KiB, MiB, GiB or TiB")),
+        other => {
+            return Err(format!(
+                "unknown size unit '{other}' in '{text}': use B, KiB, MiB, GiB or TiB"
+            ))
+        }
     };
     Ok((value * scale as f64).round() as u64)
 }
@@ -202,7 +217,11 @@ impl Scenario {
     pub fn from_toml(text: &str, origin: &str) -> Result<Scenario, String> {
         let scenario: Scenario = toml::from_str(text).map_err(|e| {
             // toml's message carries the line, column and field; keep it on one line.
-            let detail = e.to_string().split_whitespace().collect::<Vec<_>>().join(" ");
+            let detail = e
+                .to_string()
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" ");
             format!("scenario {origin}: {detail}")
         })?;
         if scenario.phases.is_empty() {
@@ -266,6 +285,9 @@ mod tests {
     #[test]
     fn unknown_name_lists_the_known_ones() {
         let err = Scenario::load("nope").unwrap_err();
-        assert!(err.contains("checkerboard") && err.contains("training"), "{err}");
+        assert!(
+            err.contains("checkerboard") && err.contains("training"),
+            "{err}"
+        );
     }
 }

@@ -33,12 +33,18 @@ fn host_available() -> Option<u64> {
     Some(kib * 1024)
 }
 
-fn make_backing(choice: BackingChoice, limit: Option<u64>) -> Result<(Box<dyn Backing>, String), String> {
+fn make_backing(
+    choice: BackingChoice,
+    limit: Option<u64>,
+) -> Result<(Box<dyn Backing>, String), String> {
     use crate::alloc::human_bytes;
     match choice {
         BackingChoice::Bookkeeping => {
             let cap = limit.unwrap_or(HOST_DEFAULT_LIMIT);
-            Ok((Box::new(BookkeepingBacking::new(cap)), format!("bookkeeping {}", human_bytes(cap))))
+            Ok((
+                Box::new(BookkeepingBacking::new(cap)),
+                format!("bookkeeping {}", human_bytes(cap)),
+            ))
         }
         BackingChoice::Host | BackingChoice::Auto => {
             let cap = limit.unwrap_or(HOST_DEFAULT_LIMIT);
@@ -51,9 +57,14 @@ fn make_backing(choice: BackingChoice, limit: Option<u64>) -> Result<(Box<dyn Ba
                     ));
                 }
             }
-            Ok((Box::new(HostBacking::new(cap)), format!("host {}", human_bytes(cap))))
+            Ok((
+                Box::new(HostBacking::new(cap)),
+                format!("host {}", human_bytes(cap)),
+            ))
         }
-        BackingChoice::Cuda => Err("--backing cuda: CUDA support is not built into this version".to_string()),
+        BackingChoice::Cuda => {
+            Err("--backing cuda: CUDA support is not built into this version".to_string())
+        }
     }
 }
 

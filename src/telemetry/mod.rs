@@ -3,6 +3,7 @@
 //! A metric a device cannot report is `None`, never 0, and never aborts a poll.
 //! Must not depend on ratatui or on the app.
 
+pub mod nvml;
 pub mod open;
 pub mod procfs;
 pub mod sim;

@@ -3,6 +3,7 @@
 
 use color_eyre::eyre::{eyre, Result};
 
+use super::nvml::{self, NvmlOpenError};
 use super::sim::{SimSource, WorkloadGauge};
 use super::TelemetrySource;
 use crate::cli::DeviceChoice;
@@ -10,21 +11,37 @@ use crate::cli::DeviceChoice;
 /// The chosen source, and a one-line notice to show when we fell back.
 pub struct Opened {
     pub source: Box<dyn TelemetrySource>,
+    /// Why NVML is not in use, when `auto` fell back to the simulated device.
     pub notice: Option<String>,
+    pub simulated: bool,
 }
 
 pub fn open(choice: DeviceChoice, seed: u64, workload: WorkloadGauge) -> Result<Opened> {
     let sim = |notice| Opened {
         source: Box::new(SimSource::new(seed, workload.clone())),
         notice,
+        simulated: true,
     };
     match choice {
         DeviceChoice::Sim => Ok(sim(None)),
-        DeviceChoice::Auto => Ok(sim(Some(
-            "NVML support is not built in yet: showing the simulated device".to_string(),
-        ))),
-        DeviceChoice::Nvml => Err(eyre!(
-            "--device nvml: NVML support is not yet available in this build; use --device sim"
-        )),
+        DeviceChoice::Auto => match nvml::open() {
+            Ok(source) => Ok(Opened {
+                source: Box::new(source),
+                notice: None,
+                simulated: false,
+            }),
+            Err(e) => Ok(sim(Some(fallback_notice(&e)))),
+        },
+        DeviceChoice::Nvml => nvml::open()
+            .map(|source| Opened {
+                source: Box::new(source) as Box<dyn TelemetrySource>,
+                notice: None,
+                simulated: false,
+            })
+            .map_err(|e| eyre!("--device nvml: {e}")),
     }
+}
+
+fn fallback_notice(e: &NvmlOpenError) -> String {
+    format!("{e}; showing a simulated device")
 }

@@ -75,7 +75,14 @@ impl ProcSampler {
             .map(|raw| {
                 raw.split(|&b| b == 0)
                     .filter(|part| !part.is_empty())
-                    .map(|part| String::from_utf8_lossy(part).into_owned())
+                    // Arguments may hold newlines or escapes (python -c "..."): one table
+                    // row must stay one line, so control characters become spaces.
+                    .map(|part| {
+                        String::from_utf8_lossy(part)
+                            .chars()
+                            .map(|c| if c.is_control() { ' ' } else { c })
+                            .collect::<String>()
+                    })
                     .collect::<Vec<_>>()
                     .join(" ")
             })

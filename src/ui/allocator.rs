@@ -55,7 +55,8 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App) {
     let block = Block::new().borders(Borders::ALL).title(title(view, first));
     let inner = block.inner(area);
     frame.render_widget(block, area);
-    let [caption, body] = Layout::vertical([Constraint::Length(1), Constraint::Min(0)]).areas(inner);
+    let [caption, body] =
+        Layout::vertical([Constraint::Length(1), Constraint::Min(0)]).areas(inner);
     frame.render_widget(Paragraph::new(caption_line(first)), caption);
     if view.policies.len() == 1 {
         draw_single(frame, body, app, first);
@@ -70,9 +71,16 @@ fn title(view: &ProbeView, first: &PolicyView) -> Line<'static> {
     } else if view.paused {
         Span::styled(" ❚❚ paused ", Style::new().bold().black().on_yellow())
     } else {
-        Span::styled(format!(" ▶ {:.0} ops/s ", view.ops_per_s), Style::new().bold().green())
+        Span::styled(
+            format!(" ▶ {:.0} ops/s ", view.ops_per_s),
+            Style::new().bold().green(),
+        )
     };
-    let policies: Vec<&str> = view.policies.iter().map(|p| p.report.policy.as_str()).collect();
+    let policies: Vec<&str> = view
+        .policies
+        .iter()
+        .map(|p| p.report.policy.as_str())
+        .collect();
     Line::from(vec![
         Span::styled(
             format!(
@@ -90,9 +98,15 @@ fn title(view: &ProbeView, first: &PolicyView) -> Line<'static> {
 fn caption_line(p: &PolicyView) -> Line<'static> {
     let mut spans = Vec::new();
     if let Some((step, of)) = p.report.step {
-        spans.push(Span::styled(format!(" step {step}/{of} "), Style::new().bold().cyan()));
+        spans.push(Span::styled(
+            format!(" step {step}/{of} "),
+            Style::new().bold().cyan(),
+        ));
     }
-    spans.push(Span::raw(format!(" {}", p.report.phase.clone().unwrap_or_default())));
+    spans.push(Span::raw(format!(
+        " {}",
+        p.report.phase.clone().unwrap_or_default()
+    )));
     if p.report.verify_mismatches > 0 {
         spans.push(Span::styled(
             format!("  VERIFY MISMATCHES: {} words", p.report.verify_mismatches),
@@ -104,7 +118,10 @@ fn caption_line(p: &PolicyView) -> Line<'static> {
 
 fn oom_line(p: &PolicyView) -> Line<'static> {
     match &p.report.last_oom {
-        Some(oom) => Line::from(Span::styled(format!(" OOM: {oom}"), Style::new().bold().red())),
+        Some(oom) => Line::from(Span::styled(
+            format!(" OOM: {oom}"),
+            Style::new().bold().red(),
+        )),
         None => Line::from(Span::styled(
             format!(
                 " no OOM · reserved {} · largest free {}",
@@ -120,15 +137,18 @@ fn draw_single(frame: &mut Frame, area: Rect, app: &App, p: &PolicyView) {
     let [oom, rest] = Layout::vertical([Constraint::Length(1), Constraint::Min(0)]).areas(area);
     frame.render_widget(Paragraph::new(oom_line(p)), oom);
     let (map_area, panel_area) = if rest.width >= SIDE_BY_SIDE_MIN_WIDTH {
-        let [m, s] = Layout::horizontal([Constraint::Min(0), Constraint::Length(PANEL_WIDTH)]).areas(rest);
+        let [m, s] =
+            Layout::horizontal([Constraint::Min(0), Constraint::Length(PANEL_WIDTH)]).areas(rest);
         (m, s)
     } else {
-        let [m, s] = Layout::horizontal([Constraint::Percentage(55), Constraint::Percentage(45)]).areas(rest);
+        let [m, s] = Layout::horizontal([Constraint::Percentage(55), Constraint::Percentage(45)])
+            .areas(rest);
         (m, s)
     };
     draw_map_or_list(frame, map_area, app, p, None);
     frame.render_widget(
-        FragmentationPanel::new(&p.stats, &p.frag_history).block(Block::new().borders(Borders::LEFT)),
+        FragmentationPanel::new(&p.stats, &p.frag_history)
+            .block(Block::new().borders(Borders::LEFT)),
         panel_area,
     );
 }
@@ -163,7 +183,11 @@ fn draw_compare(frame: &mut Frame, area: Rect, app: &App, view: &ProbeView) {
         } else {
             Style::new().bold().black().on_green()
         };
-        let verdict = if p.report.last_oom.is_some() { "OOM" } else { "ok" };
+        let verdict = if p.report.last_oom.is_some() {
+            "OOM"
+        } else {
+            "ok"
+        };
         frame.render_widget(
             Paragraph::new(Line::from(vec![
                 Span::styled(format!(" {} · {verdict} ", p.report.policy), head_style),
@@ -179,7 +203,8 @@ fn draw_compare(frame: &mut Frame, area: Rect, app: &App, view: &ProbeView) {
         draw_map_or_list(frame, map, app, p, Some(scale));
         if with_panel {
             frame.render_widget(
-                FragmentationPanel::new(&p.stats, &p.frag_history).block(Block::new().borders(Borders::TOP)),
+                FragmentationPanel::new(&p.stats, &p.frag_history)
+                    .block(Block::new().borders(Borders::TOP)),
                 panel,
             );
         }
@@ -204,14 +229,17 @@ fn draw_map_or_list(frame: &mut Frame, area: Rect, app: &App, p: &PolicyView, sc
                 segment.addr
             );
             frame.render_stateful_widget(
-                SegmentTable::new(segment, &p.layout.tags, now_ns).block(Block::new().borders(Borders::ALL).title(title)),
+                SegmentTable::new(segment, &p.layout.tags, now_ns)
+                    .block(Block::new().borders(Borders::ALL).title(title)),
                 area,
                 &mut state,
             );
             return;
         }
     }
-    let mut map = BlockMap::new(&p.layout).zoom(app.map_zoom).selected(selected);
+    let mut map = BlockMap::new(&p.layout)
+        .zoom(app.map_zoom)
+        .selected(selected);
     if let Some(bytes) = scale {
         map = map.scale(bytes);
     }

@@ -138,8 +138,14 @@ impl<'a> BlockMap<'a> {
     /// Bytes per cell that fit the whole layout into `area` at zoom 0.
     pub fn fitted_bytes_per_cell(&self, area: Rect) -> u64 {
         let inner = self.map_area(area);
-        let cols = u64::from(inner.width.saturating_sub(gutter_width(self.layout, inner.width)).max(1));
-        1u64 << fit_cell_exp(&self.layout.segments, cols, usize::from(inner.height)).clamp(0, MAX_CELL_EXP)
+        let cols = u64::from(
+            inner
+                .width
+                .saturating_sub(gutter_width(self.layout, inner.width))
+                .max(1),
+        );
+        1u64 << fit_cell_exp(&self.layout.segments, cols, usize::from(inner.height))
+            .clamp(0, MAX_CELL_EXP)
     }
 
     /// Zoom steps: +1 halves the bytes per cell, -1 doubles them. Clamped so a cell stays
@@ -179,9 +185,9 @@ impl<'a> BlockMap<'a> {
         let gutter = gutter_width(self.layout, inner.width);
         let cells_per_row = inner.width.saturating_sub(gutter);
         let cols = u64::from(cells_per_row.max(1));
-        let fit_exp = self
-            .fixed_exp
-            .unwrap_or_else(|| fit_cell_exp(&self.layout.segments, cols, usize::from(inner.height)));
+        let fit_exp = self.fixed_exp.unwrap_or_else(|| {
+            fit_cell_exp(&self.layout.segments, cols, usize::from(inner.height))
+        });
         let exp = (fit_exp - self.zoom).clamp(0, MAX_CELL_EXP);
         let bytes_per_cell = 1u64 << exp;
         let mut bands = Vec::with_capacity(self.layout.segments.len());

@@ -20,8 +20,8 @@ pub mod blockmap;
 pub mod devices;
 #[doc(hidden)]
 pub mod fixtures;
-pub mod fragmentation;
 pub mod format;
+pub mod fragmentation;
 pub mod header;
 pub mod help;
 pub mod membar;
@@ -101,6 +101,12 @@ fn draw_footer(frame: &mut Frame, area: Rect, app: &App) {
         key("f"),
         Span::raw(" freeze"),
     ];
+    if let Some(notice) = &app.notice {
+        spans.push(Span::styled(
+            format!("  {notice}"),
+            Style::new().dark_gray(),
+        ));
+    }
     if app.frozen {
         spans.push(Span::styled(
             "  FROZEN",
