@@ -6,3 +6,4 @@
 pub mod alloc;
 pub mod rng;
 pub mod telemetry;
+pub mod trace;
