@@ -12,4 +12,5 @@ pub mod export;
 pub mod probe;
 pub mod rng;
 pub mod telemetry;
+pub mod trace;
 pub mod ui;

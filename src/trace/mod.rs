@@ -1,0 +1,469 @@
+//! Allocation logs in and out: PyTorch memory snapshots, RMM logging-adaptor CSV and
+//! vramtop's own JSON-lines recordings, all read into one `Trace` (an initial state plus
+//! an event stream) for the replayer. Plain data: no UI, no CUDA, no allocator policy.
+
+pub mod pickle;
+mod pytorch;
+pub mod record;
+mod rmm;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fmt;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::alloc::{BlockState, Pool, StreamId};
+
+/// Where a trace came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TraceFormat {
+    /// `torch.cuda.memory._snapshot()`, pickled (optionally gzipped).
+    PytorchSnapshot,
+    /// RMM `logging_resource_adaptor` CSV.
+    RmmCsv,
+    /// vramtop's JSON-lines recording (`record`).
+    VramtopRecord,
+}
+
+impl fmt::Display for TraceFormat {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            TraceFormat::PytorchSnapshot => "PyTorch memory snapshot",
+            TraceFormat::RmmCsv => "RMM log",
+            TraceFormat::VramtopRecord => "vramtop recording",
+        })
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TraceEventKind {
+    Alloc,
+    /// The caller freed the block; its memory may still be in use by a stream.
+    FreeRequested,
+    /// The memory is really released. RMM frees are immediate and appear only as this.
+    FreeCompleted,
+    SegmentAlloc,
+    SegmentFree,
+    SegmentMap,
+    SegmentUnmap,
+    /// An allocation failed. PyTorch puts the device's free bytes in `addr`.
+    Oom,
+    /// A snapshot was taken at this point (no memory change).
+    Snapshot,
+}
+
+/// One entry of the event stream, in the order the source logged it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TraceEvent {
+    pub kind: TraceEventKind,
+    pub addr: u64,
+    pub size: u64,
+    /// Streams are numbered by first appearance; the default stream (0) stays 0.
+    pub stream: StreamId,
+    /// The call site of this event ("file:line function"), when the source has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tag: Option<String>,
+    /// Microseconds. PyTorch: since the epoch. RMM: since the epoch, or since the
+    /// midnight before the log began when it has times of day (what the adaptor writes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_us: Option<i64>,
+}
+
+/// A block that was live before the trace began (a model's parameters, typically).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LiveAtStart {
+    pub addr: u64,
+    pub size: u64,
+    pub stream: StreamId,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tag: Option<String>,
+}
+
+/// A segment as the snapshot saw it when it was taken (the end of the trace).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SnapshotSegment {
+    pub addr: u64,
+    pub total_size: u64,
+    pub stream: StreamId,
+    pub pool: Pool,
+    pub is_expandable: bool,
+    pub blocks: Vec<SnapshotBlock>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SnapshotBlock {
+    pub addr: u64,
+    pub size: u64,
+    pub requested_size: u64,
+    /// `active_allocated` is Allocated, `active_pending_free` PendingFree, the rest Free.
+    pub state: BlockState,
+    pub tag: Option<String>,
+}
+
+/// What the importer counted while reading; the replayer and the UI report it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TraceStats {
+    /// Events per action, as the source spells it ("alloc", "free_completed", "free").
+    pub actions: BTreeMap<String, u64>,
+    /// Events whose action is unknown to us, per action: counted in `actions` too, and
+    /// left out of `events`.
+    pub unknown_actions: BTreeMap<String, u64>,
+    /// FreeCompleted events for an address that was not live at that point.
+    pub unknown_frees: u64,
+    /// Alloc events at an address that was already live (the earlier block is replaced).
+    pub allocs_over_live: u64,
+    pub initial_live_bytes: u64,
+    /// Devices whose snapshot trace is not empty (PyTorch only).
+    pub devices_with_traces: Vec<i64>,
+    /// A snapshot without allocation history: segments only, no events.
+    pub no_history: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Trace {
+    pub source: TraceFormat,
+    /// CUDA device ordinal the events belong to (0 where the source does not say).
+    pub device: i64,
+    pub initial: Vec<LiveAtStart>,
+    pub events: Vec<TraceEvent>,
+    /// PyTorch only: segments and blocks when the snapshot was taken.
+    pub segments_at_end: Vec<SnapshotSegment>,
+    pub stats: TraceStats,
+}
+
+impl Trace {
+    /// Peak of live bytes over the trace's own events: Alloc adds a block, FreeCompleted
+    /// removes it, sizes rounded up to `round_to` (0 or 1: no rounding). Blocks live
+    /// from the start are not counted: this is the figure the shared traces' README
+    /// quotes ("summing live bytes over the trace alone"); see `live_bytes_peak_with_initial`.
+    pub fn live_bytes_peak(&self, round_to: u64) -> u64 {
+        self.peak_from(&[], round_to)
+    }
+
+    /// As `live_bytes_peak`, starting from the blocks live before the trace began:
+    /// what the device really held for live blocks at the peak.
+    pub fn live_bytes_peak_with_initial(&self, round_to: u64) -> u64 {
+        self.peak_from(&self.initial, round_to)
+    }
+
+    fn peak_from(&self, initial: &[LiveAtStart], round_to: u64) -> u64 {
+        let round = |size: u64| match round_to {
+            0 | 1 => size,
+            r => size.div_ceil(r).saturating_mul(r),
+        };
+        let mut live: HashMap<u64, u64> = HashMap::with_capacity(initial.len() + 1024);
+        let mut current: u64 = 0;
+        for block in initial {
+            let size = round(block.size);
+            if let Some(old) = live.insert(block.addr, size) {
+                current = current.saturating_sub(old);
+            }
+            current = current.saturating_add(size);
+        }
+        let mut peak = current;
+        for event in &self.events {
+            match event.kind {
+                TraceEventKind::Alloc => {
+                    let size = round(event.size);
+                    if let Some(old) = live.insert(event.addr, size) {
+                        current = current.saturating_sub(old);
+                    }
+                    current = current.saturating_add(size);
+                    peak = peak.max(current);
+                }
+                TraceEventKind::FreeCompleted => {
+                    if let Some(old) = live.remove(&event.addr) {
+                        current = current.saturating_sub(old);
+                    }
+                }
+                _ => {}
+            }
+        }
+        peak
+    }
+
+    /// One line per thing a user should know about this trace (empty when all is well).
+    pub fn notices(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        let s = &self.stats;
+        if s.no_history {
+            out.push(
+                "no allocation history in this snapshot: showing its segments only; record one \
+                 with torch.cuda.memory._record_memory_history() before taking the snapshot"
+                    .to_string(),
+            );
+        }
+        if s.devices_with_traces.len() > 1 {
+            let list: Vec<String> = s
+                .devices_with_traces
+                .iter()
+                .map(|d| d.to_string())
+                .collect();
+            out.push(format!(
+                "snapshot has traces for devices {}; showing device {}",
+                list.join(", "),
+                self.device
+            ));
+        }
+        if !s.unknown_actions.is_empty() {
+            let total: u64 = s.unknown_actions.values().sum();
+            let names: Vec<&str> = s.unknown_actions.keys().map(String::as_str).collect();
+            out.push(format!(
+                "{total} event(s) with unknown actions were skipped ({})",
+                names.join(", ")
+            ));
+        }
+        if s.unknown_frees > 0 {
+            out.push(format!(
+                "{} free(s) of addresses not live at the time (allocated before the trace began?)",
+                s.unknown_frees
+            ));
+        }
+        out
+    }
+
+    /// Fills `unknown_frees`, `allocs_over_live` and `initial_live_bytes` by walking
+    /// the events once; every importer calls it last.
+    fn tally(&mut self) {
+        let mut live: HashSet<u64> = self.initial.iter().map(|b| b.addr).collect();
+        let (mut unknown_frees, mut over_live) = (0, 0);
+        for event in &self.events {
+            let (addr, kind) = (event.addr, event.kind);
+            if kind == TraceEventKind::Alloc && !live.insert(addr) {
+                over_live += 1;
+            } else if kind == TraceEventKind::FreeCompleted && !live.remove(&addr) {
+                unknown_frees += 1;
+            }
+        }
+        self.stats.unknown_frees = unknown_frees;
+        self.stats.allocs_over_live = over_live;
+        self.stats.initial_live_bytes = self.initial.iter().map(|b| b.size).sum();
+    }
+}
+
+/// Adds one to `counts[name]`.
+pub(crate) fn bump(counts: &mut BTreeMap<String, u64>, name: &str) {
+    match counts.get_mut(name) {
+        Some(n) => *n += 1,
+        None => {
+            counts.insert(name.to_string(), 1);
+        }
+    }
+}
+
+/// Raw stream handles (CUDA stream pointers) to small ids, in order of first appearance.
+#[derive(Default)]
+pub(crate) struct StreamIds {
+    ids: HashMap<u64, StreamId>,
+}
+
+impl StreamIds {
+    pub(crate) fn id(&mut self, raw: u64) -> StreamId {
+        if raw == 0 {
+            return 0;
+        }
+        let next = StreamId::try_from(self.ids.len() + 1).unwrap_or(StreamId::MAX);
+        *self.ids.entry(raw).or_insert(next)
+    }
+}
+
+/// How much `load` reads, and which device it picks.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LoadOptions {
+    /// Bytes read from the file, and bytes after gunzip.
+    pub max_bytes: u64,
+    /// PyTorch: the device to read; None picks the first device with a trace.
+    pub device: Option<i64>,
+    pub pickle_limits: pickle::Limits,
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        LoadOptions {
+            max_bytes: 512 << 20,
+            device: None,
+            pickle_limits: pickle::Limits::default(),
+        }
+    }
+}
+
+/// A trace that could not be read: which file, and why in one line.
+#[derive(Debug)]
+pub struct TraceError {
+    pub path: Option<PathBuf>,
+    pub kind: TraceErrorKind,
+}
+
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum TraceErrorKind {
+    Io(std::io::Error),
+    Empty,
+    TooLarge {
+        limit: u64,
+    },
+    GzipTruncated,
+    GzipCorrupt(String),
+    UnknownFormat,
+    Pickle(pickle::PickleError),
+    /// A pickle, but not of a memory snapshot (or a snapshot with a malformed part).
+    NotASnapshot(String),
+    Csv {
+        row: usize,
+        message: String,
+    },
+    Record {
+        line: usize,
+        message: String,
+    },
+}
+
+impl fmt::Display for TraceErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TraceErrorKind::Io(e) => write!(f, "cannot read the file: {e}"),
+            TraceErrorKind::Empty => f.write_str(
+                "the file is empty; pass a snapshot from torch.cuda.memory._dump_snapshot(), \
+                 an RMM log or a vramtop recording",
+            ),
+            TraceErrorKind::TooLarge { limit } => write!(
+                f,
+                "the trace is larger than {} (the reader's limit); record a shorter history",
+                crate::alloc::human_bytes(*limit)
+            ),
+            TraceErrorKind::GzipTruncated => f.write_str(
+                "the gzip stream is cut short (was the file copied while being written?); \
+                 copy it again",
+            ),
+            TraceErrorKind::GzipCorrupt(e) => write!(f, "corrupt gzip data ({e}); copy it again"),
+            TraceErrorKind::UnknownFormat => f.write_str(
+                "not a trace vramtop knows: expected a PyTorch memory snapshot \
+                 (.pickle or .pickle.gz), an RMM logging_resource_adaptor CSV \
+                 or a vramtop recording",
+            ),
+            TraceErrorKind::Pickle(e) => write!(f, "{e}"),
+            TraceErrorKind::NotASnapshot(what) => f.write_str(what),
+            TraceErrorKind::Csv { row, message } => {
+                write!(f, "RMM log row {row}: {message}; fix or delete that row")
+            }
+            TraceErrorKind::Record { line, message } => {
+                write!(f, "recording line {line}: {message}")
+            }
+        }
+    }
+}
+
+impl fmt::Display for TraceError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.path {
+            Some(path) => write!(f, "{}: {}", path.display(), self.kind),
+            None => write!(f, "{}", self.kind),
+        }
+    }
+}
+
+impl std::error::Error for TraceError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match &self.kind {
+            TraceErrorKind::Io(e) => Some(e),
+            TraceErrorKind::Pickle(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+/// Reads a trace of any supported format with the default options.
+pub fn load(path: &Path) -> Result<Trace, TraceError> {
+    load_with(path, &LoadOptions::default())
+}
+
+pub fn load_with(path: &Path, opts: &LoadOptions) -> Result<Trace, TraceError> {
+    let with_path = |kind| TraceError {
+        path: Some(path.to_path_buf()),
+        kind,
+    };
+    let file = std::fs::File::open(path).map_err(|e| with_path(TraceErrorKind::Io(e)))?;
+    let bytes = read_bounded(file, opts.max_bytes).map_err(with_path)?;
+    parse_bytes(&bytes, opts).map_err(with_path)
+}
+
+/// Reads a trace held in memory (the file's bytes, gzipped or not).
+pub fn from_bytes(bytes: &[u8], opts: &LoadOptions) -> Result<Trace, TraceError> {
+    parse_bytes(bytes, opts).map_err(|kind| TraceError { path: None, kind })
+}
+
+fn read_bounded(reader: impl Read, limit: u64) -> Result<Vec<u8>, TraceErrorKind> {
+    let mut out = Vec::new();
+    reader
+        .take(limit.saturating_add(1))
+        .read_to_end(&mut out)
+        .map_err(TraceErrorKind::Io)?;
+    if out.len() as u64 > limit {
+        return Err(TraceErrorKind::TooLarge { limit });
+    }
+    Ok(out)
+}
+
+fn gunzip(bytes: &[u8], limit: u64) -> Result<Vec<u8>, TraceErrorKind> {
+    let mut out = Vec::new();
+    let decoder = flate2::read::MultiGzDecoder::new(bytes);
+    match decoder.take(limit.saturating_add(1)).read_to_end(&mut out) {
+        Ok(_) if out.len() as u64 > limit => Err(TraceErrorKind::TooLarge { limit }),
+        Ok(_) => Ok(out),
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+            Err(TraceErrorKind::GzipTruncated)
+        }
+        Err(e) => Err(TraceErrorKind::GzipCorrupt(e.to_string())),
+    }
+}
+
+const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
+
+fn parse_bytes(bytes: &[u8], opts: &LoadOptions) -> Result<Trace, TraceErrorKind> {
+    if bytes.is_empty() {
+        return Err(TraceErrorKind::Empty);
+    }
+    if bytes.starts_with(&GZIP_MAGIC) {
+        let inner = gunzip(bytes, opts.max_bytes)?;
+        if inner.is_empty() {
+            return Err(TraceErrorKind::Empty);
+        }
+        if inner.starts_with(&GZIP_MAGIC) {
+            return Err(TraceErrorKind::UnknownFormat);
+        }
+        return parse_plain(&inner, opts);
+    }
+    parse_plain(bytes, opts)
+}
+
+fn parse_plain(bytes: &[u8], opts: &LoadOptions) -> Result<Trace, TraceErrorKind> {
+    if bytes[0] == 0x80 {
+        let value =
+            pickle::from_slice_with(bytes, opts.pickle_limits).map_err(TraceErrorKind::Pickle)?;
+        return pytorch::import(&value, opts.device);
+    }
+    let text = bytes.strip_prefix(b"\xef\xbb\xbf").unwrap_or(bytes);
+    let first_line = text.split(|&b| b == b'\n').next().unwrap_or(&[]);
+    let first_line = String::from_utf8_lossy(first_line);
+    if record::is_header(&first_line) {
+        let text = std::str::from_utf8(text).map_err(|e| TraceErrorKind::Record {
+            line: 1 + text[..e.valid_up_to()]
+                .iter()
+                .filter(|&&b| b == b'\n')
+                .count(),
+            message: "not UTF-8 text".to_string(),
+        })?;
+        return record::read(text);
+    }
+    if rmm::is_header(&first_line) {
+        return rmm::import(text);
+    }
+    if first_line.trim().is_empty() && text.iter().all(u8::is_ascii_whitespace) {
+        return Err(TraceErrorKind::Empty);
+    }
+    Err(TraceErrorKind::UnknownFormat)
+}

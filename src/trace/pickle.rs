@@ -1,0 +1,560 @@
+//! A small, bounded reader for the plain-data subset of Python pickles (protocols 2 to 5)
+//! that `torch.cuda.memory._snapshot()` writes: dicts, lists, tuples, ints, floats,
+//! strings, bytes, bools and None, with memoized sharing. It builds no Python objects
+//! (no GLOBAL, REDUCE, BUILD): such a pickle is refused with the opcode and its offset.
+//! Every limit is checked, so hostile input ends in an error, never a panic or a hang.
+//! Depends on nothing else in the crate.
+
+use std::collections::HashMap;
+use std::rc::Rc;
+
+mod error;
+mod opcodes;
+mod value;
+
+pub use error::{PickleError, PickleErrorKind};
+pub use opcodes::opcode_name;
+pub use value::{Dict, Value};
+
+/// Bounds on what a pickle may make us build; input size is bounded by the caller.
+/// The defaults hold about 24 times what the resnet50 snapshot (68,861 events) needs,
+/// and cap what a hostile pickle can make us hold at about 1.2 GiB beyond its own size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Containers nested inside each other, counting shared ones along every path.
+    pub max_depth: usize,
+    /// Memo entries, and the highest memo index a BINPUT may name.
+    pub max_memo: usize,
+    /// Values on the unpickler's stack at once.
+    pub max_stack: usize,
+    /// Items in all containers together (a dict entry counts two).
+    pub max_items: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_depth: 128,
+            max_memo: 1 << 23,
+            max_stack: 1 << 22,
+            max_items: 1 << 25,
+        }
+    }
+}
+
+/// Reads one pickle from `input` with the default limits.
+pub fn from_slice(input: &[u8]) -> Result<Value, PickleError> {
+    from_slice_with(input, Limits::default())
+}
+
+/// Reads one pickle from `input`; bytes after STOP are ignored, as Python does.
+pub fn from_slice_with(input: &[u8], limits: Limits) -> Result<Value, PickleError> {
+    let mut machine = Machine {
+        input,
+        pos: 0,
+        op_at: 0,
+        limits,
+        stack: Vec::new(),
+        marks: Vec::new(),
+        memo: Vec::new(),
+        memo_sparse: HashMap::new(),
+        memo_len: 0,
+        nodes: Vec::new(),
+        items: 0,
+    };
+    machine.run()
+}
+
+/// A stack or memo entry while reading: a finished value with its nesting depth, or a
+/// list or dict still open to APPEND/SETITEM (it may be memoized before it is filled).
+#[derive(Clone, Debug)]
+enum Slot {
+    Val(Value, u32),
+    Open(u32),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum NodeKind {
+    List,
+    Dict,
+}
+
+/// An open container. It is frozen into a `Value` the first time it is put into another
+/// container (or returned): the pickler writes a container whole before using it, so
+/// nothing can be added to it afterwards, and freezing then needs no second pass.
+struct Node {
+    kind: NodeKind,
+    /// Items; a dict's are flattened key, value, key, value.
+    items: Vec<Value>,
+    /// Deepest item nesting so far.
+    depth: u32,
+    frozen: Option<(Value, u32)>,
+}
+
+struct Machine<'a> {
+    input: &'a [u8],
+    pos: usize,
+    op_at: usize,
+    limits: Limits,
+    stack: Vec<Slot>,
+    /// Stack heights at each MARK.
+    marks: Vec<usize>,
+    /// Dense memo (indices 0..len, the usual case) and a sparse overflow for odd BINPUTs.
+    memo: Vec<Option<Slot>>,
+    memo_sparse: HashMap<u64, Slot>,
+    memo_len: usize,
+    nodes: Vec<Node>,
+    items: usize,
+}
+
+type Step<T> = Result<T, PickleError>;
+
+fn fail<T>(offset: usize, kind: PickleErrorKind) -> Step<T> {
+    Err(PickleError { offset, kind })
+}
+
+/// The finished value of `slot`, freezing an open container on first use.
+fn close(nodes: &mut [Node], slot: Slot, max_depth: usize, at: usize) -> Step<(Value, u32)> {
+    let id = match slot {
+        Slot::Val(v, d) => return Ok((v, d)),
+        Slot::Open(id) => id as usize,
+    };
+    let Some(node) = nodes.get_mut(id) else {
+        return fail(at, PickleErrorKind::Malformed("unknown container"));
+    };
+    if let Some((v, d)) = &node.frozen {
+        return Ok((v.clone(), *d));
+    }
+    let depth = node.depth + 1;
+    if depth as usize > max_depth {
+        return fail(at, PickleErrorKind::LimitExceeded("nesting depth"));
+    }
+    let items = std::mem::take(&mut node.items);
+    let value = match node.kind {
+        NodeKind::List => Value::List(Rc::new(items)),
+        NodeKind::Dict => Value::Dict(Rc::new(Dict::from_flat(items))),
+    };
+    node.frozen = Some((value.clone(), depth));
+    Ok((value, depth))
+}
+
+impl Machine<'_> {
+    fn err<T>(&self, kind: PickleErrorKind) -> Step<T> {
+        fail(self.op_at, kind)
+    }
+
+    fn take(&mut self, n: usize) -> Step<&[u8]> {
+        let end = self.pos.checked_add(n).filter(|&e| e <= self.input.len());
+        match end {
+            Some(end) => {
+                let bytes = &self.input[self.pos..end];
+                self.pos = end;
+                Ok(bytes)
+            }
+            None => self.err(PickleErrorKind::Truncated),
+        }
+    }
+
+    fn byte(&mut self) -> Step<u8> {
+        Ok(self.take(1)?[0])
+    }
+
+    fn u32_le(&mut self) -> Step<u32> {
+        let b = self.take(4)?;
+        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    }
+
+    fn u64_le(&mut self) -> Step<u64> {
+        let b = self.take(8)?;
+        let mut a = [0u8; 8];
+        a.copy_from_slice(b);
+        Ok(u64::from_le_bytes(a))
+    }
+
+    fn len_u64(&mut self) -> Step<usize> {
+        let n = self.u64_le()?;
+        match usize::try_from(n) {
+            Ok(n) => Ok(n),
+            Err(_) => self.err(PickleErrorKind::Truncated),
+        }
+    }
+
+    fn push(&mut self, slot: Slot) -> Step<()> {
+        if self.stack.len() >= self.limits.max_stack {
+            return self.err(PickleErrorKind::LimitExceeded("stack size"));
+        }
+        self.stack.push(slot);
+        Ok(())
+    }
+
+    fn push_val(&mut self, value: Value) -> Step<()> {
+        self.push(Slot::Val(value, 0))
+    }
+
+    fn floor(&self) -> usize {
+        self.marks.last().copied().unwrap_or(0)
+    }
+
+    fn pop(&mut self) -> Step<Slot> {
+        match self.stack.pop() {
+            Some(s) if self.stack.len() >= self.floor() => Ok(s),
+            _ => self.err(PickleErrorKind::Malformed("pop from an empty stack")),
+        }
+    }
+
+    fn top(&self) -> Step<Slot> {
+        match self.stack.last() {
+            Some(s) if self.stack.len() > self.floor() => Ok(s.clone()),
+            _ => self.err(PickleErrorKind::Malformed("empty stack")),
+        }
+    }
+
+    /// Stack height at the last MARK, which is removed.
+    fn take_mark(&mut self) -> Step<usize> {
+        match self.marks.pop() {
+            Some(at) => Ok(at),
+            None => self.err(PickleErrorKind::Malformed("no MARK to pop to")),
+        }
+    }
+
+    /// Stack height `n` items below the top, if those items are above the last MARK.
+    fn height_less(&self, n: usize) -> Step<usize> {
+        match self.stack.len().checked_sub(n) {
+            Some(h) if h >= self.floor() => Ok(h),
+            _ => self.err(PickleErrorKind::Malformed(
+                "fewer items on the stack than needed",
+            )),
+        }
+    }
+
+    fn count_items(&mut self, n: usize) -> Step<()> {
+        self.items = self.items.saturating_add(n);
+        if self.items > self.limits.max_items {
+            return self.err(PickleErrorKind::LimitExceeded("number of items"));
+        }
+        Ok(())
+    }
+
+    /// Appends the stack items above height `from`, finished, to `values`; returns
+    /// `values` and the deepest nesting among the items.
+    fn drain_into(&mut self, from: usize, mut values: Vec<Value>) -> Step<(Vec<Value>, u32)> {
+        self.count_items(self.stack.len() - from)?;
+        let (max_depth, at) = (self.limits.max_depth, self.op_at);
+        let mut depth = 0;
+        values.reserve(self.stack.len() - from);
+        for slot in self.stack.drain(from..) {
+            let (v, d) = close(&mut self.nodes, slot, max_depth, at)?;
+            depth = depth.max(d);
+            values.push(v);
+        }
+        Ok((values, depth))
+    }
+
+    fn new_node(&mut self, kind: NodeKind, items: Vec<Value>, depth: u32) -> Step<()> {
+        let id = match u32::try_from(self.nodes.len()) {
+            Ok(id) if (id as usize) < self.limits.max_items => id,
+            _ => return self.err(PickleErrorKind::LimitExceeded("number of containers")),
+        };
+        self.nodes.push(Node {
+            kind,
+            items,
+            depth,
+            frozen: None,
+        });
+        self.push(Slot::Open(id))
+    }
+
+    fn new_tuple(&mut self, from: usize) -> Step<()> {
+        let (items, depth) = self.drain_into(from, Vec::new())?;
+        if depth as usize >= self.limits.max_depth {
+            return self.err(PickleErrorKind::LimitExceeded("nesting depth"));
+        }
+        self.push(Slot::Val(Value::Tuple(Rc::new(items)), depth + 1))
+    }
+
+    /// Moves the stack items above height `from` into the open container just below
+    /// them (APPEND/APPENDS/SETITEM/SETITEMS), if it has the expected kind.
+    fn extend_from(&mut self, from: usize, want: NodeKind) -> Step<()> {
+        if want == NodeKind::Dict && (self.stack.len() - from) % 2 != 0 {
+            return self.err(PickleErrorKind::Malformed(
+                "SETITEMS with an odd item count",
+            ));
+        }
+        let target = match from.checked_sub(1).filter(|&i| i >= self.floor()) {
+            Some(i) => self.stack[i].clone(),
+            None => return self.err(PickleErrorKind::Malformed("nothing to add items to")),
+        };
+        let id = match target {
+            Slot::Open(id) if self.nodes[id as usize].kind == want => id as usize,
+            _ => {
+                return self.err(PickleErrorKind::Malformed(match want {
+                    NodeKind::Dict => "SETITEM on something that is not a dict",
+                    NodeKind::List => "APPEND on something that is not a list",
+                }))
+            }
+        };
+        // Fill the node's own buffer: no second copy of the items.
+        let items = std::mem::take(&mut self.nodes[id].items);
+        let (items, depth) = self.drain_into(from, items)?;
+        let node = &mut self.nodes[id];
+        if node.frozen.is_some() {
+            return self.err(PickleErrorKind::Recursive);
+        }
+        node.depth = node.depth.max(depth);
+        node.items = items;
+        Ok(())
+    }
+
+    fn memo_put(&mut self, index: u64) -> Step<()> {
+        let slot = self.top()?;
+        if index >= self.limits.max_memo as u64 {
+            return self.err(PickleErrorKind::LimitExceeded("memo size"));
+        }
+        let i = index as usize;
+        if i < self.memo.len() {
+            if self.memo[i].replace(slot).is_none() {
+                self.memo_len += 1;
+            }
+        } else if i == self.memo.len() {
+            self.memo.push(Some(slot));
+            self.memo_len += 1;
+        } else {
+            if self.memo_sparse.len() >= self.limits.max_memo {
+                return self.err(PickleErrorKind::LimitExceeded("memo size"));
+            }
+            if self.memo_sparse.insert(index, slot).is_none() {
+                self.memo_len += 1;
+            }
+        }
+        Ok(())
+    }
+
+    fn memo_get(&mut self, index: u64) -> Step<()> {
+        let found = match usize::try_from(index) {
+            Ok(i) if i < self.memo.len() => self.memo[i].clone(),
+            _ => self.memo_sparse.get(&index).cloned(),
+        };
+        match found {
+            Some(slot) => self.push(slot),
+            None => self.err(PickleErrorKind::MemoMissing(index)),
+        }
+    }
+
+    fn push_str(&mut self, n: usize) -> Step<()> {
+        let s: Rc<str> = String::from_utf8_lossy(self.take(n)?).into();
+        self.push_val(Value::Str(s))
+    }
+
+    fn push_bytes(&mut self, n: usize) -> Step<()> {
+        let b: Rc<[u8]> = self.take(n)?.into();
+        self.push_val(Value::Bytes(b))
+    }
+
+    fn push_long(&mut self, n: usize) -> Step<()> {
+        let value = decode_long(self.take(n)?);
+        self.push_val(value)
+    }
+
+    /// Runs opcodes to STOP and returns the value on top of the stack.
+    fn run(&mut self) -> Step<Value> {
+        loop {
+            self.op_at = self.pos;
+            let op = self.byte()?;
+            if op == b'.' {
+                let top = self.pop()?;
+                let (limit, at) = (self.limits.max_depth, self.op_at);
+                return close(&mut self.nodes, top, limit, at).map(|(v, _)| v);
+            }
+            // Memo opcodes are the most frequent in snapshots (900k of 1.6M in resnet50).
+            if !self.control(op)? && !self.scalar(op)? && !self.container(op)? {
+                return self.err(PickleErrorKind::Unsupported { opcode: op });
+            }
+        }
+    }
+
+    /// Opcodes that push one number, string, bytes, bool or None. False: not one.
+    fn scalar(&mut self, op: u8) -> Step<bool> {
+        match op {
+            b'N' => self.push_val(Value::None)?,
+            0x88 => self.push_val(Value::Bool(true))?,
+            0x89 => self.push_val(Value::Bool(false))?,
+            b'J' => {
+                let v = self.u32_le()? as i32;
+                self.push_val(Value::Int(i64::from(v)))?;
+            }
+            b'K' => {
+                let v = self.byte()?;
+                self.push_val(Value::Int(i64::from(v)))?;
+            }
+            b'M' => {
+                let b = self.take(2)?;
+                let v = u16::from_le_bytes([b[0], b[1]]);
+                self.push_val(Value::Int(i64::from(v)))?;
+            }
+            0x8a => {
+                let n = self.byte()? as usize;
+                self.push_long(n)?;
+            }
+            0x8b => {
+                let n = self.u32_le()? as i32;
+                if n < 0 {
+                    return self.err(PickleErrorKind::Malformed("LONG4 with a negative length"));
+                }
+                self.push_long(n as usize)?;
+            }
+            b'G' => {
+                let b = self.take(8)?;
+                let mut a = [0u8; 8];
+                a.copy_from_slice(b);
+                self.push_val(Value::Float(f64::from_be_bytes(a)))?;
+            }
+            0x8c => {
+                let n = self.byte()? as usize;
+                self.push_str(n)?;
+            }
+            b'X' => {
+                let n = self.u32_le()? as usize;
+                self.push_str(n)?;
+            }
+            0x8d => {
+                let n = self.len_u64()?;
+                self.push_str(n)?;
+            }
+            b'C' => {
+                let n = self.byte()? as usize;
+                self.push_bytes(n)?;
+            }
+            b'B' => {
+                let n = self.u32_le()? as usize;
+                self.push_bytes(n)?;
+            }
+            0x8e | 0x96 => {
+                let n = self.len_u64()?;
+                self.push_bytes(n)?;
+            }
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    /// Opcodes that build or fill lists, dicts and tuples. False: not one.
+    fn container(&mut self, op: u8) -> Step<bool> {
+        match op {
+            b'}' => self.new_node(NodeKind::Dict, Vec::new(), 0)?,
+            b']' => self.new_node(NodeKind::List, Vec::new(), 0)?,
+            b')' => self.push(Slot::Val(Value::Tuple(Rc::new(Vec::new())), 1))?,
+            0x85..=0x87 => {
+                let from = self.height_less(usize::from(op - 0x84))?;
+                self.new_tuple(from)?;
+            }
+            b't' => {
+                let from = self.take_mark()?;
+                self.new_tuple(from)?;
+            }
+            b'l' | b'd' => {
+                let from = self.take_mark()?;
+                if op == b'd' && (self.stack.len() - from) % 2 != 0 {
+                    return self.err(PickleErrorKind::Malformed("DICT with an odd item count"));
+                }
+                let (items, depth) = self.drain_into(from, Vec::new())?;
+                let kind = if op == b'l' {
+                    NodeKind::List
+                } else {
+                    NodeKind::Dict
+                };
+                self.new_node(kind, items, depth)?;
+            }
+            b'a' | b's' => {
+                let (count, kind) = if op == b'a' {
+                    (1, NodeKind::List)
+                } else {
+                    (2, NodeKind::Dict)
+                };
+                let from = self.height_less(count)?;
+                self.extend_from(from, kind)?;
+            }
+            b'e' | b'u' => {
+                let from = self.take_mark()?;
+                let kind = if op == b'e' {
+                    NodeKind::List
+                } else {
+                    NodeKind::Dict
+                };
+                self.extend_from(from, kind)?;
+            }
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    /// Protocol, framing, stack and memo opcodes. False: not one.
+    fn control(&mut self, op: u8) -> Step<bool> {
+        match op {
+            0x80 => {
+                let proto = self.byte()?;
+                if !(2..=5).contains(&proto) {
+                    return self.err(PickleErrorKind::Protocol(proto));
+                }
+            }
+            // FRAME: only a hint for buffered readers; we hold the whole input.
+            0x95 => {
+                self.u64_le()?;
+            }
+            b'(' => {
+                if self.marks.len() >= self.limits.max_stack {
+                    return self.err(PickleErrorKind::LimitExceeded("MARK count"));
+                }
+                self.marks.push(self.stack.len());
+            }
+            b'0' => {
+                self.pop()?;
+            }
+            b'1' => {
+                let from = self.take_mark()?;
+                self.stack.truncate(from);
+            }
+            b'2' => {
+                let top = self.top()?;
+                self.push(top)?;
+            }
+            b'h' => {
+                let i = self.byte()?;
+                self.memo_get(u64::from(i))?;
+            }
+            b'j' => {
+                let i = self.u32_le()?;
+                self.memo_get(u64::from(i))?;
+            }
+            b'q' => {
+                let i = self.byte()?;
+                self.memo_put(u64::from(i))?;
+            }
+            b'r' => {
+                let i = self.u32_le()?;
+                self.memo_put(u64::from(i))?;
+            }
+            0x94 => self.memo_put(self.memo_len as u64)?,
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+}
+
+/// Decodes a LONG1/LONG4 payload: little-endian two's complement.
+fn decode_long(bytes: &[u8]) -> Value {
+    if bytes.is_empty() {
+        return Value::Int(0);
+    }
+    let negative = bytes[bytes.len() - 1] & 0x80 != 0;
+    let fill = if negative { 0xff } else { 0x00 };
+    // Bytes past the eighth must be pure sign extension for the value to fit an i64.
+    let fits = bytes.len() <= 8
+        || (bytes[8..].iter().all(|&b| b == fill) && ((bytes[7] & 0x80 != 0) == negative));
+    if !fits {
+        return Value::BigInt(bytes.into());
+    }
+    let mut a = [fill; 8];
+    let n = bytes.len().min(8);
+    a[..n].copy_from_slice(&bytes[..n]);
+    Value::Int(i64::from_le_bytes(a))
+}
