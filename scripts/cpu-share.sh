@@ -13,7 +13,7 @@ wrapper=$!
 target=""
 for _ in $(seq 50); do
   sleep 0.1
-  target=$(pgrep -n -f -- "^$1" || true)
+  target=$(pgrep -n -f -- "^$*\$" || true)
   [ -n "$target" ] && break
 done
 [ -n "$target" ] || { echo "could not find the process of: $*" >&2; kill $wrapper 2>/dev/null; exit 1; }

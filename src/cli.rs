@@ -116,6 +116,10 @@ pub enum Command {
         /// Print JSON instead of a summary
         #[arg(long)]
         json: bool,
+        /// After the run, keep the probe's memory for this many seconds (for checks that
+        /// compare with nvidia-smi)
+        #[arg(long, value_name = "SECONDS", default_value = "0", value_parser = parse_hold)]
+        hold: f64,
         /// Seed of the scenario's random draws
         #[arg(long, value_name = "N", default_value = "0", value_parser = parse_seed, allow_hyphen_values = true)]
         seed: u64,
@@ -165,6 +169,9 @@ pub enum BenchCommand {
         /// Frames to draw
         #[arg(long, default_value = "200")]
         frames: usize,
+        /// Live blocks in the block map drawn (0 for no probe view)
+        #[arg(long, default_value = "100000")]
+        blocks: usize,
         /// Print JSON instead of a table
         #[arg(long)]
         json: bool,
@@ -212,6 +219,14 @@ fn parse_seconds(raw: &str) -> Result<f64, String> {
         .map_err(|_| "not a number; accepted range: 0.1 to 86400".to_string())?;
     if !v.is_finite() || !(0.1..=86_400.0).contains(&v) {
         return Err("out of range; accepted range: 0.1 to 86400".to_string());
+    }
+    Ok(v)
+}
+
+fn parse_hold(raw: &str) -> Result<f64, String> {
+    let v: f64 = raw.trim().parse().map_err(|_| "not a number; accepted range: 0 to 3600".to_string())?;
+    if !v.is_finite() || !(0.0..=3600.0).contains(&v) {
+        return Err("out of range; accepted range: 0 to 3600".to_string());
     }
     Ok(v)
 }

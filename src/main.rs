@@ -50,17 +50,19 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     width,
                     height,
                     frames,
+                    blocks,
                     json,
                 },
         }) => {
-            let figures = vramtop::bench::render(width, height, frames)?;
+            let figures = vramtop::bench::render(width, height, frames, blocks)?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&figures)?);
             } else {
                 println!(
-                    "render {}x{}: {} frames, median {:.1} us, p90 {:.1} us, max {:.1} us",
+                    "render {}x{} with {} live blocks: {} frames, median {:.1} us, p90 {:.1} us, max {:.1} us",
                     figures.width,
                     figures.height,
+                    figures.live_blocks,
                     figures.frames,
                     figures.median_us,
                     figures.p90_us,
@@ -73,9 +75,10 @@ fn run(cli: Cli) -> Result<ExitCode> {
             scenario,
             seconds,
             json,
+            hold,
             seed,
             opts,
-        }) => probe_headless(&scenario, seconds, json, seed, &opts),
+        }) => probe_headless(&scenario, seconds, json, seed, &opts, hold),
         Some(other) => {
             let name = match other {
                 Command::Probe { .. } => "probe",
@@ -103,6 +106,7 @@ fn probe_headless(
     json: bool,
     seed: u64,
     opts: &cli::ProbeOptions,
+    hold_s: f64,
 ) -> Result<ExitCode> {
     let scenario = match Scenario::load(name) {
         Ok(s) => s,
@@ -128,6 +132,13 @@ fn probe_headless(
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         print!("{}", vramtop::probe::runner::summary(&report));
+    }
+    if hold_s > 0.0 {
+        use std::io::Write as _;
+        // The report is out before the hold, so a script can read it while we still
+        // hold the memory it describes.
+        std::io::stdout().flush()?;
+        std::thread::sleep(Duration::from_secs_f64(hold_s));
     }
     // A verification mismatch is a correctness failure: say so in the exit code too.
     Ok(if report.verify_mismatches > 0 {

@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# All GPU checks of vramtop in one go, on a machine with an NVIDIA GPU (../shared/gpu.md).
+# usage: scripts/gpu-check.sh PATH/TO/vramtop     (logs go to $OUT, or ./gpu-check-out)
+# Prints a table of results last. Takes device memory with plain allocations only.
+set -uo pipefail
+BIN=$(readlink -f "${1:?usage: scripts/gpu-check.sh PATH/TO/vramtop}")
+HERE=$(cd "$(dirname "$0")" && pwd)
+OUT=${OUT:-$PWD/gpu-check-out}
+mkdir -p "$OUT"
+LOG="$OUT/gpu-check.log"
+: > "$LOG"
+declare -a RESULTS
+result() { RESULTS+=("$(printf '%-44s %-6s %s' "$1" "$2" "$3")"); echo "[$2] $1: $3" | tee -a "$LOG"; }
+say() { echo "== $*" | tee -a "$LOG"; }
+
+say "machine"
+nvidia-smi --query-gpu=name,driver_version,memory.total,memory.reserved --format=csv | tee -a "$LOG"
+
+# 1. CUDA backing self-check: segments, pages, fill and verify kernels.
+say "cuda self-check"
+if "$BIN" gpu-self-check > "$OUT/self-check.txt" 2>&1; then
+  result "cuda self-check" ok "$(tail -n 1 "$OUT/self-check.txt")"
+else
+  result "cuda self-check" FAIL "$(tail -n 1 "$OUT/self-check.txt")"
+fi
+cat "$OUT/self-check.txt" >> "$LOG"
+
+# 2. Every scenario under every policy on the cuda backing: zero mismatches.
+say "scenarios on cuda"
+total_mismatch=0; runs=0; failed=0
+for s in checkerboard churn training leak streams steady; do
+  for p in caching best-fit first-fit tlsf expandable; do
+    f="$OUT/probe-$s-$p.json"
+    "$BIN" probe "$s" --policy "$p" --backing cuda --probe-limit 2GiB --seconds 60 --json > "$f" 2>> "$LOG"
+    rc=$?
+    line=$(python3 - "$f" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+s = r["stats"]
+print(f'{r["verify_mismatches"]} {r["verified_blocks"]} {r["complete"]} {r["ooms"]} {len(r["backing_errors"])} {s["peak_reserved_bytes"]>>20} {r["elapsed_s"]:.2f}')
+PY
+) || line="parse-error 0 False 0 1 0 0"
+    read -r mm vb done ooms errs peak secs <<< "$line"
+    echo "$s/$p rc=$rc mismatches=$mm verified=$vb complete=$done ooms=$ooms backing_errors=$errs peak_reserved_MiB=$peak ${secs}s" | tee -a "$LOG"
+    runs=$((runs + 1))
+    if [ "$rc" != 0 ] || [ "$mm" != 0 ] || [ "$done" != True ] || [ "$errs" != 0 ]; then failed=$((failed + 1)); fi
+    [[ "$mm" =~ ^[0-9]+$ ]] && total_mismatch=$((total_mismatch + mm))
+  done
+done
+if [ $failed = 0 ]; then result "scenarios x policies on cuda" ok "$runs runs, $total_mismatch mismatched words"
+else result "scenarios x policies on cuda" FAIL "$failed of $runs runs failed, $total_mismatch mismatched words"; fi
+
+# 3. Expandable: mapped bytes vs what the driver says the process holds.
+say "expandable mapped bytes vs nvidia-smi"
+"$BIN" probe checkerboard --policy expandable --backing cuda --probe-limit 4GiB --json --hold 12 > "$OUT/hold-expandable.json" 2>>"$LOG" &
+holder=$!
+sleep 8
+mapped=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["stats"]["reserved_bytes"]>>20)' "$OUT/hold-expandable.json" 2>/dev/null || echo "?")
+smi=$(nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits | awk -F', ' -v p=$holder '$1==p {print $2}')
+echo "expandable mapped ${mapped} MiB; nvidia-smi says pid $holder uses ${smi:-?} MiB" | tee -a "$LOG"
+if [[ "$mapped" =~ ^[0-9]+$ && "$smi" =~ ^[0-9]+$ ]]; then
+  overhead=$((smi - mapped))
+  if [ $overhead -ge 0 ] && [ $overhead -le 1024 ]; then result "expandable mapped vs nvidia-smi" ok "mapped ${mapped} MiB, driver ${smi} MiB, context overhead ${overhead} MiB"
+  else result "expandable mapped vs nvidia-smi" FAIL "mapped ${mapped} MiB, driver ${smi} MiB"; fi
+else result "expandable mapped vs nvidia-smi" FAIL "mapped=${mapped} smi=${smi:-none}"; fi
+
+# 4. --once --json vs nvidia-smi while the probe holds memory.
+say "--once --json vs nvidia-smi"
+"$BIN" --once --json --device nvml > "$OUT/once.json" 2>>"$LOG"
+nvidia-smi --query-gpu=memory.used,memory.total,memory.reserved --format=csv,noheader,nounits > "$OUT/smi-gpu.csv"
+nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits > "$OUT/smi-apps.csv"
+cmp=$(python3 - "$OUT/once.json" "$OUT/smi-gpu.csv" "$OUT/smi-apps.csv" <<'PY'
+import json, sys
+snap = json.load(open(sys.argv[1]))
+d = snap["devices"][0]
+used, total, reserved = [int(x) for x in open(sys.argv[2]).read().split(",")]
+mib = lambda b: (b or 0) >> 20
+ok = abs(mib(d["memory_used_bytes"]) - used) <= 2 and abs(mib(d["memory_total_bytes"]) - total) <= 1 and abs(mib(d["memory_reserved_bytes"]) - reserved) <= 1
+apps = {}
+for line in open(sys.argv[3]):
+    if line.strip():
+        pid, mem = [x.strip() for x in line.split(",")]
+        apps[int(pid)] = int(mem)
+ours = {p["pid"]: mib(p["used_memory_bytes"]) for p in d["processes"]}
+apps_ok = set(apps) == set(ours) and all(abs(apps[p] - ours[p]) <= 2 for p in apps)
+print(("ok" if ok and apps_ok else "FAIL"),
+      f"used {mib(d['memory_used_bytes'])}/{used} total {mib(d['memory_total_bytes'])}/{total} reserved {mib(d['memory_reserved_bytes'])}/{reserved} MiB (vramtop/smi); pids vramtop {sorted(ours.items())} smi {sorted(apps.items())}")
+PY
+)
+result "--once --json vs nvidia-smi" "${cmp%% *}" "${cmp#* }"
+wait $holder
+
+# 5. CPU share: the live TUI at 1 s and 0.1 s, and nvidia-smi -l 1, in the same 20 s,
+#    with a probe process holding memory beside them.
+say "CPU share over 20 s under a pty of 200x60"
+"$BIN" probe steady --backing cuda --probe-limit 2GiB --hold 45 --json > /dev/null 2>&1 &
+bg=$!
+sleep 3
+"$HERE/cpu-share.sh" 20 "$BIN" --interval 1 --device nvml > "$OUT/cpu-1s.txt" 2>>"$LOG" &
+a=$!
+"$HERE/cpu-share.sh" 20 "$BIN" --interval 0.1 --device nvml > "$OUT/cpu-0.1s.txt" 2>>"$LOG" &
+b=$!
+"$HERE/cpu-share.sh" 20 nvidia-smi -l 1 > "$OUT/cpu-smi.txt" 2>>"$LOG" &
+c=$!
+wait $a $b $c
+result "CPU vramtop --interval 1 (target <= 0.375 %)" "$(awk '{print ($1 <= 0.375) ? "ok" : "MISS"}' "$OUT/cpu-1s.txt")" "$(awk '{printf "%.3f %% of a core, peak RSS %d MB", $1, $2/1024}' "$OUT/cpu-1s.txt")"
+result "CPU vramtop --interval 0.1 (target <= 2.2 %)" "$(awk '{print ($1 <= 2.225) ? "ok" : "MISS"}' "$OUT/cpu-0.1s.txt")" "$(awk '{printf "%.3f %% of a core, peak RSS %d MB", $1, $2/1024}' "$OUT/cpu-0.1s.txt")"
+result "CPU nvidia-smi -l 1 (reference)" info "$(awk '{printf "%.3f %% of a core, peak RSS %d MB", $1, $2/1024}' "$OUT/cpu-smi.txt")"
+kill $bg 2>/dev/null; wait $bg 2>/dev/null
+
+# 6. A look at the live screen with a probe on the GPU, as a user would see it.
+say "live screen with --probe checkerboard --backing cuda"
+if command -v tmux >/dev/null; then
+  tmux new-session -d -s vt -x 120 -y 40 "$BIN --probe checkerboard --backing cuda --probe-limit 1GiB --ops-per-s 400"
+  sleep 8
+  tmux capture-pane -p -t vt > "$OUT/screen-probe.txt"
+  tmux send-keys -t vt q; sleep 1; tmux kill-server 2>/dev/null
+  if grep -q "OOM: needed" "$OUT/screen-probe.txt" && grep -q "gpu0" "$OUT/screen-probe.txt"; then
+    result "live TUI, checkerboard on the GPU" ok "OOM explained on screen (screen-probe.txt)"
+  else result "live TUI, checkerboard on the GPU" FAIL "see screen-probe.txt"; fi
+fi
+
+# 7. Draw cost on this machine.
+"$BIN" bench render > "$OUT/bench-render.txt" 2>&1
+result "bench render 200x60" info "$(cat "$OUT/bench-render.txt")"
+
+echo
+echo "check                                        result details"
+printf '%s\n' "${RESULTS[@]}" | tee "$OUT/summary.txt"
