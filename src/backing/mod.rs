@@ -132,7 +132,7 @@ impl RangeBook {
     pub(crate) fn remove(&mut self, base: u64, size: u64) -> Result<(), BackingError> {
         match self.ranges.get(&base) {
             Some((s, pages)) if *s == size => {
-                if pages.iter().any(|&m| m) {
+                if pages.contains(&true) {
                     return Err(BackingError::Failed(format!(
                         "range {base:#x} still has mapped pages; unmap them first"
                     )));
@@ -174,7 +174,7 @@ impl RangeBook {
         }
         let (first, count) = ((off / page) as usize, (size / page) as usize);
         let slice = &mut pages[first..first + count];
-        if slice.iter().any(|&m| m == mapped) {
+        if slice.contains(&mapped) {
             return Err(bad(if mapped {
                 "some pages are already mapped"
             } else {
