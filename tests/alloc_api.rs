@@ -96,6 +96,27 @@ fn double_free_and_forged_receipts_are_refused() {
 }
 
 #[test]
+fn stale_receipt_does_not_free_the_block_that_took_its_place() {
+    for policy in PolicyKind::ALL {
+        let a = allocator(policy, 64 * MIB);
+        let old = a.alloc(512, 0, "t").unwrap();
+        a.free(&old).unwrap();
+        let new = a.alloc(512, 0, "t").unwrap();
+        assert_eq!(
+            (new.addr, new.slot),
+            (old.addr, old.slot),
+            "{policy}: expected reuse"
+        );
+        assert_eq!(a.free(&old), Err(AllocError::DoubleFree { id: old.id }));
+        assert_eq!(a.stats().live_blocks, 1);
+        let mut bogus = new.clone();
+        bogus.slot = u32::MAX;
+        assert_eq!(a.free(&bogus), Err(AllocError::DoubleFree { id: new.id }));
+        a.free(&new).unwrap();
+    }
+}
+
+#[test]
 fn blocks_of_another_allocator_are_refused() {
     let a = allocator(PolicyKind::BestFit, 64 * MIB);
     let b = allocator(PolicyKind::BestFit, 64 * MIB);

@@ -24,6 +24,14 @@ pub(crate) enum NodeState {
     Free,
     Allocated,
     PendingFree,
+    /// A recycled slot describing nothing.
+    Vacant,
+}
+
+impl NodeState {
+    pub fn is_live(self) -> bool {
+        matches!(self, NodeState::Allocated | NodeState::PendingFree)
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -63,7 +71,67 @@ impl Arena {
     }
 
     pub fn release(&mut self, slot: u32) {
+        self.nodes[slot as usize].state = NodeState::Vacant;
         self.spare.push(slot);
+    }
+
+    /// The node in `slot`, if the slot exists (it may be free or recycled).
+    pub fn try_get(&self, slot: u32) -> Option<&Node> {
+        self.nodes.get(slot as usize)
+    }
+
+    /// Every live (allocated or pending-free) node, in slot order.
+    pub fn live_nodes(&self) -> impl Iterator<Item = (u32, &Node)> {
+        self.nodes
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| n.state.is_live())
+            .map(|(i, n)| (i as u32, n))
+    }
+
+    /// Every free run's node, in slot order.
+    pub fn free_nodes(&self) -> impl Iterator<Item = (u32, &Node)> {
+        self.nodes
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| n.state == NodeState::Free)
+            .map(|(i, n)| (i as u32, n))
+    }
+
+    /// Nodes in use grouped by segment and in address order within each: segment `i`
+    /// (of the ascending `bases`) owns `order[starts[i]..starts[i + 1]]`, as
+    /// (addr, slot). Walking each segment's chain would cost one dependent cache miss
+    /// per node; a scan of the slab and small sorts let the loads overlap instead.
+    pub fn in_address_order(&self, bases: &[u64]) -> (Vec<usize>, Vec<(u64, u32)>) {
+        let mut seg_of: Vec<u32> = Vec::with_capacity(self.nodes.len());
+        let mut starts = vec![0usize; bases.len() + 1];
+        for node in &self.nodes {
+            let seg = match bases.partition_point(|&b| b <= node.addr).checked_sub(1) {
+                Some(s) if node.state != NodeState::Vacant => s,
+                _ => {
+                    seg_of.push(u32::MAX);
+                    continue;
+                }
+            };
+            seg_of.push(seg as u32);
+            starts[seg + 1] += 1;
+        }
+        for i in 1..starts.len() {
+            starts[i] += starts[i - 1];
+        }
+        let mut order = vec![(0u64, 0u32); starts[bases.len()]];
+        let mut cursor = starts.clone();
+        for (slot, (&seg, node)) in seg_of.iter().zip(&self.nodes).enumerate() {
+            if seg != u32::MAX {
+                let at = &mut cursor[seg as usize];
+                order[*at] = (node.addr, slot as u32);
+                *at += 1;
+            }
+        }
+        for w in starts.windows(2) {
+            order[w[0]..w[1]].sort_unstable_by_key(|&(addr, _)| addr);
+        }
+        (starts, order)
     }
 
     #[inline]
@@ -139,9 +207,9 @@ impl Arena {
         let block_state = match state {
             NodeState::Allocated => BlockState::Allocated,
             NodeState::PendingFree => BlockState::PendingFree,
-            NodeState::Free => BlockState::Free,
+            NodeState::Free | NodeState::Vacant => BlockState::Free,
         };
-        if state == NodeState::Free {
+        if !state.is_live() {
             return plain_run(addr, size, block_state);
         }
         LayoutRun {
@@ -187,16 +255,19 @@ pub(crate) struct Segments {
 }
 
 impl Segments {
-    /// Layout of every segment, walking each one's node chain.
+    /// Layout of every segment.
     pub fn layout(&self, arena: &Arena, out: &mut Vec<SegmentLayout>) {
-        for (&addr, rec) in &self.map {
-            let mut runs = Vec::new();
-            let mut slot = rec.head;
-            while slot != NIL {
-                let node = arena.get(slot);
-                runs.push(arena.live_run(slot, node.addr, node.size, node.state));
-                slot = node.next;
-            }
+        let bases: Vec<u64> = self.map.keys().copied().collect();
+        let (starts, order) = arena.in_address_order(&bases);
+        out.reserve(bases.len());
+        for (i, (&addr, rec)) in self.map.iter().enumerate() {
+            let runs = order[starts[i]..starts[i + 1]]
+                .iter()
+                .map(|&(_, slot)| {
+                    let node = arena.get(slot);
+                    arena.live_run(slot, node.addr, node.size, node.state)
+                })
+                .collect();
             out.push(SegmentLayout {
                 addr,
                 size: rec.size,

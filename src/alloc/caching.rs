@@ -7,7 +7,7 @@
 //! Deviation: among free blocks of exactly equal size PyTorch takes the lowest address;
 //! here the most recently freed one (LIFO class lists keep best fit O(1)).
 
-use super::arena::{Arena, LiveInfo, Node};
+use super::arena::{Arena, LiveInfo};
 use super::heap::{FreeIndex, Heap};
 use super::metrics::FreeSummary;
 use super::policy::{BackingCx, Placement, Policy, Shortfall};
@@ -166,8 +166,8 @@ impl Policy for Caching {
         self.heap.segments.layout(&self.heap.arena, out);
     }
 
-    fn node(&self, node: u32) -> &Node {
-        self.heap.arena.get(node)
+    fn arena(&self) -> &Arena {
+        &self.heap.arena
     }
 }
 

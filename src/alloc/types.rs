@@ -26,6 +26,9 @@ pub struct Block {
     pub requested: u64,
     pub stream: StreamId,
     pub tag: TagId,
+    /// Where the issuing allocator keeps its books on this block: lets `free` find
+    /// them without a lookup table. Only a hint; `id` and `addr` are checked against it.
+    pub slot: u32,
 }
 
 /// The allocator policies, chosen by name with `--policy`.
