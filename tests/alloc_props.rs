@@ -82,7 +82,7 @@ fn check_segment_shape(policy: PolicyKind, seg: &vramtop::alloc::SegmentLayout) 
     }
 }
 
-fn recount(policy: PolicyKind, layout: &Layout, live: &Live) -> Recount {
+fn recount(policy: PolicyKind, page: u64, layout: &Layout, live: &Live) -> Recount {
     let mut r = Recount {
         hist: vec![0; HIST_BUCKETS],
         ..Recount::default()
@@ -109,8 +109,8 @@ fn recount(policy: PolicyKind, layout: &Layout, live: &Live) -> Recount {
                 BlockState::Unmapped => {
                     assert_eq!(policy, PolicyKind::Expandable);
                     assert_ne!(prev_state, Some(BlockState::Unmapped));
-                    assert_eq!((run.addr - seg.addr) % (2 * MIB), 0);
-                    assert_eq!(run.size % (2 * MIB), 0);
+                    assert_eq!((run.addr - seg.addr) % page, 0);
+                    assert_eq!(run.size % page, 0);
                 }
                 BlockState::Allocated | BlockState::PendingFree => {
                     let id = run.id.expect("live run without id");
@@ -138,10 +138,10 @@ fn recount(policy: PolicyKind, layout: &Layout, live: &Live) -> Recount {
     r
 }
 
-fn check(a: &Allocator, live: &Live) -> Stats {
+fn check(a: &Allocator, page: u64, live: &Live) -> Stats {
     let layout = a.layout();
     let stats = a.stats();
-    let r = recount(a.policy(), &layout, live);
+    let r = recount(a.policy(), page, &layout, live);
     assert_eq!(
         r.live,
         live.len() as u64,
@@ -217,12 +217,17 @@ fn apply(a: &Allocator, live: &mut Live, op: &Op) {
 }
 
 fn run_sequence(policy: PolicyKind, config: AllocConfig, ops: &[Op]) {
-    let a = Allocator::new(policy, Box::new(BookkeepingBacking::new(CAPACITY)), config);
+    run_paged(policy, config, 2 * MIB, ops);
+}
+
+fn run_paged(policy: PolicyKind, config: AllocConfig, page: u64, ops: &[Op]) {
+    let backing = BookkeepingBacking::with_page_size(CAPACITY, page);
+    let a = Allocator::new(policy, Box::new(backing), config);
     let mut rx = a.subscribe();
     let mut live = Live::new();
     for op in ops {
         apply(&a, &mut live, op);
-        check(&a, &live);
+        check(&a, page, &live);
     }
     a.process_pending();
     live.retain(|_, (_, p)| !*p);
@@ -230,14 +235,14 @@ fn run_sequence(policy: PolicyKind, config: AllocConfig, ops: &[Op]) {
         assert_eq!(a.free(b), Ok(()));
     }
     live.clear();
-    let stats = check(&a, &live);
+    let stats = check(&a, page, &live);
     assert_eq!((stats.allocated_bytes, stats.requested_bytes), (0, 0));
     assert_eq!(stats.live_blocks, 0);
     if policy == PolicyKind::Expandable {
         assert_eq!(stats.reserved_bytes, 0, "idle pages stay mapped");
     }
     a.empty_cache();
-    let stats = check(&a, &live);
+    let stats = check(&a, page, &live);
     assert_eq!(
         stats.reserved_bytes, 0,
         "empty_cache kept a wholly free segment"
@@ -273,11 +278,11 @@ fn check_events(rx: &mut vramtop::alloc::EventReceiver, stats: &Stats) {
 }
 
 fn ops() -> impl Strategy<Value = Vec<Op>> {
-    proptest::collection::vec(op_strategy(), 1..120)
+    proptest::collection::vec(op_strategy(), 1..160)
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 192, ..ProptestConfig::default() })]
 
     #[test]
     fn caching_invariants(ops in ops()) {
@@ -308,5 +313,10 @@ proptest! {
     #[test]
     fn expandable_invariants(ops in ops()) {
         run_sequence(PolicyKind::Expandable, AllocConfig::default(), &ops);
+    }
+
+    #[test]
+    fn expandable_small_pages_invariants(ops in ops()) {
+        run_paged(PolicyKind::Expandable, AllocConfig::default(), 64 << 10, &ops);
     }
 }

@@ -13,6 +13,8 @@
 //! | `map_pages`     | per page: `cuMemCreate` + `cuMemMap` + `cuMemSetAccess`        |
 //! | `unmap_pages`   | per page: `cuMemUnmap` + `cuMemRelease`                        |
 //! | `page_size`     | `cuMemGetAllocationGranularity`                                |
+//! | `held`          | the backing's own count of the above (no driver call)          |
+//! | `fill`/`verify` | a pattern kernel over the range (or `Ok(false)`/`Ok(None)`)    |
 //!
 //! `capacity` bounds the bytes a backing holds at once (segments plus mapped pages;
 //! reserved address space is free), so out-of-memory is real for every backing.
@@ -169,7 +171,11 @@ impl RangeBook {
             .next_back()
             .ok_or_else(|| bad("not in a reserved range"))?;
         let off = addr - base;
-        if size == 0 || off % page != 0 || size % page != 0 || off + size > *rsize {
+        if size == 0
+            || off % page != 0
+            || size % page != 0
+            || off.checked_add(size).is_none_or(|end| end > *rsize)
+        {
             return Err(bad("not whole pages inside the reserved range"));
         }
         let (first, count) = ((off / page) as usize, (size / page) as usize);
