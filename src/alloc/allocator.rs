@@ -292,8 +292,8 @@ impl Allocator {
         }
         match inner.policy.arena().try_get(block.slot) {
             Some(node)
-                if node.state.is_live()
-                    && node.live.id == block.id
+                if node.state().is_live()
+                    && node.live().id == block.id
                     && node.addr == block.addr
                     && node.size == block.size =>
             {
@@ -301,8 +301,8 @@ impl Allocator {
                     slot: block.slot,
                     addr: node.addr,
                     size: node.size,
-                    live: node.live,
-                    pending: node.state == NodeState::PendingFree,
+                    live: node.live(),
+                    pending: node.state() == NodeState::PendingFree,
                 })
             }
             _ => Err(AllocError::DoubleFree { id: block.id }),
@@ -392,12 +392,12 @@ impl Allocator {
         let mut done = 0;
         for (slot, id) in pending {
             let live = match inner.policy.arena().try_get(slot) {
-                Some(node) if node.state == NodeState::PendingFree && node.live.id == id => {
+                Some(node) if node.state() == NodeState::PendingFree && node.live().id == id => {
                     LiveRef {
                         slot,
                         addr: node.addr,
                         size: node.size,
-                        live: node.live,
+                        live: node.live(),
                         pending: true,
                     }
                 }
@@ -464,27 +464,23 @@ impl Allocator {
         let arena = inner.policy.arena();
         let ids = arena
             .live_nodes()
-            .map(|(slot, n)| (n.live.id, slot))
+            .map(|(slot, n)| (n.live().id, slot))
             .collect();
         oldest(ids, limit)
             .into_iter()
             .filter_map(|(_, slot)| arena.try_get(slot))
-            .map(|node| LiveBlock {
-                id: node.live.id,
+            .map(|node| (node, node.live()))
+            .map(|(node, live)| LiveBlock {
+                id: live.id,
                 addr: node.addr,
                 size: node.size,
-                requested: node.live.requested,
-                stream: node.live.stream,
-                tag: node.live.tag,
-                tag_name: inner
-                    .ledger
-                    .tags
-                    .name(node.live.tag)
-                    .unwrap_or("?")
-                    .to_owned(),
-                born_ns: node.live.born_ns,
-                age_ns: now_ns.saturating_sub(node.live.born_ns),
-                pending_free: node.state == NodeState::PendingFree,
+                requested: live.requested,
+                stream: live.stream,
+                tag: live.tag,
+                tag_name: inner.ledger.tags.name(live.tag).unwrap_or("?").to_owned(),
+                born_ns: live.born_ns,
+                age_ns: now_ns.saturating_sub(live.born_ns),
+                pending_free: node.state() == NodeState::PendingFree,
             })
             .collect()
     }

@@ -34,7 +34,11 @@ impl NodeState {
     }
 }
 
+/// One run of a segment. Exactly one cache line: a free touches the freed node and its
+/// two neighbours, and at 100k live blocks each of those is a cache miss, so a node
+/// that straddles two lines costs twice.
 #[derive(Clone, Debug)]
+#[repr(C, align(64))]
 pub(crate) struct Node {
     pub addr: u64,
     pub size: u64,
@@ -45,11 +49,75 @@ pub(crate) struct Node {
     /// Free-list links of the policy's index (unused while allocated).
     pub link_prev: u32,
     pub link_next: u32,
-    /// Which free index of the policy this node's segment feeds (caching: pool and
-    /// stream); inherited on split.
-    pub home: u32,
-    pub state: NodeState,
-    pub live: LiveInfo,
+    /// home << 2 | state. Home: which free index of the policy this node's segment
+    /// feeds (caching: pool and stream); inherited on split.
+    home_state: u32,
+    /// size - requested, for live nodes (policies never leave 4 GiB of slack).
+    slack: u32,
+    id: u64,
+    born_ns: u64,
+    stream: StreamId,
+    tag: TagId,
+}
+
+const STATES: [NodeState; 4] = [
+    NodeState::Free,
+    NodeState::Allocated,
+    NodeState::PendingFree,
+    NodeState::Vacant,
+];
+
+impl Node {
+    pub fn free(addr: u64, size: u64, prev: u32, next: u32, home: u32) -> Node {
+        Node {
+            addr,
+            size,
+            prev,
+            next,
+            link_prev: NIL,
+            link_next: NIL,
+            home_state: home << 2,
+            slack: 0,
+            id: 0,
+            born_ns: 0,
+            stream: 0,
+            tag: TagId(0),
+        }
+    }
+
+    #[inline]
+    pub fn state(&self) -> NodeState {
+        STATES[(self.home_state & 3) as usize]
+    }
+
+    #[inline]
+    pub fn set_state(&mut self, state: NodeState) {
+        self.home_state = (self.home_state & !3) | state as u32;
+    }
+
+    #[inline]
+    pub fn home(&self) -> u32 {
+        self.home_state >> 2
+    }
+
+    pub fn live(&self) -> LiveInfo {
+        LiveInfo {
+            id: self.id,
+            requested: self.size - u64::from(self.slack),
+            stream: self.stream,
+            tag: self.tag,
+            born_ns: self.born_ns,
+        }
+    }
+
+    /// Records the block living in this node; call once its size is final.
+    pub fn set_live(&mut self, live: LiveInfo) {
+        self.id = live.id;
+        self.slack = u32::try_from(self.size.saturating_sub(live.requested)).unwrap_or(u32::MAX);
+        self.stream = live.stream;
+        self.tag = live.tag;
+        self.born_ns = live.born_ns;
+    }
 }
 
 /// A slab of nodes with recycled slots.
@@ -71,7 +139,7 @@ impl Arena {
     }
 
     pub fn release(&mut self, slot: u32) {
-        self.nodes[slot as usize].state = NodeState::Vacant;
+        self.nodes[slot as usize].set_state(NodeState::Vacant);
         self.spare.push(slot);
     }
 
@@ -85,7 +153,7 @@ impl Arena {
         self.nodes
             .iter()
             .enumerate()
-            .filter(|(_, n)| n.state.is_live())
+            .filter(|(_, n)| n.state().is_live())
             .map(|(i, n)| (i as u32, n))
     }
 
@@ -94,7 +162,7 @@ impl Arena {
         self.nodes
             .iter()
             .enumerate()
-            .filter(|(_, n)| n.state == NodeState::Free)
+            .filter(|(_, n)| n.state() == NodeState::Free)
             .map(|(i, n)| (i as u32, n))
     }
 
@@ -107,7 +175,7 @@ impl Arena {
         let mut starts = vec![0usize; bases.len() + 1];
         for node in &self.nodes {
             let seg = match bases.partition_point(|&b| b <= node.addr).checked_sub(1) {
-                Some(s) if node.state != NodeState::Vacant => s,
+                Some(s) if node.state() != NodeState::Vacant => s,
                 _ => {
                     seg_of.push(u32::MAX);
                     continue;
@@ -146,35 +214,15 @@ impl Arena {
 
     /// A fresh free node covering a whole segment.
     pub fn new_free(&mut self, addr: u64, size: u64, home: u32) -> u32 {
-        self.insert(Node {
-            addr,
-            size,
-            prev: NIL,
-            next: NIL,
-            link_prev: NIL,
-            link_next: NIL,
-            home,
-            state: NodeState::Free,
-            live: LiveInfo::default(),
-        })
+        self.insert(Node::free(addr, size, NIL, NIL, home))
     }
 
     /// Cuts `slot` to `size` bytes; the rest becomes a new free node after it.
     pub fn split(&mut self, slot: u32, size: u64) -> u32 {
         let node = self.get(slot);
         let (rest_addr, rest_size) = (node.addr + size, node.size - size);
-        let (next, home) = (node.next, node.home);
-        let rest = self.insert(Node {
-            addr: rest_addr,
-            size: rest_size,
-            prev: slot,
-            next,
-            link_prev: NIL,
-            link_next: NIL,
-            home,
-            state: NodeState::Free,
-            live: LiveInfo::default(),
-        });
+        let (next, home) = (node.next, node.home());
+        let rest = self.insert(Node::free(rest_addr, rest_size, slot, next, home));
         if next != NIL {
             self.get_mut(next).prev = rest;
         }
@@ -216,11 +264,11 @@ impl Arena {
             addr,
             size,
             state: block_state,
-            requested: node.live.requested,
-            id: Some(node.live.id),
-            tag: Some(node.live.tag),
-            stream: Some(node.live.stream),
-            born_ns: Some(node.live.born_ns),
+            requested: node.size - u64::from(node.slack),
+            id: Some(node.id),
+            tag: Some(node.tag),
+            stream: Some(node.stream),
+            born_ns: Some(node.born_ns),
         }
     }
 }
@@ -265,7 +313,7 @@ impl Segments {
                 .iter()
                 .map(|&(_, slot)| {
                     let node = arena.get(slot);
-                    arena.live_run(slot, node.addr, node.size, node.state)
+                    arena.live_run(slot, node.addr, node.size, node.state())
                 })
                 .collect();
             out.push(SegmentLayout {
@@ -282,6 +330,23 @@ impl Segments {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn node_is_one_cache_line() {
+        assert_eq!(std::mem::size_of::<Node>(), 64);
+        let mut node = Node::free(0, 4096, NIL, NIL, 5);
+        node.set_state(NodeState::PendingFree);
+        assert_eq!((node.home(), node.state()), (5, NodeState::PendingFree));
+        node.set_live(LiveInfo {
+            id: 9,
+            requested: 4000,
+            stream: 3,
+            tag: TagId(2),
+            born_ns: 77,
+        });
+        assert_eq!(node.live().requested, 4000);
+        assert_eq!(node.state(), NodeState::PendingFree);
+    }
 
     #[test]
     fn split_then_absorb_restores_one_node() {

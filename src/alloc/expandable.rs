@@ -293,11 +293,11 @@ impl Policy for Expandable {
         let mut runs = Vec::with_capacity(order.len() + 16);
         for (_, slot) in order {
             let node = self.heap.arena.get(slot);
-            if node.state.is_live() {
+            if node.state().is_live() {
                 runs.push(
                     self.heap
                         .arena
-                        .live_run(slot, node.addr, node.size, node.state),
+                        .live_run(slot, node.addr, node.size, node.state()),
                 );
                 continue;
             }
