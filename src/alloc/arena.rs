@@ -10,7 +10,7 @@ use super::types::{BlockState, LayoutRun, Pool, SegmentLayout, StreamId, TagId};
 pub(crate) const NIL: u32 = u32::MAX;
 
 /// What a live block carries for leak bookkeeping and the block map.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct LiveInfo {
     pub id: u64,
     pub requested: u64,
