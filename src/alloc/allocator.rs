@@ -6,12 +6,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
-use super::arena::LiveInfo;
+use super::arena::{LiveInfo, NodeState};
 use super::caching::Caching;
 use super::events::{EventData, EventReceiver, EventRing};
 use super::expandable::Expandable;
 use super::fit::{AddrIndex, Fit};
-use super::ledger::{Ledger, LiveRef};
+use super::ledger::{oldest, Ledger};
 use super::metrics::Counters;
 use super::policy::{BackingCx, Placement, Policy, Shortfall};
 use super::size_index::{SizeIndex, GRAIN};
@@ -78,6 +78,16 @@ fn make_policy(kind: PolicyKind, config: &AllocConfig) -> Box<dyn Policy> {
         PolicyKind::Tlsf => Box::<Fit<TlsfIndex>>::default(),
         PolicyKind::Expandable => Box::new(Expandable::default()),
     }
+}
+
+/// What a checked receipt stands for.
+#[derive(Clone, Copy, Debug)]
+struct LiveRef {
+    slot: u32,
+    addr: u64,
+    size: u64,
+    live: LiveInfo,
+    pending: bool,
 }
 
 static NEXT_OWNER: AtomicU64 = AtomicU64::new(1);
@@ -196,17 +206,7 @@ impl Allocator {
             Err(Shortfall::Backing(msg)) => return Err(AllocError::Backing(msg)),
         };
         inner.next_id += 1;
-        inner.ledger.insert(
-            live.id,
-            LiveRef {
-                node: placed.node,
-                addr: placed.addr,
-                size: placed.size,
-                requested: size,
-                tag,
-                pending: false,
-            },
-        );
+        inner.ledger.tags.add(tag, placed.size);
         inner.counters.add_live(placed.size, size);
         self.announce(
             EventKind::Alloc,
@@ -224,6 +224,7 @@ impl Allocator {
             requested: size,
             stream,
             tag,
+            slot: placed.node,
         })
     }
 
@@ -284,13 +285,26 @@ impl Allocator {
         AllocError::OutOfMemory(Box::new(report))
     }
 
-    /// The ledger entry of a receipt, if it is live and ours.
+    /// The books on a receipt, if it is live and ours.
     fn check(&self, inner: &Inner, block: &Block) -> Result<LiveRef, AllocError> {
         if block.owner != self.owner {
             return Err(AllocError::ForeignBlock { id: block.id });
         }
-        match inner.ledger.live.get(&block.id) {
-            Some(live) if live.addr == block.addr && live.size == block.size => Ok(*live),
+        match inner.policy.arena().try_get(block.slot) {
+            Some(node)
+                if node.state().is_live()
+                    && node.live().id == block.id
+                    && node.addr == block.addr
+                    && node.size == block.size =>
+            {
+                Ok(LiveRef {
+                    slot: block.slot,
+                    addr: node.addr,
+                    size: node.size,
+                    live: node.live(),
+                    pending: node.state() == NodeState::PendingFree,
+                })
+            }
             _ => Err(AllocError::DoubleFree { id: block.id }),
         }
     }
@@ -304,18 +318,16 @@ impl Allocator {
             return Err(AllocError::DoubleFree { id: block.id });
         }
         let now_ns = self.now_ns();
-        self.complete_free(&mut guard, block.id, block.stream, now_ns);
+        self.complete_free(&mut guard, live, now_ns);
         Ok(())
     }
 
-    fn complete_free(&self, inner: &mut Inner, id: u64, stream: StreamId, now_ns: u64) {
-        let Some(live) = inner.ledger.remove(id) else {
-            return;
-        };
+    fn complete_free(&self, inner: &mut Inner, block: LiveRef, now_ns: u64) {
         let Inner {
             policy,
             backing,
             counters,
+            ledger,
             ..
         } = inner;
         let mut cx = BackingCx {
@@ -323,19 +335,23 @@ impl Allocator {
             counters,
             events: &self.ring,
             now_ns,
-            stream,
+            stream: block.live.stream,
         };
-        policy.free(live.node, &mut cx);
-        counters.remove_live(live.size, live.requested);
-        if live.pending {
+        policy.free(block.slot, &mut cx);
+        counters.remove_live(block.size, block.live.requested);
+        ledger.tags.remove(block.live.tag, block.size);
+        if block.pending {
             counters.pending_blocks -= 1;
         }
+        let LiveInfo {
+            id, tag, stream, ..
+        } = block.live;
         self.announce(
             EventKind::Free,
-            live.addr,
-            live.size,
+            block.addr,
+            block.size,
             stream,
-            Some((live.tag, id)),
+            Some((tag, id)),
             now_ns,
         );
     }
@@ -349,19 +365,19 @@ impl Allocator {
         if live.pending {
             return Err(AllocError::DoubleFree { id: block.id });
         }
-        if let Some(entry) = inner.ledger.live.get_mut(&block.id) {
-            entry.pending = true;
-        }
-        inner.policy.set_pending(live.node);
-        inner.ledger.pending.push(block.id);
+        inner.policy.set_pending(live.slot);
+        inner.ledger.pending.push((live.slot, block.id));
         inner.counters.pending_blocks += 1;
         let now_ns = self.now_ns();
+        let LiveInfo {
+            id, tag, stream, ..
+        } = live.live;
         self.announce(
             EventKind::FreeRequested,
             live.addr,
             live.size,
-            block.stream,
-            Some((live.tag, block.id)),
+            stream,
+            Some((tag, id)),
             now_ns,
         );
         Ok(())
@@ -371,18 +387,26 @@ impl Allocator {
     pub fn process_pending(&self) -> u64 {
         let mut guard = self.lock();
         let inner = &mut *guard;
-        let ids = std::mem::take(&mut inner.ledger.pending);
+        let pending = std::mem::take(&mut inner.ledger.pending);
         let now_ns = self.now_ns();
-        for &id in &ids {
-            let stream = inner
-                .ledger
-                .live
-                .get(&id)
-                .map(|l| inner.policy.node(l.node).live.stream)
-                .unwrap_or(0);
-            self.complete_free(inner, id, stream, now_ns);
+        let mut done = 0;
+        for (slot, id) in pending {
+            let live = match inner.policy.arena().try_get(slot) {
+                Some(node) if node.state() == NodeState::PendingFree && node.live().id == id => {
+                    LiveRef {
+                        slot,
+                        addr: node.addr,
+                        size: node.size,
+                        live: node.live(),
+                        pending: true,
+                    }
+                }
+                _ => continue,
+            };
+            self.complete_free(inner, live, now_ns);
+            done += 1;
         }
-        ids.len() as u64
+        done
     }
 
     /// Gives cached, wholly free segments back to the backing.
@@ -437,23 +461,26 @@ impl Allocator {
     pub fn live_blocks_by_age(&self, limit: usize) -> Vec<LiveBlock> {
         let inner = self.lock();
         let now_ns = self.now_ns();
-        let ids = inner.ledger.oldest_ids(limit);
-        ids.iter()
-            .filter_map(|id| inner.ledger.live.get(id))
-            .map(|live| {
-                let info = inner.policy.node(live.node).live;
-                LiveBlock {
-                    id: info.id,
-                    addr: live.addr,
-                    size: live.size,
-                    requested: live.requested,
-                    stream: info.stream,
-                    tag: live.tag,
-                    tag_name: inner.ledger.tags.name(live.tag).unwrap_or("?").to_owned(),
-                    born_ns: info.born_ns,
-                    age_ns: now_ns.saturating_sub(info.born_ns),
-                    pending_free: live.pending,
-                }
+        let arena = inner.policy.arena();
+        let ids = arena
+            .live_nodes()
+            .map(|(slot, n)| (n.live().id, slot))
+            .collect();
+        oldest(ids, limit)
+            .into_iter()
+            .filter_map(|(_, slot)| arena.try_get(slot))
+            .map(|node| (node, node.live()))
+            .map(|(node, live)| LiveBlock {
+                id: live.id,
+                addr: node.addr,
+                size: node.size,
+                requested: live.requested,
+                stream: live.stream,
+                tag: live.tag,
+                tag_name: inner.ledger.tags.name(live.tag).unwrap_or("?").to_owned(),
+                born_ns: live.born_ns,
+                age_ns: now_ns.saturating_sub(live.born_ns),
+                pending_free: node.state() == NodeState::PendingFree,
             })
             .collect()
     }
@@ -499,5 +526,45 @@ impl Allocator {
             .backing
             .verify(block.addr, block.size, seed)
             .map_err(|e| AllocError::Backing(e.to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backing::BookkeepingBacking;
+
+    #[test]
+    fn allocator_and_receiver_cross_threads() {
+        fn send_sync<T: Send + Sync>() {}
+        send_sync::<Allocator>();
+        send_sync::<EventReceiver>();
+    }
+
+    #[test]
+    fn rounding_is_512_with_a_floor() {
+        assert_eq!(round_size(0), Some(512));
+        assert_eq!(round_size(512), Some(512));
+        assert_eq!(round_size(513), Some(1024));
+        assert_eq!(round_size(u64::MAX), None);
+    }
+
+    #[test]
+    fn poisoned_lock_is_recovered() {
+        let a = std::sync::Arc::new(Allocator::new(
+            PolicyKind::BestFit,
+            Box::new(BookkeepingBacking::new(64 << 20)),
+            AllocConfig::default(),
+        ));
+        let b = a.alloc(512, 0, "t").unwrap();
+        let a2 = a.clone();
+        let _ = std::thread::spawn(move || {
+            let _guard = a2.lock();
+            panic!("poison the lock");
+        })
+        .join();
+        assert!(a.inner.is_poisoned());
+        a.free(&b).unwrap();
+        assert_eq!(a.stats().live_blocks, 0);
     }
 }

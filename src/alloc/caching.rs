@@ -7,7 +7,7 @@
 //! Deviation: among free blocks of exactly equal size PyTorch takes the lowest address;
 //! here the most recently freed one (LIFO class lists keep best fit O(1)).
 
-use super::arena::{Arena, LiveInfo, Node};
+use super::arena::{Arena, LiveInfo};
 use super::heap::{FreeIndex, Heap};
 use super::metrics::FreeSummary;
 use super::policy::{BackingCx, Placement, Policy, Shortfall};
@@ -49,6 +49,8 @@ impl PoolIndex {
         if let Some(i) = self.keys.iter().position(|&k| k == (pool, stream)) {
             return i as u32;
         }
+        // Nodes keep `home` in 30 bits; a billion (pool, stream) indexes would take
+        // 32 TB of bitmaps first.
         self.keys.push((pool, stream));
         self.subs.push(SizeIndex::default());
         (self.keys.len() - 1) as u32
@@ -57,12 +59,12 @@ impl PoolIndex {
 
 impl FreeIndex for PoolIndex {
     fn insert(&mut self, arena: &mut Arena, slot: u32) {
-        let home = arena.get(slot).home as usize;
+        let home = arena.get(slot).home() as usize;
         self.subs[home].insert(arena, slot);
     }
 
     fn remove(&mut self, arena: &mut Arena, slot: u32) {
-        let home = arena.get(slot).home as usize;
+        let home = arena.get(slot).home() as usize;
         self.subs[home].remove(arena, slot);
     }
 
@@ -166,8 +168,8 @@ impl Policy for Caching {
         self.heap.segments.layout(&self.heap.arena, out);
     }
 
-    fn node(&self, node: u32) -> &Node {
-        self.heap.arena.get(node)
+    fn arena(&self) -> &Arena {
+        &self.heap.arena
     }
 }
 

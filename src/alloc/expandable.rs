@@ -11,7 +11,7 @@
 //! ranges; the largest is a whole free range when its unmapped pages fit the headroom,
 //! else its largest mapped piece plus the headroom (an upper estimate).
 
-use super::arena::{plain_run, LiveInfo, Node, NodeState, NIL};
+use super::arena::{plain_run, Arena, LiveInfo};
 use super::heap::Heap;
 use super::metrics::FreeSummary;
 use super::policy::{BackingCx, OomView, Placement, Policy, Shortfall};
@@ -24,7 +24,6 @@ struct Range {
     base: u64,
     size: u64,
     page: u64,
-    head: u32,
     /// Live blocks touching each page.
     refs: Vec<u32>,
     /// Whether memory is behind each page (normally refs > 0; a page whose unmap
@@ -104,13 +103,12 @@ impl Expandable {
             return Err(Shortfall::Exhausted);
         }
         let base = cx.reserve_range(size)?;
-        let head = self.heap.add_segment(base, size, Pool::Range, None, 0);
+        self.heap.add_segment(base, size, Pool::Range, None, 0);
         let pages = (size / page) as usize;
         self.range = Some(Range {
             base,
             size,
             page,
-            head,
             refs: vec![0; pages],
             mapped: vec![false; pages],
         });
@@ -173,32 +171,19 @@ impl Expandable {
     /// fit. O(free runs); only on the way to an out-of-memory.
     fn fallback(&self, range: &Range, size: u64, headroom: u64) -> Option<(u32, u64)> {
         let mut best: Option<(u64, u32, u64)> = None;
-        let mut slot = range.head;
-        while slot != NIL {
-            let node = self.heap.arena.get(slot);
-            if node.state == NodeState::Free && node.size >= size {
-                for offset in [0, node.size - size] {
-                    let pages = range.unmapped_in(node.addr + offset, size);
-                    if best.is_none_or(|(b, _, _)| pages < b) {
-                        best = Some((pages, slot, offset));
-                    }
+        for (slot, node) in self.heap.arena.free_nodes() {
+            if node.size < size {
+                continue;
+            }
+            for offset in [0, node.size - size] {
+                let pages = range.unmapped_in(node.addr + offset, size);
+                if best.is_none_or(|(b, _, _)| pages < b) {
+                    best = Some((pages, slot, offset));
                 }
             }
-            slot = node.next;
         }
         best.filter(|&(pages, _, _)| pages * range.page <= headroom)
             .map(|(_, slot, offset)| (slot, offset))
-    }
-
-    /// Calls `f(node)` for every node of the range in address order.
-    fn walk(&self, mut f: impl FnMut(u32, &Node)) {
-        let Some(range) = &self.range else { return };
-        let mut slot = range.head;
-        while slot != NIL {
-            let node = self.heap.arena.get(slot);
-            f(slot, node);
-            slot = node.next;
-        }
     }
 }
 
@@ -261,15 +246,13 @@ impl Policy for Expandable {
         let Some(range) = &self.range else {
             return summary;
         };
-        self.walk(|_, node| {
-            if node.state == NodeState::Free {
-                range.pieces(node.addr, node.size, |_, len, mapped| {
-                    if mapped {
-                        summary.add(len);
-                    }
-                });
-            }
-        });
+        for (_, node) in self.heap.arena.free_nodes() {
+            range.pieces(node.addr, node.size, |_, len, mapped| {
+                if mapped {
+                    summary.add(len);
+                }
+            });
+        }
         summary
     }
 
@@ -280,10 +263,7 @@ impl Policy for Expandable {
         };
         let headroom_pages = headroom / range.page * range.page;
         let (mut mapped_total, mut unmapped_total) = (0, 0);
-        self.walk(|_, node| {
-            if node.state != NodeState::Free {
-                return;
-            }
+        for (_, node) in self.heap.arena.free_nodes() {
             let (mut mapped, mut unmapped, mut piece) = (0, 0, 0);
             range.pieces(node.addr, node.size, |_, len, is_mapped| {
                 if is_mapped {
@@ -302,22 +282,24 @@ impl Policy for Expandable {
             view.largest = view.largest.max(usable);
             mapped_total += mapped;
             unmapped_total += unmapped;
-        });
+        }
         view.total = mapped_total + unmapped_total.min(headroom_pages);
         view
     }
 
     fn layout(&self, out: &mut Vec<SegmentLayout>) {
         let Some(range) = &self.range else { return };
-        let mut runs = Vec::new();
-        self.walk(|slot, node| {
-            if node.state != NodeState::Free {
+        let (_, order) = self.heap.arena.in_address_order(&[range.base]);
+        let mut runs = Vec::with_capacity(order.len() + 16);
+        for (_, slot) in order {
+            let node = self.heap.arena.get(slot);
+            if node.state().is_live() {
                 runs.push(
                     self.heap
                         .arena
-                        .live_run(slot, node.addr, node.size, node.state),
+                        .live_run(slot, node.addr, node.size, node.state()),
                 );
-                return;
+                continue;
             }
             range.pieces(node.addr, node.size, |addr, len, mapped| {
                 let state = if mapped {
@@ -327,7 +309,7 @@ impl Policy for Expandable {
                 };
                 runs.push(plain_run(addr, len, state));
             });
-        });
+        }
         out.push(SegmentLayout {
             addr: range.base,
             size: range.size,
@@ -337,7 +319,7 @@ impl Policy for Expandable {
         });
     }
 
-    fn node(&self, node: u32) -> &Node {
-        self.heap.arena.get(node)
+    fn arena(&self) -> &Arena {
+        &self.heap.arena
     }
 }

@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use super::arena::{Arena, LiveInfo, Node};
+use super::arena::{Arena, LiveInfo};
 use super::heap::{FreeIndex, Heap};
 use super::metrics::{FreeSummary, FreeTally};
 use super::policy::{BackingCx, Placement, Policy, Shortfall};
@@ -81,8 +81,8 @@ impl<I: FitIndex> Policy for Fit<I> {
         self.heap.segments.layout(&self.heap.arena, out);
     }
 
-    fn node(&self, node: u32) -> &Node {
-        self.heap.arena.get(node)
+    fn arena(&self) -> &Arena {
+        &self.heap.arena
     }
 }
 

@@ -67,8 +67,8 @@ impl<I: FreeIndex> Heap<I> {
             self.index.insert(&mut self.arena, rest);
         }
         let node = self.arena.get_mut(target);
-        node.state = NodeState::Allocated;
-        node.live = live;
+        node.set_state(NodeState::Allocated);
+        node.set_live(live);
         Placement {
             node: target,
             addr: node.addr,
@@ -80,14 +80,14 @@ impl<I: FreeIndex> Heap<I> {
     /// the surviving free node.
     pub fn give_back(&mut self, slot: u32) -> u32 {
         let mut slot = slot;
-        self.arena.get_mut(slot).state = NodeState::Free;
+        self.arena.get_mut(slot).set_state(NodeState::Free);
         let next = self.arena.get(slot).next;
-        if next != NIL && self.arena.get(next).state == NodeState::Free {
+        if next != NIL && self.arena.get(next).state() == NodeState::Free {
             self.index.remove(&mut self.arena, next);
             self.arena.absorb_next(slot);
         }
         let prev = self.arena.get(slot).prev;
-        if prev != NIL && self.arena.get(prev).state == NodeState::Free {
+        if prev != NIL && self.arena.get(prev).state() == NodeState::Free {
             self.index.remove(&mut self.arena, prev);
             self.arena.absorb_next(prev);
             slot = prev;
@@ -97,7 +97,7 @@ impl<I: FreeIndex> Heap<I> {
     }
 
     pub fn set_pending(&mut self, slot: u32) {
-        self.arena.get_mut(slot).state = NodeState::PendingFree;
+        self.arena.get_mut(slot).set_state(NodeState::PendingFree);
     }
 
     /// Gives every wholly free segment back to the backing. A segment the backing
@@ -109,7 +109,7 @@ impl<I: FreeIndex> Heap<I> {
             .iter()
             .filter(|(_, rec)| {
                 let head = self.arena.get(rec.head);
-                head.state == NodeState::Free && head.next == NIL
+                head.state() == NodeState::Free && head.next == NIL
             })
             .map(|(&addr, rec)| (addr, *rec))
             .collect();

@@ -1,29 +1,44 @@
 //! The instrumented allocator: policies over a `Backing`, with events, metrics and leak
-//! bookkeeping. No UI and no CUDA here: metadata lives outside the memory it manages.
+//! bookkeeping. No UI and no CUDA here: metadata lives outside the memory it manages
+//! (node slabs and bitmaps on the host), so one policy runs over GPU, host or no memory.
 //!
 //! ```text
-//! Allocator::new(policy, Box<dyn Backing>, AllocConfig) -> Allocator      (Send + Sync)
+//! Allocator::new(PolicyKind, Box<dyn Backing>, AllocConfig) -> Allocator  (Send + Sync)
 //!   alloc(size, stream, tag) -> Result<Block, AllocError>
-//!   free(&Block) / free_deferred(&Block) -> Result<(), AllocError>; process_pending() -> u64
+//!   free(&Block), free_deferred(&Block) -> Result<(), AllocError>; process_pending() -> u64
 //!   empty_cache(); stats() -> Stats; layout() -> Layout; subscribe() -> EventReceiver
 //!   live_blocks_by_age(limit) -> Vec<LiveBlock>; live_bytes_by_tag() -> Vec<TagUsage>
+//!   tag_name(TagId) -> Option<String>; policy(); capacity(); owner_id(); backing_name()
 //!   fill_block(&Block, seed) -> Result<bool, _>; verify_block(&Block, seed) -> Result<Option<u64>, _>
+//! EventReceiver::drain(&mut Vec<Event>) -> u64 (missed); next_seq()
+//! bench::run(&[PolicyKind], &[usize], pairs, seed) -> Vec<BenchRow>
 //! ```
+//!
+//! Policies: `caching.rs` (PyTorch's caching allocator), `fit.rs` (best-fit and
+//! first-fit, and the growth shared with tlsf), `tlsf.rs`, `expandable.rs`; shared
+//! machinery: `arena.rs` (node slab, segments), `heap.rs` (split/coalesce/release),
+//! `size_index.rs` (O(1) exact best fit), `events.rs`, `ledger.rs` (tags, deferred
+//! frees), `metrics.rs`, `policy.rs` (the policy seam and the only path to the backing).
 //!
 //! Defined behaviour where callers might wonder:
 //! - Sizes round up to 512 B. A 0-byte request gets a live 512 B block (requested 0),
-//!   freed like any other, so every `Ok` is a real receipt.
+//!   freed like any other, so every `Ok` is a real, distinct receipt.
 //! - A request whose rounded size exceeds the backing's capacity fails at once with a
 //!   typed out-of-memory and changes nothing but the OOM counters.
 //! - Any `StreamId` works; the caching policy opens per-stream pools on first use,
-//!   the other policies ignore streams for placement and only record them.
-//! - Freeing a block twice (or after `free_deferred`), or a forged receipt, is
-//!   `DoubleFree`; a block of another allocator is `ForeignBlock`; neither changes state.
+//!   the other policies record the stream but ignore it for placement.
+//! - Freeing a block twice (or after `free_deferred`), a stale receipt whose slot now
+//!   holds another block, or a forged one is `DoubleFree`; a block of another
+//!   allocator is `ForeignBlock`; neither changes any state.
 //! - When the backing is exhausted every policy releases wholly free cached segments
-//!   and tries once more (`Stats::retries`) before reporting out-of-memory.
-//! - `page_maps`/`page_unmaps` count backing calls; one call covers a contiguous run
-//!   of pages (at most one per alloc or free).
+//!   and tries once more (`Stats::retries`) before reporting out-of-memory. OOM
+//!   reports count free runs inside reserved memory; the expandable policy also counts
+//!   unmapped address space up to the backing's headroom (see `expandable.rs`).
+//! - `segment_*`/`page_*` count successful backing calls; one map/unmap call covers a
+//!   contiguous run of pages (at most one per alloc or free).
 //! - `Layout::generation` is the event sequence number: it moves on every change.
+//! - `fill_block`/`verify_block` cover the block's rounded size and hold the allocator
+//!   lock while the backing touches memory (first version; fine for probe-sized blocks).
 
 mod allocator;
 mod arena;

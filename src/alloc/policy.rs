@@ -2,7 +2,7 @@
 //! `BackingCx`, the only way a policy reaches the backing, so every segment and page
 //! change is counted and announced the same way whatever the policy.
 
-use super::arena::{LiveInfo, Node};
+use super::arena::{Arena, LiveInfo};
 use super::events::{EventData, EventRing};
 use super::metrics::{Counters, FreeSummary};
 use super::types::{EventKind, SegmentLayout, StreamId};
@@ -69,7 +69,8 @@ pub(crate) trait Policy: Send {
         }
     }
     fn layout(&self, out: &mut Vec<SegmentLayout>);
-    fn node(&self, node: u32) -> &Node;
+    /// The policy's nodes, for receipt checks and leak queries.
+    fn arena(&self) -> &Arena;
 }
 
 /// The backing, seen through the counters and the event ring.

@@ -9,7 +9,7 @@ pub type StreamId = u32;
 
 /// An interned allocation-site label ("train.py:68 step"); `Layout::tags` and
 /// `Allocator::tag_name` turn it back into text. Interning keeps `layout()` cheap.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
 pub struct TagId(pub u32);
 
 /// A live allocation handed to a caller. It is a receipt, not a smart pointer: the
@@ -26,6 +26,9 @@ pub struct Block {
     pub requested: u64,
     pub stream: StreamId,
     pub tag: TagId,
+    /// Where the issuing allocator keeps its books on this block: lets `free` find
+    /// them without a lookup table. Only a hint; `id` and `addr` are checked against it.
+    pub slot: u32,
 }
 
 /// The allocator policies, chosen by name with `--policy`.

@@ -13,6 +13,8 @@
 //! | `map_pages`     | per page: `cuMemCreate` + `cuMemMap` + `cuMemSetAccess`        |
 //! | `unmap_pages`   | per page: `cuMemUnmap` + `cuMemRelease`                        |
 //! | `page_size`     | `cuMemGetAllocationGranularity`                                |
+//! | `held`          | the backing's own count of the above (no driver call)          |
+//! | `fill`/`verify` | a pattern kernel over the range (or `Ok(false)`/`Ok(None)`)    |
 //!
 //! `capacity` bounds the bytes a backing holds at once (segments plus mapped pages;
 //! reserved address space is free), so out-of-memory is real for every backing.
@@ -132,7 +134,7 @@ impl RangeBook {
     pub(crate) fn remove(&mut self, base: u64, size: u64) -> Result<(), BackingError> {
         match self.ranges.get(&base) {
             Some((s, pages)) if *s == size => {
-                if pages.iter().any(|&m| m) {
+                if pages.contains(&true) {
                     return Err(BackingError::Failed(format!(
                         "range {base:#x} still has mapped pages; unmap them first"
                     )));
@@ -169,12 +171,16 @@ impl RangeBook {
             .next_back()
             .ok_or_else(|| bad("not in a reserved range"))?;
         let off = addr - base;
-        if size == 0 || off % page != 0 || size % page != 0 || off + size > *rsize {
+        if size == 0
+            || off % page != 0
+            || size % page != 0
+            || off.checked_add(size).is_none_or(|end| end > *rsize)
+        {
             return Err(bad("not whole pages inside the reserved range"));
         }
         let (first, count) = ((off / page) as usize, (size / page) as usize);
         let slice = &mut pages[first..first + count];
-        if slice.iter().any(|&m| m == mapped) {
+        if slice.contains(&mapped) {
             return Err(bad(if mapped {
                 "some pages are already mapped"
             } else {
