@@ -23,7 +23,12 @@ pub struct RenderFigures {
 /// Draw the full screen `frames` times into an off-screen buffer of the given size and
 /// report the median and tail draw times. The state is a seeded simulated device with
 /// history, as the live app has after some minutes.
-pub fn render(width: u16, height: u16, frames: usize, blocks: usize) -> color_eyre::Result<RenderFigures> {
+pub fn render(
+    width: u16,
+    height: u16,
+    frames: usize,
+    blocks: usize,
+) -> color_eyre::Result<RenderFigures> {
     let workload = WorkloadGauge::default();
     workload.set(6 << 30);
     let mut source = SimSource::new(1, workload);

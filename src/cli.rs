@@ -157,6 +157,9 @@ pub enum BenchCommand {
         /// Print JSON rows instead of a table
         #[arg(long)]
         json: bool,
+        /// Timed alloc+free pairs per policy and size
+        #[arg(long, default_value = "100000")]
+        pairs: usize,
     },
     /// Time to draw the full screen
     Render {
@@ -224,7 +227,10 @@ fn parse_seconds(raw: &str) -> Result<f64, String> {
 }
 
 fn parse_hold(raw: &str) -> Result<f64, String> {
-    let v: f64 = raw.trim().parse().map_err(|_| "not a number; accepted range: 0 to 3600".to_string())?;
+    let v: f64 = raw
+        .trim()
+        .parse()
+        .map_err(|_| "not a number; accepted range: 0 to 3600".to_string())?;
     if !v.is_finite() || !(0.0..=3600.0).contains(&v) {
         return Err("out of range; accepted range: 0 to 3600".to_string());
     }

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use color_eyre::eyre::{Result, WrapErr};
 
+use vramtop::alloc::PolicyKind;
 use vramtop::app::runtime::{self, Poller};
 use vramtop::app::App;
 use vramtop::cli::{self, BenchCommand, Cli, Command};
@@ -71,6 +72,18 @@ fn run(cli: Cli) -> Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
+        Some(Command::Bench {
+            what: BenchCommand::Alloc { json, pairs },
+        }) => {
+            let rows =
+                vramtop::alloc::bench::run(&PolicyKind::ALL, &[1_000, 10_000, 100_000], pairs, 1);
+            if json {
+                println!("{}", serde_json::to_string_pretty(&rows)?);
+            } else {
+                print!("{}", vramtop::alloc::bench::table(&rows));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
         Some(Command::Probe {
             scenario,
             seconds,
@@ -85,7 +98,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 Command::Replay { .. } => "replay",
                 Command::Snapshot { .. } => "snapshot",
                 Command::Demo { .. } => "demo",
-                Command::Bench { .. } => "bench alloc",
+                Command::Bench { .. } => "bench",
                 Command::Serve => "serve",
             };
             eprintln!("vramtop: '{name}' is not yet available in this version");

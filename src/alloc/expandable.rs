@@ -1,6 +1,6 @@
 //! The `expandable` policy, after PyTorch's expandable segments (CUDA VMM): one
-//! address range of the backing's capacity is reserved up front (lazily, at the first
-//! allocation) and memory is mapped behind it a page at a time. Blocks are placed best
+//! address range of twice the backing's capacity is reserved up front (lazily, at the
+//! first allocation) and memory is mapped behind it a page at a time. Blocks are placed best
 //! fit in the address range; a page is mapped while any live block touches it and
 //! unmapped as soon as none does, so reserved bytes = mapped bytes.
 //!
@@ -17,6 +17,9 @@ use super::metrics::FreeSummary;
 use super::policy::{BackingCx, OomView, Placement, Policy, Shortfall};
 use super::size_index::SizeIndex;
 use super::types::{BlockState, Pool, SegmentLayout};
+
+/// Address space reserved, as a multiple of the backing's capacity.
+const RESERVE_FACTOR: u64 = 2;
 
 /// The reserved range and the state of its pages.
 #[derive(Debug)]
@@ -98,7 +101,11 @@ impl Expandable {
             return Ok(());
         }
         let page = cx.page_size().max(1);
-        let size = cx.capacity() / page * page;
+        // Address space is cheap and memory is not: like PyTorch's expandable segments,
+        // reserve more address space than the memory it may ever map, so a request can
+        // always be placed in one contiguous range past the holes that frees left, with
+        // pages unmapped from those holes mapped again at the end.
+        let size = cx.capacity().saturating_mul(RESERVE_FACTOR) / page * page;
         if size == 0 {
             return Err(Shortfall::Exhausted);
         }
