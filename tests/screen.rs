@@ -143,3 +143,67 @@ fn many_devices_compact_to_one_row_each() {
         );
     }
 }
+
+fn finished_probe_view(policies: &[vramtop::alloc::PolicyKind]) -> vramtop::probe::live::ProbeView {
+    use vramtop::cli::BackingChoice;
+    use vramtop::probe::live::{PolicyView, ProbeView};
+    use vramtop::probe::{setup, Scenario};
+    let scenario = Scenario::load("checkerboard").expect("built-in");
+    let mut set = setup::build(&scenario, policies, BackingChoice::Bookkeeping, Some(256 << 20), 1).expect("backing");
+    let views = set
+        .probes
+        .iter_mut()
+        .map(|p| {
+            p.run(None);
+            let mut report = p.report();
+            report.elapsed_s = 0.0;
+            PolicyView {
+                layout: p.allocator().layout(),
+                stats: report.stats.clone(),
+                report,
+                frag_history: vec![0, 100, 500, 900],
+            }
+        })
+        .collect();
+    ProbeView {
+        policies: views,
+        paused: false,
+        ops_per_s: 200.0,
+        done: true,
+    }
+}
+
+#[test]
+fn checkerboard_probe_shows_the_oom_with_free_memory() {
+    let mut app = idle_app();
+    app.apply_probe(finished_probe_view(&[vramtop::alloc::PolicyKind::Caching]));
+    for (w, h) in [(120, 40), (80, 24)] {
+        let screen = render(&app, w, h);
+        assert!(screen.contains("OOM: needed 24.0 MiB contiguous"), "{w}x{h}:\n{screen}");
+        assert!(screen.contains("probe checkerboard"), "{w}x{h}");
+        insta::assert_snapshot!(format!("probe_checkerboard_{w}x{h}"), screen);
+    }
+}
+
+#[test]
+fn compare_shows_one_policy_failing_where_the_other_succeeds() {
+    use vramtop::alloc::PolicyKind;
+    let mut app = idle_app();
+    app.apply_probe(finished_probe_view(&[PolicyKind::Caching, PolicyKind::Expandable]));
+    let screen = render(&app, 160, 45);
+    assert!(screen.contains("caching · OOM"), "{screen}");
+    assert!(screen.contains("expandable · ok"), "{screen}");
+    insta::assert_snapshot!("compare_caching_expandable_160x45", screen);
+}
+
+#[test]
+fn segment_list_opens_on_enter() {
+    let mut app = idle_app();
+    app.apply_probe(finished_probe_view(&[vramtop::alloc::PolicyKind::Caching]));
+    app.handle(Action::NextSegment);
+    app.handle(Action::ToggleSegmentList);
+    let screen = render(&app, 120, 40);
+    assert!(screen.contains("segment 0"), "{screen}");
+    app.handle(Action::CloseOverlay);
+    assert!(!app.show_segment_list);
+}

@@ -155,7 +155,9 @@ fn draw_single(frame: &mut Frame, area: Rect, app: &App, p: &PolicyView) {
 
 fn draw_compare(frame: &mut Frame, area: Rect, app: &App, view: &ProbeView) {
     let n = view.policies.len() as u32;
-    let columns = Layout::horizontal((0..n).map(|_| Constraint::Ratio(1, n))).split(area);
+    let columns = Layout::horizontal((0..n).map(|_| Constraint::Ratio(1, n)))
+        .spacing(2)
+        .split(area);
     let with_panel = area.height >= COMPARE_PANEL_ROWS + 8;
     let split = |col: Rect| {
         let panel_rows = if with_panel { COMPARE_PANEL_ROWS } else { 0 };
