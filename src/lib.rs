@@ -5,6 +5,7 @@
 
 pub mod alloc;
 pub mod app;
+pub mod backing;
 pub mod bench;
 pub mod cli;
 pub mod export;
