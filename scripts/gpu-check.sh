@@ -54,7 +54,8 @@ else result "scenarios x policies on cuda" FAIL "$failed of $runs runs failed, $
 say "expandable mapped bytes vs nvidia-smi"
 "$BIN" probe checkerboard --policy expandable --backing cuda --probe-limit 4GiB --json --hold 12 > "$OUT/hold-expandable.json" 2>>"$LOG" &
 holder=$!
-sleep 8
+for _ in $(seq 60); do [ -s "$OUT/hold-expandable.json" ] && break; sleep 0.5; done
+sleep 1
 mapped=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["stats"]["reserved_bytes"]>>20)' "$OUT/hold-expandable.json" 2>/dev/null || echo "?")
 smi=$(nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits | awk -F', ' -v p=$holder '$1==p {print $2}')
 echo "expandable mapped ${mapped} MiB; nvidia-smi says pid $holder uses ${smi:-?} MiB" | tee -a "$LOG"

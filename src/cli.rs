@@ -148,6 +148,9 @@ pub enum Command {
     },
     /// Serve metrics in the Prometheus text format
     Serve,
+    /// Check the CUDA backing on GPU 0: segments, pages, fill and verify kernels
+    #[command(hide = true)]
+    GpuSelfCheck,
 }
 
 #[derive(Debug, Subcommand)]

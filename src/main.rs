@@ -84,6 +84,16 @@ fn run(cli: Cli) -> Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
+        Some(Command::GpuSelfCheck) => match vramtop::backing::cuda::self_check(0) {
+            Ok(report) => {
+                println!("{report}");
+                Ok(ExitCode::SUCCESS)
+            }
+            Err(report) => {
+                println!("{report}");
+                Ok(ExitCode::from(1))
+            }
+        },
         Some(Command::Probe {
             scenario,
             seconds,
@@ -100,6 +110,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 Command::Demo { .. } => "demo",
                 Command::Bench { .. } => "bench",
                 Command::Serve => "serve",
+                Command::GpuSelfCheck => "gpu-self-check",
             };
             eprintln!("vramtop: '{name}' is not yet available in this version");
             Ok(ExitCode::from(2))
@@ -185,6 +196,7 @@ fn live(args: cli::LiveArgs) -> Result<ExitCode> {
         .enable_all()
         .build()
         .wrap_err("could not start the async runtime")?;
+    let mut probe_notice = None;
     let probe_set = match &args.probe {
         None => None,
         Some(name) => {
@@ -200,13 +212,19 @@ fn live(args: cli::LiveArgs) -> Result<ExitCode> {
             let o = &args.probe_opts;
             match setup::build(&scenario, &policies, o.backing, o.probe_limit, args.seed) {
                 Ok(set) => Some(set),
+                // A bad limit is the user's to fix; a GPU that cannot run probes is not:
+                // keep monitoring and say why there is no probe.
+                Err(e) if e.starts_with("probes disabled") => {
+                    probe_notice = Some(e);
+                    None
+                }
                 Err(e) => return usage_error(e),
             }
         }
     };
     let poller = Poller::spawn(opened.source, Duration::from_secs_f64(args.interval))?;
     let mut app = App::new(args.interval);
-    app.notice = opened.notice.clone();
+    app.notice = probe_notice.or_else(|| opened.notice.clone());
     let mut terminal = ratatui::init();
     let ops_per_s = args.probe_opts.ops_per_s;
     let result = rt.block_on(async {

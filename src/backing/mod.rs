@@ -20,6 +20,7 @@
 //! reserved address space is free), so out-of-memory is real for every backing.
 
 pub mod bookkeeping;
+pub mod cuda;
 pub mod host;
 
 pub use bookkeeping::BookkeepingBacking;

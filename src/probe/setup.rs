@@ -6,7 +6,7 @@ use std::sync::Arc;
 use super::runner::Probe;
 use super::scenario::Scenario;
 use crate::alloc::{AllocConfig, Allocator, PolicyKind};
-use crate::backing::{Backing, BookkeepingBacking, HostBacking};
+use crate::backing::{cuda, Backing, BookkeepingBacking, HostBacking};
 use crate::cli::BackingChoice;
 
 /// Default probe capacity on host memory: large enough for every scenario, small enough
@@ -46,6 +46,13 @@ fn make_backing(
                 format!("bookkeeping {}", human_bytes(cap)),
             ))
         }
+        BackingChoice::Cuda => cuda_backing(limit),
+        BackingChoice::Auto if cuda::driver_present() => match cuda_backing(limit) {
+            Ok(b) => Ok(b),
+            // No usable GPU after all (no device, driver error): host memory still
+            // shows fragmentation; the label says which one is in use.
+            Err(_) => make_backing(BackingChoice::Host, limit),
+        },
         BackingChoice::Host | BackingChoice::Auto => {
             let cap = limit.unwrap_or(HOST_DEFAULT_LIMIT);
             if let Some(avail) = host_available() {
@@ -62,10 +69,38 @@ fn make_backing(
                 format!("host {}", human_bytes(cap)),
             ))
         }
-        BackingChoice::Cuda => {
-            Err("--backing cuda: CUDA support is not built into this version".to_string())
-        }
     }
+}
+
+/// Device memory through CUDA, capped by `--probe-limit` or by default at 25 % of free
+/// memory, never closer than 1 GiB to full. Probes that cannot verify their memory
+/// (NVRTC missing or failing) are refused: a probe that cannot check itself could hide
+/// corruption.
+fn cuda_backing(limit: Option<u64>) -> Result<(Box<dyn Backing>, String), String> {
+    use crate::alloc::human_bytes;
+    let (free, total) = cuda::device_memory().ok_or_else(|| {
+        "--backing cuda: CUDA not available: libcuda.so.1 could not be loaded or has no device"
+            .to_string()
+    })?;
+    let default = cuda::default_probe_limit(free, total);
+    let cap = match limit {
+        None => default,
+        Some(l) if l > free.saturating_sub(cuda::PROBE_HEADROOM) => {
+            return Err(format!(
+                "--probe-limit {} is more than the GPU can spare: {} free, and 1 GiB must stay free; at most {}",
+                human_bytes(l),
+                human_bytes(free),
+                human_bytes(free.saturating_sub(cuda::PROBE_HEADROOM))
+            ))
+        }
+        Some(l) => l,
+    };
+    let backing = cuda::CudaBacking::open(0, cap).map_err(|e| format!("--backing cuda: {e}"))?;
+    if !backing.kernels_ready() {
+        return Err(format!("probes disabled: {}", backing.kernel_status()));
+    }
+    let label = format!("cuda {} on {}", human_bytes(cap), backing.device_name());
+    Ok((Box::new(backing), label))
 }
 
 /// One probe per policy, all with the same scenario, seed and capacity.
