@@ -38,18 +38,29 @@ pub struct Scenario {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Size(pub u64);
 
+/// Reads a size from an integer or a string, so a bad string reports its own error
+/// (untagged enums would hide it behind "did not match any variant").
+struct SizeVisitor;
+
+impl<'de> serde::de::Visitor<'de> for SizeVisitor {
+    type Value = u64;
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a size: bytes as an integer, or a string such as \"4MiB\"")
+    }
+    fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<u64, E> {
+        Ok(v)
+    }
+    fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<u64, E> {
+        u64::try_from(v).map_err(|_| E::custom(format!("size {v} is negative")))
+    }
+    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<u64, E> {
+        parse_size(v).map_err(E::custom)
+    }
+}
+
 impl<'de> Deserialize<'de> for Size {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum Raw {
-            Int(u64),
-            Text(String),
-        }
-        match Raw::deserialize(d)? {
-            Raw::Int(n) => Ok(Size(n)),
-            Raw::Text(s) => parse_size(&s).map(Size).map_err(serde::de::Error::custom),
-        }
+        d.deserialize_any(SizeVisitor).map(Size)
     }
 }
 
@@ -60,24 +71,53 @@ pub struct SizeRange {
     pub max: u64,
 }
 
-impl<'de> Deserialize<'de> for SizeRange {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum Raw {
-            One(Size),
-            Two([Size; 2]),
+struct SizeRangeVisitor;
+
+impl<'de> serde::de::Visitor<'de> for SizeRangeVisitor {
+    type Value = SizeRange;
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a size (\"4MiB\") or a range of two sizes ([\"512B\", \"8MiB\"])")
+    }
+    fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<SizeRange, E> {
+        Ok(SizeRange { min: v, max: v })
+    }
+    fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<SizeRange, E> {
+        SizeVisitor
+            .visit_i64(v)
+            .map(|n| SizeRange { min: n, max: n })
+    }
+    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<SizeRange, E> {
+        SizeVisitor
+            .visit_str(v)
+            .map(|n| SizeRange { min: n, max: n })
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<SizeRange, A::Error> {
+        use serde::de::Error;
+        let min: Size = seq
+            .next_element()?
+            .ok_or_else(|| A::Error::custom("a size range needs two sizes"))?;
+        let max: Size = seq
+            .next_element()?
+            .ok_or_else(|| A::Error::custom("a size range needs two sizes"))?;
+        if seq.next_element::<Size>()?.is_some() {
+            return Err(A::Error::custom("a size range has exactly two sizes"));
         }
-        let (min, max) = match Raw::deserialize(d)? {
-            Raw::One(Size(n)) => (n, n),
-            Raw::Two([Size(a), Size(b)]) => (a, b),
-        };
-        if min > max {
-            return Err(serde::de::Error::custom(format!(
-                "size range [{min}, {max}] has its minimum above its maximum"
+        if min.0 > max.0 {
+            return Err(A::Error::custom(format!(
+                "size range [{}, {}] has its minimum above its maximum",
+                min.0, max.0
             )));
         }
-        Ok(SizeRange { min, max })
+        Ok(SizeRange {
+            min: min.0,
+            max: max.0,
+        })
+    }
+}
+
+impl<'de> Deserialize<'de> for SizeRange {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(SizeRangeVisitor)
     }
 }
 
