@@ -151,6 +151,72 @@ pub const BINDINGS: &[Binding] = &[
         "f",
         "freeze / unfreeze the display",
     ),
+    bind(
+        KeyCode::Char(' '),
+        NONE,
+        Action::ProbePause,
+        "Space",
+        "pause / resume the probe",
+    ),
+    bind(
+        KeyCode::Char('.'),
+        NONE,
+        Action::ProbeStep,
+        ".",
+        "probe: one step (pauses)",
+    ),
+    bind(
+        KeyCode::Char(']'),
+        NONE,
+        Action::ProbeFaster,
+        "]",
+        "probe: twice as fast",
+    ),
+    bind(
+        KeyCode::Char('['),
+        NONE,
+        Action::ProbeSlower,
+        "[",
+        "probe: half as fast",
+    ),
+    bind(
+        KeyCode::Char('+'),
+        NONE,
+        Action::ZoomIn,
+        "+",
+        "block map: zoom in",
+    ),
+    bind(KeyCode::Char('='), NONE, Action::ZoomIn, "", ""),
+    bind(
+        KeyCode::Char('-'),
+        NONE,
+        Action::ZoomOut,
+        "-",
+        "block map: zoom out",
+    ),
+    bind(
+        KeyCode::Right,
+        NONE,
+        Action::NextSegment,
+        "Right/l",
+        "block map: next segment",
+    ),
+    bind(KeyCode::Char('l'), NONE, Action::NextSegment, "", ""),
+    bind(
+        KeyCode::Left,
+        NONE,
+        Action::PrevSegment,
+        "Left/h",
+        "block map: previous segment",
+    ),
+    bind(KeyCode::Char('h'), NONE, Action::PrevSegment, "", ""),
+    bind(
+        KeyCode::Enter,
+        NONE,
+        Action::ToggleSegmentList,
+        "Enter",
+        "blocks of the selected segment",
+    ),
 ];
 
 /// The action bound to a key press, if any. Shift is ignored for characters, since
@@ -192,6 +258,50 @@ mod tests {
         assert_eq!(
             action_for(key(KeyCode::BackTab, NONE)),
             Some(Action::PrevDevice)
+        );
+    }
+
+    #[test]
+    fn every_action_has_a_key() {
+        use Action::*;
+        let all = [
+            Quit,
+            Interrupt,
+            ToggleHelp,
+            CloseOverlay,
+            ScrollUp,
+            ScrollDown,
+            PageUp,
+            PageDown,
+            Top,
+            Bottom,
+            SortByMemory,
+            SortByPid,
+            NextDevice,
+            PrevDevice,
+            ToggleFreeze,
+            ProbePause,
+            ProbeStep,
+            ProbeFaster,
+            ProbeSlower,
+            ZoomIn,
+            ZoomOut,
+            NextSegment,
+            PrevSegment,
+            ToggleSegmentList,
+        ];
+        for action in all {
+            assert!(
+                BINDINGS
+                    .iter()
+                    .any(|b| b.action == action && !b.keys.is_empty()),
+                "{action:?} has no key in the help"
+            );
+        }
+        assert_eq!(action_for(key(KeyCode::Char(' '), NONE)), Some(ProbePause));
+        assert_eq!(
+            action_for(key(KeyCode::Char('+'), KeyModifiers::SHIFT)),
+            Some(ZoomIn)
         );
     }
 

@@ -136,6 +136,11 @@ fn oom_line(p: &PolicyView) -> Line<'static> {
 fn draw_single(frame: &mut Frame, area: Rect, app: &App, p: &PolicyView) {
     let [oom, rest] = Layout::vertical([Constraint::Length(1), Constraint::Min(0)]).areas(area);
     frame.render_widget(Paragraph::new(oom_line(p)), oom);
+    if app.show_segment_list {
+        // The block list needs the width for addresses, tags and ages.
+        draw_map_or_list(frame, rest, app, p, None);
+        return;
+    }
     let (map_area, panel_area) = if rest.width >= SIDE_BY_SIDE_MIN_WIDTH {
         let [m, s] =
             Layout::horizontal([Constraint::Min(0), Constraint::Length(PANEL_WIDTH)]).areas(rest);
