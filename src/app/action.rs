@@ -85,7 +85,7 @@ pub const BINDINGS: &[Binding] = &[
         NONE,
         Action::ToggleHelp,
         "?",
-        "show / hide this help",
+        "show / hide help",
     ),
     bind(
         KeyCode::Esc,
@@ -127,14 +127,14 @@ pub const BINDINGS: &[Binding] = &[
         NONE,
         Action::SortByMemory,
         "m",
-        "sort processes by GPU memory",
+        "sort by GPU memory",
     ),
     bind(
         KeyCode::Char('p'),
         NONE,
         Action::SortByPid,
         "p",
-        "sort processes by pid",
+        "sort by pid",
     ),
     bind(KeyCode::Tab, NONE, Action::NextDevice, "Tab", "next device"),
     bind(
@@ -149,7 +149,7 @@ pub const BINDINGS: &[Binding] = &[
         NONE,
         Action::ToggleFreeze,
         "f",
-        "freeze / unfreeze the display",
+        "freeze / unfreeze",
     ),
     bind(
         KeyCode::Char(' '),
@@ -199,7 +199,7 @@ pub const BINDINGS: &[Binding] = &[
         NONE,
         Action::NextSegment,
         "Right/l",
-        "block map: next segment",
+        "next segment",
     ),
     bind(KeyCode::Char('l'), NONE, Action::NextSegment, "", ""),
     bind(
@@ -207,7 +207,7 @@ pub const BINDINGS: &[Binding] = &[
         NONE,
         Action::PrevSegment,
         "Left/h",
-        "block map: previous segment",
+        "previous segment",
     ),
     bind(KeyCode::Char('h'), NONE, Action::PrevSegment, "", ""),
     bind(
@@ -215,7 +215,7 @@ pub const BINDINGS: &[Binding] = &[
         NONE,
         Action::ToggleSegmentList,
         "Enter",
-        "blocks of the selected segment",
+        "blocks of the segment",
     ),
 ];
 

@@ -15,7 +15,8 @@ use ratatui::Frame;
 
 use crate::app::action::BINDINGS;
 
-const WIDTH: u16 = 48;
+/// Width of one column of bindings.
+const WIDTH: u16 = 44;
 
 pub fn draw(frame: &mut Frame, area: Rect) {
     let lines: Vec<Line> = BINDINGS
@@ -28,20 +29,29 @@ pub fn draw(frame: &mut Frame, area: Rect) {
             ])
         })
         .collect();
-    let height = lines.len() as u16 + 2;
+    // One column when it fits the height, else two side by side (80x24 holds them all).
+    let columns: usize = if lines.len() as u16 + 2 <= area.height {
+        1
+    } else {
+        2
+    };
+    let per_column = lines.len().div_ceil(columns);
+    let width = (WIDTH * columns as u16).min(area.width);
+    let height = (per_column as u16 + 2).min(area.height);
     let [row] = Layout::vertical([Constraint::Length(height)])
         .flex(Flex::Center)
         .areas(area);
-    let [popup] = Layout::horizontal([Constraint::Length(WIDTH)])
+    let [popup] = Layout::horizontal([Constraint::Length(width)])
         .flex(Flex::Center)
         .areas(row);
     frame.render_widget(Clear, popup);
-    frame.render_widget(
-        Paragraph::new(lines).block(
-            Block::new()
-                .borders(Borders::ALL)
-                .title(" keys · Esc or ? closes "),
-        ),
-        popup,
-    );
+    let block = Block::new()
+        .borders(Borders::ALL)
+        .title(" keys · Esc or ? closes ");
+    let inner = block.inner(popup);
+    frame.render_widget(block, popup);
+    let cols = Layout::horizontal(vec![Constraint::Ratio(1, columns as u32); columns]).split(inner);
+    for (chunk, col) in lines.chunks(per_column.max(1)).zip(cols.iter()) {
+        frame.render_widget(Paragraph::new(chunk.to_vec()), *col);
+    }
 }
