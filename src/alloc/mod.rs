@@ -5,7 +5,8 @@
 //! Allocator::new(policy, Box<dyn Backing>, AllocConfig) -> Allocator      (Send + Sync)
 //!   alloc(size, stream, tag) -> Result<Block, AllocError>
 //!   free(&Block) / free_deferred(&Block) -> Result<(), AllocError>; process_pending() -> u64
-//!   empty_cache(); stats() -> Stats; layout() -> Layout; subscribe() -> EventReceiver
+//!   empty_cache(); stats() -> Stats; reserved_bytes() -> u64; layout() -> Layout
+//!   subscribe() -> EventReceiver
 //!   live_blocks_by_age(limit) -> Vec<LiveBlock>; live_bytes_by_tag() -> Vec<TagUsage>
 //!   fill_block(&Block, seed) -> Result<bool, _>; verify_block(&Block, seed) -> Result<Option<u64>, _>
 //! ```

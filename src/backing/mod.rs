@@ -174,7 +174,7 @@ impl RangeBook {
         }
         let (first, count) = ((off / page) as usize, (size / page) as usize);
         let slice = &mut pages[first..first + count];
-        if slice.iter().any(|&m| m == mapped) {
+        if slice.contains(&mapped) {
             return Err(bad(if mapped {
                 "some pages are already mapped"
             } else {
