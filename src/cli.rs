@@ -130,11 +130,29 @@ pub enum Command {
     Replay {
         /// Trace file (PyTorch snapshot, RMM CSV or vramtop recording)
         file: std::path::PathBuf,
+        /// Policies to replay through: caching, best-fit, first-fit, tlsf, expandable, a
+        /// comma-separated list of them, or all (the TUI shows the first)
+        #[arg(long, value_name = "NAME|all", default_value = "caching", value_parser = parse_policy_set)]
+        policy: PolicySet,
+        /// Most memory the replayed allocator may hold, e.g. 80GiB; allocs past it fail
+        /// and are counted (default: 1 TiB, so the peak is measured without OOMs)
+        #[arg(long, value_name = "BYTES", value_parser = parse_bytes)]
+        capacity: Option<u64>,
+        /// Print a report (one row per policy) instead of opening the player; also what
+        /// happens when stdout is not a terminal
+        #[arg(long)]
+        report: bool,
+        /// Print the report as JSON: a list of rows, one per policy (implies --report)
+        #[arg(long)]
+        json: bool,
     },
     /// Show the segments and blocks of a PyTorch memory snapshot
     Snapshot {
         /// Snapshot file (.pickle or .pickle.gz)
         file: std::path::PathBuf,
+        /// Print a text summary and exit (also what happens when stdout is not a terminal)
+        #[arg(long)]
+        once: bool,
     },
     /// Play a scripted fragmentation story for talks
     Demo {
@@ -198,6 +216,24 @@ fn parse_interval(raw: &str) -> Result<f64, String> {
 
 fn parse_policy(raw: &str) -> Result<PolicyKind, String> {
     raw.trim().parse()
+}
+
+/// The policies of `vramtop replay --policy`, in the order given.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PolicySet(pub Vec<PolicyKind>);
+
+fn parse_policy_set(raw: &str) -> Result<PolicySet, String> {
+    if raw.trim() == "all" {
+        return Ok(PolicySet(PolicyKind::ALL.to_vec()));
+    }
+    let mut set = Vec::new();
+    for name in raw.split(',') {
+        let policy = parse_policy(name).map_err(|e| format!("{e}, or all"))?;
+        if !set.contains(&policy) {
+            set.push(policy);
+        }
+    }
+    Ok(PolicySet(set))
 }
 
 fn parse_bytes(raw: &str) -> Result<u64, String> {
@@ -299,6 +335,19 @@ mod tests {
             let flag = args[1].to_string();
             assert!(text.contains(&flag), "{args:?}: {text}");
         }
+    }
+
+    #[test]
+    fn policy_sets() {
+        assert_eq!(
+            parse_policy_set("all").map(|s| s.0.len()),
+            Ok(PolicyKind::ALL.len())
+        );
+        assert_eq!(
+            parse_policy_set("tlsf,caching,tlsf"),
+            Ok(PolicySet(vec![PolicyKind::Tlsf, PolicyKind::Caching]))
+        );
+        assert!(parse_policy_set("nope").unwrap_err().contains("or all"));
     }
 
     #[test]

@@ -8,7 +8,9 @@ use std::time::Duration;
 use color_eyre::eyre::{Result, WrapErr};
 
 use vramtop::alloc::PolicyKind;
+use vramtop::app::replayer::{self, ReplayArgs};
 use vramtop::app::runtime::{self, Poller};
+use vramtop::app::viewer;
 use vramtop::app::App;
 use vramtop::cli::{self, BenchCommand, Cli, Command};
 use vramtop::probe::live::LiveProbe;
@@ -102,6 +104,24 @@ fn run(cli: Cli) -> Result<ExitCode> {
             seed,
             opts,
         }) => probe_headless(&scenario, seconds, json, seed, &opts, hold),
+        Some(Command::Replay {
+            file,
+            policy,
+            capacity,
+            report,
+            json,
+        }) => {
+            let args = ReplayArgs {
+                policies: policy.0,
+                capacity,
+                report,
+                json,
+            };
+            Ok(ExitCode::from(replayer::replay_command(&file, &args)?))
+        }
+        Some(Command::Snapshot { file, once }) => {
+            Ok(ExitCode::from(viewer::snapshot_command(&file, once)?))
+        }
         Some(other) => {
             let name = match other {
                 Command::Probe { .. } => "probe",

@@ -429,6 +429,12 @@ impl Allocator {
         policy.release_cached(&mut cx);
     }
 
+    /// Bytes the backing holds for us now: `stats().reserved_bytes` without building
+    /// the rest of `Stats` (replays check it after every event).
+    pub fn reserved_bytes(&self) -> u64 {
+        self.lock().counters.reserved
+    }
+
     pub fn stats(&self) -> Stats {
         let inner = self.lock();
         let free = inner.policy.free_summary();

@@ -1,7 +1,7 @@
 //! Counters every policy shares, the free-run tally policies keep incrementally, and
 //! the assembly of `Stats` from both.
 
-use super::types::{OomReport, PolicyKind, Stats, HIST_BUCKETS};
+use super::types::{BlockState, Layout, OomReport, PolicyKind, Stats, HIST_BUCKETS};
 
 /// Log2 bucket of a free-run size (bucket i holds [2^i, 2^(i+1))).
 #[inline]
@@ -167,6 +167,58 @@ impl Counters {
     }
 }
 
+/// `Stats` read off a layout alone, for layouts no allocator stands behind (a PyTorch
+/// snapshot's segments): current figures only, so the peaks equal them and the
+/// counters of calls and OOMs are 0. Adjacent free runs of a segment count as one run.
+pub fn layout_stats(layout: &Layout) -> Stats {
+    let mut s = Stats {
+        policy: layout.policy,
+        capacity_bytes: layout.capacity,
+        ..Stats::default()
+    };
+    let mut free = FreeSummary::default();
+    for segment in &layout.segments {
+        let mut open_free: u64 = 0;
+        for run in &segment.runs {
+            if run.state == BlockState::Free {
+                open_free += run.size;
+                continue;
+            }
+            if open_free > 0 {
+                free.add(open_free);
+                open_free = 0;
+            }
+            match run.state {
+                BlockState::Allocated | BlockState::PendingFree => {
+                    s.reserved_bytes += run.size;
+                    s.allocated_bytes += run.size;
+                    s.requested_bytes += run.requested;
+                    s.live_blocks += 1;
+                    if run.state == BlockState::PendingFree {
+                        s.pending_free_blocks += 1;
+                    }
+                }
+                BlockState::Free | BlockState::Unmapped => {}
+            }
+        }
+        if open_free > 0 {
+            free.add(open_free);
+        }
+    }
+    s.reserved_bytes += free.total;
+    s.free_runs = free.runs;
+    s.total_free_bytes = free.total;
+    s.largest_free_bytes = free.largest;
+    s.external_fragmentation = external_fragmentation(free.largest, free.total);
+    s.reserved_over_allocated =
+        (s.allocated_bytes > 0).then(|| s.reserved_bytes as f64 / s.allocated_bytes as f64);
+    s.free_run_histogram = free.hist.to_vec();
+    s.peak_reserved_bytes = s.reserved_bytes;
+    s.peak_allocated_bytes = s.allocated_bytes;
+    s.peak_requested_bytes = s.requested_bytes;
+    s
+}
+
 /// 1 - largest / total; 0 when nothing is free.
 pub fn external_fragmentation(largest: u64, total: u64) -> f64 {
     if total == 0 {
@@ -194,6 +246,55 @@ mod tests {
         assert_eq!(external_fragmentation(0, 0), 0.0);
         assert_eq!(external_fragmentation(10, 10), 0.0);
         assert!((external_fragmentation(1, 4) - 0.75).abs() < 1e-12);
+    }
+
+    #[test]
+    fn layout_stats_merge_adjacent_free_runs() {
+        use crate::alloc::{LayoutRun, Pool, SegmentLayout};
+        let run = |addr: u64, size: u64, state: BlockState| LayoutRun {
+            addr,
+            size,
+            state,
+            requested: if state == BlockState::Free {
+                0
+            } else {
+                size - 10
+            },
+            id: None,
+            tag: None,
+            stream: None,
+            born_ns: None,
+        };
+        let layout = Layout {
+            capacity: 10_000,
+            segments: vec![SegmentLayout {
+                addr: 0,
+                size: 5120,
+                pool: Pool::Large,
+                stream: Some(0),
+                runs: vec![
+                    run(0, 512, BlockState::Free),
+                    run(512, 512, BlockState::Free),
+                    run(1024, 1024, BlockState::Allocated),
+                    run(2048, 2048, BlockState::Free),
+                    run(4096, 512, BlockState::PendingFree),
+                    run(4608, 512, BlockState::Unmapped),
+                ],
+            }],
+            ..Layout::default()
+        };
+        let s = layout_stats(&layout);
+        assert_eq!((s.reserved_bytes, s.allocated_bytes), (4608, 1536));
+        assert_eq!(
+            (s.requested_bytes, s.live_blocks, s.pending_free_blocks),
+            (1516, 2, 1)
+        );
+        assert_eq!(
+            (s.free_runs, s.total_free_bytes, s.largest_free_bytes),
+            (2, 3072, 2048)
+        );
+        assert!((s.external_fragmentation - 1.0 / 3.0).abs() < 1e-12);
+        assert_eq!(s.free_run_histogram[10] + s.free_run_histogram[11], 2);
     }
 
     #[test]

@@ -5,8 +5,9 @@
 //! ```text
 //! Allocator::new(PolicyKind, Box<dyn Backing>, AllocConfig) -> Allocator  (Send + Sync)
 //!   alloc(size, stream, tag) -> Result<Block, AllocError>
-//!   free(&Block), free_deferred(&Block) -> Result<(), AllocError>; process_pending() -> u64
-//!   empty_cache(); stats() -> Stats; layout() -> Layout; subscribe() -> EventReceiver
+//!   free(&Block) / free_deferred(&Block) -> Result<(), AllocError>; process_pending() -> u64
+//!   empty_cache(); stats() -> Stats; reserved_bytes() -> u64; layout() -> Layout
+//!   subscribe() -> EventReceiver
 //!   live_blocks_by_age(limit) -> Vec<LiveBlock>; live_bytes_by_tag() -> Vec<TagUsage>
 //!   tag_name(TagId) -> Option<String>; policy(); capacity(); owner_id(); backing_name()
 //!   fill_block(&Block, seed) -> Result<bool, _>; verify_block(&Block, seed) -> Result<Option<u64>, _>

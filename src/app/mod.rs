@@ -3,7 +3,9 @@
 
 pub mod action;
 pub mod history;
+pub mod replayer;
 pub mod runtime;
+pub mod viewer;
 
 use ratatui::widgets::TableState;
 

@@ -1,11 +1,15 @@
 //! Allocation logs in and out: PyTorch memory snapshots, RMM logging-adaptor CSV and
 //! vramtop's own JSON-lines recordings, all read into one `Trace` (an initial state plus
-//! an event stream) for the replayer. Plain data: no UI, no CUDA, no allocator policy.
+//! an event stream), and the replay of a trace through vramtop's allocator policies
+//! (`replay`, which drives `alloc`) and a snapshot's final state as a block-map `Layout`
+//! (`snapshot`). No UI, no CUDA.
 
 pub mod pickle;
 mod pytorch;
 pub mod record;
+pub mod replay;
 mod rmm;
+pub mod snapshot;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;

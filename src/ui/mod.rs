@@ -26,7 +26,9 @@ pub mod header;
 pub mod help;
 pub mod membar;
 pub mod processes;
+pub mod replayer;
 pub mod theme;
+pub mod viewer;
 
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Style, Stylize};

@@ -1,0 +1,592 @@
+//! Replays a `Trace` through one of vramtop's allocator policies over a bookkeeping
+//! backing (address ranges, no memory), so policies can be compared on a real workload:
+//! peak reserved, fragmentation at that peak, backing calls, time per event. Drives the
+//! allocator; knows nothing of the UI or of files.
+//!
+//! How events are replayed:
+//! - Blocks live at the start (a model's parameters) are allocated first, in address
+//!   order, before any event: they hold memory the policy has to place around.
+//! - `Alloc` -> `alloc(size, stream, tag or "?")`, keyed by the trace address. An alloc
+//!   at an address that is still live frees the earlier block first (`allocs_over_live`).
+//! - `FreeCompleted` (the memory is really released) -> `free` of the block allocated
+//!   for that address. Frees of unknown addresses are ignored and counted, and so are
+//!   frees of blocks whose alloc failed (out of memory under `--capacity`).
+//! - `FreeRequested` is stream-ordered intent: the block stays in use until its
+//!   `FreeCompleted`, so it changes nothing here and is only counted. (The allocator's
+//!   `free_deferred` would draw the block pending-free, but `process_pending` completes
+//!   every pending free at once, not the one the trace completes.)
+//! - Segment events, `Oom` and `Snapshot` are counted, not replayed: the policy decides
+//!   its own segments, which is the point of the comparison.
+
+pub mod report;
+
+use std::collections::{HashMap, HashSet};
+use std::fmt;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+pub use report::{table, TraceFigures};
+
+use super::{Trace, TraceEvent, TraceEventKind};
+use crate::alloc::{AllocConfig, AllocError, Allocator, Block, PolicyKind, Stats};
+use crate::backing::BookkeepingBacking;
+
+/// Default backing capacity: large enough that no real trace runs out, so the peak
+/// reserved is what the policy would ask for, not what a device allowed.
+pub const UNLIMITED_CAPACITY: u64 = 1 << 40;
+/// Granularity the trace-only live figures are rounded to (PyTorch rounds to 512 B).
+pub const TRACE_ROUNDING: u64 = 512;
+/// Tag of events the source gave no call site for.
+pub const UNTAGGED: &str = "?";
+/// Tag of blocks live at the start that have no call site of their own.
+pub const INITIAL_TAG: &str = "live at start";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReplayOptions {
+    /// Bytes the backing may hold at once; past it, allocs fail and are counted.
+    pub capacity: u64,
+}
+
+impl Default for ReplayOptions {
+    fn default() -> Self {
+        ReplayOptions {
+            capacity: UNLIMITED_CAPACITY,
+        }
+    }
+}
+
+/// What the replay did with the trace's events.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct ReplayCounts {
+    /// Blocks live at the start, allocated before the first event.
+    pub initial_blocks: u64,
+    pub allocs: u64,
+    pub frees: u64,
+    /// `FreeRequested` events: counted, not replayed (see the module docs).
+    pub free_requests: u64,
+    /// `FreeCompleted` of an address with no live block: ignored.
+    pub unknown_frees: u64,
+    /// `FreeCompleted` of a block whose alloc ran out of memory: ignored.
+    pub frees_after_oom: u64,
+    /// `Alloc` at an address still live: the earlier block was freed first.
+    pub allocs_over_live: u64,
+    /// Allocs (initial blocks included) that failed for want of capacity.
+    pub ooms: u64,
+    /// The trace's own segment alloc/free/map/unmap events: counted, not replayed.
+    pub segment_events: u64,
+    /// OOMs the trace itself recorded.
+    pub trace_ooms: u64,
+    pub snapshots: u64,
+}
+
+/// The allocator refused something no trace should make it refuse (a backing failure).
+#[derive(Debug)]
+pub struct ReplayError {
+    /// Index of the event; `None` while allocating the blocks live at the start.
+    pub event: Option<usize>,
+    pub error: AllocError,
+}
+
+impl fmt::Display for ReplayError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.event {
+            Some(i) => write!(f, "replaying event {}: {}", i + 1, self.error),
+            None => write!(f, "placing the blocks live at the start: {}", self.error),
+        }
+    }
+}
+
+impl std::error::Error for ReplayError {}
+
+/// A replay in progress: one policy, stepped event by event (the TUI) or run to the
+/// end (the report).
+pub struct Replay<'t> {
+    trace: &'t Trace,
+    allocator: Allocator,
+    /// Live blocks by trace address.
+    live: HashMap<u64, Block>,
+    /// Trace addresses whose alloc ran out of memory and was not since replaced.
+    failed: HashSet<u64>,
+    /// Index of the next event to apply.
+    next: usize,
+    counts: ReplayCounts,
+    /// Bytes the allocator holds (after its rounding) for blocks the events allocated.
+    held_bytes: u64,
+    peak_held_bytes: u64,
+    peak_reserved_bytes: u64,
+    /// The allocator's stats at the first moment reserved reached its peak.
+    stats_at_peak: Option<Stats>,
+}
+
+impl fmt::Debug for Replay<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Replay")
+            .field("policy", &self.allocator.policy())
+            .field("position", &self.next)
+            .field("events", &self.trace.events.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'t> Replay<'t> {
+    /// A fresh allocator of `policy` with the trace's initial blocks placed.
+    pub fn new(
+        trace: &'t Trace,
+        policy: PolicyKind,
+        opts: ReplayOptions,
+    ) -> Result<Replay<'t>, ReplayError> {
+        let backing = BookkeepingBacking::new(opts.capacity);
+        let mut replay = Replay {
+            trace,
+            allocator: Allocator::new(policy, Box::new(backing), AllocConfig::default()),
+            live: HashMap::with_capacity(trace.initial.len() + 4096),
+            failed: HashSet::new(),
+            next: 0,
+            counts: ReplayCounts::default(),
+            held_bytes: 0,
+            peak_held_bytes: 0,
+            peak_reserved_bytes: 0,
+            stats_at_peak: None,
+        };
+        let mut initial: Vec<_> = trace.initial.iter().collect();
+        initial.sort_by_key(|b| b.addr);
+        for block in initial {
+            let tag = block.tag.as_deref().unwrap_or(INITIAL_TAG);
+            match replay.allocator.alloc(block.size, block.stream, tag) {
+                Ok(placed) => {
+                    replay.counts.initial_blocks += 1;
+                    replay.live.insert(block.addr, placed);
+                    replay.note_reserved();
+                }
+                Err(AllocError::OutOfMemory(_)) => {
+                    replay.counts.ooms += 1;
+                    replay.failed.insert(block.addr);
+                }
+                Err(error) => return Err(ReplayError { event: None, error }),
+            }
+        }
+        // Initial blocks are not the trace's own: its held figure starts from here.
+        replay.held_bytes = 0;
+        Ok(replay)
+    }
+
+    pub fn policy(&self) -> PolicyKind {
+        self.allocator.policy()
+    }
+
+    pub fn trace(&self) -> &'t Trace {
+        self.trace
+    }
+
+    pub fn allocator(&self) -> &Allocator {
+        &self.allocator
+    }
+
+    pub fn counts(&self) -> &ReplayCounts {
+        &self.counts
+    }
+
+    /// Events applied so far.
+    pub fn position(&self) -> usize {
+        self.next
+    }
+
+    /// Events in the trace.
+    pub fn len(&self) -> usize {
+        self.trace.events.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.trace.events.is_empty()
+    }
+
+    pub fn is_done(&self) -> bool {
+        self.next >= self.trace.events.len()
+    }
+
+    /// The event applied last.
+    pub fn last_event(&self) -> Option<&'t TraceEvent> {
+        self.next
+            .checked_sub(1)
+            .and_then(|i| self.trace.events.get(i))
+    }
+
+    /// Applies the next event; `None` at the end.
+    pub fn step(&mut self) -> Result<Option<&'t TraceEvent>, ReplayError> {
+        let Some(event) = self.trace.events.get(self.next) else {
+            return Ok(None);
+        };
+        let index = self.next;
+        self.next += 1;
+        self.apply(event).map_err(|error| ReplayError {
+            event: Some(index),
+            error,
+        })?;
+        Ok(Some(event))
+    }
+
+    /// Applies events until `position` of them have been applied (forward only; a
+    /// position behind the current one changes nothing).
+    pub fn run_to(&mut self, position: usize) -> Result<(), ReplayError> {
+        let target = position.min(self.trace.events.len());
+        while self.next < target {
+            self.step()?;
+        }
+        Ok(())
+    }
+
+    fn apply(&mut self, event: &TraceEvent) -> Result<(), AllocError> {
+        match event.kind {
+            TraceEventKind::Alloc => self.alloc(event)?,
+            TraceEventKind::FreeCompleted => self.free(event.addr)?,
+            TraceEventKind::FreeRequested => self.counts.free_requests += 1,
+            TraceEventKind::SegmentAlloc
+            | TraceEventKind::SegmentFree
+            | TraceEventKind::SegmentMap
+            | TraceEventKind::SegmentUnmap => self.counts.segment_events += 1,
+            TraceEventKind::Oom => self.counts.trace_ooms += 1,
+            TraceEventKind::Snapshot => self.counts.snapshots += 1,
+        }
+        Ok(())
+    }
+
+    fn alloc(&mut self, event: &TraceEvent) -> Result<(), AllocError> {
+        if self.live.contains_key(&event.addr) {
+            self.counts.allocs_over_live += 1;
+            self.release(event.addr)?;
+        }
+        let tag = event.tag.as_deref().unwrap_or(UNTAGGED);
+        match self.allocator.alloc(event.size, event.stream, tag) {
+            Ok(block) => {
+                self.counts.allocs += 1;
+                self.failed.remove(&event.addr);
+                self.held_bytes += block.size;
+                self.peak_held_bytes = self.peak_held_bytes.max(self.held_bytes);
+                self.live.insert(event.addr, block);
+                self.note_reserved();
+                Ok(())
+            }
+            Err(AllocError::OutOfMemory(_)) => {
+                self.counts.ooms += 1;
+                self.failed.insert(event.addr);
+                Ok(())
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    fn free(&mut self, addr: u64) -> Result<(), AllocError> {
+        if self.live.contains_key(&addr) {
+            self.counts.frees += 1;
+            self.release(addr)
+        } else {
+            if self.failed.remove(&addr) {
+                self.counts.frees_after_oom += 1;
+            } else {
+                self.counts.unknown_frees += 1;
+            }
+            Ok(())
+        }
+    }
+
+    fn release(&mut self, addr: u64) -> Result<(), AllocError> {
+        let Some(block) = self.live.remove(&addr) else {
+            return Ok(());
+        };
+        self.allocator.free(&block)?;
+        // Initial blocks were never counted in `held_bytes`.
+        self.held_bytes = self.held_bytes.saturating_sub(block.size);
+        Ok(())
+    }
+
+    /// Keeps the stats of the moment reserved first reached its peak. Only allocs grow
+    /// reserved memory, so this runs after each; full stats are taken only on a new peak.
+    fn note_reserved(&mut self) {
+        let reserved = self.allocator.reserved_bytes();
+        if reserved > self.peak_reserved_bytes {
+            self.peak_reserved_bytes = reserved;
+            self.stats_at_peak = Some(self.allocator.stats());
+        }
+    }
+
+    /// The figures of this run so far; `elapsed` is the time spent applying events.
+    pub fn run_figures(&self, elapsed: Duration) -> PolicyRun {
+        let stats = self.allocator.stats();
+        let events = self.next as u64;
+        let at_peak = self.stats_at_peak.as_ref().unwrap_or(&stats);
+        PolicyRun {
+            policy: self.allocator.policy(),
+            events,
+            peak_held_bytes: self.peak_held_bytes,
+            peak_allocated_bytes: stats.peak_allocated_bytes,
+            peak_requested_bytes: stats.peak_requested_bytes,
+            peak_reserved_bytes: stats.peak_reserved_bytes,
+            external_fragmentation_at_peak: at_peak.external_fragmentation,
+            largest_free_at_peak_bytes: at_peak.largest_free_bytes,
+            ooms: self.counts.ooms,
+            backing_calls: stats.backing_calls(),
+            ns_per_event: if events == 0 {
+                0.0
+            } else {
+                elapsed.as_nanos() as f64 / events as f64
+            },
+            counts: self.counts,
+        }
+    }
+}
+
+/// What one policy did with a whole trace.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct PolicyRun {
+    pub policy: PolicyKind,
+    pub events: u64,
+    /// Peak of the bytes the allocator held (after this policy's rounding) for blocks
+    /// the trace's events allocated; blocks live at the start are left out.
+    pub peak_held_bytes: u64,
+    /// The allocator's peak of allocated bytes, blocks live at the start included.
+    pub peak_allocated_bytes: u64,
+    /// The allocator's peak of requested bytes, blocks live at the start included.
+    pub peak_requested_bytes: u64,
+    pub peak_reserved_bytes: u64,
+    /// External fragmentation (1 - largest free / total free) when reserved peaked.
+    pub external_fragmentation_at_peak: f64,
+    pub largest_free_at_peak_bytes: u64,
+    pub ooms: u64,
+    /// Segment allocs/frees and page maps/unmaps the policy asked of the backing.
+    pub backing_calls: u64,
+    /// Wall time of the event loop divided by the events.
+    pub ns_per_event: f64,
+    pub counts: ReplayCounts,
+}
+
+/// Replays the whole trace through `policy`, timing the event loop.
+pub fn replay(
+    trace: &Trace,
+    policy: PolicyKind,
+    opts: ReplayOptions,
+) -> Result<PolicyRun, ReplayError> {
+    let mut run = Replay::new(trace, policy, opts)?;
+    let start = Instant::now();
+    while run.step()?.is_some() {}
+    let elapsed = start.elapsed();
+    Ok(run.run_figures(elapsed))
+}
+
+/// One report row: a policy's run beside the trace's own figures. Field names are the
+/// JSON keys of `vramtop replay --report --json`.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ReplayReport {
+    pub policy: PolicyKind,
+    pub events: u64,
+    /// Peak of live bytes over the trace's own events, sizes rounded up to 512 B, blocks
+    /// live at the start left out: the trace-only figure (`Trace::live_bytes_peak`),
+    /// the same for every policy. The allocator's own figures follow.
+    pub peak_live_bytes: u64,
+    /// As `peak_live_bytes`, with the blocks live at the start counted.
+    pub peak_live_bytes_with_initial: u64,
+    pub peak_held_bytes: u64,
+    pub peak_allocated_bytes: u64,
+    pub peak_requested_bytes: u64,
+    pub peak_reserved_bytes: u64,
+    /// Peak reserved / `peak_live_bytes_with_initial`: both count the blocks live at the
+    /// start, which occupy reserved memory too. `None` when nothing was live.
+    pub reserved_over_live: Option<f64>,
+    pub external_fragmentation_at_peak: f64,
+    pub largest_free_at_peak_bytes: u64,
+    pub ooms: u64,
+    pub backing_calls: u64,
+    pub ns_per_event: f64,
+    /// PyTorch snapshots: the sum of segment sizes when the snapshot was taken.
+    pub trace_reserved_at_end_bytes: Option<u64>,
+    /// PyTorch snapshots: the peak of the trace's own reserved bytes (segments at the
+    /// start, plus segment_alloc/map, minus segment_free/unmap).
+    pub trace_reserved_peak_bytes: Option<u64>,
+    /// `peak_reserved_bytes / trace_reserved_peak_bytes`: how near the policy lands to
+    /// what the traced allocator reserved.
+    pub reserved_vs_trace: Option<f64>,
+    pub counts: ReplayCounts,
+}
+
+impl ReplayReport {
+    pub fn new(run: &PolicyRun, trace: &TraceFigures) -> Self {
+        let ratio = |num: u64, den: u64| (den > 0).then(|| num as f64 / den as f64);
+        ReplayReport {
+            policy: run.policy,
+            events: run.events,
+            peak_live_bytes: trace.live_peak_bytes,
+            peak_live_bytes_with_initial: trace.live_peak_with_initial_bytes,
+            peak_held_bytes: run.peak_held_bytes,
+            peak_allocated_bytes: run.peak_allocated_bytes,
+            peak_requested_bytes: run.peak_requested_bytes,
+            peak_reserved_bytes: run.peak_reserved_bytes,
+            reserved_over_live: ratio(run.peak_reserved_bytes, trace.live_peak_with_initial_bytes),
+            external_fragmentation_at_peak: run.external_fragmentation_at_peak,
+            largest_free_at_peak_bytes: run.largest_free_at_peak_bytes,
+            ooms: run.ooms,
+            backing_calls: run.backing_calls,
+            ns_per_event: run.ns_per_event,
+            trace_reserved_at_end_bytes: trace.reserved_at_end_bytes,
+            trace_reserved_peak_bytes: trace.reserved_peak_bytes,
+            reserved_vs_trace: trace
+                .reserved_peak_bytes
+                .and_then(|peak| ratio(run.peak_reserved_bytes, peak)),
+            counts: run.counts,
+        }
+    }
+}
+
+/// Replays the trace through each policy in turn: one report row per policy.
+pub fn report(
+    trace: &Trace,
+    policies: &[PolicyKind],
+    opts: ReplayOptions,
+) -> Result<Vec<ReplayReport>, ReplayError> {
+    let figures = TraceFigures::of(trace);
+    policies
+        .iter()
+        .map(|&policy| replay(trace, policy, opts).map(|run| ReplayReport::new(&run, &figures)))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::trace::{LiveAtStart, TraceFormat, TraceStats};
+
+    const MIB: u64 = 1 << 20;
+
+    fn event(kind: TraceEventKind, addr: u64, size: u64) -> TraceEvent {
+        TraceEvent {
+            kind,
+            addr,
+            size,
+            stream: 0,
+            tag: Some("t.py:1 f".into()),
+            time_us: None,
+        }
+    }
+
+    fn trace(initial: Vec<LiveAtStart>, events: Vec<TraceEvent>) -> Trace {
+        Trace {
+            source: TraceFormat::VramtopRecord,
+            device: 0,
+            initial,
+            events,
+            segments_at_end: Vec::new(),
+            stats: TraceStats::default(),
+        }
+    }
+
+    use TraceEventKind::*;
+
+    #[test]
+    fn allocs_and_completed_frees_are_replayed_requests_are_not() {
+        let t = trace(
+            vec![LiveAtStart {
+                addr: 0x9000,
+                size: 3 * MIB,
+                stream: 0,
+                tag: None,
+            }],
+            vec![
+                event(Alloc, 0x1000, 4 * MIB),
+                event(FreeRequested, 0x1000, 4 * MIB),
+                event(Alloc, 0x2000, 1000),
+                event(FreeCompleted, 0x1000, 4 * MIB),
+                event(FreeCompleted, 0x5555, 512),
+                event(SegmentAlloc, 0x1000, 20 * MIB),
+                event(Snapshot, 0, 0),
+            ],
+        );
+        let mut r = Replay::new(&t, PolicyKind::BestFit, ReplayOptions::default()).unwrap();
+        assert_eq!(r.allocator().stats().live_blocks, 1);
+        r.run_to(2).unwrap();
+        // The free was only requested: the block is still held.
+        assert_eq!(r.allocator().stats().allocated_bytes, 7 * MIB);
+        r.run_to(usize::MAX).unwrap();
+        assert!(r.is_done());
+        let c = *r.counts();
+        assert_eq!((c.initial_blocks, c.allocs, c.frees), (1, 2, 1));
+        assert_eq!((c.free_requests, c.unknown_frees), (1, 1));
+        assert_eq!((c.segment_events, c.snapshots), (1, 1));
+        let stats = r.allocator().stats();
+        assert_eq!(stats.allocated_bytes, 3 * MIB + 1024);
+        let fig = r.run_figures(Duration::from_micros(7));
+        assert_eq!(fig.peak_held_bytes, 4 * MIB + 1024);
+        assert_eq!(fig.peak_allocated_bytes, 7 * MIB + 1024);
+        assert!((fig.ns_per_event - 1000.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_capacity_counts_ooms_and_ignores_their_frees() {
+        // first-fit grows in segments of at least 20 MiB: room for one 16 MiB block.
+        let t = trace(
+            Vec::new(),
+            vec![
+                event(Alloc, 0x1000, 16 * MIB),
+                event(Alloc, 0x2000, 16 * MIB),
+                event(FreeCompleted, 0x2000, 16 * MIB),
+                event(FreeCompleted, 0x1000, 16 * MIB),
+                event(Alloc, 0x2000, 16 * MIB),
+            ],
+        );
+        let opts = ReplayOptions { capacity: 30 * MIB };
+        let run = replay(&t, PolicyKind::FirstFit, opts).unwrap();
+        assert_eq!(run.ooms, 1);
+        assert_eq!(run.counts.frees_after_oom, 1);
+        assert_eq!(run.counts.unknown_frees, 0);
+        assert_eq!(run.counts.allocs, 2);
+        assert!(run.peak_reserved_bytes <= 30 * MIB);
+    }
+
+    #[test]
+    fn an_alloc_over_a_live_address_replaces_the_block() {
+        let t = trace(
+            Vec::new(),
+            vec![event(Alloc, 0x1000, 512), event(Alloc, 0x1000, 1024)],
+        );
+        let run = replay(&t, PolicyKind::Tlsf, ReplayOptions::default()).unwrap();
+        assert_eq!(run.counts.allocs_over_live, 1);
+        assert_eq!(run.peak_held_bytes, 1024);
+    }
+
+    #[test]
+    fn fragmentation_is_taken_when_reserved_peaks() {
+        // Caching: 20 MiB large segment, filled with 4 MiB blocks, every other one freed,
+        // then a 12 MiB request needs a new segment: reserved peaks with holes open.
+        let mut events = Vec::new();
+        for i in 0..5 {
+            events.push(event(Alloc, 0x1000 * (i + 1), 4 * MIB));
+        }
+        for i in [0, 2] {
+            events.push(event(FreeCompleted, 0x1000 * (i + 1), 4 * MIB));
+        }
+        events.push(event(Alloc, 0x9_0000, 12 * MIB));
+        events.push(event(FreeCompleted, 0x9_0000, 12 * MIB));
+        let t = trace(Vec::new(), events);
+        let figures = TraceFigures::of(&t);
+        let rows = report(&t, &PolicyKind::ALL, ReplayOptions::default()).unwrap();
+        assert_eq!(rows.len(), 5);
+        let caching = &rows[0];
+        assert_eq!(caching.policy, PolicyKind::Caching);
+        assert_eq!(caching.peak_reserved_bytes, 32 * MIB);
+        assert_eq!(caching.largest_free_at_peak_bytes, 4 * MIB);
+        assert!((caching.external_fragmentation_at_peak - 0.5).abs() < 1e-9);
+        for row in &rows {
+            assert_eq!(row.peak_live_bytes, figures.live_peak_bytes);
+            assert_eq!(row.events, 9);
+            assert!(row.peak_reserved_bytes >= 20 * MIB, "{row:?}");
+        }
+    }
+
+    #[test]
+    fn an_empty_trace_replays_to_zeroes() {
+        let t = trace(Vec::new(), Vec::new());
+        let run = replay(&t, PolicyKind::Expandable, ReplayOptions::default()).unwrap();
+        assert_eq!(
+            (run.events, run.peak_reserved_bytes, run.ns_per_event),
+            (0, 0, 0.0)
+        );
+    }
+}
