@@ -9,6 +9,7 @@ pub mod backing;
 pub mod bench;
 pub mod cli;
 pub mod export;
+pub mod leaks;
 pub mod probe;
 pub mod rng;
 pub mod telemetry;

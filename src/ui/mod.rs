@@ -24,6 +24,7 @@ pub mod format;
 pub mod fragmentation;
 pub mod header;
 pub mod help;
+pub mod leaks;
 pub mod membar;
 pub mod processes;
 pub mod replayer;
