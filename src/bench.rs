@@ -54,6 +54,7 @@ pub fn render(
                 stats,
                 report,
                 frag_history: (0..300).map(|i| (i * 7 % 1000) as u64).collect(),
+                ..Default::default()
             }],
             paused: false,
             ops_per_s: 200.0,

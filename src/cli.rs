@@ -145,6 +145,10 @@ pub enum Command {
         /// Print the report as JSON: a list of rows, one per policy (implies --report)
         #[arg(long)]
         json: bool,
+        /// Print the leak suspects over the whole trace (with --json: a list with tag,
+        /// live_bytes, growth_bytes_per_window; empty when there are none)
+        #[arg(long)]
+        leaks: bool,
     },
     /// Show the segments and blocks of a PyTorch memory snapshot
     Snapshot {

@@ -110,12 +110,14 @@ fn run(cli: Cli) -> Result<ExitCode> {
             capacity,
             report,
             json,
+            leaks,
         }) => {
             let args = ReplayArgs {
                 policies: policy.0,
                 capacity,
                 report,
                 json,
+                leaks,
             };
             Ok(ExitCode::from(replayer::replay_command(&file, &args)?))
         }

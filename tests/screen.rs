@@ -169,6 +169,7 @@ fn finished_probe_view(policies: &[vramtop::alloc::PolicyKind]) -> vramtop::prob
                 stats: report.stats.clone(),
                 report,
                 frag_history: vec![0, 100, 500, 900],
+                ..Default::default()
             }
         })
         .collect();
@@ -219,4 +220,59 @@ fn segment_list_opens_on_enter() {
     assert!(screen.contains("segment 0"), "{screen}");
     app.handle(Action::CloseOverlay);
     assert!(!app.show_segment_list);
+}
+
+#[test]
+fn leaks_view_points_at_the_leaking_site_of_the_leak_probe() {
+    use std::sync::Arc;
+    use vramtop::alloc::{AllocConfig, Allocator, PolicyKind};
+    use vramtop::backing::BookkeepingBacking;
+    use vramtop::leaks::{usage_samples, DetectorConfig, LeakDetector};
+    use vramtop::probe::live::{PolicyView, ProbeView};
+    use vramtop::probe::{Probe, Scenario};
+
+    let scenario = Scenario::load("leak").expect("built-in");
+    let allocator = Arc::new(Allocator::new(
+        PolicyKind::Caching,
+        Box::new(BookkeepingBacking::new(1 << 30)),
+        AllocConfig::default(),
+    ));
+    let mut probe = Probe::new(&scenario, allocator, "bookkeeping", 1);
+    let mut detector = LeakDetector::new(DetectorConfig::default());
+    let (mut last, mut windows, mut flagged_at) = (None, 0u64, None);
+    while probe.step() {
+        if last != Some(probe.window()) {
+            last = Some(probe.window());
+            windows += 1;
+            detector.observe(windows, &usage_samples(&probe.allocator().live_bytes_by_tag()));
+            detector.close_window();
+            if flagged_at.is_none() && !detector.suspects().is_empty() {
+                flagged_at = probe.report().step;
+            }
+        }
+    }
+    let suspects = detector.suspects();
+    assert_eq!(suspects.len(), 1, "{suspects:?}");
+    assert_eq!(suspects[0].tag, "leak: kept output");
+    let (step, _) = flagged_at.expect("flagged during the run");
+    assert!(step <= 5, "flagged only at step {step}");
+
+    let mut app = idle_app();
+    let report = probe.report();
+    app.apply_probe(ProbeView {
+        policies: vec![PolicyView {
+            layout: probe.allocator().layout(),
+            stats: report.stats.clone(),
+            report,
+            suspects,
+            sites: detector.sites(),
+            ..Default::default()
+        }],
+        done: true,
+        ..Default::default()
+    });
+    app.handle(Action::ToggleLeaksView);
+    let screen = render(&app, 120, 40);
+    assert!(screen.contains("leak suspects"), "{screen}");
+    assert!(screen.contains("leak: kept output"), "{screen}");
 }

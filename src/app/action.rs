@@ -31,6 +31,9 @@ pub enum Action {
     NextSegment,
     PrevSegment,
     ToggleSegmentList,
+    ToggleLeaksView,
+    /// Set a baseline for mark-and-compare, or clear it (forwarded to the probe runner).
+    ToggleMark,
 }
 
 impl Action {
@@ -38,7 +41,11 @@ impl Action {
     pub fn is_probe_control(self) -> bool {
         matches!(
             self,
-            Action::ProbePause | Action::ProbeStep | Action::ProbeFaster | Action::ProbeSlower
+            Action::ProbePause
+                | Action::ProbeStep
+                | Action::ProbeFaster
+                | Action::ProbeSlower
+                | Action::ToggleMark
         )
     }
 }
@@ -217,6 +224,20 @@ pub const BINDINGS: &[Binding] = &[
         "Enter",
         "blocks of the segment",
     ),
+    bind(
+        KeyCode::Char('L'),
+        NONE,
+        Action::ToggleLeaksView,
+        "L",
+        "leaks view / main view",
+    ),
+    bind(
+        KeyCode::Char('M'),
+        NONE,
+        Action::ToggleMark,
+        "M",
+        "leaks: mark now / clear mark",
+    ),
 ];
 
 /// The action bound to a key press, if any. Shift is ignored for characters, since
@@ -289,6 +310,8 @@ mod tests {
             NextSegment,
             PrevSegment,
             ToggleSegmentList,
+            ToggleLeaksView,
+            ToggleMark,
         ];
         for action in all {
             assert!(

@@ -9,6 +9,7 @@ pub mod viewer;
 
 use ratatui::widgets::TableState;
 
+use crate::leaks::{ProcessWatch, TrendConfig};
 use crate::probe::live::ProbeView;
 use crate::telemetry::{DeviceHealth, ProcessSnapshot, SystemSnapshot};
 use action::Action;
@@ -78,6 +79,10 @@ pub struct App {
     pub selected_segment: Option<usize>,
     pub show_segment_list: bool,
     pub segment_table: TableState,
+    /// The leaks view replaces processes and the block map while shown.
+    pub show_leaks: bool,
+    /// Per-device process memory trends (NVML), for the leaks view.
+    pub process_watch: Vec<ProcessWatch>,
 }
 
 impl App {
@@ -101,6 +106,8 @@ impl App {
             selected_segment: None,
             show_segment_list: false,
             segment_table: TableState::default(),
+            show_leaks: false,
+            process_watch: Vec::new(),
         }
     }
 
@@ -113,6 +120,14 @@ impl App {
         }
         for (history, device) in self.memory_history.iter_mut().zip(&snapshot.devices) {
             history.push(device.memory_used_bytes.unwrap_or(0));
+        }
+        if self.process_watch.len() != snapshot.devices.len() {
+            self.process_watch.resize_with(snapshot.devices.len(), || {
+                ProcessWatch::new(TrendConfig::default())
+            });
+        }
+        for (watch, device) in self.process_watch.iter_mut().zip(&snapshot.devices) {
+            watch.observe(snapshot.taken_at_ms, device);
         }
         if self.frozen {
             self.held_back = Some(snapshot);
@@ -225,8 +240,13 @@ impl App {
                 self.show_segment_list = !self.show_segment_list && self.selected_segment.is_some();
                 self.segment_table = TableState::default();
             }
+            Action::ToggleLeaksView => self.show_leaks = !self.show_leaks,
             // Forwarded to the probe runner by the event loop.
-            Action::ProbePause | Action::ProbeStep | Action::ProbeFaster | Action::ProbeSlower => {}
+            Action::ProbePause
+            | Action::ProbeStep
+            | Action::ProbeFaster
+            | Action::ProbeSlower
+            | Action::ToggleMark => {}
             Action::ToggleFreeze => {
                 self.frozen = !self.frozen;
                 if !self.frozen {

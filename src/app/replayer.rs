@@ -259,6 +259,32 @@ pub struct ReplayArgs {
     pub capacity: Option<u64>,
     pub report: bool,
     pub json: bool,
+    /// Print the leak suspects found over the whole trace instead of a replay.
+    pub leaks: bool,
+}
+
+/// Suspects as people read them: one line each, with the evidence.
+fn leak_table(name: &str, suspects: &[crate::leaks::Suspect]) -> String {
+    use crate::alloc::human_bytes;
+    if suspects.is_empty() {
+        return format!("{name}: no leak suspects: no allocation site kept growing\n");
+    }
+    let mut out = format!("{name}: {} leak suspect(s)\n", suspects.len());
+    for s in suspects {
+        out.push_str(&format!(
+            "  {}  live {} in {} blocks, +{} per window over {} windows, growing since window {}\n",
+            s.tag,
+            human_bytes(s.live_bytes),
+            s.live_blocks,
+            human_bytes(s.growth_bytes_per_window),
+            s.windows_growing,
+            s.first_seen
+        ));
+        for r in &s.retained_with {
+            out.push_str(&format!("    holds {}\n", r.tag));
+        }
+    }
+    out
 }
 
 /// `vramtop replay FILE ...`: the exit code, after printing any one-line error.
@@ -274,6 +300,16 @@ pub fn replay_command(path: &Path, args: &ReplayArgs) -> Result<u8> {
         eprintln!("vramtop: {notice}");
     }
     let name = viewer::display_name(path);
+    if args.leaks {
+        let suspects =
+            crate::leaks::suspects_in_trace(&trace, &crate::leaks::TraceLeakConfig::default());
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&suspects)?);
+        } else {
+            print!("{}", leak_table(&name, &suspects));
+        }
+        return Ok(0);
+    }
     let policies = if args.policies.is_empty() {
         vec![PolicyKind::Caching]
     } else {

@@ -153,6 +153,7 @@ fn forward(probe: &LiveProbe, action: Action) {
         Action::ProbeStep => probe.step(),
         Action::ProbeFaster => probe.faster(),
         Action::ProbeSlower => probe.slower(),
+        Action::ToggleMark => probe.toggle_mark(),
         _ => {}
     }
 }

@@ -9,7 +9,11 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::runner::{Probe, ProbeReport};
-use crate::alloc::{Layout, Stats};
+use crate::alloc::{Layout, LiveBlock, Stats};
+use crate::leaks::{
+    usage_samples, Baseline, BlockRecord, DetectorConfig, LeakDetector, SiteDiff, SiteTrend,
+    Suspect,
+};
 use crate::telemetry::sim::WorkloadGauge;
 
 /// How often the runner wakes to do work and publish.
@@ -26,6 +30,8 @@ pub struct Control {
     pub ops_per_s: f64,
     /// Single steps asked for while paused; the runner does one per increment.
     pub steps_requested: u64,
+    /// Bumped by each press of the mark key: set a baseline, or clear the one set.
+    pub mark_presses: u64,
 }
 
 /// One policy's view of the run.
@@ -36,6 +42,67 @@ pub struct PolicyView {
     pub report: ProbeReport,
     /// External fragmentation in per-mille, oldest first.
     pub frag_history: Vec<u64>,
+    /// Allocation sites whose live bytes kept growing, with the evidence.
+    pub suspects: Vec<Suspect>,
+    pub sites: Vec<SiteTrend>,
+    /// What was allocated since the mark and is still alive, by site; None when unmarked.
+    pub since_mark: Option<Vec<SiteDiff>>,
+    /// The oldest live blocks.
+    pub oldest: Vec<LiveBlock>,
+}
+
+/// Blocks listed as the oldest alive.
+const OLDEST_SHOWN: usize = 8;
+
+/// Leak bookkeeping for one probe: a detector fed at every window boundary, and the
+/// baseline of the mark-and-compare view.
+struct LeakWatch {
+    detector: LeakDetector,
+    /// The probe's window key last seen, and how many windows have begun: the detector
+    /// counts windows 1, 2, 3... so "first seen" reads as a window number.
+    window: Option<u64>,
+    windows: u64,
+    baseline: Option<Baseline>,
+}
+
+impl LeakWatch {
+    fn new() -> Self {
+        LeakWatch {
+            detector: LeakDetector::new(DetectorConfig::default()),
+            window: None,
+            windows: 0,
+            baseline: None,
+        }
+    }
+
+    /// Sample live bytes per site when the probe enters a new window (a training step).
+    fn after_step(&mut self, probe: &Probe) {
+        let window = probe.window();
+        if self.window == Some(window) {
+            return;
+        }
+        self.window = Some(window);
+        self.windows += 1;
+        let usage = probe.allocator().live_bytes_by_tag();
+        self.detector.observe(self.windows, &usage_samples(&usage));
+        self.detector.close_window();
+    }
+
+    fn toggle_mark(&mut self, probe: &Probe) {
+        self.baseline = match self.baseline {
+            Some(_) => None,
+            None => Some(Baseline::mark(&records(probe))),
+        };
+    }
+}
+
+fn records(probe: &Probe) -> Vec<BlockRecord> {
+    probe
+        .allocator()
+        .live_blocks_by_age(usize::MAX)
+        .iter()
+        .map(BlockRecord::from)
+        .collect()
 }
 
 #[derive(Clone, Debug, Default)]
@@ -60,6 +127,7 @@ impl LiveProbe {
             paused: false,
             ops_per_s: ops_per_s.clamp(MIN_OPS_PER_S, MAX_OPS_PER_S),
             steps_requested: 0,
+            mark_presses: 0,
         };
         let (control_tx, control_rx) = watch::channel(initial);
         let (view_tx, view_rx) = watch::channel(ProbeView::default());
@@ -81,6 +149,10 @@ impl LiveProbe {
             c.paused = true;
             c.steps_requested += 1;
         });
+    }
+
+    pub fn toggle_mark(&self) {
+        self.control.send_modify(|c| c.mark_presses += 1);
     }
 
     pub fn faster(&self) {
@@ -108,6 +180,8 @@ async fn run(
     cancel: CancellationToken,
 ) {
     let mut histories: Vec<Vec<u64>> = vec![Vec::new(); probes.len()];
+    let mut watches: Vec<LeakWatch> = probes.iter().map(|_| LeakWatch::new()).collect();
+    let mut marks_seen = control.borrow().mark_presses;
     let mut credit = 0.0f64;
     let mut steps_done = control.borrow().steps_requested;
     let mut ticker = tokio::time::interval(TICK);
@@ -125,6 +199,12 @@ async fn run(
             },
         }
         let c = *control.borrow();
+        if c.mark_presses != marks_seen {
+            marks_seen = c.mark_presses;
+            for (w, p) in watches.iter_mut().zip(&probes) {
+                w.toggle_mark(p);
+            }
+        }
         let mut budget = 0u64;
         if c.paused {
             credit = 0.0;
@@ -141,8 +221,9 @@ async fn run(
         let mut progressed = false;
         for _ in 0..budget {
             let mut any = false;
-            for p in probes.iter_mut() {
+            for (p, w) in probes.iter_mut().zip(watches.iter_mut()) {
                 any |= p.step();
+                w.after_step(p);
             }
             progressed |= any;
             if !any {
@@ -150,7 +231,7 @@ async fn run(
             }
         }
         if progressed || publish {
-            let view = snapshot(&probes, &mut histories, c);
+            let view = snapshot(&probes, &mut histories, &watches, c);
             if let (Some(g), Some(first)) = (&gauge, view.policies.first()) {
                 g.set(first.stats.reserved_bytes);
             }
@@ -160,11 +241,17 @@ async fn run(
     }
 }
 
-fn snapshot(probes: &[Probe], histories: &mut [Vec<u64>], control: Control) -> ProbeView {
+fn snapshot(
+    probes: &[Probe],
+    histories: &mut [Vec<u64>],
+    watches: &[LeakWatch],
+    control: Control,
+) -> ProbeView {
     let policies = probes
         .iter()
         .zip(histories.iter_mut())
-        .map(|(p, history)| {
+        .zip(watches)
+        .map(|((p, history), watch)| {
             let report = p.report();
             let stats = report.stats.clone();
             history.push((stats.external_fragmentation * 1000.0).round() as u64);
@@ -176,6 +263,10 @@ fn snapshot(probes: &[Probe], histories: &mut [Vec<u64>], control: Control) -> P
                 stats,
                 report,
                 frag_history: history.clone(),
+                suspects: watch.detector.suspects(),
+                sites: watch.detector.sites(),
+                since_mark: watch.baseline.as_ref().map(|b| b.diff(&records(p))),
+                oldest: p.allocator().live_blocks_by_age(OLDEST_SHOWN),
             }
         })
         .collect();

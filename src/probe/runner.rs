@@ -66,6 +66,7 @@ pub struct Probe {
     rng: Rng,
     report: ProbeReport,
     started: Instant,
+    phase_index: usize,
 }
 
 impl Probe {
@@ -99,7 +100,20 @@ impl Probe {
             rng: Rng::new(seed ^ 0x5eed),
             report,
             started: Instant::now(),
+            phase_index: 0,
         }
+    }
+
+    /// The leak detector's window: the training step within a phase of steps, else a
+    /// bucket of operations, so windows only ever move forward.
+    pub fn window(&self) -> u64 {
+        /// Operations per window outside training steps.
+        const OPS_PER_WINDOW: u64 = 200;
+        let within = match self.report.step {
+            Some((step, _)) => u64::from(step),
+            None => self.pos as u64 / OPS_PER_WINDOW,
+        };
+        self.phase_index as u64 * 1_000_000 + within
     }
 
     pub fn allocator(&self) -> &Arc<Allocator> {
@@ -147,7 +161,11 @@ impl Probe {
 
     fn execute(&mut self, op: Op) {
         match op {
-            Op::Phase { caption, .. } => self.report.phase = Some(caption),
+            Op::Phase { index, caption } => {
+                self.report.phase = Some(caption);
+                self.report.step = None;
+                self.phase_index = index;
+            }
             Op::Step { step, of } => self.report.step = Some((step, of)),
             Op::Alloc {
                 slot,

@@ -71,12 +71,52 @@ pub fn draw(frame: &mut Frame, app: &App) {
     ])
     .areas(body);
     devices::draw(frame, devices_area, app);
-    processes::draw(frame, processes_area, app);
-    allocator::draw(frame, allocator_area, app);
+    if app.show_leaks {
+        let [_, below] =
+            Layout::vertical([Constraint::Length(device_rows), Constraint::Min(0)]).areas(body);
+        draw_leaks(frame, below, app);
+    } else {
+        processes::draw(frame, processes_area, app);
+        allocator::draw(frame, allocator_area, app);
+    }
     draw_footer(frame, footer, app);
     if app.show_help {
         help::draw(frame, area);
     }
+}
+
+/// The leaks view: suspects of the (first) probe, what is alive since the mark, sites,
+/// oldest blocks, and process memory trends from telemetry.
+fn draw_leaks(frame: &mut Frame, area: Rect, app: &App) {
+    use ratatui::widgets::{Block, Borders};
+    let policy = app.probe.as_ref().and_then(|p| p.policies.first());
+    let empty_suspects = Vec::new();
+    let empty_sites = Vec::new();
+    let (suspects, sites) =
+        policy.map_or((&empty_suspects, &empty_sites), |p| (&p.suspects, &p.sites));
+    let trends: Vec<_> = app.process_watch.iter().flat_map(|w| w.trends()).collect();
+    let unattributed = app
+        .process_watch
+        .get(app.selected_device)
+        .map(|w| w.unattributed());
+    let title = match policy {
+        Some(p) => format!(
+            " leaks · probe {} · {} · M marks, L returns ",
+            p.report.scenario, p.report.policy
+        ),
+        None => " leaks · process memory trends (run a probe for allocation sites) · L returns "
+            .to_string(),
+    };
+    let view = leaks::LeaksView::new(suspects, sites)
+        .since_mark(policy.and_then(|p| p.since_mark.as_deref()))
+        .oldest_blocks(policy.map_or(&[], |p| p.oldest.as_slice()))
+        .processes(&trends)
+        .unattributed(
+            unattributed.as_ref(),
+            crate::leaks::TrendConfig::default().unattributed_bytes,
+        )
+        .block(Block::new().borders(Borders::ALL).title(title));
+    frame.render_widget(view, area);
 }
 
 fn draw_too_small(frame: &mut Frame, area: Rect) {
