@@ -59,6 +59,10 @@ pub struct LiveArgs {
 
     #[command(flatten)]
     pub probe_opts: ProbeOptions,
+
+    /// Show the devices of hosts that run `vramtop serve`, e.g. gpu1:9464,gpu2:9464
+    #[arg(long, value_name = "HOST:PORT,...", value_delimiter = ',', value_parser = parse_remote, conflicts_with = "probe")]
+    pub remote: Vec<String>,
 }
 
 /// Options shared by `--probe` in the live view and `vramtop probe`.
@@ -168,8 +172,8 @@ pub enum Command {
         #[command(subcommand)]
         what: BenchCommand,
     },
-    /// Serve metrics in the Prometheus text format
-    Serve,
+    /// Serve metrics in the Prometheus text format, and snapshots for --remote
+    Serve(ServeArgs),
     /// Check the CUDA backing on GPU 0: segments, pages, fill and verify kernels
     #[command(hide = true)]
     GpuSelfCheck,
@@ -204,6 +208,42 @@ pub enum BenchCommand {
         #[arg(long)]
         json: bool,
     },
+}
+
+/// Options of `vramtop serve`: where to listen, and the live view's telemetry and probe
+/// options.
+#[derive(Debug, Clone, Args)]
+pub struct ServeArgs {
+    /// Address to listen on (loopback by default; port 0 picks a free port)
+    #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:9464")]
+    pub listen: std::net::SocketAddr,
+
+    /// Also export dcgm-exporter's DCGM_FI_DEV_* series, in its units and label names
+    #[arg(long)]
+    pub dcgm_names: bool,
+
+    /// Seconds between telemetry polls (0.05 to 3600)
+    #[arg(long, value_name = "SECONDS", default_value = "1", value_parser = parse_interval, env = "VRAMTOP_INTERVAL")]
+    pub interval: f64,
+
+    /// Seed for the simulated device and probe workloads (0 to 18446744073709551615)
+    #[arg(long, value_name = "N", default_value = "0", value_parser = parse_seed, allow_hyphen_values = true)]
+    pub seed: u64,
+
+    /// Where telemetry comes from
+    #[arg(long, value_enum, default_value = "auto", env = "VRAMTOP_DEVICE")]
+    pub device: DeviceChoice,
+
+    /// Run a probe workload in the background and export its allocator metrics
+    #[arg(long, value_name = "SCENARIO")]
+    pub probe: Option<String>,
+
+    /// Run the probe through two or more policies, e.g. caching,expandable
+    #[arg(long, value_name = "POLICY,POLICY", value_delimiter = ',', value_parser = parse_policy, requires = "probe")]
+    pub compare: Vec<PolicyKind>,
+
+    #[command(flatten)]
+    pub probe_opts: ProbeOptions,
 }
 
 fn parse_interval(raw: &str) -> Result<f64, String> {
@@ -280,6 +320,19 @@ fn parse_hold(raw: &str) -> Result<f64, String> {
     Ok(v)
 }
 
+/// "host:port" (an `http://` prefix and a trailing `/` are dropped).
+fn parse_remote(raw: &str) -> Result<String, String> {
+    let addr = raw.trim();
+    let addr = addr.strip_prefix("http://").unwrap_or(addr);
+    let addr = addr.trim_end_matches('/');
+    let bad = || format!("'{raw}' is not host:port, e.g. gpu1:9464 (plain http only)");
+    let (host, port) = addr.rsplit_once(':').ok_or_else(bad)?;
+    match port.parse::<u16>() {
+        Ok(p) if p > 0 && !host.is_empty() && !host.contains('/') => Ok(addr.to_string()),
+        _ => Err(bad()),
+    }
+}
+
 fn parse_seed(raw: &str) -> Result<u64, String> {
     raw.trim()
         .parse()
@@ -352,6 +405,19 @@ mod tests {
             Ok(PolicySet(vec![PolicyKind::Tlsf, PolicyKind::Caching]))
         );
         assert!(parse_policy_set("nope").unwrap_err().contains("or all"));
+    }
+
+    #[test]
+    fn remote_addresses() {
+        assert_eq!(parse_remote("gpu1:9464").unwrap(), "gpu1:9464");
+        assert_eq!(
+            parse_remote("http://10.0.0.5:9464/").unwrap(),
+            "10.0.0.5:9464"
+        );
+        assert_eq!(parse_remote("[::1]:9464").unwrap(), "[::1]:9464");
+        for bad in ["gpu1", "gpu1:0", ":9464", "gpu1:x", "https://gpu1:9464"] {
+            assert!(parse_remote(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

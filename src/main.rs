@@ -124,6 +124,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Some(Command::Snapshot { file, once }) => {
             Ok(ExitCode::from(viewer::snapshot_command(&file, once)?))
         }
+        Some(Command::Serve(args)) => vramtop::export::serve::run(args),
         Some(other) => {
             let name = match other {
                 Command::Probe { .. } => "probe",
@@ -131,7 +132,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 Command::Snapshot { .. } => "snapshot",
                 Command::Demo { .. } => "demo",
                 Command::Bench { .. } => "bench",
-                Command::Serve => "serve",
+                Command::Serve(_) => "serve",
                 Command::GpuSelfCheck => "gpu-self-check",
             };
             eprintln!("vramtop: '{name}' is not yet available in this version");
@@ -196,8 +197,13 @@ fn probe_headless(
 
 fn live(args: cli::LiveArgs) -> Result<ExitCode> {
     let workload = WorkloadGauge::default();
-    let opened = open(args.device, args.seed, workload.clone())?;
     let once = args.once || !std::io::stdout().is_terminal();
+    let opened = if args.remote.is_empty() {
+        open(args.device, args.seed, workload.clone())?
+    } else {
+        let interval = Duration::from_secs_f64(args.interval);
+        vramtop::telemetry::remote::open(&args.remote, interval, once)?
+    };
     if let (true, Some(notice)) = (once, &opened.notice) {
         eprintln!("vramtop: {notice}");
     }

@@ -96,7 +96,10 @@ fn no_cuda_here_is_a_clear_error() {
 
 #[test]
 fn replay_leaks_points_at_the_kept_output() {
-    let trace = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/traces/linear_leak.pickle.gz");
+    let trace = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../shared/traces/linear_leak.pickle.gz"
+    );
     let out = vramtop()
         .args(["replay", trace, "--leaks", "--json"])
         .assert()
@@ -110,7 +113,10 @@ fn replay_leaks_points_at_the_kept_output() {
     assert_eq!(list[0]["tag"], "torch_trace.py:68 step");
     assert!(list[0]["live_bytes"].as_u64().unwrap_or(0) > 0);
     assert!(list[0]["growth_bytes_per_window"].as_u64().unwrap_or(0) > 0);
-    let resnet = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/traces/resnet50_varbatch_train.pickle.gz");
+    let resnet = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../shared/traces/resnet50_varbatch_train.pickle.gz"
+    );
     vramtop()
         .args(["replay", resnet, "--leaks", "--json"])
         .assert()

@@ -244,7 +244,10 @@ fn leaks_view_points_at_the_leaking_site_of_the_leak_probe() {
         if last != Some(probe.window()) {
             last = Some(probe.window());
             windows += 1;
-            detector.observe(windows, &usage_samples(&probe.allocator().live_bytes_by_tag()));
+            detector.observe(
+                windows,
+                &usage_samples(&probe.allocator().live_bytes_by_tag()),
+            );
             detector.close_window();
             if flagged_at.is_none() && !detector.suspects().is_empty() {
                 flagged_at = probe.report().step;

@@ -6,12 +6,13 @@
 pub mod nvml;
 pub mod open;
 pub mod procfs;
+pub mod remote;
 pub mod sim;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// How a process uses the GPU, merged from NVML's compute and graphics lists.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ProcessKind {
     #[serde(rename = "C")]
     Compute,
@@ -32,7 +33,7 @@ impl ProcessKind {
 }
 
 /// What we could learn of a GPU process from the host side.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum HostView {
     /// Found in /proc: user, command, CPU and RSS are filled in where readable.
@@ -44,7 +45,7 @@ pub enum HostView {
     Exited,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ProcessSnapshot {
     pub pid: u32,
     pub kind: ProcessKind,
@@ -60,7 +61,7 @@ pub struct ProcessSnapshot {
 }
 
 /// Whether a device's figures are current.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case", tag = "state", content = "reason")]
 pub enum DeviceHealth {
     Ok,
@@ -70,7 +71,7 @@ pub enum DeviceHealth {
     Lost(String),
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct DeviceSnapshot {
     pub index: u32,
     pub name: String,
@@ -142,7 +143,7 @@ impl DeviceSnapshot {
 }
 
 /// One poll of the whole machine.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SystemSnapshot {
     pub hostname: String,
     /// "NVML" or "simulated (no NVIDIA driver found)": where the figures come from.

@@ -1,0 +1,357 @@
+//! `vramtop serve`: a read-only HTTP endpoint over the same telemetry and probes as the
+//! live view. `GET /metrics` is the Prometheus text format, `GET /api/snapshot` the JSON
+//! that `vramtop --remote` reads; anything else is 404, any other method 405.
+//! Polls through the app's `Poller` thread; must not depend on ratatui or the app's state.
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::thread::{self, JoinHandle};
+use std::time::Duration;
+
+use color_eyre::eyre::{eyre, Result, WrapErr};
+use serde::Serialize;
+use tiny_http::{Header, Method, Request, Response};
+use tokio::signal::unix::{signal, SignalKind};
+use tokio::sync::watch;
+
+use super::metrics;
+use crate::alloc::Stats;
+use crate::app::runtime::Poller;
+use crate::cli::ServeArgs;
+use crate::probe::live::{LiveProbe, ProbeView};
+use crate::probe::{setup, Scenario};
+use crate::telemetry::open::open;
+use crate::telemetry::sim::WorkloadGauge;
+use crate::telemetry::{now_ms, DeviceHealth, SystemSnapshot};
+
+/// Requests are cheap (a snapshot borrow and an encode): two workers keep one slow client
+/// from holding up a scrape.
+const WORKERS: usize = 2;
+
+/// Where the server reads its figures: the latest telemetry poll and the latest probe view.
+#[derive(Clone)]
+pub struct Feeds {
+    pub snapshots: watch::Receiver<Option<SystemSnapshot>>,
+    pub probe: Option<watch::Receiver<ProbeView>>,
+    /// The poll interval: a snapshot older than three of them (and 2 s) is marked stale.
+    pub interval: Duration,
+    /// Also write dcgm-exporter's DCGM_FI_DEV_* series.
+    pub dcgm_names: bool,
+}
+
+/// The body of `/api/snapshot`: the `SystemSnapshot` JSON (as `--once --json` prints it)
+/// with the allocator stats of each running probe policy added under `allocator`.
+#[derive(Serialize)]
+pub struct ApiSnapshot<'a> {
+    #[serde(flatten)]
+    pub system: &'a SystemSnapshot,
+    pub allocator: &'a [Stats],
+}
+
+impl Feeds {
+    /// The latest snapshot, with devices marked stale when the poller has fallen behind
+    /// (a hung driver call), and the probes' stats. None before the first poll.
+    fn current(&self) -> Option<(SystemSnapshot, Vec<Stats>)> {
+        let mut snapshot = self.snapshots.borrow().clone()?;
+        let stale_after_ms = (self.interval * 3).max(Duration::from_secs(2)).as_millis() as u64;
+        if now_ms().saturating_sub(snapshot.taken_at_ms) > stale_after_ms {
+            for d in &mut snapshot.devices {
+                if d.health == DeviceHealth::Ok {
+                    d.health = DeviceHealth::Stale;
+                }
+            }
+        }
+        // Borrow the view rather than clone it: its block layout can be large.
+        let stats = self.probe.as_ref().map_or_else(Vec::new, |views| {
+            views
+                .borrow()
+                .policies
+                .iter()
+                .map(|p| p.stats.clone())
+                .collect()
+        });
+        Some((snapshot, stats))
+    }
+}
+
+/// A running HTTP server. Dropping it stops the workers and closes the listener.
+pub struct Server {
+    http: Arc<tiny_http::Server>,
+    addr: SocketAddr,
+    workers: Vec<JoinHandle<()>>,
+}
+
+impl Server {
+    /// Bind `listen` (port 0 picks a free port) and answer requests on worker threads.
+    pub fn start(listen: SocketAddr, feeds: Feeds) -> Result<Server> {
+        let http = tiny_http::Server::http(listen)
+            .map_err(|e| eyre!("could not listen on {listen}: {e}; pick another --listen"))?;
+        let addr = http
+            .server_addr()
+            .to_ip()
+            .ok_or_else(|| eyre!("listening on {listen} gave no IP address"))?;
+        let http = Arc::new(http);
+        let mut workers = Vec::with_capacity(WORKERS);
+        for i in 0..WORKERS {
+            let http = Arc::clone(&http);
+            let feeds = feeds.clone();
+            let worker = thread::Builder::new()
+                .name(format!("vramtop-http-{i}"))
+                .spawn(move || {
+                    for request in http.incoming_requests() {
+                        answer(request, &feeds);
+                    }
+                })
+                .wrap_err("could not start an HTTP worker thread")?;
+            workers.push(worker);
+        }
+        Ok(Server {
+            http,
+            addr,
+            workers,
+        })
+    }
+
+    /// The address actually bound (with the port chosen when 0 was asked for).
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        // Each unblock releases one worker waiting in incoming_requests().
+        for _ in &self.workers {
+            self.http.unblock();
+        }
+        for worker in self.workers.drain(..) {
+            let _ = worker.join();
+        }
+    }
+}
+
+struct Reply {
+    status: u16,
+    content_type: &'static str,
+    body: String,
+    allow: bool,
+}
+
+impl Reply {
+    fn text(status: u16, body: impl Into<String>) -> Reply {
+        Reply {
+            status,
+            content_type: "text/plain; charset=utf-8",
+            body: body.into(),
+            allow: false,
+        }
+    }
+}
+
+/// What to answer to `method` and `url`: pure, so the routing is testable without sockets.
+fn route(method: &Method, url: &str, feeds: &Feeds) -> Reply {
+    let path = url.split(['?', '#']).next().unwrap_or("");
+    let known = matches!(path, "/metrics" | "/api/snapshot");
+    if !known {
+        return Reply::text(404, "not found: try /metrics or /api/snapshot\n");
+    }
+    if !matches!(method, Method::Get | Method::Head) {
+        return Reply {
+            allow: true,
+            ..Reply::text(405, "method not allowed: this endpoint serves reads only\n")
+        };
+    }
+    let Some((snapshot, stats)) = feeds.current() else {
+        return Reply::text(
+            503,
+            "no telemetry poll has finished yet; retry in a second\n",
+        );
+    };
+    if path == "/metrics" {
+        match metrics::encode(&snapshot, &stats, feeds.dcgm_names) {
+            Ok(body) => Reply {
+                status: 200,
+                content_type: metrics::CONTENT_TYPE,
+                body,
+                allow: false,
+            },
+            Err(e) => Reply::text(500, format!("could not encode metrics: {e}\n")),
+        }
+    } else {
+        let api = ApiSnapshot {
+            system: &snapshot,
+            allocator: &stats,
+        };
+        match serde_json::to_string(&api) {
+            Ok(body) => Reply {
+                status: 200,
+                content_type: "application/json",
+                body,
+                allow: false,
+            },
+            Err(e) => Reply::text(500, format!("could not serialise the snapshot: {e}\n")),
+        }
+    }
+}
+
+fn answer(request: Request, feeds: &Feeds) {
+    let reply = route(request.method(), request.url(), feeds);
+    let mut response = Response::from_string(reply.body).with_status_code(reply.status);
+    if let Ok(h) = Header::from_bytes("Content-Type", reply.content_type) {
+        response.add_header(h);
+    }
+    if reply.allow {
+        if let Ok(h) = Header::from_bytes("Allow", "GET, HEAD") {
+            response.add_header(h);
+        }
+    }
+    // A client that hung up early is its own business.
+    let _ = request.respond(response);
+}
+
+/// `vramtop serve`: poll telemetry, run the probe if asked, serve until a signal.
+pub fn run(args: ServeArgs) -> Result<ExitCode> {
+    let workload = WorkloadGauge::default();
+    let opened = open(args.device, args.seed, workload.clone())?;
+    if let Some(notice) = &opened.notice {
+        eprintln!("vramtop: {notice}");
+    }
+    let probe_set = match &args.probe {
+        None => None,
+        Some(name) => {
+            let scenario = match Scenario::load(name) {
+                Ok(s) => s,
+                Err(e) => return usage_error(e),
+            };
+            let mut policies = vec![args.probe_opts.policy];
+            if !args.compare.is_empty() {
+                policies = args.compare.clone();
+                policies.dedup();
+            }
+            let o = &args.probe_opts;
+            match setup::build(&scenario, &policies, o.backing, o.probe_limit, args.seed) {
+                Ok(set) => Some(set),
+                // As in the live view: a GPU that cannot run probes still has telemetry
+                // worth serving.
+                Err(e) if e.starts_with("probes disabled") => {
+                    eprintln!("vramtop: {e}; serving telemetry without allocator metrics");
+                    None
+                }
+                Err(e) => return usage_error(e),
+            }
+        }
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .wrap_err("could not start the async runtime")?;
+    let interval = Duration::from_secs_f64(args.interval);
+    let poller = Poller::spawn(opened.source, interval)?;
+    let probe = {
+        let _in_runtime = rt.enter();
+        let ops_per_s = args.probe_opts.ops_per_s;
+        probe_set.map(|set| LiveProbe::spawn(set.probes, Some(workload), ops_per_s))
+    };
+    let feeds = Feeds {
+        snapshots: poller.snapshots.clone(),
+        probe: probe.as_ref().map(|p| p.views.clone()),
+        interval,
+        dcgm_names: args.dcgm_names,
+    };
+    let server = Server::start(args.listen, feeds)?;
+    let what = if opened.simulated {
+        "the simulated device"
+    } else {
+        "NVML"
+    };
+    // Scripts and tests read this line to learn the port when --listen asked for port 0.
+    eprintln!(
+        "vramtop serve: listening on http://{}/metrics and /api/snapshot ({what})",
+        server.addr()
+    );
+    let exit = rt.block_on(async {
+        let mut sigint = signal(SignalKind::interrupt())?;
+        let mut sigterm = signal(SignalKind::terminate())?;
+        let code = tokio::select! {
+            _ = sigint.recv() => 130,
+            _ = sigterm.recv() => 0,
+        };
+        Ok::<u8, std::io::Error>(code)
+    });
+    drop(server);
+    drop(probe);
+    drop(poller);
+    let code = exit.wrap_err("installing signal handlers")?;
+    Ok(ExitCode::from(code))
+}
+
+fn usage_error(msg: impl std::fmt::Display) -> Result<ExitCode> {
+    eprintln!("vramtop: {msg}");
+    Ok(ExitCode::from(2))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::telemetry::sim::SimSource;
+    use crate::telemetry::TelemetrySource;
+
+    fn feeds_with(
+        snapshot: Option<SystemSnapshot>,
+    ) -> (watch::Sender<Option<SystemSnapshot>>, Feeds) {
+        let (tx, rx) = watch::channel(snapshot);
+        let feeds = Feeds {
+            snapshots: rx,
+            probe: None,
+            interval: Duration::from_secs(1),
+            dcgm_names: false,
+        };
+        (tx, feeds)
+    }
+
+    fn sim_snapshot() -> SystemSnapshot {
+        SimSource::new(1, WorkloadGauge::default()).poll()
+    }
+
+    #[test]
+    fn routes_reads_and_refuses_the_rest() {
+        let (_tx, feeds) = feeds_with(Some(sim_snapshot()));
+        let metrics = route(&Method::Get, "/metrics?x=1", &feeds);
+        assert_eq!(metrics.status, 200);
+        assert_eq!(metrics.content_type, metrics::CONTENT_TYPE);
+        assert!(metrics.body.contains("vramtop_memory_total_bytes{"));
+        let api = route(&Method::Get, "/api/snapshot", &feeds);
+        assert_eq!(api.status, 200);
+        let v: serde_json::Value = serde_json::from_str(&api.body).unwrap();
+        assert_eq!(v["devices"][0]["simulated"], true);
+        assert!(v["allocator"].as_array().is_some_and(|a| a.is_empty()));
+        assert_eq!(route(&Method::Get, "/", &feeds).status, 404);
+        assert_eq!(route(&Method::Get, "/metricsx", &feeds).status, 404);
+        let post = route(&Method::Post, "/metrics", &feeds);
+        assert_eq!(post.status, 405);
+        assert!(post.allow);
+        assert_eq!(route(&Method::Delete, "/api/snapshot", &feeds).status, 405);
+    }
+
+    #[test]
+    fn nothing_to_serve_before_the_first_poll() {
+        let (_tx, feeds) = feeds_with(None);
+        assert_eq!(route(&Method::Get, "/metrics", &feeds).status, 503);
+    }
+
+    #[test]
+    fn an_old_snapshot_is_served_as_stale() {
+        let mut old = sim_snapshot();
+        old.taken_at_ms = now_ms() - 60_000;
+        let (_tx, feeds) = feeds_with(Some(old));
+        let (snapshot, _) = feeds.current().unwrap();
+        assert_eq!(snapshot.devices[0].health, DeviceHealth::Stale);
+        let text = route(&Method::Get, "/metrics", &feeds).body;
+        assert!(text.contains("vramtop_device_up{gpu=\"0\""));
+        assert!(text
+            .lines()
+            .any(|l| l.starts_with("vramtop_device_up{") && l.ends_with(" 0")));
+    }
+}

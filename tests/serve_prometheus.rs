@@ -1,0 +1,317 @@
+//! `vramtop serve` as Prometheus sees it: a real Prometheus scrapes it every second on
+//! 127.0.0.1, its query API returns the vramtop series with the simulated device's
+//! labels, and `promtool check metrics` accepts the exposition. Also the HTTP surface:
+//! reads only, 404 and 405 for the rest.
+//!
+//! Needs Debian's `prometheus` package (prometheus and promtool on PATH); .ci/run
+//! installs it. Set VRAMTOP_SKIP_PROMETHEUS=1 to skip where it cannot be installed.
+
+#[path = "serve_support.rs"]
+mod support;
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use support::{free_port, get, request, start_serve, wait_for, ChildGuard};
+
+const SIM_UUID: &str = "SIM-00000000-0000-0000-0000-000000000000";
+
+fn on_path(program: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|dir| dir.join(program))
+            .find(|p| p.is_file())
+    })
+}
+
+/// A scratch directory removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(tag: &str) -> TempDir {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+        let dir =
+            std::env::temp_dir().join(format!("vramtop-{tag}-{}-{nanos}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("create a scratch directory");
+        TempDir(dir)
+    }
+    fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The Prometheus tools, or None when the test is to be skipped.
+fn prometheus_tools() -> Option<(PathBuf, PathBuf)> {
+    match (on_path("prometheus"), on_path("promtool")) {
+        (Some(p), Some(t)) => Some((p, t)),
+        _ if std::env::var("VRAMTOP_SKIP_PROMETHEUS").as_deref() == Ok("1") => {
+            eprintln!("skipped: prometheus/promtool not on PATH and VRAMTOP_SKIP_PROMETHEUS=1");
+            None
+        }
+        _ => panic!(
+            "prometheus and promtool are not on PATH: install Debian's `prometheus` package \
+             (apt-get install prometheus; .ci/run does), or set VRAMTOP_SKIP_PROMETHEUS=1 \
+             to skip this test"
+        ),
+    }
+}
+
+/// `promtool check metrics` on `text`: (passed, what it said).
+fn promtool_check(promtool: &Path, text: &str) -> (bool, String) {
+    let mut child = Command::new(promtool)
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool starts");
+    child
+        .stdin
+        .take()
+        .expect("promtool stdin")
+        .write_all(text.as_bytes())
+        .expect("feed promtool");
+    let out = child.wait_with_output().expect("promtool finishes");
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), said)
+}
+
+fn query(prom_addr: &str, promql: &str) -> serde_json::Value {
+    let encoded: String = promql
+        .bytes()
+        .map(|b| match b {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'_' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect();
+    let (status, body) = get(prom_addr, &format!("/api/v1/query?query={encoded}"));
+    assert_eq!(status, 200, "query {promql}: {body}");
+    serde_json::from_str(&body).expect("Prometheus answers JSON")
+}
+
+fn results(v: &serde_json::Value) -> Vec<serde_json::Value> {
+    v["data"]["result"].as_array().cloned().unwrap_or_default()
+}
+
+#[test]
+fn prometheus_scrapes_serve() {
+    let Some((prometheus, promtool)) = prometheus_tools() else {
+        return;
+    };
+    let (_serve, serve_addr) = start_serve(&["--device", "sim", "--probe", "steady"]);
+
+    // The probe publishes its first stats within a tick or two, and the simulated device
+    // lists our process from the next poll on.
+    let metrics = wait_for(Duration::from_secs(15), || {
+        let (status, body) = get(&serve_addr, "/metrics");
+        let complete = body.contains("vramtop_allocator_reserved_bytes{")
+            && body.contains("vramtop_process_memory_used_bytes{");
+        (status == 200 && complete).then_some(body)
+    })
+    .expect("/metrics with allocator and process series within 15 s");
+    let (ok, said) = promtool_check(&promtool, &metrics);
+    assert!(
+        ok,
+        "promtool check metrics refused /metrics:\n{said}\n---\n{metrics}"
+    );
+
+    let dir = TempDir::new("prometheus");
+    let config = dir.path().join("prometheus.yml");
+    std::fs::write(
+        &config,
+        format!(
+            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n\
+             scrape_configs:\n  - job_name: vramtop\n    scrape_interval: 1s\n    \
+             static_configs:\n      - targets: ['{serve_addr}']\n"
+        ),
+    )
+    .expect("write prometheus.yml");
+    let prom_addr = format!("127.0.0.1:{}", free_port());
+    let log = std::fs::File::create(dir.path().join("prometheus.log")).expect("log file");
+    let child = Command::new(&prometheus)
+        .arg(format!("--config.file={}", config.display()))
+        .arg(format!(
+            "--storage.tsdb.path={}",
+            dir.path().join("data").display()
+        ))
+        .arg(format!("--web.listen-address={prom_addr}"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("prometheus starts");
+    let _prometheus = ChildGuard {
+        child,
+        name: "prometheus",
+    };
+    let prom_log =
+        || std::fs::read_to_string(dir.path().join("prometheus.log")).unwrap_or_default();
+
+    let series = wait_for(Duration::from_secs(30), || {
+        // Prometheus answers 503 until its storage is open: wait for /-/ready first.
+        let connectable = std::net::TcpStream::connect(&prom_addr).is_ok();
+        if !connectable || get(&prom_addr, "/-/ready").0 != 200 {
+            return None;
+        }
+        let found = results(&query(&prom_addr, "vramtop_memory_used_bytes"));
+        (!found.is_empty()).then_some(found)
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "no vramtop series scraped within 30 s; prometheus said:\n{}",
+            prom_log()
+        )
+    });
+
+    let labels = &series[0]["metric"];
+    assert_eq!(labels["job"], "vramtop", "{labels}");
+    assert_eq!(labels["gpu"], "0", "{labels}");
+    assert_eq!(labels["uuid"], SIM_UUID, "{labels}");
+    assert!(labels["hostname"].as_str().is_some_and(|h| !h.is_empty()));
+
+    let up = results(&query(&prom_addr, "up{job=\"vramtop\"}"));
+    assert_eq!(up[0]["value"][1], "1", "{up:?}");
+    let info = results(&query(&prom_addr, "vramtop_device_info"));
+    assert_eq!(info[0]["metric"]["simulated"], "true", "{info:?}");
+    assert!(info[0]["metric"]["name"]
+        .as_str()
+        .is_some_and(|n| n.contains("simulated")));
+    for name in [
+        "vramtop_memory_total_bytes",
+        "vramtop_temperature_celsius",
+        "vramtop_power_watts",
+        "vramtop_allocator_reserved_bytes{policy=\"caching\"}",
+        "vramtop_allocator_external_fragmentation_ratio",
+        "vramtop_allocator_ooms_total",
+        "vramtop_allocator_backing_calls_total",
+    ] {
+        assert!(
+            !results(&query(&prom_addr, name)).is_empty(),
+            "{name} missing from Prometheus"
+        );
+    }
+    // The simulated H100 has no fan: nothing exported, rather than a 0.
+    assert!(!metrics.contains("fan"));
+
+    check_dashboard(&prom_addr, &metrics);
+}
+
+/// Every query of the Grafana dashboard parses in Prometheus, and every vramtop series
+/// it names is one that /metrics exports (a typo would leave a panel silently empty).
+fn check_dashboard(prom_addr: &str, metrics: &str) {
+    let dashboard: serde_json::Value =
+        serde_json::from_str(include_str!("../assets/grafana/vramtop.json"))
+            .expect("assets/grafana/vramtop.json is JSON");
+    let exprs: Vec<String> = dashboard["panels"]
+        .as_array()
+        .expect("panels")
+        .iter()
+        .flat_map(|p| p["targets"].as_array().cloned().unwrap_or_default())
+        .filter_map(|t| t["expr"].as_str().map(str::to_string))
+        .collect();
+    assert!(exprs.len() >= 10, "dashboard queries: {exprs:?}");
+    for expr in exprs {
+        let promql = expr
+            .replace("$hostname", ".*")
+            .replace("$gpu", ".*")
+            .replace("$__rate_interval", "1m");
+        let v = query(prom_addr, &promql);
+        assert_eq!(v["status"], "success", "{promql}: {v}");
+        for name in expr
+            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .filter(|t| t.starts_with("vramtop_"))
+        {
+            assert!(
+                metrics.contains(&format!("# TYPE {name} ")),
+                "dashboard names {name}, which /metrics does not export"
+            );
+        }
+    }
+}
+
+#[test]
+fn serve_answers_reads_only() {
+    let (_serve, addr) = start_serve(&["--device", "sim", "--dcgm-names"]);
+    let (status, body) = wait_for(Duration::from_secs(10), || {
+        let (status, body) = get(&addr, "/api/snapshot");
+        (status == 200).then_some((status, body))
+    })
+    .expect("/api/snapshot answers within 10 s");
+    assert_eq!(status, 200);
+    let v: serde_json::Value = serde_json::from_str(&body).expect("JSON snapshot");
+    assert_eq!(v["devices"][0]["uuid"], SIM_UUID);
+    assert!(v["allocator"].as_array().is_some(), "{v}");
+
+    let (status, metrics) = get(&addr, "/metrics");
+    assert_eq!(status, 200);
+    assert!(metrics.contains("# TYPE vramtop_memory_used_bytes gauge"));
+    // dcgm-exporter's names, in MiB: the simulated H100 has 81559 MiB.
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("DCGM_FI_DEV_FB_TOTAL{") && l.ends_with(" 81559")),
+        "{metrics}"
+    );
+
+    assert_eq!(get(&addr, "/").0, 404);
+    assert_eq!(get(&addr, "/api/other").0, 404);
+    assert_eq!(request("POST", &addr, "/metrics").0, 405);
+    assert_eq!(request("PUT", &addr, "/api/snapshot").0, 405);
+    assert_eq!(request("DELETE", &addr, "/metrics").0, 405);
+}
+
+#[test]
+fn serve_help_lists_its_options() {
+    let out = Command::new(env!("CARGO_BIN_EXE_vramtop"))
+        .args(["serve", "--help"])
+        .output()
+        .expect("vramtop serve --help runs");
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    for flag in [
+        "--listen",
+        "127.0.0.1:9464",
+        "--device",
+        "--probe",
+        "--policy",
+        "--compare",
+        "--interval",
+        "--dcgm-names",
+    ] {
+        assert!(text.contains(flag), "serve --help lacks {flag}:\n{text}");
+    }
+    for flag in ["--once", "--remote <"] {
+        assert!(!text.contains(flag), "serve --help offers {flag}:\n{text}");
+    }
+}
+
+#[test]
+fn serve_refuses_a_busy_port_in_one_line() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = taken.local_addr().expect("addr").to_string();
+    let out = Command::new(env!("CARGO_BIN_EXE_vramtop"))
+        .args(["serve", "--device", "sim", "--listen", &addr])
+        .output()
+        .expect("vramtop serve runs");
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!("could not listen on {addr}")),
+        "{err}"
+    );
+}
