@@ -92,6 +92,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             seed,
             opts,
         }) => probe_headless(&scenario, seconds, json, seed, &opts, hold),
+        Some(Command::Demo { name, opts }) => vramtop::demo::run(name.as_deref(), &opts),
         Some(other) => {
             let name = match other {
                 Command::Probe { .. } => "probe",

@@ -1,3 +1,6 @@
-//! Output for machines and pipes: the one-shot table and JSON of `--once`.
+//! Output for machines, pipes and slides: the one-shot table and JSON of `--once`, and
+//! drawn screens as asciicast recordings and SVG pictures.
 
+pub mod cast;
 pub mod once;
+pub mod svg;

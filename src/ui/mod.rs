@@ -16,6 +16,7 @@
 //! ```
 
 pub mod allocator;
+pub mod bigdigits;
 pub mod blockmap;
 pub mod devices;
 #[doc(hidden)]
@@ -25,7 +26,9 @@ pub mod fragmentation;
 pub mod header;
 pub mod help;
 pub mod membar;
+pub mod presenter;
 pub mod processes;
+pub mod screen_theme;
 pub mod theme;
 
 use ratatui::layout::{Constraint, Layout, Rect};
