@@ -149,7 +149,14 @@ fn finished_probe_view(policies: &[vramtop::alloc::PolicyKind]) -> vramtop::prob
     use vramtop::probe::live::{PolicyView, ProbeView};
     use vramtop::probe::{setup, Scenario};
     let scenario = Scenario::load("checkerboard").expect("built-in");
-    let mut set = setup::build(&scenario, policies, BackingChoice::Bookkeeping, Some(256 << 20), 1).expect("backing");
+    let mut set = setup::build(
+        &scenario,
+        policies,
+        BackingChoice::Bookkeeping,
+        Some(256 << 20),
+        1,
+    )
+    .expect("backing");
     let views = set
         .probes
         .iter_mut()
@@ -179,7 +186,10 @@ fn checkerboard_probe_shows_the_oom_with_free_memory() {
     app.apply_probe(finished_probe_view(&[vramtop::alloc::PolicyKind::Caching]));
     for (w, h) in [(120, 40), (80, 24)] {
         let screen = render(&app, w, h);
-        assert!(screen.contains("OOM: needed 24.0 MiB contiguous"), "{w}x{h}:\n{screen}");
+        assert!(
+            screen.contains("OOM: needed 24.0 MiB contiguous"),
+            "{w}x{h}:\n{screen}"
+        );
         assert!(screen.contains("probe checkerboard"), "{w}x{h}");
         insta::assert_snapshot!(format!("probe_checkerboard_{w}x{h}"), screen);
     }
@@ -189,7 +199,10 @@ fn checkerboard_probe_shows_the_oom_with_free_memory() {
 fn compare_shows_one_policy_failing_where_the_other_succeeds() {
     use vramtop::alloc::PolicyKind;
     let mut app = idle_app();
-    app.apply_probe(finished_probe_view(&[PolicyKind::Caching, PolicyKind::Expandable]));
+    app.apply_probe(finished_probe_view(&[
+        PolicyKind::Caching,
+        PolicyKind::Expandable,
+    ]));
     let screen = render(&app, 160, 45);
     assert!(screen.contains("caching · OOM"), "{screen}");
     assert!(screen.contains("expandable · ok"), "{screen}");
