@@ -164,8 +164,10 @@ pub enum Command {
     },
     /// Play a scripted fragmentation story for talks
     Demo {
-        /// Story name
+        /// Story name, or a path to a story .toml file; leave out to list the stories
         name: Option<String>,
+        #[command(flatten)]
+        opts: crate::demo::DemoOptions,
     },
     /// Measure vramtop's own costs
     Bench {

@@ -8,6 +8,7 @@ pub mod app;
 pub mod backing;
 pub mod bench;
 pub mod cli;
+pub mod demo;
 pub mod export;
 pub mod leaks;
 pub mod probe;

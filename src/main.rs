@@ -125,19 +125,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::from(viewer::snapshot_command(&file, once)?))
         }
         Some(Command::Serve(args)) => vramtop::export::serve::run(args),
-        Some(other) => {
-            let name = match other {
-                Command::Probe { .. } => "probe",
-                Command::Replay { .. } => "replay",
-                Command::Snapshot { .. } => "snapshot",
-                Command::Demo { .. } => "demo",
-                Command::Bench { .. } => "bench",
-                Command::Serve(_) => "serve",
-                Command::GpuSelfCheck => "gpu-self-check",
-            };
-            eprintln!("vramtop: '{name}' is not yet available in this version");
-            Ok(ExitCode::from(2))
-        }
+        Some(Command::Demo { name, opts }) => vramtop::demo::run(name.as_deref(), &opts),
     }
 }
 

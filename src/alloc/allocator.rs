@@ -17,7 +17,8 @@ use super::policy::{BackingCx, Placement, Policy, Shortfall};
 use super::size_index::{SizeIndex, GRAIN};
 use super::tlsf::TlsfIndex;
 use super::types::{
-    AllocError, Block, EventKind, Layout, OomReport, PolicyKind, Stats, StreamId, TagId,
+    AllocError, Block, EventKind, FreeForRequests, Layout, OomReport, PolicyKind, Stats, StreamId,
+    TagId,
 };
 use crate::backing::Backing;
 
@@ -439,6 +440,18 @@ impl Allocator {
         let inner = self.lock();
         let free = inner.policy.free_summary();
         inner.counters.stats(self.kind, self.capacity, &free)
+    }
+
+    /// What an out-of-memory report would count as free if a request failed now.
+    pub fn free_for_requests(&self) -> FreeForRequests {
+        let inner = self.lock();
+        let headroom = self.capacity.saturating_sub(inner.backing.held());
+        let view = inner.policy.oom_view(headroom);
+        FreeForRequests {
+            runs: view.runs,
+            total_bytes: view.total,
+            largest_bytes: view.largest,
+        }
     }
 
     pub fn layout(&self) -> Layout {

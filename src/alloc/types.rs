@@ -199,6 +199,15 @@ impl Stats {
     }
 }
 
+/// Free memory as the next request sees it: the figures an out-of-memory report would
+/// give now (for expandable, unmapped address space up to the backing's headroom too).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct FreeForRequests {
+    pub runs: u64,
+    pub total_bytes: u64,
+    pub largest_bytes: u64,
+}
+
 /// The facts behind an out-of-memory error: what was asked, and why it did not fit.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct OomReport {

@@ -1,6 +1,9 @@
-//! Output for machines and pipes: the one-shot table and JSON of `--once`, and the
-//! Prometheus and JSON endpoints of `vramtop serve`.
+//! Output for machines, pipes and slides: the one-shot table and JSON of `--once`, the
+//! Prometheus and JSON endpoints of `vramtop serve`, and drawn screens as asciicast
+//! recordings and SVG pictures.
 
+pub mod cast;
 pub mod metrics;
 pub mod once;
 pub mod serve;
+pub mod svg;

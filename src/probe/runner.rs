@@ -124,6 +124,12 @@ impl Probe {
         self.pos >= self.ops.len() && self.current.is_none()
     }
 
+    /// Whether the phase begun last has no work left: the next `step` starts another
+    /// phase, or the plan is done. Talks stop here between phases.
+    pub fn at_phase_end(&self) -> bool {
+        self.current.is_none() && matches!(self.ops.get(self.pos), None | Some(Op::Phase { .. }))
+    }
+
     /// Execute one allocator call (or one marker). Returns false once the plan is done.
     pub fn step(&mut self) -> bool {
         if let Some(work) = self.current.take() {

@@ -131,13 +131,19 @@ fn default_full() -> f64 {
     1.0
 }
 
-/// One phase of a scenario. Each has a caption, shown in the live view and in talks.
+/// One phase of a scenario. Each has a caption, shown in the live view and in talks, and
+/// may say how a talk (`vramtop demo`) goes on when it ends: `pause = true` waits for the
+/// speaker, `hold_s = N` waits N seconds; neither goes on at once. Probes ignore both.
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
 pub enum Phase {
     /// `count` allocations of `size` on `stream`, kept until freed by a later phase.
     Alloc {
         caption: String,
+        #[serde(default)]
+        pause: bool,
+        #[serde(default)]
+        hold_s: Option<f64>,
         tag: String,
         size: SizeRange,
         #[serde(default = "default_one")]
@@ -149,6 +155,10 @@ pub enum Phase {
     /// or the allocator runs out: the OOM that ends a fill is expected, not counted.
     Fill {
         caption: String,
+        #[serde(default)]
+        pause: bool,
+        #[serde(default)]
+        hold_s: Option<f64>,
         tag: String,
         size: SizeRange,
         #[serde(default = "default_full")]
@@ -157,6 +167,10 @@ pub enum Phase {
     /// Free every `every`-th live block of `tag`, starting at `offset`.
     FreeEvery {
         caption: String,
+        #[serde(default)]
+        pause: bool,
+        #[serde(default)]
+        hold_s: Option<f64>,
         tag: String,
         #[serde(default = "default_two")]
         every: u32,
@@ -164,12 +178,29 @@ pub enum Phase {
         offset: u32,
     },
     /// Free every live block of `tag`.
-    FreeTag { caption: String, tag: String },
+    FreeTag {
+        caption: String,
+        #[serde(default)]
+        pause: bool,
+        #[serde(default)]
+        hold_s: Option<f64>,
+        tag: String,
+    },
     /// Release cached memory back to the backing.
-    EmptyCache { caption: String },
+    EmptyCache {
+        caption: String,
+        #[serde(default)]
+        pause: bool,
+        #[serde(default)]
+        hold_s: Option<f64>,
+    },
     /// `count` allocations of varied sizes, freed in random order, at most `max_live` live.
     Churn {
         caption: String,
+        #[serde(default)]
+        pause: bool,
+        #[serde(default)]
+        hold_s: Option<f64>,
         tag: String,
         count: u32,
         size: SizeRange,
@@ -180,6 +211,10 @@ pub enum Phase {
     /// gradient buffer per layer. `leak`, when set, keeps one buffer per step forever.
     Steps {
         caption: String,
+        #[serde(default)]
+        pause: bool,
+        #[serde(default)]
+        hold_s: Option<f64>,
         steps: u32,
         layers: u32,
         /// Batch size drawn uniformly from [min, max] each step.
@@ -195,6 +230,10 @@ pub enum Phase {
     /// `process_every` operations.
     Streams {
         caption: String,
+        #[serde(default)]
+        pause: bool,
+        #[serde(default)]
+        hold_s: Option<f64>,
         streams: u32,
         ops: u32,
         size: SizeRange,
@@ -205,6 +244,10 @@ pub enum Phase {
     /// the same size, for a quiet baseline.
     Steady {
         caption: String,
+        #[serde(default)]
+        pause: bool,
+        #[serde(default)]
+        hold_s: Option<f64>,
         tag: String,
         blocks: u32,
         size: SizeRange,
@@ -212,14 +255,46 @@ pub enum Phase {
     },
 }
 
+/// How a talk goes on when a phase ends.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub enum Pacing {
+    /// Start the next phase at once.
+    #[default]
+    Continue,
+    /// Wait for the speaker.
+    Pause,
+    /// Wait this many seconds (at speed x1).
+    Hold(f64),
+}
+
 impl Phase {
+    /// `pause` wins over `hold_s` when a phase sets both.
+    pub fn pacing(&self) -> Pacing {
+        let (pause, hold_s) = match self {
+            Phase::Alloc { pause, hold_s, .. }
+            | Phase::Fill { pause, hold_s, .. }
+            | Phase::FreeEvery { pause, hold_s, .. }
+            | Phase::FreeTag { pause, hold_s, .. }
+            | Phase::EmptyCache { pause, hold_s, .. }
+            | Phase::Churn { pause, hold_s, .. }
+            | Phase::Steps { pause, hold_s, .. }
+            | Phase::Streams { pause, hold_s, .. }
+            | Phase::Steady { pause, hold_s, .. } => (*pause, *hold_s),
+        };
+        match (pause, hold_s) {
+            (true, _) => Pacing::Pause,
+            (false, Some(s)) if s > 0.0 => Pacing::Hold(s),
+            _ => Pacing::Continue,
+        }
+    }
+
     pub fn caption(&self) -> &str {
         match self {
             Phase::Alloc { caption, .. }
             | Phase::Fill { caption, .. }
             | Phase::FreeEvery { caption, .. }
             | Phase::FreeTag { caption, .. }
-            | Phase::EmptyCache { caption }
+            | Phase::EmptyCache { caption, .. }
             | Phase::Churn { caption, .. }
             | Phase::Steps { caption, .. }
             | Phase::Streams { caption, .. }
@@ -267,6 +342,7 @@ impl Scenario {
         if scenario.phases.is_empty() {
             return Err(format!("scenario {origin}: no [[phase]] entries"));
         }
+        check_phases(&scenario.phases, &format!("scenario {origin}"))?;
         Ok(scenario)
     }
 
@@ -287,6 +363,51 @@ impl Scenario {
         ))
     }
 }
+
+/// Checks what serde cannot: `hold_s` is a number of seconds a talk can wait.
+pub fn check_phases(phases: &[Phase], origin: &str) -> Result<(), String> {
+    for (i, phase) in phases.iter().enumerate() {
+        if let Phase::Alloc {
+            hold_s: Some(s), ..
+        }
+        | Phase::Fill {
+            hold_s: Some(s), ..
+        }
+        | Phase::FreeEvery {
+            hold_s: Some(s), ..
+        }
+        | Phase::FreeTag {
+            hold_s: Some(s), ..
+        }
+        | Phase::EmptyCache {
+            hold_s: Some(s), ..
+        }
+        | Phase::Churn {
+            hold_s: Some(s), ..
+        }
+        | Phase::Steps {
+            hold_s: Some(s), ..
+        }
+        | Phase::Streams {
+            hold_s: Some(s), ..
+        }
+        | Phase::Steady {
+            hold_s: Some(s), ..
+        } = phase
+        {
+            if !s.is_finite() || !(0.0..=MAX_HOLD_S).contains(s) {
+                return Err(format!(
+                    "{origin}: phase {} has hold_s = {s}; accepted range: 0 to {MAX_HOLD_S} seconds",
+                    i + 1
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Longest `hold_s` a phase may ask for.
+pub const MAX_HOLD_S: f64 = 3600.0;
 
 pub fn names() -> Vec<&'static str> {
     BUILTIN.iter().map(|(n, _)| *n).collect()
@@ -320,6 +441,22 @@ mod tests {
         // Tagged phases are read whole, so the line is that of the `[[phase]]` holding the field.
         assert!(err.contains("line 3"), "{err}");
         assert!(err.contains("cuont"), "{err}");
+    }
+
+    #[test]
+    fn pause_and_hold_are_optional_per_phase() {
+        let head =
+            "name = \"x\"\nsummary = \"y\"\n[[phase]]\nkind = \"empty-cache\"\ncaption = \"c\"\n";
+        let plain = Scenario::from_toml(head, "plain").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(plain.phases[0].pacing(), Pacing::Continue);
+        let paused = Scenario::from_toml(&format!("{head}pause = true\n"), "p")
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(paused.phases[0].pacing(), Pacing::Pause);
+        let held = Scenario::from_toml(&format!("{head}hold_s = 2.5\n"), "h")
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(held.phases[0].pacing(), Pacing::Hold(2.5));
+        let err = Scenario::from_toml(&format!("{head}hold_s = -1\n"), "bad.toml").unwrap_err();
+        assert!(err.contains("hold_s") && err.contains("bad.toml"), "{err}");
     }
 
     #[test]

@@ -16,6 +16,7 @@
 //! ```
 
 pub mod allocator;
+pub mod bigdigits;
 pub mod blockmap;
 pub mod devices;
 #[doc(hidden)]
@@ -26,8 +27,10 @@ pub mod header;
 pub mod help;
 pub mod leaks;
 pub mod membar;
+pub mod presenter;
 pub mod processes;
 pub mod replayer;
+pub mod screen_theme;
 pub mod theme;
 pub mod viewer;
 
