@@ -7,6 +7,9 @@ BIN=$(readlink -f "${1:?usage: scripts/gpu-check.sh PATH/TO/vramtop}")
 HERE=$(cd "$(dirname "$0")" && pwd)
 OUT=${OUT:-$PWD/gpu-check-out}
 mkdir -p "$OUT"
+# Scratch files stay out of $OUT: what comes back from the GPU machine is limited to a few
+# files, so $OUT keeps the log, the summary and the screens only.
+WORK=$(mktemp -d)
 LOG="$OUT/gpu-check.log"
 : > "$LOG"
 declare -a RESULTS
@@ -30,7 +33,7 @@ say "scenarios on cuda"
 total_mismatch=0; runs=0; failed=0
 for s in checkerboard churn training leak streams steady; do
   for p in caching best-fit first-fit tlsf expandable; do
-    f="$OUT/probe-$s-$p.json"
+    f="$WORK/probe-$s-$p.json"
     "$BIN" probe "$s" --policy "$p" --backing cuda --probe-limit 2GiB --seconds 60 --json > "$f" 2>> "$LOG"
     rc=$?
     line=$(python3 - "$f" <<'PY'
@@ -52,11 +55,11 @@ else result "scenarios x policies on cuda" FAIL "$failed of $runs runs failed, $
 
 # 3. Expandable: mapped bytes vs what the driver says the process holds.
 say "expandable mapped bytes vs nvidia-smi"
-"$BIN" probe checkerboard --policy expandable --backing cuda --probe-limit 4GiB --json --hold 12 > "$OUT/hold-expandable.json" 2>>"$LOG" &
+"$BIN" probe checkerboard --policy expandable --backing cuda --probe-limit 4GiB --json --hold 12 > "$WORK/hold-expandable.json" 2>>"$LOG" &
 holder=$!
-for _ in $(seq 60); do [ -s "$OUT/hold-expandable.json" ] && break; sleep 0.5; done
+for _ in $(seq 60); do [ -s "$WORK/hold-expandable.json" ] && break; sleep 0.5; done
 sleep 1
-mapped=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["stats"]["reserved_bytes"]>>20)' "$OUT/hold-expandable.json" 2>/dev/null || echo "?")
+mapped=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["stats"]["reserved_bytes"]>>20)' "$WORK/hold-expandable.json" 2>/dev/null || echo "?")
 smi=$(nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits | awk -F', ' -v p=$holder '$1==p {print $2}')
 echo "expandable mapped ${mapped} MiB; nvidia-smi says pid $holder uses ${smi:-?} MiB" | tee -a "$LOG"
 if [[ "$mapped" =~ ^[0-9]+$ && "$smi" =~ ^[0-9]+$ ]]; then
@@ -68,9 +71,9 @@ else result "expandable mapped vs nvidia-smi" FAIL "mapped=${mapped} smi=${smi:-
 # 4. --once --json vs nvidia-smi while the probe holds memory.
 say "--once --json vs nvidia-smi"
 "$BIN" --once --json --device nvml > "$OUT/once.json" 2>>"$LOG"
-nvidia-smi --query-gpu=memory.used,memory.total,memory.reserved --format=csv,noheader,nounits > "$OUT/smi-gpu.csv"
-nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits > "$OUT/smi-apps.csv"
-cmp=$(python3 - "$OUT/once.json" "$OUT/smi-gpu.csv" "$OUT/smi-apps.csv" <<'PY'
+nvidia-smi --query-gpu=memory.used,memory.total,memory.reserved --format=csv,noheader,nounits > "$WORK/smi-gpu.csv"
+nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits > "$WORK/smi-apps.csv"
+cmp=$(python3 - "$OUT/once.json" "$WORK/smi-gpu.csv" "$WORK/smi-apps.csv" <<'PY'
 import json, sys
 snap = json.load(open(sys.argv[1]))
 d = snap["devices"][0]
@@ -97,16 +100,16 @@ say "CPU share over 20 s under a pty of 200x60"
 "$BIN" probe steady --backing cuda --probe-limit 2GiB --hold 45 --json > /dev/null 2>&1 &
 bg=$!
 sleep 3
-"$HERE/cpu-share.sh" 20 "$BIN" --interval 1 --device nvml > "$OUT/cpu-1s.txt" 2>>"$LOG" &
+"$HERE/cpu-share.sh" 20 "$BIN" --interval 1 --device nvml > "$WORK/cpu-1s.txt" 2>>"$LOG" &
 a=$!
-"$HERE/cpu-share.sh" 20 "$BIN" --interval 0.1 --device nvml > "$OUT/cpu-0.1s.txt" 2>>"$LOG" &
+"$HERE/cpu-share.sh" 20 "$BIN" --interval 0.1 --device nvml > "$WORK/cpu-0.1s.txt" 2>>"$LOG" &
 b=$!
-"$HERE/cpu-share.sh" 20 nvidia-smi -l 1 > "$OUT/cpu-smi.txt" 2>>"$LOG" &
+"$HERE/cpu-share.sh" 20 nvidia-smi -l 1 > "$WORK/cpu-smi.txt" 2>>"$LOG" &
 c=$!
 wait $a $b $c
-result "CPU vramtop --interval 1 (target <= 0.375 %)" "$(awk '{print ($1 <= 0.375) ? "ok" : "MISS"}' "$OUT/cpu-1s.txt")" "$(awk '{printf "%.3f %% of a core, peak RSS %d MB", $1, $2/1024}' "$OUT/cpu-1s.txt")"
-result "CPU vramtop --interval 0.1 (target <= 2.2 %)" "$(awk '{print ($1 <= 2.225) ? "ok" : "MISS"}' "$OUT/cpu-0.1s.txt")" "$(awk '{printf "%.3f %% of a core, peak RSS %d MB", $1, $2/1024}' "$OUT/cpu-0.1s.txt")"
-result "CPU nvidia-smi -l 1 (reference)" info "$(awk '{printf "%.3f %% of a core, peak RSS %d MB", $1, $2/1024}' "$OUT/cpu-smi.txt")"
+result "CPU vramtop --interval 1 (target <= 0.375 %)" "$(awk '{print ($1 <= 0.375) ? "ok" : "MISS"}' "$WORK/cpu-1s.txt")" "$(awk '{printf "%.3f %% of a core, peak RSS %d MB", $1, $2/1024}' "$WORK/cpu-1s.txt")"
+result "CPU vramtop --interval 0.1 (target <= 2.2 %)" "$(awk '{print ($1 <= 2.225) ? "ok" : "MISS"}' "$WORK/cpu-0.1s.txt")" "$(awk '{printf "%.3f %% of a core, peak RSS %d MB", $1, $2/1024}' "$WORK/cpu-0.1s.txt")"
+result "CPU nvidia-smi -l 1 (reference)" info "$(awk '{printf "%.3f %% of a core, peak RSS %d MB", $1, $2/1024}' "$WORK/cpu-smi.txt")"
 kill $bg 2>/dev/null; wait $bg 2>/dev/null
 
 # 6. A look at the live screen with a probe on the GPU, as a user would see it.
@@ -119,11 +122,28 @@ if command -v tmux >/dev/null; then
   if grep -q "OOM: needed" "$OUT/screen-probe.txt" && grep -q "gpu0" "$OUT/screen-probe.txt"; then
     result "live TUI, checkerboard on the GPU" ok "OOM explained on screen (screen-probe.txt)"
   else result "live TUI, checkerboard on the GPU" FAIL "see screen-probe.txt"; fi
+  # The leak probe on the GPU, and the leaks view (L) pointing at the leaking site.
+  tmux new-session -d -s vl -x 120 -y 40 "$BIN --probe leak --backing cuda --probe-limit 1GiB --ops-per-s 300"
+  sleep 2; tmux send-keys -t vl L; sleep 6
+  tmux capture-pane -p -t vl > "$OUT/screen-leaks.txt"
+  tmux send-keys -t vl q; sleep 1; tmux kill-server 2>/dev/null
+  if grep -q "leak suspects" "$OUT/screen-leaks.txt" && grep -q "leak: kept output" "$OUT/screen-leaks.txt"; then
+    result "leaks view, leak probe on the GPU" ok "suspect 'leak: kept output' on screen (screen-leaks.txt)"
+  else result "leaks view, leak probe on the GPU" FAIL "see screen-leaks.txt"; fi
 fi
 
-# 7. Draw cost on this machine.
-"$BIN" bench render > "$OUT/bench-render.txt" 2>&1
-result "bench render 200x60" info "$(cat "$OUT/bench-render.txt")"
+# 7. vramtop serve against nvidia-smi (Prometheus /metrics).
+say "serve /metrics vs nvidia-smi"
+serve_line=$(OUT="$WORK" "$HERE/gpu-check-serve.sh" "$BIN" 2>&1 | tail -n 1)
+cat "$WORK/gpu-check-serve.log" >> "$LOG" 2>/dev/null
+case "$serve_line" in
+  *": ok"*) result "serve /metrics vs nvidia-smi" ok "${serve_line#*: ok}" ;;
+  *) result "serve /metrics vs nvidia-smi" FAIL "$serve_line" ;;
+esac
+
+# 8. Draw cost on this machine.
+"$BIN" bench render > "$WORK/bench-render.txt" 2>&1
+result "bench render 200x60" info "$(cat "$WORK/bench-render.txt")"
 
 echo
 echo "check                                        result details"

@@ -34,14 +34,7 @@ fn render(p: &StoryPlayer, width: u16, height: u16, palette: Palette) -> Buffer 
 }
 
 fn text(buf: &Buffer) -> String {
-    let mut out = String::new();
-    for y in 0..buf.area.height {
-        for x in 0..buf.area.width {
-            out.push_str(buf[(x, y)].symbol());
-        }
-        out.push('\n');
-    }
-    out
+    vramtop::ui::buffer_text(buf)
 }
 
 /// Every frame of a run through the story: half a second of story time per frame

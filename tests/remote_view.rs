@@ -44,15 +44,7 @@ fn screen(app: &App) -> String {
     terminal
         .draw(|frame| vramtop::ui::draw(frame, app))
         .expect("draw");
-    let buffer = terminal.backend().buffer();
-    let mut text = String::new();
-    for y in 0..buffer.area.height {
-        for x in 0..buffer.area.width {
-            text.push_str(buffer[(x, y)].symbol());
-        }
-        text.push('\n');
-    }
-    text
+    vramtop::ui::buffer_text(terminal.backend().buffer())
 }
 
 #[test]

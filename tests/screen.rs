@@ -19,15 +19,7 @@ fn seeded_snapshot() -> SystemSnapshot {
 fn render(app: &App, width: u16, height: u16) -> String {
     let mut terminal = Terminal::new(TestBackend::new(width, height)).expect("test terminal");
     terminal.draw(|f| vramtop::ui::draw(f, app)).expect("draw");
-    let buffer = terminal.backend().buffer();
-    let mut out = String::new();
-    for y in 0..buffer.area.height {
-        for x in 0..buffer.area.width {
-            out.push_str(buffer[(x, y)].symbol());
-        }
-        out.push('\n');
-    }
-    out
+    vramtop::ui::buffer_text(terminal.backend().buffer())
 }
 
 fn idle_app() -> App {

@@ -122,6 +122,18 @@ fn draw_leaks(frame: &mut Frame, area: Rect, app: &App) {
     frame.render_widget(view, area);
 }
 
+/// A drawn buffer as plain text, one line per row: what tests and snapshots compare.
+pub fn buffer_text(buf: &ratatui::buffer::Buffer) -> String {
+    let mut text = String::with_capacity(buf.area.area() as usize + buf.area.height as usize);
+    for y in buf.area.top()..buf.area.bottom() {
+        for x in buf.area.left()..buf.area.right() {
+            text.push_str(buf[(x, y)].symbol());
+        }
+        text.push('\n');
+    }
+    text
+}
+
 fn draw_too_small(frame: &mut Frame, area: Rect) {
     let text = format!(
         "vramtop: terminal {}x{} is too small; enlarge to at least {MIN_WIDTH}x{MIN_HEIGHT} (q quits)",

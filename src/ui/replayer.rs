@@ -174,14 +174,7 @@ mod tests {
         let mut terminal = Terminal::new(TestBackend::new(120, 30)).expect("test backend");
         terminal.draw(|f| draw(f, state)).expect("draw");
         let buf = terminal.backend().buffer();
-        let mut text = String::new();
-        for y in 0..buf.area.height {
-            for x in 0..buf.area.width {
-                text.push_str(buf[(x, y)].symbol());
-            }
-            text.push('\n');
-        }
-        text
+        crate::ui::buffer_text(buf)
     }
 
     #[test]

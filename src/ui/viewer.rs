@@ -230,14 +230,7 @@ mod tests {
         let mut terminal = Terminal::new(TestBackend::new(width, height)).expect("test backend");
         terminal.draw(|f| draw_snapshot(f, viewer)).expect("draw");
         let buf = terminal.backend().buffer();
-        let mut text = String::new();
-        for y in 0..buf.area.height {
-            for x in 0..buf.area.width {
-                text.push_str(buf[(x, y)].symbol());
-            }
-            text.push('\n');
-        }
-        text
+        crate::ui::buffer_text(buf)
     }
 
     #[test]
