@@ -134,7 +134,12 @@ fi
 
 # 7. vramtop serve against nvidia-smi (Prometheus /metrics).
 say "serve /metrics vs nvidia-smi"
+# A probe holds memory meanwhile, so the comparison is not of an idle board's zeros.
+"$BIN" probe checkerboard --backing cuda --probe-limit 3GiB --hold 20 --json > /dev/null 2>&1 &
+holder=$!
+sleep 4
 serve_line=$(OUT="$WORK" "$HERE/gpu-check-serve.sh" "$BIN" 2>&1 | tail -n 1)
+kill $holder 2>/dev/null; wait $holder 2>/dev/null
 cat "$WORK/gpu-check-serve.log" >> "$LOG" 2>/dev/null
 case "$serve_line" in
   *": ok"*) result "serve /metrics vs nvidia-smi" ok "${serve_line#*: ok}" ;;
