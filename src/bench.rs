@@ -59,6 +59,7 @@ pub fn render(
             paused: false,
             ops_per_s: 200.0,
             done: false,
+            recording: None,
         });
     }
     let mut terminal = Terminal::new(TestBackend::new(width, height))?;

@@ -57,6 +57,10 @@ pub struct LiveArgs {
     #[arg(long, value_name = "POLICY,POLICY", value_delimiter = ',', value_parser = parse_policy, requires = "probe")]
     pub compare: Vec<PolicyKind>,
 
+    /// Record the probe's allocator events to FILE (vramtop's trace format, for `replay`)
+    #[arg(long, value_name = "FILE", requires = "probe")]
+    pub record: Option<std::path::PathBuf>,
+
     #[command(flatten)]
     pub probe_opts: ProbeOptions,
 

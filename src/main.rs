@@ -14,6 +14,7 @@ use vramtop::app::viewer;
 use vramtop::app::App;
 use vramtop::cli::{self, BenchCommand, Cli, Command};
 use vramtop::probe::live::LiveProbe;
+use vramtop::probe::record::Recorder;
 use vramtop::probe::{setup, Scenario};
 use vramtop::telemetry::open::open;
 use vramtop::telemetry::sim::WorkloadGauge;
@@ -186,6 +187,12 @@ fn probe_headless(
 fn live(args: cli::LiveArgs) -> Result<ExitCode> {
     let workload = WorkloadGauge::default();
     let once = args.once || !std::io::stdout().is_terminal();
+    // A one-shot run has no probe to show, but a misspelt scenario still deserves its line.
+    if let (true, Some(name)) = (once, &args.probe) {
+        if let Err(e) = Scenario::load(name) {
+            return usage_error(e);
+        }
+    }
     let opened = if args.remote.is_empty() {
         open(args.device, args.seed, workload.clone())?
     } else {
@@ -243,8 +250,20 @@ fn live(args: cli::LiveArgs) -> Result<ExitCode> {
     app.notice = probe_notice.or_else(|| opened.notice.clone());
     let mut terminal = ratatui::init();
     let ops_per_s = args.probe_opts.ops_per_s;
+    // The file is opened before the terminal is taken over, so a bad path is one line.
+    let recorder = match (
+        &args.record,
+        probe_set.as_ref().and_then(|s| s.probes.first()),
+    ) {
+        (Some(path), Some(first)) => match Recorder::create(path, first.allocator().clone()) {
+            Ok(r) => Some((r, path.display().to_string())),
+            Err(e) => return usage_error(format!("--record {}: {e}", path.display())),
+        },
+        _ => None,
+    };
     let result = rt.block_on(async {
-        let live = probe_set.map(|set| LiveProbe::spawn(set.probes, Some(workload), ops_per_s));
+        let live =
+            probe_set.map(|set| LiveProbe::spawn(set.probes, Some(workload), ops_per_s, recorder));
         runtime::run(&mut terminal, &mut app, poller, live).await
     });
     ratatui::restore();

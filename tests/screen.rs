@@ -170,6 +170,7 @@ fn finished_probe_view(policies: &[vramtop::alloc::PolicyKind]) -> vramtop::prob
         paused: false,
         ops_per_s: 200.0,
         done: true,
+        recording: None,
     }
 }
 

@@ -252,7 +252,7 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
     let probe = {
         let _in_runtime = rt.enter();
         let ops_per_s = args.probe_opts.ops_per_s;
-        probe_set.map(|set| LiveProbe::spawn(set.probes, Some(workload), ops_per_s))
+        probe_set.map(|set| LiveProbe::spawn(set.probes, Some(workload), ops_per_s, None))
     };
     let feeds = Feeds {
         snapshots: poller.snapshots.clone(),

@@ -8,6 +8,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
+use super::record::Recorder;
 use super::runner::{Probe, ProbeReport};
 use crate::alloc::{Layout, LiveBlock, Stats};
 use crate::leaks::{
@@ -108,6 +109,8 @@ fn records(probe: &Probe) -> Vec<BlockRecord> {
 #[derive(Clone, Debug, Default)]
 pub struct ProbeView {
     pub policies: Vec<PolicyView>,
+    /// "recording to FILE: N events", or why recording stopped; None when not recording.
+    pub recording: Option<String>,
     pub paused: bool,
     pub ops_per_s: f64,
     pub done: bool,
@@ -122,7 +125,12 @@ pub struct LiveProbe {
 impl LiveProbe {
     /// Start stepping `probes` on the current tokio runtime. `gauge` receives the bytes
     /// the first probe's backing holds, so a simulated device can show them as used.
-    pub fn spawn(probes: Vec<Probe>, gauge: Option<WorkloadGauge>, ops_per_s: f64) -> LiveProbe {
+    pub fn spawn(
+        probes: Vec<Probe>,
+        gauge: Option<WorkloadGauge>,
+        ops_per_s: f64,
+        recorder: Option<(Recorder, String)>,
+    ) -> LiveProbe {
         let initial = Control {
             paused: false,
             ops_per_s: ops_per_s.clamp(MIN_OPS_PER_S, MAX_OPS_PER_S),
@@ -132,7 +140,14 @@ impl LiveProbe {
         let (control_tx, control_rx) = watch::channel(initial);
         let (view_tx, view_rx) = watch::channel(ProbeView::default());
         let cancel = CancellationToken::new();
-        tokio::spawn(run(probes, gauge, control_rx, view_tx, cancel.clone()));
+        tokio::spawn(run(
+            probes,
+            gauge,
+            recorder,
+            control_rx,
+            view_tx,
+            cancel.clone(),
+        ));
         LiveProbe {
             control: control_tx,
             views: view_rx,
@@ -175,6 +190,7 @@ impl Drop for LiveProbe {
 async fn run(
     mut probes: Vec<Probe>,
     gauge: Option<WorkloadGauge>,
+    mut recorder: Option<(Recorder, String)>,
     mut control: watch::Receiver<Control>,
     views: watch::Sender<ProbeView>,
     cancel: CancellationToken,
@@ -230,8 +246,27 @@ async fn run(
                 break;
             }
         }
+        let mut recording = None;
+        if let Some((r, path)) = recorder.as_mut() {
+            match r.drain() {
+                Ok(()) if r.missed == 0 => {
+                    recording = Some(format!("recording to {path}: {} events", r.written))
+                }
+                Ok(()) => {
+                    recording = Some(format!(
+                        "recording to {path}: {} events, {} MISSED",
+                        r.written, r.missed
+                    ))
+                }
+                Err(e) => {
+                    recording = Some(format!("recording to {path} stopped: {e}"));
+                    recorder = None;
+                }
+            }
+        }
         if progressed || publish {
-            let view = snapshot(&probes, &mut histories, &watches, c);
+            let mut view = snapshot(&probes, &mut histories, &watches, c);
+            view.recording = recording;
             if let (Some(g), Some(first)) = (&gauge, view.policies.first()) {
                 g.set(first.stats.reserved_bytes);
             }
@@ -275,5 +310,6 @@ fn snapshot(
         paused: control.paused,
         ops_per_s: control.ops_per_s,
         done: probes.iter().all(Probe::is_done),
+        recording: None,
     }
 }

@@ -4,6 +4,7 @@
 
 pub mod live;
 pub mod plan;
+pub mod record;
 pub mod runner;
 pub mod scenario;
 pub mod setup;

@@ -81,6 +81,11 @@ fn title(view: &ProbeView, first: &PolicyView) -> Line<'static> {
         .iter()
         .map(|p| p.report.policy.as_str())
         .collect();
+    let recording = view
+        .recording
+        .as_ref()
+        .map(|r| Span::styled(format!(" ● {r} "), Style::new().red()))
+        .unwrap_or_default();
     Line::from(vec![
         Span::styled(
             format!(
@@ -92,6 +97,7 @@ fn title(view: &ProbeView, first: &PolicyView) -> Line<'static> {
             Style::new().bold(),
         ),
         state,
+        recording,
     ])
 }
 
