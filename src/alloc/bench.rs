@@ -57,6 +57,15 @@ fn fresh(policy: PolicyKind, live: usize) -> Allocator {
     )
 }
 
+/// An allocator over a bookkeeping backing holding `live` blocks of mixed sizes, as the
+/// benchmarks start from (the criterion bench in benches/alloc.rs uses it too).
+pub fn populated(policy: PolicyKind, live: usize, seed: u64) -> (Allocator, Vec<Block>) {
+    let mut rng = Rng::new(seed ^ live as u64);
+    let a = fresh(policy, live.max(1));
+    let blocks = fill(&a, live.max(1), &mut rng);
+    (a, blocks)
+}
+
 /// Allocates until `n` blocks are live, freeing a random one a quarter of the time.
 fn fill(a: &Allocator, n: usize, rng: &mut Rng) -> Vec<Block> {
     let mut live: Vec<Block> = Vec::with_capacity(n + 1);
