@@ -252,16 +252,34 @@ pub struct ServeArgs {
     pub probe_opts: ProbeOptions,
 }
 
-fn parse_interval(raw: &str) -> Result<f64, String> {
-    let range = format!("accepted range: {MIN_INTERVAL_S} to {MAX_INTERVAL_S} seconds");
+/// A number of `unit` within [lo, hi]; the error names the accepted range, so clap's one
+/// line says what to type instead.
+fn parse_in_range(raw: &str, lo: f64, hi: f64, unit: &str) -> Result<f64, String> {
+    let range = format!("accepted range: {lo} to {hi}{unit}");
     let value: f64 = raw
         .trim()
         .parse()
-        .map_err(|_| format!("not a number of seconds; {range}"))?;
-    if !value.is_finite() || !(MIN_INTERVAL_S..=MAX_INTERVAL_S).contains(&value) {
+        .map_err(|_| format!("not a number; {range}"))?;
+    if !value.is_finite() || !(lo..=hi).contains(&value) {
         return Err(format!("out of range; {range}"));
     }
     Ok(value)
+}
+
+fn parse_interval(raw: &str) -> Result<f64, String> {
+    parse_in_range(raw, MIN_INTERVAL_S, MAX_INTERVAL_S, " seconds")
+}
+
+fn parse_rate(raw: &str) -> Result<f64, String> {
+    parse_in_range(raw, 1.0, 200_000.0, "")
+}
+
+fn parse_seconds(raw: &str) -> Result<f64, String> {
+    parse_in_range(raw, 0.1, 86_400.0, " seconds")
+}
+
+fn parse_hold(raw: &str) -> Result<f64, String> {
+    parse_in_range(raw, 0.0, 3600.0, " seconds")
 }
 
 fn parse_policy(raw: &str) -> Result<PolicyKind, String> {
@@ -291,39 +309,6 @@ fn parse_bytes(raw: &str) -> Result<u64, String> {
         Ok(0) => Err("must be more than 0 bytes".to_string()),
         other => other,
     }
-}
-
-fn parse_rate(raw: &str) -> Result<f64, String> {
-    let v: f64 = raw
-        .trim()
-        .parse()
-        .map_err(|_| "not a number; accepted range: 1 to 200000".to_string())?;
-    if !(1.0..=200_000.0).contains(&v) {
-        return Err("out of range; accepted range: 1 to 200000".to_string());
-    }
-    Ok(v)
-}
-
-fn parse_seconds(raw: &str) -> Result<f64, String> {
-    let v: f64 = raw
-        .trim()
-        .parse()
-        .map_err(|_| "not a number; accepted range: 0.1 to 86400".to_string())?;
-    if !v.is_finite() || !(0.1..=86_400.0).contains(&v) {
-        return Err("out of range; accepted range: 0.1 to 86400".to_string());
-    }
-    Ok(v)
-}
-
-fn parse_hold(raw: &str) -> Result<f64, String> {
-    let v: f64 = raw
-        .trim()
-        .parse()
-        .map_err(|_| "not a number; accepted range: 0 to 3600".to_string())?;
-    if !v.is_finite() || !(0.0..=3600.0).contains(&v) {
-        return Err("out of range; accepted range: 0 to 3600".to_string());
-    }
-    Ok(v)
 }
 
 /// "host:port" (an `http://` prefix and a trailing `/` are dropped).
