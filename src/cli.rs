@@ -82,7 +82,7 @@ pub struct ProbeOptions {
 
     /// Most memory a probe may hold, e.g. 512MiB or 4GiB (default: host 512 MiB; cuda 25 %
     /// of free device memory, never closer than 1 GiB to full)
-    #[arg(long, value_name = "BYTES", value_parser = parse_bytes)]
+    #[arg(long, value_name = "BYTES", value_parser = parse_probe_limit)]
     pub probe_limit: Option<u64>,
 
     /// Probe operations per second in the live view (1 to 200000)
@@ -198,17 +198,17 @@ pub enum BenchCommand {
     },
     /// Time to draw the full screen
     Render {
-        /// Terminal width to draw at
-        #[arg(long, default_value = "200")]
+        /// Terminal width to draw at (1 to 2000)
+        #[arg(long, default_value = "200", value_parser = clap::value_parser!(u16).range(1..=2000))]
         width: u16,
-        /// Terminal height to draw at
-        #[arg(long, default_value = "60")]
+        /// Terminal height to draw at (1 to 1000)
+        #[arg(long, default_value = "60", value_parser = clap::value_parser!(u16).range(1..=1000))]
         height: u16,
         /// Frames to draw
         #[arg(long, default_value = "200")]
         frames: usize,
-        /// Live blocks in the block map drawn (0 for no probe view)
-        #[arg(long, default_value = "100000")]
+        /// Live blocks in the block map drawn (0 for no probe view; at most 10000000)
+        #[arg(long, default_value = "100000", value_parser = parse_blocks)]
         blocks: usize,
         /// Print JSON instead of a table
         #[arg(long)]
@@ -304,10 +304,24 @@ fn parse_policy_set(raw: &str) -> Result<PolicySet, String> {
     Ok(PolicySet(set))
 }
 
+fn parse_blocks(raw: &str) -> Result<usize, String> {
+    parse_in_range(raw, 0.0, 10_000_000.0, " blocks").map(|v| v as usize)
+}
+
+/// A probe must hold at least one 2 MiB segment (the caching allocator's smallest).
+const MIN_PROBE_LIMIT: u64 = 2 << 20;
+
 fn parse_bytes(raw: &str) -> Result<u64, String> {
     match crate::probe::scenario::parse_size(raw) {
         Ok(0) => Err("must be more than 0 bytes".to_string()),
         other => other,
+    }
+}
+
+fn parse_probe_limit(raw: &str) -> Result<u64, String> {
+    match parse_bytes(raw)? {
+        n if n < MIN_PROBE_LIMIT => Err("must be at least 2MiB, one segment".to_string()),
+        n => Ok(n),
     }
 }
 

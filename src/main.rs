@@ -193,6 +193,9 @@ fn live(args: cli::LiveArgs) -> Result<ExitCode> {
             return usage_error(e);
         }
     }
+    if once && args.record.is_some() {
+        return usage_error("--record needs the live view: run it in a terminal, without --once");
+    }
     let opened = if args.remote.is_empty() {
         open(args.device, args.seed, workload.clone())?
     } else {
@@ -211,7 +214,17 @@ fn live(args: cli::LiveArgs) -> Result<ExitCode> {
             vramtop::export::once::table(&snapshot)
         };
         println!("{text}");
-        return Ok(ExitCode::SUCCESS);
+        // Scripts watching remote hosts need to see when none answered.
+        let all_down = !args.remote.is_empty()
+            && snapshot
+                .devices
+                .iter()
+                .all(|d| matches!(d.health, vramtop::telemetry::DeviceHealth::Lost(_)));
+        return Ok(if all_down {
+            ExitCode::from(1)
+        } else {
+            ExitCode::SUCCESS
+        });
     }
 
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -248,8 +261,6 @@ fn live(args: cli::LiveArgs) -> Result<ExitCode> {
     let poller = Poller::spawn(opened.source, Duration::from_secs_f64(args.interval))?;
     let mut app = App::new(args.interval);
     app.notice = probe_notice.or_else(|| opened.notice.clone());
-    let mut terminal = ratatui::init();
-    let ops_per_s = args.probe_opts.ops_per_s;
     // The file is opened before the terminal is taken over, so a bad path is one line.
     let recorder = match (
         &args.record,
@@ -261,6 +272,8 @@ fn live(args: cli::LiveArgs) -> Result<ExitCode> {
         },
         _ => None,
     };
+    let ops_per_s = args.probe_opts.ops_per_s;
+    let mut terminal = ratatui::try_init().wrap_err("cannot take over the terminal")?;
     let result = rt.block_on(async {
         let live =
             probe_set.map(|set| LiveProbe::spawn(set.probes, Some(workload), ops_per_s, recorder));

@@ -29,7 +29,8 @@ impl Rng {
         if hi <= lo {
             return lo;
         }
-        let span = hi - lo + 1;
+        // [0, u64::MAX] spans 2^64 values: the +1 wraps to 0, handled below.
+        let span = (hi - lo).wrapping_add(1);
         if span == 0 {
             return self.next_u64();
         }

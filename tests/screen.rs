@@ -211,6 +211,17 @@ fn segment_list_opens_on_enter() {
     app.handle(Action::ToggleSegmentList);
     let screen = render(&app, 120, 40);
     assert!(screen.contains("segment 0"), "{screen}");
+    // Movement keys move in the block list while it is open, not in the process table.
+    assert_eq!(app.segment_table.selected(), Some(0));
+    app.handle(Action::ScrollDown);
+    app.handle(Action::ScrollDown);
+    assert_eq!(app.segment_table.selected(), Some(2));
+    app.handle(Action::Bottom);
+    let runs = app
+        .probe
+        .as_ref()
+        .map_or(0, |p| p.policies[0].layout.segments[0].runs.len());
+    assert_eq!(app.segment_table.selected(), Some(runs - 1));
     app.handle(Action::CloseOverlay);
     assert!(!app.show_segment_list);
 }

@@ -214,6 +214,16 @@ impl App {
 
     pub fn handle(&mut self, action: Action) {
         const PAGE: usize = 10;
+        // While a segment's block list is open, the movement keys move in that list.
+        let action = match (self.show_segment_list, action) {
+            (true, Action::ScrollUp) => return self.move_in_segment(-1),
+            (true, Action::ScrollDown) => return self.move_in_segment(1),
+            (true, Action::PageUp) => return self.move_in_segment(-(PAGE as isize)),
+            (true, Action::PageDown) => return self.move_in_segment(PAGE as isize),
+            (true, Action::Top) => return self.move_in_segment(isize::MIN / 2),
+            (true, Action::Bottom) => return self.move_in_segment(isize::MAX / 2),
+            (_, action) => action,
+        };
         match action {
             Action::Quit => self.exit = Some(Exit::Quit),
             Action::Interrupt => self.exit = Some(Exit::Interrupted),
@@ -238,7 +248,7 @@ impl App {
             Action::PrevSegment => self.move_segment(-1),
             Action::ToggleSegmentList => {
                 self.show_segment_list = !self.show_segment_list && self.selected_segment.is_some();
-                self.segment_table = TableState::default();
+                self.segment_table = TableState::default().with_selected(Some(0));
             }
             Action::ToggleLeaksView => self.show_leaks = !self.show_leaks,
             // Forwarded to the probe runner by the event loop.
@@ -270,6 +280,23 @@ impl App {
             self.show_segment_list = false;
         }
         self.probe = Some(view);
+    }
+
+    fn move_in_segment(&mut self, delta: isize) {
+        let rows = self
+            .probe
+            .as_ref()
+            .and_then(|p| p.policies.first())
+            .zip(self.selected_segment)
+            .and_then(|(p, i)| p.layout.segments.get(i))
+            .map_or(0, |seg| seg.runs.len());
+        if rows == 0 {
+            self.segment_table.select(None);
+            return;
+        }
+        let current = self.segment_table.selected().map_or(-1, |i| i as isize);
+        let next = current.saturating_add(delta).clamp(0, rows as isize - 1);
+        self.segment_table.select(Some(next as usize));
     }
 
     fn move_segment(&mut self, delta: isize) {

@@ -340,7 +340,8 @@ pub fn replay_command(path: &Path, args: &ReplayArgs) -> Result<u8> {
             return Ok(1);
         }
     };
-    let mut terminal = ratatui::init();
+    let mut terminal =
+        color_eyre::eyre::WrapErr::wrap_err(ratatui::try_init(), "cannot take over the terminal")?;
     let result = viewer::run(&mut terminal, &mut state);
     ratatui::restore();
     Ok(result?.code())

@@ -7,7 +7,7 @@ use std::sync::mpsc as std_mpsc;
 use std::thread;
 use std::time::Duration;
 
-use color_eyre::eyre::{Result, WrapErr};
+use color_eyre::eyre::{eyre, Result, WrapErr};
 use crossterm::event::{Event, EventStream, KeyEventKind};
 use futures::StreamExt;
 use ratatui::DefaultTerminal;
@@ -42,6 +42,12 @@ impl Poller {
                 loop {
                     tx.send_replace(Some(source.poll()));
                     next += interval;
+                    // After a slow poll, start a fresh cadence rather than polling back
+                    // to back to catch up on ticks nobody will see.
+                    let now = std::time::Instant::now();
+                    if next < now {
+                        next = now + interval;
+                    }
                     let wait = next.saturating_duration_since(std::time::Instant::now());
                     // The stop channel doubles as an interruptible sleep.
                     match stop_rx.recv_timeout(wait) {
@@ -70,7 +76,7 @@ pub async fn run(
     // Without a probe, a channel that never changes keeps the select arm idle.
     let (_idle_tx, idle_rx) = watch::channel(ProbeView::default());
     let mut probe_views = probe.as_ref().map_or(idle_rx, |p| p.views.clone());
-    let mut probe_alive = probe.is_some();
+    let probe_alive = probe.is_some();
     let mut events = EventStream::new();
     let mut sigterm = signal(SignalKind::terminate()).wrap_err("installing SIGTERM handler")?;
     let mut sighup = signal(SignalKind::hangup()).wrap_err("installing SIGHUP handler")?;
@@ -82,7 +88,6 @@ pub async fn run(
     let mut stale_deadline = Instant::now() + stale_after;
     let mut next_frame = Instant::now();
     let mut dirty = true;
-    let mut telemetry_alive = true;
 
     loop {
         if let Some(exit) = app.exit {
@@ -111,13 +116,12 @@ pub async fn run(
                 Some(Err(e)) => return Err(e).wrap_err("reading terminal input"),
                 None => return Ok(Exit::Terminated),
             },
-            changed = poller.snapshots.changed(), if telemetry_alive => {
+            changed = poller.snapshots.changed() => {
                 if changed.is_err() {
-                    // The telemetry thread ended: keep the last figures, marked stale.
-                    telemetry_alive = false;
-                    app.mark_stale();
-                    dirty = true;
-                    continue;
+                    // The thread only ends this way by panicking. Its panic hook has
+                    // already restored the terminal, so carrying on would draw into a
+                    // cooked screen that no longer reads keys: stop with the reason.
+                    return Err(eyre!("the telemetry thread stopped unexpectedly"));
                 }
                 let snapshot = poller.snapshots.borrow_and_update().clone();
                 if let Some(snapshot) = snapshot {
@@ -128,7 +132,8 @@ pub async fn run(
             },
             changed = probe_views.changed(), if probe_alive => {
                 if changed.is_err() {
-                    probe_alive = false;
+                    // As above: the probe task ends only by panicking while we run.
+                    return Err(eyre!("the probe workload stopped unexpectedly"));
                 } else {
                     let view = probe_views.borrow_and_update().clone();
                     app.apply_probe(view);

@@ -424,7 +424,7 @@ pub fn snapshot_command(path: &Path, once: bool) -> Result<u8> {
         return Ok(0);
     }
     drop(trace);
-    let mut terminal = ratatui::init();
+    let mut terminal = ratatui::try_init().wrap_err("cannot take over the terminal")?;
     let result = run(&mut terminal, &mut viewer);
     ratatui::restore();
     Ok(result?.code())

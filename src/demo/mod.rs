@@ -103,7 +103,7 @@ fn play(
         palette: Palette::new(opts.theme, no_color_from_env()),
         message: None,
     };
-    let mut terminal = ratatui::init();
+    let mut terminal = ratatui::try_init().wrap_err("cannot take over the terminal")?;
     let result = (|| {
         let size = terminal.size().wrap_err("reading the terminal size")?;
         let recorder = match cast_file {

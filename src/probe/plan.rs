@@ -153,7 +153,7 @@ fn plan_phase(p: &mut Planner, phase: &Phase) {
                 plan_step(
                     p,
                     *layers,
-                    b * activation_per_sample.0,
+                    b.saturating_mul(activation_per_sample.0),
                     gradient.0,
                     leak.map(|l| l.0),
                 );
@@ -249,7 +249,7 @@ fn plan_streams(
         let life =
             p.rng
                 .range(lifetime[0] as u64, lifetime[1].max(lifetime[0]) as u64) as u32;
-        let at = i + life;
+        let at = i.saturating_add(life);
         let pos = due.partition_point(|(t, _)| *t <= at);
         due.insert(pos, (at, slot));
         while due.front().is_some_and(|(t, _)| *t <= i) {

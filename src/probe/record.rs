@@ -1,7 +1,7 @@
 //! `--record FILE`: the allocator's events, as they happen, written in vramtop's own trace
 //! format (JSON lines, read back by `vramtop replay`). The recorder reads the allocator's
-//! event ring, so it never slows the allocator; if it falls behind, the file says how many
-//! events were missed rather than pretending to be complete.
+//! event ring, so it never slows the allocator; if it falls behind, a `missed` line in the
+//! file says how many events were lost, and `replay` warns of it.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -43,7 +43,11 @@ impl Recorder {
     /// Writes every event since the last call.
     pub fn drain(&mut self) -> io::Result<()> {
         self.buffer.clear();
-        self.missed += self.events.drain(&mut self.buffer);
+        let missed = self.events.drain(&mut self.buffer);
+        if missed > 0 {
+            self.missed += missed;
+            self.writer.missed(missed)?;
+        }
         for i in 0..self.buffer.len() {
             let event = self.convert(i);
             self.writer.event(&event)?;

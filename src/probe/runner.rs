@@ -36,13 +36,20 @@ pub struct ProbeReport {
     pub verify_mismatches: u64,
     /// Blocks with no memory behind them to check (a bookkeeping backing).
     pub unverified_blocks: u64,
-    /// Driver or OS errors other than out-of-memory; the probe backs off and goes on.
+    /// The latest driver or OS errors other than out-of-memory (at most
+    /// `KEPT_ERRORS`); the probe goes on past them.
     pub backing_errors: Vec<String>,
+    /// All such errors, counted.
+    pub backing_error_count: u64,
     pub phase: Option<String>,
     pub step: Option<(u32, u32)>,
     pub elapsed_s: f64,
     pub stats: Stats,
 }
+
+/// Backing errors kept in a report: a broken driver context fails every call, and the
+/// report must not grow with each one.
+pub const KEPT_ERRORS: usize = 8;
 
 /// A symbolic operation being worked through one allocator call at a time.
 enum InProgress {
@@ -236,6 +243,14 @@ impl Probe {
         }
     }
 
+    fn backing_error(&mut self, message: String) {
+        self.report.backing_error_count += 1;
+        if self.report.backing_errors.len() == KEPT_ERRORS {
+            self.report.backing_errors.remove(0);
+        }
+        self.report.backing_errors.push(message);
+    }
+
     fn live_slots_of(&self, tag: &str) -> Vec<Slot> {
         self.tag_slots
             .get(tag)
@@ -256,10 +271,7 @@ impl Probe {
                 self.report.allocs += 1;
                 match self.allocator.fill_block(&block, block.id) {
                     Ok(_) => {}
-                    Err(e) => self
-                        .report
-                        .backing_errors
-                        .push(format!("fill of block #{}: {e}", block.id)),
+                    Err(e) => self.backing_error(format!("fill of block #{}: {e}", block.id)),
                 }
                 self.tag_slots
                     .entry(tag.to_string())
@@ -278,9 +290,7 @@ impl Probe {
                 false
             }
             Err(e) => {
-                self.report
-                    .backing_errors
-                    .push(format!("alloc of {size} B: {e}"));
+                self.backing_error(format!("alloc of {size} B: {e}"));
                 false
             }
         }
@@ -297,10 +307,7 @@ impl Probe {
                 self.report.verify_mismatches += bad;
             }
             Ok(None) => self.report.unverified_blocks += 1,
-            Err(e) => self
-                .report
-                .backing_errors
-                .push(format!("verify of block #{}: {e}", block.id)),
+            Err(e) => self.backing_error(format!("verify of block #{}: {e}", block.id)),
         }
         let result = if deferred {
             self.allocator.free_deferred(&block)
@@ -309,10 +316,7 @@ impl Probe {
         };
         match result {
             Ok(()) => self.report.frees += 1,
-            Err(e) => self
-                .report
-                .backing_errors
-                .push(format!("free of block #{}: {e}", block.id)),
+            Err(e) => self.backing_error(format!("free of block #{}: {e}", block.id)),
         }
     }
 }
@@ -368,6 +372,13 @@ pub fn summary(r: &ProbeReport) -> String {
         "verified {} blocks ({} unverifiable): {} mismatched words, {verdict}\n",
         r.verified_blocks, r.unverified_blocks, r.verify_mismatches
     ));
+    if r.backing_error_count > r.backing_errors.len() as u64 {
+        out.push_str(&format!(
+            "backing errors: {} in all; the latest {}:\n",
+            r.backing_error_count,
+            r.backing_errors.len()
+        ));
+    }
     for e in &r.backing_errors {
         out.push_str(&format!("backing error: {e}\n"));
     }

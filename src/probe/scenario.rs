@@ -325,7 +325,12 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
             ))
         }
     };
-    Ok((value * scale as f64).round() as u64)
+    let bytes = (value * scale as f64).round();
+    // `as u64` would quietly clamp a size too large to hold; refuse it instead.
+    if !bytes.is_finite() || bytes >= u64::MAX as f64 {
+        return Err(format!("size '{text}' is too large"));
+    }
+    Ok(bytes as u64)
 }
 
 impl Scenario {
@@ -365,7 +370,40 @@ impl Scenario {
 }
 
 /// Checks what serde cannot: `hold_s` is a number of seconds a talk can wait.
+/// Allocator calls a scenario may plan at most: plans are drawn whole before a run, so a
+/// typo like `count = 4000000000` must be refused, not exhaust memory.
+pub const MAX_PLANNED_OPS: u64 = 5_000_000;
+
+/// Allocator calls a phase plans, roughly (saturating, so huge values stay huge).
+fn planned_ops(phase: &Phase) -> u64 {
+    let n = |v: u32| u64::from(v);
+    match phase {
+        Phase::Alloc { count, .. } => n(*count),
+        Phase::Churn { count, .. } => n(*count).saturating_mul(2),
+        Phase::Steps { steps, layers, .. } => {
+            n(*steps).saturating_mul(n(*layers).saturating_mul(3).saturating_add(2))
+        }
+        Phase::Streams { ops, .. } => n(*ops).saturating_mul(2),
+        Phase::Steady { blocks, steps, .. } => {
+            n(*blocks).saturating_add(n(*steps).saturating_mul(3))
+        }
+        Phase::Fill { .. }
+        | Phase::FreeEvery { .. }
+        | Phase::FreeTag { .. }
+        | Phase::EmptyCache { .. } => 1,
+    }
+}
+
 pub fn check_phases(phases: &[Phase], origin: &str) -> Result<(), String> {
+    let total = phases
+        .iter()
+        .map(planned_ops)
+        .fold(0u64, u64::saturating_add);
+    if total > MAX_PLANNED_OPS {
+        return Err(format!(
+            "{origin}: the phases plan about {total} allocator calls; at most {MAX_PLANNED_OPS} (lower count, steps or ops)"
+        ));
+    }
     for (i, phase) in phases.iter().enumerate() {
         if let Phase::Alloc {
             hold_s: Some(s), ..

@@ -75,6 +75,15 @@ impl<W: Write> RecordWriter<W> {
         self.out.write_all(b"\n")
     }
 
+    /// Notes that `count` events were lost before being written. Readers count the line
+    /// as an unknown action, so `replay` warns that the recording has a gap.
+    pub fn missed(&mut self, count: u64) -> io::Result<()> {
+        writeln!(
+            self.out,
+            r#"{{"kind":"missed","addr":0,"size":{count},"stream":0}}"#
+        )
+    }
+
     pub fn flush(&mut self) -> io::Result<()> {
         self.out.flush()
     }
