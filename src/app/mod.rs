@@ -72,7 +72,7 @@ pub struct App {
     /// A one-line notice from start-up, such as why NVML is not in use.
     pub notice: Option<String>,
     /// The background probe's latest published state, when one runs.
-    pub probe: Option<ProbeView>,
+    pub probe: Option<std::sync::Arc<ProbeView>>,
     /// Block map zoom: +1 halves the bytes per cell.
     pub map_zoom: i32,
     /// Selected segment of the (first) block map, for its block list.
@@ -269,7 +269,8 @@ impl App {
     }
 
     /// Take in the probe's latest state, keeping the segment selection in range.
-    pub fn apply_probe(&mut self, view: ProbeView) {
+    pub fn apply_probe(&mut self, view: impl Into<std::sync::Arc<ProbeView>>) {
+        let view = view.into();
         let segments = view.policies.first().map_or(0, |p| p.layout.segments.len());
         self.selected_segment = match self.selected_segment {
             Some(_) if segments == 0 => None,

@@ -74,7 +74,7 @@ pub async fn run(
     probe: Option<LiveProbe>,
 ) -> Result<Exit> {
     // Without a probe, a channel that never changes keeps the select arm idle.
-    let (_idle_tx, idle_rx) = watch::channel(ProbeView::default());
+    let (_idle_tx, idle_rx) = watch::channel(std::sync::Arc::new(ProbeView::default()));
     let mut probe_views = probe.as_ref().map_or(idle_rx, |p| p.views.clone());
     let probe_alive = probe.is_some();
     let mut events = EventStream::new();

@@ -33,7 +33,7 @@ const WORKERS: usize = 2;
 #[derive(Clone)]
 pub struct Feeds {
     pub snapshots: watch::Receiver<Option<SystemSnapshot>>,
-    pub probe: Option<watch::Receiver<ProbeView>>,
+    pub probe: Option<watch::Receiver<std::sync::Arc<ProbeView>>>,
     /// The poll interval: a snapshot older than three of them (and 2 s) is marked stale.
     pub interval: Duration,
     /// Also write dcgm-exporter's DCGM_FI_DEV_* series.

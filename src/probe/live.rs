@@ -3,6 +3,7 @@
 //! publishes what the screen needs (layout, stats, report) as an owned snapshot.
 //! Only the latest snapshot is kept: the UI never works through a backlog.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -118,7 +119,8 @@ pub struct ProbeView {
 
 pub struct LiveProbe {
     control: watch::Sender<Control>,
-    pub views: watch::Receiver<ProbeView>,
+    /// Shared, not copied: a view holds whole layouts, and the UI takes one per update.
+    pub views: watch::Receiver<Arc<ProbeView>>,
     cancel: CancellationToken,
 }
 
@@ -138,7 +140,7 @@ impl LiveProbe {
             mark_presses: 0,
         };
         let (control_tx, control_rx) = watch::channel(initial);
-        let (view_tx, view_rx) = watch::channel(ProbeView::default());
+        let (view_tx, view_rx) = watch::channel(Arc::new(ProbeView::default()));
         let cancel = CancellationToken::new();
         tokio::spawn(run(
             probes,
@@ -192,7 +194,7 @@ async fn run(
     gauge: Option<WorkloadGauge>,
     mut recorder: Option<(Recorder, String)>,
     mut control: watch::Receiver<Control>,
-    views: watch::Sender<ProbeView>,
+    views: watch::Sender<Arc<ProbeView>>,
     cancel: CancellationToken,
 ) {
     let mut histories: Vec<Vec<u64>> = vec![Vec::new(); probes.len()];
@@ -270,7 +272,7 @@ async fn run(
             if let (Some(g), Some(first)) = (&gauge, view.policies.first()) {
                 g.set(first.stats.reserved_bytes);
             }
-            views.send_replace(view);
+            views.send_replace(Arc::new(view));
             publish = false;
         }
     }

@@ -268,9 +268,9 @@ pub enum Pacing {
 }
 
 impl Phase {
-    /// `pause` wins over `hold_s` when a phase sets both.
-    pub fn pacing(&self) -> Pacing {
-        let (pause, hold_s) = match self {
+    /// The phase's `pause` and `hold_s` fields, which every kind of phase carries.
+    fn pause_and_hold(&self) -> (bool, Option<f64>) {
+        match self {
             Phase::Alloc { pause, hold_s, .. }
             | Phase::Fill { pause, hold_s, .. }
             | Phase::FreeEvery { pause, hold_s, .. }
@@ -280,8 +280,12 @@ impl Phase {
             | Phase::Steps { pause, hold_s, .. }
             | Phase::Streams { pause, hold_s, .. }
             | Phase::Steady { pause, hold_s, .. } => (*pause, *hold_s),
-        };
-        match (pause, hold_s) {
+        }
+    }
+
+    /// `pause` wins over `hold_s` when a phase sets both.
+    pub fn pacing(&self) -> Pacing {
+        match self.pause_and_hold() {
             (true, _) => Pacing::Pause,
             (false, Some(s)) if s > 0.0 => Pacing::Hold(s),
             _ => Pacing::Continue,
@@ -405,35 +409,8 @@ pub fn check_phases(phases: &[Phase], origin: &str) -> Result<(), String> {
         ));
     }
     for (i, phase) in phases.iter().enumerate() {
-        if let Phase::Alloc {
-            hold_s: Some(s), ..
-        }
-        | Phase::Fill {
-            hold_s: Some(s), ..
-        }
-        | Phase::FreeEvery {
-            hold_s: Some(s), ..
-        }
-        | Phase::FreeTag {
-            hold_s: Some(s), ..
-        }
-        | Phase::EmptyCache {
-            hold_s: Some(s), ..
-        }
-        | Phase::Churn {
-            hold_s: Some(s), ..
-        }
-        | Phase::Steps {
-            hold_s: Some(s), ..
-        }
-        | Phase::Streams {
-            hold_s: Some(s), ..
-        }
-        | Phase::Steady {
-            hold_s: Some(s), ..
-        } = phase
-        {
-            if !s.is_finite() || !(0.0..=MAX_HOLD_S).contains(s) {
+        if let (_, Some(s)) = phase.pause_and_hold() {
+            if !s.is_finite() || !(0.0..=MAX_HOLD_S).contains(&s) {
                 return Err(format!(
                     "{origin}: phase {} has hold_s = {s}; accepted range: 0 to {MAX_HOLD_S} seconds",
                     i + 1

@@ -221,15 +221,7 @@ impl<'a> LeaksView<'a> {
                 heights[i] = height;
             }
         }
-        let mut y = area.y;
-        let mut plan = Vec::new();
-        for (section, height) in DISPLAY_ORDER.into_iter().zip(heights) {
-            if height > 0 {
-                plan.push((section, Rect::new(area.x, y, area.width, height)));
-                y += height;
-            }
-        }
-        plan
+        crate::ui::stack_sections(area, &DISPLAY_ORDER, &heights)
     }
 
     fn render_summary(&self, area: Rect, buf: &mut Buffer) {

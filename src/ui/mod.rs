@@ -122,6 +122,20 @@ fn draw_leaks(frame: &mut Frame, area: Rect, app: &App) {
     frame.render_widget(view, area);
 }
 
+/// Panels that drop sections when rows run short (fragmentation, leaks) choose heights by
+/// priority; this stacks the chosen ones top to bottom in display order.
+pub fn stack_sections<S: Copy>(area: Rect, order: &[S], heights: &[u16]) -> Vec<(S, Rect)> {
+    let mut y = area.y;
+    let mut stacked = Vec::new();
+    for (&section, &height) in order.iter().zip(heights) {
+        if height > 0 {
+            stacked.push((section, Rect::new(area.x, y, area.width, height)));
+            y = y.saturating_add(height);
+        }
+    }
+    stacked
+}
+
 /// A drawn buffer as plain text, one line per row: what tests and snapshots compare.
 pub fn buffer_text(buf: &ratatui::buffer::Buffer) -> String {
     let mut text = String::with_capacity(buf.area.area() as usize + buf.area.height as usize);
