@@ -161,7 +161,7 @@ pub fn read(text: &str) -> Result<Trace, TraceErrorKind> {
                 addr: line.addr,
                 size: line.size,
                 stream: line.stream,
-                tag: line.tag,
+                tag: line.tag.map(Into::into),
             });
             continue;
         }
@@ -175,7 +175,7 @@ pub fn read(text: &str) -> Result<Trace, TraceErrorKind> {
             addr: line.addr,
             size: line.size,
             stream: line.stream,
-            tag: line.tag,
+            tag: line.tag.map(Into::into),
             time_us: line.time_us,
         });
     }
