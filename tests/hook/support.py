@@ -77,14 +77,22 @@ class Job:
     def kill(self):
         if self.proc.poll() is None:
             self.proc.kill()
-        self.proc.communicate()
+        self.proc.wait()
+        for stream in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+            try:
+                stream.close()
+            except (OSError, ValueError):
+                pass
 
 
 class Viewer:
     """A protocol v1 viewer, strict about framing, with a timeout on every read."""
 
+    opened = []  # closed by the tests' tearDown
+
     def __init__(self, path, timeout=5.0):
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        Viewer.opened.append(self.sock)
         self.sock.settimeout(timeout)
         self.sock.connect(path)
         self.buffer = b""
@@ -121,6 +129,19 @@ class Viewer:
             if message["type"] == kind:
                 return message
         raise AssertionError("no %s in %d messages" % (kind, limit))
+
+    def ready_hello(self):
+        """Read hellos until one says CUDA is ready (the hook then has its OOM observer)."""
+        for _ in range(5):
+            hello = self.recv_type("hello")
+            if hello["cuda_ready"]:
+                return hello
+        raise AssertionError("no hello with cuda_ready")
+
+    @classmethod
+    def close_all(cls):
+        while cls.opened:
+            cls.opened.pop().close()
 
     def closed_by_peer(self, timeout=5.0):
         """True when the hook has closed this connection (after draining what it sent)."""
