@@ -11,12 +11,23 @@ fn python_hook_unit_tests_pass() {
     let probe = Command::new("python3").arg("--version").output();
     if !matches!(&probe, Ok(out) if out.status.success()) {
         let in_ci = std::env::var("CI").map(|v| v == "true").unwrap_or(false);
-        assert!(!in_ci, "python3 not found, and CI=true: the hook's tests must run in CI");
+        assert!(
+            !in_ci,
+            "python3 not found, and CI=true: the hook's tests must run in CI"
+        );
         eprintln!("skipped: python3 not found, so the hook's Python tests did not run");
         return;
     }
     let out = Command::new("python3")
-        .args(["-m", "unittest", "discover", "-s", "tests/hook", "-t", "tests/hook"])
+        .args([
+            "-m",
+            "unittest",
+            "discover",
+            "-s",
+            "tests/hook",
+            "-t",
+            "tests/hook",
+        ])
         .current_dir(root)
         // The tests' own jobs must not be hooked by a vramtop the developer runs.
         .env_remove("VRAMTOP_SOCKET_DIR")
@@ -32,5 +43,8 @@ fn python_hook_unit_tests_pass() {
         stderr
     );
     // unittest's summary, e.g. "Ran 32 tests in 17.3s": proof they ran, not skipped.
-    assert!(stderr.contains("Ran ") && stderr.contains("\nOK"), "{stderr}");
+    assert!(
+        stderr.contains("Ran ") && stderr.contains("\nOK"),
+        "{stderr}"
+    );
 }
