@@ -448,6 +448,8 @@ class Hook:
         self.next_collect = 0.0
         self.kept = {}  # "oom"/"error" -> frame replayed to later viewers
         self.uncaught = False
+        self.prepare_lock = threading.Lock()
+        self.prepared = False
 
     # ----- the thread -------------------------------------------------------------------
 
@@ -459,9 +461,13 @@ class Hook:
                 return
             self.alloc = TorchAllocator(self.torch)
             install_excepthooks()
-            # A forked child (a DataLoader worker) serves only if it uses CUDA itself.
-            if self.forked and not self.wait(self.alloc.cuda_initialised):
-                return
+            self.arm_cuda_init()
+            # A forked child (a DataLoader worker) serves only if it uses CUDA itself. Look
+            # only after the other at-fork handlers (torch's marks CUDA unusable) have run.
+            if self.forked:
+                time.sleep(POLL_S)
+                if not self.wait(self.alloc.cuda_initialised):
+                    return
             if not self.listen():
                 return
             self.serve()
@@ -487,7 +493,7 @@ class Hook:
                     return True
             elif grace_s is not None and time.monotonic() - started > grace_s:
                 return False  # `import torch` failed: this is not a torch job after all
-            time.sleep(POLL_S / 2)
+            time.sleep(0.05)  # only while torch is importing: a few seconds
         return False
 
     def listen(self):
@@ -705,12 +711,44 @@ class Hook:
             "missing": list(alloc.missing) if alloc else [],
         }
 
+    def arm_cuda_init(self):
+        """Ask torch to call us the moment the job initialises CUDA.
+
+        torch.cuda._lazy_init runs the callables queued by torch.cuda._lazy_call right after
+        torch._C._cuda_init(), in the job's thread, before the job's first CUDA call goes
+        on. Without this, the OOM observer and history would start only at our next poll,
+        and a job that fills memory at once could OOM unseen. A queued call that raises
+        breaks the job's CUDA init (DeferredCudaCallError), so ours never raises.
+        """
+        lazy_call = getattr(getattr(self.torch, "cuda", None), "_lazy_call", None)
+        if lazy_call is None:
+            return
+        try:
+            lazy_call(self.on_cuda_init)
+        except Exception:
+            pass
+
+    def on_cuda_init(self):
+        try:
+            self.prepare_allocator()
+            self.wake()
+        except Exception:
+            pass
+
+    def prepare_allocator(self):
+        """Attach the OOM observer and start history, once, as soon as CUDA is up."""
+        with self.prepare_lock:
+            if self.prepared:
+                return
+            self.prepared = True
+            self.alloc.attach_oom_observer(on_oom)
+            if self.history_wanted:
+                self.alloc.start_history()
+
     def on_cuda_ready(self):
         self.cuda_ready = True
+        self.prepare_allocator()
         self.alloc.probe_settings()
-        self.alloc.attach_oom_observer(on_oom)
-        if self.history_wanted:
-            self.alloc.start_history()
         if self.alloc.missing:
             say_once("missing", "; ".join(self.alloc.missing))
         # Viewers that came before CUDA learn it is ready from a fresh hello.

@@ -2,7 +2,7 @@
 
 from .. import OutOfMemoryError  # noqa: F401
 from . import memory  # noqa: F401
-from .memory import _lazy_init, is_initialized  # noqa: F401
+from .memory import _lazy_call, _lazy_init, is_initialized  # noqa: F401
 from .memory import stub_alloc, stub_free, stub_oom  # noqa: F401
 
 if "memory_stats" not in memory._LACKS:

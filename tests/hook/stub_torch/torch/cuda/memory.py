@@ -22,17 +22,40 @@ LIMIT_BYTES = 8 * 1024 ** 3
 
 def _after_fork():
     # As torch does: a forked child cannot use its parent's CUDA context.
-    global _forked_child, _initialized
+    global _forked_child, _initialized, _queued_calls
     _forked_child = True
     _initialized = False
+    _queued_calls = []
 
 
 os.register_at_fork(after_in_child=_after_fork)
 
 
+_queued_calls = []
+_initializing = threading.local()
+
+
 def _lazy_init():
+    """As torch.cuda._lazy_init: init, then run the queued calls, then say initialised."""
     global _initialized
+    if _initialized or getattr(_initializing, "on", False):
+        return
+    if _forked_child and os.environ.get("STUB_TORCH_CHILD_CUDA") != "1":
+        raise RuntimeError("Cannot re-initialize CUDA in forked subprocess (stub)")
+    _initializing.on = True
+    try:
+        for call in _queued_calls:
+            call()
+    finally:
+        _initializing.on = False
     _initialized = True
+
+
+def _lazy_call(callable):
+    if _initialized:
+        callable()
+    else:
+        _queued_calls.append(callable)
 
 
 def is_initialized():
