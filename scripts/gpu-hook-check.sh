@@ -3,7 +3,8 @@
 # the hook, read by scripts/gpu-jobs/viewer.py. Run on the GPU machine (../shared/gpu.md).
 # usage: scripts/gpu-hook-check.sh [PATH/TO/vramtop]
 #   With a binary, the hook it ships (`vramtop hook-path`) is checked; else assets/hook.
-# Writes one log, $OUT/gpu-hook-check.log (default ./gpu-hook-out), prints a table last.
+# Writes one log, $OUT/gpu-hook-check.log (default ./gpu-hook-out), and the results as
+# "check|verdict|detail" lines in $OUT/gpu-hook-results.txt; prints a table last.
 # Checks: state totals = the job's memory_reserved()/memory_allocated(); the OOM message's
 # figures; history sites name leak_list.py's line; the hook's step-time overhead.
 set -uo pipefail
@@ -16,12 +17,17 @@ LOG="$OUT/gpu-hook-check.log"
 : > "$LOG"
 WORK=$(mktemp -d)
 declare -a RESULTS
-result() { RESULTS+=("$(printf '%-34s %-6s %s' "$1" "$2" "$3")"); echo "[$2] $1: $3" | tee -a "$LOG"; }
+: > "$OUT/gpu-hook-results.txt"
+result() {
+  RESULTS+=("$(printf '%-34s %-6s %s' "$1" "$2" "$3")")
+  echo "[$2] $1: $3" | tee -a "$LOG"
+  echo "$1|$2|$3" >> "$OUT/gpu-hook-results.txt"
+}
 say() { echo "== $*" | tee -a "$LOG"; }
 
 HOOK="$REPO/assets/hook"
 if [ $# -ge 1 ] && [ -x "$1" ]; then
-  shipped=$("$1" hook-path 2>>"$LOG" | tail -n 1)
+  shipped=$(timeout 10 "$1" hook-path < /dev/null 2>>"$LOG" | tail -n 1)
   if [ -n "$shipped" ] && [ -f "$shipped/vramtop_hook.py" ]; then HOOK="$shipped"; fi
 fi
 say "hook directory: $HOOK"

@@ -187,6 +187,8 @@ class TorchAllocator:
         self._stats = getattr(cuda, "memory_stats", None)
         self._attach = getattr(getattr(torch, "_C", None), "_cuda_attach_out_of_memory_observer", None)
         self._record = getattr(memory, "_record_memory_history", None)
+        # The settings string in force now, runtime changes included (recent PyTorch).
+        self._settings_string = getattr(getattr(torch, "_C", None), "_accelerator_getAllocatorSettings", None)
         self.history_on = False
         self.settings_from_torch = False
         self.last_device = 0
@@ -219,7 +221,9 @@ class TorchAllocator:
     def probe_settings(self):
         """Learn once whether PyTorch reports its allocator settings itself."""
         try:
-            if self._snapshot and isinstance(self._snapshot().get("allocator_settings"), dict):
+            if self._settings_string is not None or (
+                self._snapshot and isinstance(self._snapshot().get("allocator_settings"), dict)
+            ):
                 self.settings_from_torch = True
                 self.capabilities.append("allocator_settings")
                 return
@@ -307,6 +311,11 @@ class TorchAllocator:
 
     def settings(self, raw_settings):
         env = os.environ.get("PYTORCH_CUDA_ALLOC_CONF") or os.environ.get("PYTORCH_ALLOC_CONF")
+        if self._settings_string is not None:
+            try:
+                env = str(self._settings_string()) or env
+            except Exception:
+                pass
         if isinstance(raw_settings, dict):
             split = raw_settings.get("max_split_size")
             gc = raw_settings.get("garbage_collection_threshold")
@@ -317,7 +326,7 @@ class TorchAllocator:
                 "max_split_size": split if isinstance(split, int) and split >= 0 else None,
                 "roundup_power2_divisions": raw_settings.get("roundup_power2_divisions"),
                 "garbage_collection_threshold": float(gc) if isinstance(gc, (int, float)) else None,
-                "raw": raw_settings.get("PYTORCH_CUDA_ALLOC_CONF") or env or None,
+                "raw": env or raw_settings.get("PYTORCH_CUDA_ALLOC_CONF") or None,
             }
         conf = parse_alloc_conf(env or "")
         expandable = conf.get("expandable_segments")
@@ -453,15 +462,13 @@ class Hook:
 
     # ----- the thread -------------------------------------------------------------------
 
-    def run(self, torch_grace_s, on_give_up):
+    def run(self):
         try:
-            if not self.wait_for_torch(torch_grace_s):
-                if on_give_up is not None:
-                    on_give_up()
-                return
-            self.alloc = TorchAllocator(self.torch)
+            if self.alloc is None:  # started by hand: torch may not be imported yet
+                if not self.wait_for_torch():
+                    return
+                self.meet_torch(self.torch)
             install_excepthooks()
-            self.arm_cuda_init()
             # A forked child (a DataLoader worker) serves only if it uses CUDA itself. Look
             # only after the other at-fork handlers (torch's marks CUDA unusable) have run.
             if self.forked:
@@ -481,20 +488,22 @@ class Hook:
             time.sleep(POLL_S)
         return False
 
-    def wait_for_torch(self, grace_s):
-        """True once torch is fully imported. With a grace, give up if the import never began."""
-        started = time.monotonic()
+    def wait_for_torch(self):
+        """True once torch is fully imported (a notebook may start us before it imports)."""
         while not self.stopping:
             module = sys.modules.get("torch")
-            if module is not None:
-                spec = getattr(module, "__spec__", None)
-                if not getattr(spec, "_initializing", False) and hasattr(module, "cuda"):
+            spec = getattr(module, "__spec__", None)
+            if module is not None and not getattr(spec, "_initializing", False):
+                if hasattr(module, "cuda"):
                     self.torch = module
                     return True
-            elif grace_s is not None and time.monotonic() - started > grace_s:
-                return False  # `import torch` failed: this is not a torch job after all
-            time.sleep(0.05)  # only while torch is importing: a few seconds
+            time.sleep(POLL_S)
         return False
+
+    def meet_torch(self, torch):
+        self.torch = torch
+        self.alloc = TorchAllocator(torch)
+        self.arm_cuda_init()
 
     def listen(self):
         directory = private_dir(socket_dir())
@@ -524,16 +533,23 @@ class Hook:
 
     def serve(self):
         while not self.stopping:
-            now = time.monotonic()
-            if not self.cuda_ready and self.alloc.cuda_initialised():
-                self.on_cuda_ready()
-            self.send_due_states(now)
-            with self.lock:
-                self.drop_stalled(now)
-                self.watch_writes()
-            timeout = self.timeout(time.monotonic())
-            for key, mask in self.selector.select(timeout):
-                self.on_event(key, mask)
+            try:
+                self.serve_once()
+            except Exception as err:  # keep serving; never spin on a repeating fault
+                say_once("serve", "internal error (serving on): %r" % (err,))
+                time.sleep(POLL_S)
+
+    def serve_once(self):
+        now = time.monotonic()
+        if not self.cuda_ready and self.alloc.cuda_initialised():
+            self.on_cuda_ready()
+        self.send_due_states(now)
+        with self.lock:
+            self.drop_stalled(now)
+            self.watch_writes()
+        timeout = self.timeout(time.monotonic())
+        for key, mask in self.selector.select(timeout):
+            self.on_event(key, mask)
 
     def timeout(self, now):
         if not self.cuda_ready:
@@ -702,7 +718,7 @@ class Hook:
             "protocol": PROTOCOL_VERSION,
             "pid": self.pid,
             "ppid": os.getppid(),
-            "argv": [str(a)[:1024] for a in sys.argv[:64]],
+            "argv": [str(a)[:1024] for a in getattr(sys, "argv", [])[:64]],
             "hook_version": HOOK_VERSION,
             "torch_version": str(getattr(self.torch, "__version__", None) or "") or None,
             "cuda_ready": self.cuda_ready,
@@ -871,7 +887,7 @@ _oom_observer_attached = False
 _excepthooks_installed = False
 
 
-def start(history=None, on_give_up=None, torch_grace_s=None):
+def start(history=None):
     """Start serving this process (idempotent). Safe to call from a notebook cell.
 
     history: record allocation sites (default: VRAMTOP_HISTORY=1). The hook waits on its
@@ -882,28 +898,36 @@ def start(history=None, on_give_up=None, torch_grace_s=None):
         with _start_lock:
             if _hook is not None and _hook.pid == os.getpid():
                 return
-            if history is None:
-                history = os.environ.get("VRAMTOP_HISTORY", "").strip() == "1"
-            _hook = Hook(bool(history), forked=False)
-            _launch(_hook, torch_grace_s, on_give_up)
+            _hook = Hook(_history_wanted(history), forked=False)
+            _launch(_hook)
     except Exception as err:
         say_once("start", "could not start: %r" % (err,))
 
 
-def _launch(hook, torch_grace_s, on_give_up):
-    def forget_and_give_up():
-        global _hook
-        if _hook is hook:
-            _hook = None
-        if on_give_up is not None:
-            on_give_up()
+def torch_imported(torch):
+    """The bootstrap's entry: called in the importing thread as `import torch` finishes, so
+    the CUDA-init callback is queued before the job's next line can initialise CUDA."""
+    global _hook
+    try:
+        with _start_lock:
+            if _hook is not None and _hook.pid == os.getpid():
+                return
+            hook = Hook(_history_wanted(None), forked=False)
+            hook.meet_torch(torch)
+            _hook = hook
+            _launch(hook)
+    except Exception as err:
+        say_once("start", "could not start: %r" % (err,))
 
-    thread = threading.Thread(
-        target=hook.run,
-        args=(torch_grace_s, forget_and_give_up),
-        name="vramtop-hook",
-        daemon=True,
-    )
+
+def _history_wanted(history):
+    if history is None:
+        return os.environ.get("VRAMTOP_HISTORY", "").strip() == "1"
+    return bool(history)
+
+
+def _launch(hook):
+    thread = threading.Thread(target=hook.run, name="vramtop-hook", daemon=True)
     hook.thread = thread
     thread.start()
 
@@ -917,7 +941,7 @@ def _after_fork_in_child():
             return
         parent.abandon()
         _hook = Hook(parent.history_wanted, forked=True)
-        _launch(_hook, None, None)
+        _launch(_hook)
     except Exception:
         _hook = None
 
@@ -1012,10 +1036,10 @@ def report_uncaught(kind, value):
         hook = _hook
         if hook is None or hook.pid != os.getpid():
             return
+        if kind is None or issubclass(kind, (KeyboardInterrupt, SystemExit)):
+            return  # Python exits 130 / the code given, not 1: leave exit_code unknown
         if threading.current_thread() is threading.main_thread():
             hook.uncaught = True
-        if kind is None or issubclass(kind, (KeyboardInterrupt, SystemExit)):
-            return
         message = {
             "type": "error",
             "time_s": time.time(),

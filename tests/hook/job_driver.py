@@ -44,6 +44,14 @@ def main():
                 torch.cuda.stub_oom(int(args[0]))
             except torch.OutOfMemoryError as err:
                 reply = "ok caught %s" % type(err).__name__
+        elif cmd == "rush":  # import, init and OOM at once: no time for the hook to poll
+            import torch
+
+            torch.cuda.init()
+            try:
+                torch.cuda.stub_oom(int(args[0]))
+            except torch.OutOfMemoryError:
+                reply = "ok caught"
         elif cmd == "oom_uncaught":
             torch.cuda.stub_oom(int(args[0]))
         elif cmd == "oom_in_thread":

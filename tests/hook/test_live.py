@@ -241,6 +241,14 @@ class LiveTest(unittest.TestCase):
         self.assertEqual(oom["stats"]["allocated_bytes"], MiB)
         self.assertTrue(oom["segments"][0]["blocks"][0]["site"].endswith(":%d alloc_named" % leak_site_line()))
 
+    def test_an_oom_on_the_line_after_import_torch_is_still_caught(self):
+        job = self.job()
+        self.assertEqual(job.do("rush %d" % MiB), "ok caught")
+        job.wait_socket()
+        viewer = Viewer(job.socket_path)
+        self.assertEqual(viewer.recv()["type"], "hello")
+        self.assertEqual(viewer.recv()["requested_bytes"], MiB)  # the kept `oom`
+
     def test_uncaught_oom_reaches_viewers_and_the_users_excepthook_still_runs(self):
         job = self.job()
         job.do("import")
