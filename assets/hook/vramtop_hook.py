@@ -32,7 +32,14 @@ MAX_VIEWERS = 32
 INTERVAL_RANGE = (0.05, 3600.0)
 POLL_S = 0.25  # how often to look for torch / CUDA before they are there
 # A viewer that takes nothing for this long is dropped. Tests shorten it.
-STALL_S = float(os.environ.get("VRAMTOP_HOOK_STALL_S", "10") or 10)
+def _env_seconds(name, default):
+    try:
+        return float(os.environ.get(name, "") or default)
+    except ValueError:
+        return default
+
+
+STALL_S = _env_seconds("VRAMTOP_HOOK_STALL_S", 10.0)
 
 _said = set()
 
@@ -429,8 +436,9 @@ class Viewer:
         self.interval = None  # None until it subscribes
         self.next_due = now
         self.pending = b""  # the rest of the one frame already begun
-        self.owed = []  # kept messages (oom, error, bye) waiting behind `pending`
+        self.owed = []  # (kind, frame): kept messages waiting behind `pending`, one per kind
         self.refused_since = None  # first refused write since it last took bytes
+        self.events = selectors.EVENT_READ  # what the selector watches it for
 
 
 class Hook:
@@ -601,7 +609,7 @@ class Hook:
             self.offer(viewer, encode(self.hello()))
             for kind in ("oom", "error"):
                 if kind in self.kept:
-                    self.offer(viewer, self.kept[kind], keep=True)
+                    self.offer(viewer, self.kept[kind], keep=kind)
 
     def read(self, viewer):
         try:
@@ -628,11 +636,12 @@ class Hook:
                         viewer.next_due = time.monotonic()
             # other types are ignored (forward compatibility)
 
-    def offer(self, viewer, frame, keep=False):
-        """Write `frame` whole now, else drop it; `keep` frames wait behind a begun frame."""
+    def offer(self, viewer, frame, keep=None):
+        """Write `frame` whole now, else drop it. A `keep` frame (a kind: "oom", "bye"...)
+        waits instead, replacing an older one of its kind, so at most one per kind waits."""
         if viewer.pending:
             if keep:
-                viewer.owed.append(frame)
+                self.owe(viewer, keep, frame)
             else:
                 self.refused(viewer)
             return
@@ -641,10 +650,13 @@ class Hook:
             return
         if sent == 0:
             if keep:
-                viewer.owed.append(frame)
+                self.owe(viewer, keep, frame)
             self.refused(viewer)
         elif sent < len(frame):
             viewer.pending = memoryview(frame)[sent:]
+
+    def owe(self, viewer, kind, frame):
+        viewer.owed = [(k, f) for k, f in viewer.owed if k != kind] + [(kind, frame)]
 
     def send_some(self, viewer, data):
         try:
@@ -668,7 +680,7 @@ class Hook:
             if not viewer.pending:
                 if not viewer.owed:
                     return
-                viewer.pending = memoryview(viewer.owed.pop(0))
+                viewer.pending = memoryview(viewer.owed.pop(0)[1])
             sent = self.send_some(viewer, viewer.pending)
             if not sent:
                 if sent == 0:
@@ -682,12 +694,16 @@ class Hook:
                 self.drop(viewer)
 
     def watch_writes(self):
+        """Ask to hear of writability only from viewers we owe bytes to."""
         for viewer in self.viewers:
             events = selectors.EVENT_READ
             if viewer.pending or viewer.owed:
                 events |= selectors.EVENT_WRITE
+            if events == viewer.events:
+                continue
             try:
                 self.selector.modify(viewer.sock, events, viewer)
+                viewer.events = events
             except (KeyError, ValueError, OSError):
                 pass
 
@@ -768,7 +784,7 @@ class Hook:
         if self.alloc.missing:
             say_once("missing", "; ".join(self.alloc.missing))
         # Viewers that came before CUDA learn it is ready from a fresh hello.
-        self.broadcast(encode(self.hello()), keep=True)
+        self.broadcast(encode(self.hello()), keep="hello")
 
     def send_due_states(self, now):
         with self.lock:
@@ -817,7 +833,7 @@ class Hook:
         bye = encode({"type": "bye", "time_s": time.time(), "exit_code": code})
         with self.lock:
             for viewer in list(self.viewers):
-                self.offer(viewer, bye, keep=True)
+                self.offer(viewer, bye, keep="bye")
             self.drain(deadline=time.monotonic() + 0.5)
             for viewer in list(self.viewers):
                 self.drop(viewer)
@@ -987,7 +1003,7 @@ def on_oom(device, alloc_size, limit_bytes, device_free):
         if frame is None or hook.listener is None:
             return
         hook.kept["oom"] = frame
-        hook.broadcast(frame, keep=True)
+        hook.broadcast(frame, keep="oom")
     except Exception:
         pass
 
@@ -1049,6 +1065,6 @@ def report_uncaught(kind, value):
         frame = encode(message)
         hook.kept["error"] = frame
         if hook.listener is not None:
-            hook.broadcast(frame, keep=True)
+            hook.broadcast(frame, keep="error")
     except Exception:
         pass

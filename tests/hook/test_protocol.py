@@ -2,8 +2,11 @@
 
 import json
 import os
+import selectors
+import socket
 import struct
 import sys
+import time
 import unittest
 
 from support import HOOK_DIR, STUB_DIR
@@ -55,6 +58,41 @@ class FramingTest(unittest.TestCase):
         self.assertTrue(decoded["truncated"])
         self.assertLess(len(decoded["segments"]), 400)
         self.assertGreater(len(decoded["segments"]), 0)
+
+
+class WriteDisciplineTest(unittest.TestCase):
+    """A viewer that reads slowly: frames are never torn, stale states are dropped, not
+    queued, and of the kept messages only the latest of each kind waits."""
+
+    def test_partial_writes_finish_their_frame_drop_states_and_keep_one_oom(self):
+        ours, theirs = socket.socketpair()
+        ours.setblocking(False)
+        server = hook.Hook(history=False, forked=False)
+        server.selector = selectors.DefaultSelector()
+        viewer = hook.Viewer(ours, time.monotonic())
+        server.viewers.append(viewer)
+        big = hook.encode({"type": "state", "seq": 0, "pad": "s" * 300000})
+        for seq in range(20):  # the first is begun (the buffer is smaller), the rest dropped
+            server.offer(viewer, big)
+        self.assertTrue(viewer.pending)
+        for n in range(50):
+            server.offer(viewer, hook.encode({"type": "oom", "n": n}), keep="oom")
+        server.offer(viewer, hook.encode({"type": "bye"}), keep="bye")
+        self.assertEqual([kind for kind, _ in viewer.owed], ["oom", "bye"])
+        reader, got = hook.FrameReader(), []
+        theirs.settimeout(0.2)
+        while True:
+            server.flush(viewer)
+            try:
+                data = theirs.recv(1 << 20)
+            except socket.timeout:
+                break
+            got += reader.feed(data)
+        self.assertEqual([m["type"] for m in got], ["state", "oom", "bye"])
+        self.assertEqual(got[1]["n"], 49)
+        self.assertEqual(len(got[0]["pad"]), 300000)
+        ours.close()
+        theirs.close()
 
 
 class FormatTest(unittest.TestCase):
