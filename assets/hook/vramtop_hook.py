@@ -1000,10 +1000,11 @@ def on_oom(device, alloc_size, limit_bytes, device_free):
             "summary": oom_summary(alloc_size, stats, device_free),
         }
         frame = encode_fitting(message)
-        if frame is None or hook.listener is None:
+        if frame is None:
             return
-        hook.kept["oom"] = frame
-        hook.broadcast(frame, keep="oom")
+        hook.kept["oom"] = frame  # kept even before we listen: the first viewer gets it
+        if hook.listener is not None:
+            hook.broadcast(frame, keep="oom")
     except Exception:
         pass
 

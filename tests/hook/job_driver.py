@@ -29,7 +29,13 @@ def main():
             continue
         cmd, args = words[0], words[1:]
         reply = "ok"
-        if cmd == "import":
+        if cmd == "userhook":  # the job's own excepthook, set before torch comes in
+
+            def user_hook(kind, value, tb):
+                sys.stderr.write("USER HOOK saw %s\n" % kind.__name__)
+
+            sys.excepthook = user_hook
+        elif cmd == "import":
             import torch
         elif cmd == "init":
             torch.cuda.init()

@@ -143,20 +143,18 @@ class LiveTest(unittest.TestCase):
         other = Viewer(job.socket_path)
         other.subscribe(0.05)
         self.assertEqual(other.recv_type("state")["type"], "state")
-        # After taking nothing for the stall limit, the hog is disconnected.
-        hog.settimeout(10)
-        closed = False
-        deadline = time.monotonic() + 10
-        time.sleep(4.0)  # reading sooner would make it a (slow) reader again
-        while time.monotonic() < deadline:
+        # After taking nothing for the stall limit, the hog is disconnected. It finds out by
+        # writing (reading would make it a slow reader again); each write re-subscribes,
+        # which also asks for a state at once, so its buffer fills sooner.
+        dropped = False
+        deadline = time.monotonic() + 30
+        while not dropped and time.monotonic() < deadline:
             try:
-                if not hog.recv(1 << 20):
-                    closed = True
-                    break
-            except (ConnectionResetError, socket.timeout):
-                closed = True
-                break
-        self.assertTrue(closed)
+                hog.sendall(struct.pack(">I", len(body)) + body)
+            except (BrokenPipeError, ConnectionResetError):
+                dropped = True
+            time.sleep(0.2)
+        self.assertTrue(dropped)
         hog.close()
 
     def test_a_vanishing_viewer_leaves_the_job_and_others_alone(self):
@@ -269,6 +267,21 @@ class LiveTest(unittest.TestCase):
         # Python's own excepthook (the one we chain to) still printed the traceback.
         self.assertIn("OutOfMemoryError: CUDA out of memory", err)
         self.assertFalse(os.path.exists(job.socket_path))
+
+    def test_the_jobs_own_excepthook_still_runs_after_ours(self):
+        job = self.job()
+        job.do("userhook")
+        job.do("import")
+        job.wait_socket()
+        job.do("init")
+        viewer = Viewer(job.socket_path)
+        viewer.ready_hello()
+        job.proc.stdin.write("oom_uncaught %d\n" % MiB)
+        job.proc.stdin.flush()
+        self.assertEqual(viewer.recv_type("error")["kind"], "OutOfMemoryError")
+        rc, _, err = job.finish()
+        self.assertEqual(rc, 1)
+        self.assertEqual(err, "USER HOOK saw OutOfMemoryError\n")
 
     def test_thread_excepthook_is_chained_too(self):
         job = self.ready_job()
