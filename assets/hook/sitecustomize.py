@@ -35,14 +35,27 @@ class _TorchImportWatch:
             spec = _find_spec_elsewhere(cls, name, path, target)
         except Exception:
             spec = None
-        if spec is None or not hasattr(spec.loader, "exec_module"):
-            cls.armed = True  # no torch here (or an odd loader): look again next time
+            _start_polling()  # another finder failed us: let the hook watch sys.modules
+        if spec is None:
+            cls.armed = True  # no torch here: look again at the next `import torch`
+            return None
+        if not hasattr(spec.loader, "exec_module"):
+            _start_polling()  # an old-style loader we cannot follow
             return None
         spec.loader = _ThenStartHook(spec.loader)
         return spec
 
     @classmethod
     def invalidate_caches(cls):
+        pass
+
+
+def _start_polling():
+    try:
+        import vramtop_hook
+
+        vramtop_hook.start()
+    except Exception:
         pass
 
 
