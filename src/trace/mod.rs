@@ -4,6 +4,8 @@
 //! (`replay`, which drives `alloc`) and a snapshot's final state as a block-map `Layout`
 //! (`snapshot`). No UI, no CUDA.
 
+mod initial;
+pub mod ooms;
 pub mod pickle;
 mod pytorch;
 pub mod record;
@@ -111,6 +113,35 @@ pub struct SnapshotBlock {
     pub tag: Option<Arc<str>>,
 }
 
+/// A segment the traced allocator held before the trace began (its address is never
+/// allocated by a `segment_alloc` before it is used or freed), with the blocks live in it
+/// then, in address order. PyTorch snapshots only.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InitialSegment {
+    pub addr: u64,
+    pub size: u64,
+    pub pool: Pool,
+    pub stream: StreamId,
+    pub blocks: Vec<LiveAtStart>,
+}
+
+/// The traced allocator's settings, from the snapshot's `allocator_settings`
+/// (`PYTORCH_CUDA_ALLOC_CONF`); `Default` is PyTorch's defaults.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct AllocatorSettings {
+    /// `max_split_size_mb`, in bytes; None: unlimited.
+    pub max_split_size: Option<u64>,
+    /// `roundup_power2_divisions` per size interval: index 0 is sizes up to 2 MiB, then
+    /// one power of two per index, up to 32 GiB and beyond (PyTorch's 16 intervals);
+    /// 0 or 1: plain 512 B rounding.
+    pub roundup_power2_divisions: [u32; 16],
+    /// `garbage_collection_threshold`; PyTorch acts on it only under a memory fraction.
+    pub garbage_collection_threshold: Option<f64>,
+    pub expandable_segments: bool,
+    /// The configuration string as the job set it, when the snapshot has it.
+    pub conf: Option<String>,
+}
+
 /// What the importer counted while reading; the replayer and the UI report it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct TraceStats {
@@ -134,15 +165,20 @@ pub struct TraceStats {
     pub no_history: bool,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Trace {
     pub source: TraceFormat,
     /// CUDA device ordinal the events belong to (0 where the source does not say).
     pub device: i64,
     pub initial: Vec<LiveAtStart>,
+    /// PyTorch only: the segments held before the trace began, with the blocks of
+    /// `initial` that lie in them at their places (a replay can start from them).
+    pub initial_segments: Vec<InitialSegment>,
     pub events: Vec<TraceEvent>,
     /// PyTorch only: segments and blocks when the snapshot was taken.
     pub segments_at_end: Vec<SnapshotSegment>,
+    /// PyTorch only: the allocator settings the trace was recorded under.
+    pub settings: AllocatorSettings,
     pub stats: TraceStats,
 }
 

@@ -8,17 +8,18 @@
 //! a malformed entry is skipped and counted, so a newer PyTorch never makes a file
 //! unreadable. Knows nothing of files or of other formats.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::io::Read;
 use std::sync::Arc;
 
 use super::pickle::{self, Dict, Finished, Value};
 use super::{
-    LiveAtStart, LoadOptions, SnapshotBlock, SnapshotSegment, StreamIds, Trace,
+    AllocatorSettings, LoadOptions, SnapshotBlock, SnapshotSegment, StreamIds, Trace,
     TraceErrorKind, TraceEvent, TraceEventKind, TraceFormat, TraceStats,
 };
 use crate::alloc::{BlockState, Pool};
+
 
 const WHAT_TO_DO: &str = "expected a dict from torch.cuda.memory._snapshot() with 'segments' \
                           and 'device_traces'; write one with torch.cuda.memory._dump_snapshot()";
@@ -80,12 +81,15 @@ fn import(root: &Value, mut entries: EntryReader, device: Option<i64>) -> Result
              pick another device"
         )));
     }
+    let (initial, initial_segments) = super::initial::infer(&segments_at_end, &events);
     let mut trace = Trace {
         source: TraceFormat::PytorchSnapshot,
         device: chosen,
-        initial: live_from_start(&segments_at_end, &events),
+        initial,
+        initial_segments,
         events,
         segments_at_end,
+        settings: settings_of(root.get("allocator_settings")),
         stats,
     };
     trace.tally();
@@ -356,26 +360,46 @@ fn is_frame_list(items: &[Value]) -> bool {
         .is_some_and(|d| d.get("filename").is_some())
 }
 
-/// Blocks live at the end (allocated or pending free) at an address the trace never
-/// allocated: they were live before recording began.
-fn live_from_start(segments: &[SnapshotSegment], events: &[TraceEvent]) -> Vec<LiveAtStart> {
-    let allocated: HashSet<u64> = events
-        .iter()
-        .filter(|e| e.kind == TraceEventKind::Alloc)
-        .map(|e| e.addr)
-        .collect();
-    segments
-        .iter()
-        .flat_map(|seg| seg.blocks.iter().map(move |b| (seg.stream, b)))
-        .filter(|(_, b)| matches!(b.state, BlockState::Allocated | BlockState::PendingFree))
-        .filter(|(_, b)| !allocated.contains(&b.addr))
-        .map(|(stream, b)| LiveAtStart {
-            addr: b.addr,
-            size: b.size,
-            stream,
-            tag: b.tag.clone(),
-        })
-        .collect()
+/// The snapshot's `allocator_settings`, as PyTorch 2.x writes them; what is missing
+/// or of another shape keeps PyTorch's default.
+fn settings_of(value: Option<&Value>) -> AllocatorSettings {
+    let mut settings = AllocatorSettings::default();
+    let Some(dict) = value.and_then(Value::as_dict) else {
+        return settings;
+    };
+    settings.max_split_size = dict
+        .get("max_split_size")
+        .and_then(Value::as_int)
+        .and_then(|n| u64::try_from(n).ok())
+        .filter(|&n| n > 0 && n < u64::MAX / 2);
+    settings.garbage_collection_threshold = match dict.get("garbage_collection_threshold") {
+        Some(Value::Float(f)) if *f > 0.0 => Some(*f),
+        _ => None,
+    };
+    settings.expandable_segments = dict
+        .get("expandable_segments")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    settings.conf = dict
+        .get("PYTORCH_CUDA_ALLOC_CONF")
+        .and_then(Value::as_str)
+        .filter(|c| !c.is_empty())
+        .map(str::to_string);
+    // {"1": d, "2": d, ..., "32768": d}: divisions per interval, keyed by its MiB start.
+    if let Some(divisions) = dict.get("roundup_power2_divisions").and_then(Value::as_dict) {
+        for (key, value) in divisions.iter() {
+            let (Some(mib), Some(d)) = (key.as_str().and_then(|k| k.parse::<u64>().ok()), value.as_int()) else {
+                continue;
+            };
+            if mib.is_power_of_two() {
+                let index = mib.trailing_zeros() as usize;
+                if let (Some(slot), Ok(d)) = (settings.roundup_power2_divisions.get_mut(index), u32::try_from(d)) {
+                    *slot = d;
+                }
+            }
+        }
+    }
+    settings
 }
 
 fn import_segments(

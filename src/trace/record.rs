@@ -144,8 +144,10 @@ pub fn read(text: &str) -> Result<Trace, TraceErrorKind> {
         source: TraceFormat::VramtopRecord,
         device: header.device,
         initial: Vec::new(),
+        initial_segments: Vec::new(),
         events: Vec::new(),
         segments_at_end: Vec::new(),
+        settings: Default::default(),
         stats: Default::default(),
     };
     for (i, text) in lines {

@@ -207,6 +207,7 @@ mod tests {
             source: TraceFormat::PytorchSnapshot,
             device: 0,
             initial: Vec::new(),
+            initial_segments: Vec::new(),
             events: Vec::new(),
             segments_at_end: vec![SnapshotSegment {
                 addr: 0x7f00_0000_0000,
