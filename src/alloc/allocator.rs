@@ -18,8 +18,7 @@ use super::size_index::{SizeIndex, GRAIN};
 use super::tlsf::TlsfIndex;
 use super::types::{
     AllocError, Block, EventKind, FreeForRequests, Layout, OomReport, PolicyKind, Pool, Stats,
-    StreamId,
-    TagId,
+    StreamId, TagId,
 };
 use crate::backing::{Backing, BackingError};
 
@@ -257,7 +256,9 @@ impl Allocator {
         let aligned = |n: u64| n % GRAIN == 0;
         let mut end = 0;
         for &(offset, block_size, _) in blocks {
-            let fits = offset >= end && block_size > 0 && offset.checked_add(block_size).is_some_and(|e| e <= size);
+            let fits = offset >= end
+                && block_size > 0
+                && offset.checked_add(block_size).is_some_and(|e| e <= size);
             if !fits || !aligned(offset) || !aligned(block_size) {
                 return Ok(None);
             }
@@ -313,7 +314,14 @@ impl Allocator {
         for (p, (_, _, live)) in placed.iter().zip(&lives) {
             ledger.tags.add(live.tag, p.size);
             counters.add_live(p.size, live.requested);
-            self.announce(EventKind::Alloc, p.addr, p.size, stream, Some((live.tag, live.id)), now_ns);
+            self.announce(
+                EventKind::Alloc,
+                p.addr,
+                p.size,
+                stream,
+                Some((live.tag, live.id)),
+                now_ns,
+            );
             out.push(Block {
                 id: live.id,
                 owner: self.owner,

@@ -107,7 +107,11 @@ pub(crate) fn round_size(size: u64, divisions: &[u32; 16]) -> Option<u64> {
             return floor.checked_mul(2);
         }
         let down = size & !(step - 1);
-        return if down == size { Some(size) } else { down.checked_add(step) };
+        return if down == size {
+            Some(size)
+        } else {
+            down.checked_add(step)
+        };
     }
     size.checked_next_multiple_of(GRAIN)
 }
@@ -215,7 +219,10 @@ impl Policy for Caching {
         blocks: &[(u64, u64, LiveInfo)],
     ) -> Option<Vec<Placement>> {
         let home = self.heap.index.home(pool, stream);
-        Some(self.heap.adopt(addr, size, pool, Some(stream), home, blocks))
+        Some(
+            self.heap
+                .adopt(addr, size, pool, Some(stream), home, blocks),
+        )
     }
 
     fn can_adopt(&self) -> bool {

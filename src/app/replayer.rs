@@ -357,7 +357,10 @@ pub fn replay_command(path: &Path, args: &ReplayArgs) -> Result<u8> {
             println!("{}", serde_json::to_string_pretty(&rows)?);
         } else {
             print!("{}", replay::table(&name, &TraceFigures::of(&trace), &rows));
-            print!("{}", replay::report::oom_table(&crate::trace::ooms::trace_ooms(&trace), &rows));
+            print!(
+                "{}",
+                replay::report::oom_table(&crate::trace::ooms::trace_ooms(&trace), &rows)
+            );
         }
         return Ok(0);
     }
@@ -391,7 +394,7 @@ mod tests {
                 addr: 0x1000 * (i as u64 / 4 + 1),
                 size: 1 << 20,
                 stream: 0,
-                tag: Some(format!("m.py:{i} f")),
+                tag: Some(format!("m.py:{i} f").into()),
                 time_us: None,
             })
             .collect();

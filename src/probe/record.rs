@@ -78,7 +78,12 @@ impl Recorder {
             let allocator = &self.allocator;
             self.tags
                 .entry(t)
-                .or_insert_with(|| allocator.tag_name(t).unwrap_or_else(|| "?".to_string()).into())
+                .or_insert_with(|| {
+                    allocator
+                        .tag_name(t)
+                        .unwrap_or_else(|| "?".to_string())
+                        .into()
+                })
                 .clone()
         });
         TraceEvent {

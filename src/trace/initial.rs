@@ -50,13 +50,15 @@ pub(super) fn infer(
             TraceEventKind::SegmentMap | TraceEventKind::SegmentUnmap => expandable = true,
             TraceEventKind::SegmentFree => {
                 if !segments_allocated.contains(&event.addr) {
-                    segments.entry(event.addr).or_insert_with(|| InitialSegment {
-                        addr: event.addr,
-                        size: event.size,
-                        pool: pool_of_size(event.size),
-                        stream: event.stream,
-                        blocks: Vec::new(),
-                    });
+                    segments
+                        .entry(event.addr)
+                        .or_insert_with(|| InitialSegment {
+                            addr: event.addr,
+                            size: event.size,
+                            pool: pool_of_size(event.size),
+                            stream: event.stream,
+                            blocks: Vec::new(),
+                        });
                 }
             }
             TraceEventKind::Oom | TraceEventKind::Snapshot => {}
@@ -96,8 +98,14 @@ pub(super) fn infer(
         let Some((_, seg)) = segments.range_mut(..=block.addr).next_back() else {
             continue;
         };
-        let inside = block.addr.checked_add(block.size).is_some_and(|end| end <= seg.addr + seg.size);
-        let after_last = seg.blocks.last().is_none_or(|b| b.addr + b.size <= block.addr);
+        let inside = block
+            .addr
+            .checked_add(block.size)
+            .is_some_and(|end| end <= seg.addr + seg.size);
+        let after_last = seg
+            .blocks
+            .last()
+            .is_none_or(|b| b.addr + b.size <= block.addr);
         if inside && after_last {
             seg.blocks.push(block.clone());
         }
@@ -161,7 +169,11 @@ mod tests {
         let (blocks, segments) = infer(&at_end, &events);
         assert_eq!(blocks.len(), 1);
         assert_eq!((blocks[0].addr, blocks[0].size), (base, 2 * MIB));
-        assert_eq!(segments.len(), 1, "the traced segment is not one of the start");
+        assert_eq!(
+            segments.len(),
+            1,
+            "the traced segment is not one of the start"
+        );
         assert_eq!((segments[0].addr, segments[0].size), (base, 20 * MIB));
         assert_eq!(segments[0].blocks, blocks);
     }

@@ -268,7 +268,11 @@ impl Trace {
             out.push(format!(
                 "{} malformed trace entr{} skipped; the first: {}",
                 s.malformed,
-                if s.malformed == 1 { "y was" } else { "ies were" },
+                if s.malformed == 1 {
+                    "y was"
+                } else {
+                    "ies were"
+                },
                 s.first_malformed.as_deref().unwrap_or("?")
             ));
         }

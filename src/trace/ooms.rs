@@ -167,7 +167,13 @@ impl TracedState {
         }
     }
 
-    fn oom(&self, event: usize, requested: u64, device_free: u64, time_us: Option<i64>) -> TraceOom {
+    fn oom(
+        &self,
+        event: usize,
+        requested: u64,
+        device_free: u64,
+        time_us: Option<i64>,
+    ) -> TraceOom {
         let reserved: u64 = self.ranges.values().sum();
         let mut allocated = 0;
         let (mut free, mut runs, mut largest) = (0u64, 0u64, 0u64);

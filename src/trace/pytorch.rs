@@ -20,7 +20,6 @@ use super::{
 };
 use crate::alloc::{BlockState, Pool};
 
-
 const WHAT_TO_DO: &str = "expected a dict from torch.cuda.memory._snapshot() with 'segments' \
                           and 'device_traces'; write one with torch.cuda.memory._dump_snapshot()";
 
@@ -29,11 +28,19 @@ fn not_a_snapshot(what: String) -> TraceErrorKind {
 }
 
 /// Reads a pickled snapshot from `reader` (already gunzipped).
-pub(super) fn import_reader(reader: impl Read, opts: &LoadOptions) -> Result<Trace, TraceErrorKind> {
+pub(super) fn import_reader(
+    reader: impl Read,
+    opts: &LoadOptions,
+) -> Result<Trace, TraceErrorKind> {
     let mut entries = EntryReader::default();
     let root = {
         let mut reduce = |finished: Finished<'_>| entries.reduce(finished);
-        pickle::from_reader(reader, opts.max_bytes, opts.pickle_limits, Some(&mut reduce))
+        pickle::from_reader(
+            reader,
+            opts.max_bytes,
+            opts.pickle_limits,
+            Some(&mut reduce),
+        )
     }
     .map_err(|e| match e {
         pickle::ReadError::Io(e) => TraceErrorKind::Io(e),
@@ -45,7 +52,11 @@ pub(super) fn import_reader(reader: impl Read, opts: &LoadOptions) -> Result<Tra
     import(&root, entries, opts.device)
 }
 
-fn import(root: &Value, mut entries: EntryReader, device: Option<i64>) -> Result<Trace, TraceErrorKind> {
+fn import(
+    root: &Value,
+    mut entries: EntryReader,
+    device: Option<i64>,
+) -> Result<Trace, TraceErrorKind> {
     let (traces, segments) = top_level(root)?;
     let devices_with_traces: Vec<i64> = traces
         .iter()
@@ -178,7 +189,9 @@ impl EntryReader {
             }
             Finished::Dict(dict) => {
                 let action = dict.get("action")?.as_str()?;
-                let index = u32::try_from(self.entries.len()).ok().filter(|&i| i < TAG_BIT)?;
+                let index = u32::try_from(self.entries.len())
+                    .ok()
+                    .filter(|&i| i < TAG_BIT)?;
                 let event = match self.entry(action, dict) {
                     Ok(event) => event,
                     Err(skipped) => {
@@ -238,7 +251,8 @@ impl EntryReader {
             let addr = number("addr", fields.addr)?;
             let size = number("size", fields.size)?;
             let device_free = number("device_free", fields.device_free)?;
-            let required = |name: &str, v: Option<u64>| v.ok_or_else(|| format!("no '{name}' field"));
+            let required =
+                |name: &str, v: Option<u64>| v.ok_or_else(|| format!("no '{name}' field"));
             let (addr, size) = match kind {
                 // PyTorch writes the device's free bytes in 'device_free' (older versions
                 // put them in 'addr'); an OOM has no address of its own.
@@ -250,7 +264,9 @@ impl EntryReader {
                 kind,
                 addr,
                 size,
-                stream: self.streams.id(number("stream", fields.stream)?.unwrap_or(0)),
+                stream: self
+                    .streams
+                    .id(number("stream", fields.stream)?.unwrap_or(0)),
                 tag: None,
                 time_us: fields.time_us.and_then(Value::as_int),
             })
@@ -261,7 +277,12 @@ impl EntryReader {
     }
 
     /// The events of one device's trace, in order; skipped entries are counted in `stats`.
-    fn events_of(&mut self, trace: &[Value], device: i64, stats: &mut TraceStats) -> Vec<TraceEvent> {
+    fn events_of(
+        &mut self,
+        trace: &[Value],
+        device: i64,
+        stats: &mut TraceStats,
+    ) -> Vec<TraceEvent> {
         let in_order = trace.len() == self.entries.len()
             && trace
                 .iter()
@@ -313,7 +334,10 @@ impl EntryReader {
         }
         for (kind, count) in KINDS.iter().zip(per_kind) {
             if count > 0 {
-                *stats.actions.entry(action_name(*kind).to_string()).or_default() += count;
+                *stats
+                    .actions
+                    .entry(action_name(*kind).to_string())
+                    .or_default() += count;
             }
         }
         events
@@ -386,14 +410,23 @@ fn settings_of(value: Option<&Value>) -> AllocatorSettings {
         .filter(|c| !c.is_empty())
         .map(str::to_string);
     // {"1": d, "2": d, ..., "32768": d}: divisions per interval, keyed by its MiB start.
-    if let Some(divisions) = dict.get("roundup_power2_divisions").and_then(Value::as_dict) {
+    if let Some(divisions) = dict
+        .get("roundup_power2_divisions")
+        .and_then(Value::as_dict)
+    {
         for (key, value) in divisions.iter() {
-            let (Some(mib), Some(d)) = (key.as_str().and_then(|k| k.parse::<u64>().ok()), value.as_int()) else {
+            let (Some(mib), Some(d)) = (
+                key.as_str().and_then(|k| k.parse::<u64>().ok()),
+                value.as_int(),
+            ) else {
                 continue;
             };
             if mib.is_power_of_two() {
                 let index = mib.trailing_zeros() as usize;
-                if let (Some(slot), Ok(d)) = (settings.roundup_power2_divisions.get_mut(index), u32::try_from(d)) {
+                if let (Some(slot), Ok(d)) = (
+                    settings.roundup_power2_divisions.get_mut(index),
+                    u32::try_from(d),
+                ) {
                     *slot = d;
                 }
             }

@@ -222,7 +222,10 @@ impl<'t> Replay<'t> {
                     (b.addr - seg.addr, b.size, tag)
                 })
                 .collect();
-            let placed = match self.allocator.adopt_segment(seg.size, seg.pool, seg.stream, &blocks) {
+            let placed = match self
+                .allocator
+                .adopt_segment(seg.size, seg.pool, seg.stream, &blocks)
+            {
                 Ok(Some(placed)) => placed,
                 // A layout the policy cannot take: its blocks are placed by alloc.
                 Ok(None) => continue,

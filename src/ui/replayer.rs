@@ -78,7 +78,10 @@ fn title(state: &ReplayerState<'_>) -> Line<'static> {
         } else {
             ""
         };
-        spans.push(Span::raw(format!("· capacity {}{how} ", human_bytes(capacity))));
+        spans.push(Span::raw(format!(
+            "· capacity {}{how} ",
+            human_bytes(capacity)
+        )));
     }
     spans.push(if state.error.is_some() {
         Span::styled(" stopped ", Style::new().bold().white().on_red())
@@ -207,7 +210,7 @@ mod tests {
                 addr: 0x1000 + i * 0x1000,
                 size: 4096,
                 stream: 0,
-                tag: Some(format!("train.py:{i} step")),
+                tag: Some(format!("train.py:{i} step").into()),
                 time_us: None,
             })
             .collect();

@@ -220,6 +220,7 @@ mod tests {
                     block(0x7f00_0040_0000, 16 << 20, BlockState::Free),
                 ],
             }],
+            settings: Default::default(),
             stats: TraceStats {
                 no_history: true,
                 ..TraceStats::default()
