@@ -330,6 +330,10 @@ pub fn replay_command(path: &Path, args: &ReplayArgs) -> Result<u8> {
             println!("{}", serde_json::to_string_pretty(&rows)?);
         } else {
             print!("{}", replay::table(&name, &TraceFigures::of(&trace), &rows));
+            match replay::what_if(&trace, &rows, opts) {
+                Ok(w) => print!("\n{}", replay::what_if_text(&w)),
+                Err(e) => eprintln!("vramtop: {}: what-if replay: {e}", path.display()),
+            }
         }
         return Ok(0);
     }

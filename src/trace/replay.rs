@@ -19,6 +19,7 @@
 //!   its own segments, which is the point of the comparison.
 
 pub mod report;
+pub mod whatif;
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
@@ -27,6 +28,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 pub use report::{table, TraceFigures};
+pub use whatif::{what_if, what_if_text, ExpandableWhatIf};
 
 use super::{Trace, TraceEvent, TraceEventKind};
 use crate::alloc::{AllocConfig, AllocError, Allocator, Block, PolicyKind, Stats};
@@ -567,7 +569,13 @@ mod tests {
         let t = trace(Vec::new(), events);
         let figures = TraceFigures::of(&t);
         let rows = report(&t, &PolicyKind::ALL, ReplayOptions::default()).unwrap();
-        assert_eq!(rows.len(), 5);
+        assert_eq!(rows.len(), PolicyKind::ALL.len());
+        // PyTorch's expandable segments: the 4 MiB holes cannot take 12 MiB, so the
+        // segment grows by a whole 20 MiB page past the five blocks' first page.
+        let pytorch = rows
+            .iter()
+            .find(|r| r.policy == PolicyKind::PytorchExpandable);
+        assert_eq!(pytorch.map(|r| r.peak_reserved_bytes), Some(40 * MIB));
         let caching = &rows[0];
         assert_eq!(caching.policy, PolicyKind::Caching);
         assert_eq!(caching.peak_reserved_bytes, 32 * MIB);
