@@ -5,12 +5,16 @@
 //!
 //! How events are replayed:
 //! - Blocks live at the start (a model's parameters) are allocated first, in address
-//!   order, before any event: they hold memory the policy has to place around.
+//!   order, before any event: they hold memory the policy has to place around. They are
+//!   the trace's own (live at its end, never allocated in it) and the blocks whose first
+//!   event is a free (allocated before the trace began, freed during it: a model
+//!   deleted at the end), with the size and stream their free gives.
 //! - `Alloc` -> `alloc(size, stream, tag or "?")`, keyed by the trace address. An alloc
 //!   at an address that is still live frees the earlier block first (`allocs_over_live`).
 //! - `FreeCompleted` (the memory is really released) -> `free` of the block allocated
-//!   for that address. Frees of unknown addresses are ignored and counted, and so are
-//!   frees of blocks whose alloc failed (out of memory under `--capacity`).
+//!   for that address. Frees of addresses not live then (freed twice) are ignored and
+//!   counted, and so are frees of blocks whose alloc failed (out of memory under
+//!   `--capacity`).
 //! - `FreeRequested` is stream-ordered intent: the block stays in use until its
 //!   `FreeCompleted`, so it changes nothing here and is only counted. (The allocator's
 //!   `free_deferred` would draw the block pending-free, but `process_pending` completes
@@ -30,7 +34,7 @@ use serde::Serialize;
 pub use report::{table, TraceFigures};
 pub use whatif::{what_if, what_if_text, ExpandableWhatIf};
 
-use super::{Trace, TraceEvent, TraceEventKind};
+use super::{LiveAtStart, Trace, TraceEvent, TraceEventKind};
 use crate::alloc::{AllocConfig, AllocError, Allocator, Block, PolicyKind, Stats};
 use crate::backing::BookkeepingBacking;
 
@@ -63,6 +67,8 @@ impl Default for ReplayOptions {
 pub struct ReplayCounts {
     /// Blocks live at the start, allocated before the first event.
     pub initial_blocks: u64,
+    /// Of those, the blocks whose first event is a free (allocated before the trace).
+    pub initial_from_frees: u64,
     pub allocs: u64,
     pub frees: u64,
     /// `FreeRequested` events: counted, not replayed (see the module docs).
@@ -151,9 +157,9 @@ impl<'t> Replay<'t> {
             peak_reserved_bytes: 0,
             stats_at_peak: None,
         };
-        let mut initial: Vec<_> = trace.initial.iter().collect();
-        initial.sort_by_key(|b| b.addr);
-        for block in initial {
+        let (initial, from_frees) = live_before_trace(trace);
+        replay.counts.initial_from_frees = from_frees;
+        for block in &initial {
             let tag = block.tag.as_deref().unwrap_or(INITIAL_TAG);
             match replay.allocator.alloc(block.size, block.stream, tag) {
                 Ok(placed) => {
@@ -338,6 +344,35 @@ impl<'t> Replay<'t> {
     }
 }
 
+/// The blocks live before the first event, in address order: the trace's initial
+/// blocks, then those first seen being freed; and how many of the latter there are.
+fn live_before_trace(trace: &Trace) -> (Vec<LiveAtStart>, u64) {
+    let mut seen: HashSet<u64> = trace.initial.iter().map(|b| b.addr).collect();
+    let mut blocks = trace.initial.clone();
+    let mut from_frees = 0;
+    for event in &trace.events {
+        match event.kind {
+            TraceEventKind::Alloc => {
+                seen.insert(event.addr);
+            }
+            TraceEventKind::FreeRequested | TraceEventKind::FreeCompleted => {
+                if seen.insert(event.addr) {
+                    from_frees += 1;
+                    blocks.push(LiveAtStart {
+                        addr: event.addr,
+                        size: event.size,
+                        stream: event.stream,
+                        tag: event.tag.clone(),
+                    });
+                }
+            }
+            _ => {}
+        }
+    }
+    blocks.sort_by_key(|b| b.addr);
+    (blocks, from_frees)
+}
+
 /// What one policy did with a whole trace.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct PolicyRun {
@@ -502,21 +537,24 @@ mod tests {
             ],
         );
         let mut r = Replay::new(&t, PolicyKind::BestFit, ReplayOptions::default()).unwrap();
-        assert_eq!(r.allocator().stats().live_blocks, 1);
+        // The trace's initial block, and 0x5555, first seen being freed: allocated
+        // before the trace began.
+        assert_eq!(r.allocator().stats().live_blocks, 2);
         r.run_to(2).unwrap();
         // The free was only requested: the block is still held.
-        assert_eq!(r.allocator().stats().allocated_bytes, 7 * MIB);
+        assert_eq!(r.allocator().stats().allocated_bytes, 7 * MIB + 512);
         r.run_to(usize::MAX).unwrap();
         assert!(r.is_done());
         let c = *r.counts();
-        assert_eq!((c.initial_blocks, c.allocs, c.frees), (1, 2, 1));
-        assert_eq!((c.free_requests, c.unknown_frees), (1, 1));
+        assert_eq!((c.initial_blocks, c.initial_from_frees), (2, 1));
+        assert_eq!((c.allocs, c.frees), (2, 2));
+        assert_eq!((c.free_requests, c.unknown_frees), (1, 0));
         assert_eq!((c.segment_events, c.snapshots), (1, 1));
         let stats = r.allocator().stats();
         assert_eq!(stats.allocated_bytes, 3 * MIB + 1024);
         let fig = r.run_figures(Duration::from_micros(7));
         assert_eq!(fig.peak_held_bytes, 4 * MIB + 1024);
-        assert_eq!(fig.peak_allocated_bytes, 7 * MIB + 1024);
+        assert_eq!(fig.peak_allocated_bytes, 7 * MIB + 1024 + 512);
         assert!((fig.ns_per_event - 1000.0).abs() < 1e-9);
     }
 
