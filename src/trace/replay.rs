@@ -355,16 +355,16 @@ fn live_before_trace(trace: &Trace) -> (Vec<LiveAtStart>, u64) {
             TraceEventKind::Alloc => {
                 seen.insert(event.addr);
             }
-            TraceEventKind::FreeRequested | TraceEventKind::FreeCompleted => {
-                if seen.insert(event.addr) {
-                    from_frees += 1;
-                    blocks.push(LiveAtStart {
-                        addr: event.addr,
-                        size: event.size,
-                        stream: event.stream,
-                        tag: event.tag.clone(),
-                    });
-                }
+            TraceEventKind::FreeRequested | TraceEventKind::FreeCompleted
+                if seen.insert(event.addr) =>
+            {
+                from_frees += 1;
+                blocks.push(LiveAtStart {
+                    addr: event.addr,
+                    size: event.size,
+                    stream: event.stream,
+                    tag: event.tag.clone(),
+                });
             }
             _ => {}
         }
