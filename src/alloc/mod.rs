@@ -13,6 +13,7 @@
 //!   fill_block(&Block, seed) -> Result<bool, _>; verify_block(&Block, seed) -> Result<Option<u64>, _>
 //! EventReceiver::drain(&mut Vec<Event>) -> u64 (missed); next_seq()
 //! bench::run(&[PolicyKind], &[usize], pairs, seed) -> Vec<BenchRow>
+//! whatif::expandable_fits(&[LiveSpan], request, stream, budget) -> ExpandableWhatIf
 //! ```
 //!
 //! Policies: `caching.rs` (PyTorch's caching allocator), `fit.rs` (best-fit and
