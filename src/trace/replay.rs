@@ -22,6 +22,7 @@
 //! - Segment events, `Oom` and `Snapshot` are counted, not replayed: the policy decides
 //!   its own segments, which is the point of the comparison.
 
+mod initial;
 pub mod report;
 pub mod whatif;
 
@@ -34,7 +35,7 @@ use serde::Serialize;
 pub use report::{table, TraceFigures};
 pub use whatif::{what_if, what_if_text, ExpandableWhatIf};
 
-use super::{LiveAtStart, Trace, TraceEvent, TraceEventKind};
+use super::{Trace, TraceEvent, TraceEventKind};
 use crate::alloc::{AllocConfig, AllocError, Allocator, Block, PolicyKind, Stats};
 use crate::backing::BookkeepingBacking;
 
@@ -157,7 +158,7 @@ impl<'t> Replay<'t> {
             peak_reserved_bytes: 0,
             stats_at_peak: None,
         };
-        let (initial, from_frees) = live_before_trace(trace);
+        let (initial, from_frees) = initial::live_before_trace(trace);
         replay.counts.initial_from_frees = from_frees;
         for block in &initial {
             let tag = block.tag.as_deref().unwrap_or(INITIAL_TAG);
@@ -342,35 +343,6 @@ impl<'t> Replay<'t> {
             counts: self.counts,
         }
     }
-}
-
-/// The blocks live before the first event, in address order: the trace's initial
-/// blocks, then those first seen being freed; and how many of the latter there are.
-fn live_before_trace(trace: &Trace) -> (Vec<LiveAtStart>, u64) {
-    let mut seen: HashSet<u64> = trace.initial.iter().map(|b| b.addr).collect();
-    let mut blocks = trace.initial.clone();
-    let mut from_frees = 0;
-    for event in &trace.events {
-        match event.kind {
-            TraceEventKind::Alloc => {
-                seen.insert(event.addr);
-            }
-            TraceEventKind::FreeRequested | TraceEventKind::FreeCompleted
-                if seen.insert(event.addr) =>
-            {
-                from_frees += 1;
-                blocks.push(LiveAtStart {
-                    addr: event.addr,
-                    size: event.size,
-                    stream: event.stream,
-                    tag: event.tag.clone(),
-                });
-            }
-            _ => {}
-        }
-    }
-    blocks.sort_by_key(|b| b.addr);
-    (blocks, from_frees)
 }
 
 /// What one policy did with a whole trace.
