@@ -72,7 +72,9 @@ pub struct LiveArgs {
 /// Options shared by `--probe` in the live view and `vramtop probe`.
 #[derive(Debug, Clone, Args)]
 pub struct ProbeOptions {
-    /// Allocator policy: caching, best-fit, first-fit, tlsf or expandable
+    /// Allocator policy: caching, best-fit, first-fit, tlsf, expandable (an ideal
+    /// page-mapped allocator, the lower bound) or pytorch-expandable (PyTorch's
+    /// expandable_segments:True, rule for rule)
     #[arg(long, value_name = "NAME", default_value = "caching", value_parser = parse_policy)]
     pub policy: PolicyKind,
 
@@ -138,7 +140,8 @@ pub enum Command {
     Replay {
         /// Trace file (PyTorch snapshot, RMM CSV or vramtop recording)
         file: std::path::PathBuf,
-        /// Policies to replay through: caching, best-fit, first-fit, tlsf, expandable, a
+        /// Policies to replay through: caching, best-fit, first-fit, tlsf, expandable (ideal,
+        /// the lower bound), pytorch-expandable (PyTorch's expandable segments), a
         /// comma-separated list of them, or all (the TUI shows the first)
         #[arg(long, value_name = "NAME|all", default_value = "caching", value_parser = parse_policy_set)]
         policy: PolicySet,

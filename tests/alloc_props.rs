@@ -59,7 +59,49 @@ struct Recount {
     hist: Vec<u64>,
 }
 
-fn check_segment_shape(policy: PolicyKind, seg: &vramtop::alloc::SegmentLayout) {
+fn is_expandable(policy: PolicyKind) -> bool {
+    matches!(
+        policy,
+        PolicyKind::Expandable | PolicyKind::PytorchExpandable
+    )
+}
+
+/// PyTorch's expandable segments: one pool and stream per segment, shown up to its last
+/// mapped page, unmapped runs in whole pages of 2 MiB (small) or 20 MiB (large).
+fn check_pytorch_expandable_segment(seg: &vramtop::alloc::SegmentLayout, backing_page: u64) {
+    let page = match seg.pool {
+        Pool::Small => 2 * MIB,
+        Pool::Large => 20 * MIB,
+        Pool::Range => panic!("pytorch-expandable has no range segments"),
+    }
+    .div_ceil(backing_page)
+        * backing_page;
+    assert_eq!(seg.size % page, 0, "segment not shown in whole pages");
+    assert_ne!(seg.runs.last().map(|r| r.state), Some(BlockState::Unmapped));
+    for run in &seg.runs {
+        match run.state {
+            BlockState::Unmapped => {
+                assert_eq!((run.addr - seg.addr) % page, 0);
+                assert_eq!(run.size % page, 0);
+            }
+            BlockState::Allocated | BlockState::PendingFree => {
+                assert_eq!(run.stream, seg.stream, "block on another stream's segment");
+                assert_eq!(
+                    seg.pool == Pool::Small,
+                    run.size <= MIB,
+                    "block in the wrong pool"
+                );
+            }
+            BlockState::Free => {}
+        }
+    }
+}
+
+fn check_segment_shape(policy: PolicyKind, page: u64, seg: &vramtop::alloc::SegmentLayout) {
+    if policy == PolicyKind::PytorchExpandable {
+        check_pytorch_expandable_segment(seg, page);
+        return;
+    }
     if policy != PolicyKind::Caching {
         return;
     }
@@ -91,7 +133,7 @@ fn recount(policy: PolicyKind, page: u64, layout: &Layout, live: &Live) -> Recou
     for seg in &layout.segments {
         assert!(seg.addr >= prev_end, "segments overlap or are unordered");
         prev_end = seg.addr + seg.size;
-        check_segment_shape(policy, seg);
+        check_segment_shape(policy, page, seg);
         let mut cursor = seg.addr;
         let mut prev_state = None;
         for run in &seg.runs {
@@ -107,7 +149,7 @@ fn recount(policy: PolicyKind, page: u64, layout: &Layout, live: &Live) -> Recou
                     r.hist[(63 - run.size.leading_zeros() as usize).min(HIST_BUCKETS - 1)] += 1;
                 }
                 BlockState::Unmapped => {
-                    assert_eq!(policy, PolicyKind::Expandable);
+                    assert!(is_expandable(policy));
                     assert_ne!(prev_state, Some(BlockState::Unmapped));
                     assert_eq!((run.addr - seg.addr) % page, 0);
                     assert_eq!(run.size % page, 0);
@@ -125,13 +167,13 @@ fn recount(policy: PolicyKind, page: u64, layout: &Layout, live: &Live) -> Recou
                     r.requested += run.requested;
                 }
             }
-            if run.state != BlockState::Unmapped && policy == PolicyKind::Expandable {
+            if run.state != BlockState::Unmapped && is_expandable(policy) {
                 r.reserved += run.size;
             }
             prev_state = Some(run.state);
         }
         assert_eq!(cursor, seg.addr + seg.size, "runs do not cover the segment");
-        if policy != PolicyKind::Expandable {
+        if !is_expandable(policy) {
             r.reserved += seg.size;
         }
     }
@@ -225,9 +267,14 @@ fn run_paged(policy: PolicyKind, config: AllocConfig, page: u64, ops: &[Op]) {
     let a = Allocator::new(policy, Box::new(backing), config);
     let mut rx = a.subscribe();
     let mut live = Live::new();
+    let mut before = check(&a, page, &live);
     for op in ops {
         apply(&a, &mut live, op);
-        check(&a, page, &live);
+        let after = check(&a, page, &live);
+        if policy == PolicyKind::PytorchExpandable {
+            check_pytorch_unmaps(op, &before, &after);
+        }
+        before = after;
     }
     a.process_pending();
     live.retain(|_, (_, p)| !*p);
@@ -248,6 +295,23 @@ fn run_paged(policy: PolicyKind, config: AllocConfig, page: u64, ops: &[Op]) {
         "empty_cache kept a wholly free segment"
     );
     check_events(&mut rx, &stats);
+}
+
+/// PyTorch unmaps pages only on `empty_cache` or the release-and-retry of an alloc:
+/// frees keep them mapped (cached).
+fn check_pytorch_unmaps(op: &Op, before: &Stats, after: &Stats) {
+    let released = match op {
+        Op::EmptyCache => true,
+        Op::Alloc { .. } => after.retries > before.retries || after.ooms > before.ooms,
+        _ => false,
+    };
+    if !released {
+        assert_eq!(
+            after.page_unmaps, before.page_unmaps,
+            "{op:?} unmapped pages"
+        );
+        assert!(after.reserved_bytes >= before.reserved_bytes);
+    }
 }
 
 /// The event stream alone retells the story: gapless, and allocs minus frees is zero.
@@ -318,5 +382,21 @@ proptest! {
     #[test]
     fn expandable_small_pages_invariants(ops in ops()) {
         run_paged(PolicyKind::Expandable, AllocConfig::default(), 64 << 10, &ops);
+    }
+
+    #[test]
+    fn pytorch_expandable_invariants(ops in ops()) {
+        run_sequence(PolicyKind::PytorchExpandable, AllocConfig::default(), &ops);
+    }
+
+    #[test]
+    fn pytorch_expandable_with_max_split_invariants(ops in ops()) {
+        let config = AllocConfig { max_split_size: Some(6 * MIB), ..AllocConfig::default() };
+        run_sequence(PolicyKind::PytorchExpandable, config, &ops);
+    }
+
+    #[test]
+    fn pytorch_expandable_small_pages_invariants(ops in ops()) {
+        run_paged(PolicyKind::PytorchExpandable, AllocConfig::default(), 64 << 10, &ops);
     }
 }

@@ -417,3 +417,55 @@ fn segment_table_scrolls_to_the_selection() {
         "{last}"
     );
 }
+
+/// PyTorch's expandable segments after `empty_cache`: the whole pages of a free run are
+/// unmapped, the partial page at its end stays mapped (cached) and is drawn as free, apart
+/// from the unmapped space before it. The layout comes from the real policy.
+#[test]
+fn pytorch_expandable_mapped_free_pages_are_drawn_apart_from_unmapped() {
+    use vramtop::alloc::{AllocConfig, Allocator, PolicyKind};
+    use vramtop::backing::BookkeepingBacking;
+    let a = Allocator::new(
+        PolicyKind::PytorchExpandable,
+        Box::new(BookkeepingBacking::new(1 << 30)),
+        AllocConfig::default(),
+    );
+    let blocks: Vec<_> = (0..3)
+        .map(|_| a.alloc(25 * MIB, 0, "t").expect("alloc"))
+        .collect();
+    a.free(&blocks[0]).expect("free");
+    a.free(&blocks[1]).expect("free");
+    a.empty_cache();
+    // [0,40) unmapped, [40,50) mapped and free, [50,75) live, [75,80) mapped and free.
+    let layout = a.layout();
+    let seg = &layout.segments[0];
+    assert_eq!(seg.size, 80 * MIB);
+    let map = BlockMap::new(&layout).legend(false);
+    let area = Rect::new(0, 0, 100, 1);
+    let geo = map.geometry(area);
+    let buf = draw(map, 100, 1);
+    let expect = |offset: u64| match offset / MIB {
+        0..40 => theme::SYM_UNMAPPED,
+        40..50 => theme::SYM_LARGEST_FREE,
+        50..75 => theme::SYM_ALLOCATED,
+        _ => theme::SYM_FREE,
+    };
+    let mut checked = 0;
+    for x in 0..geo.cells_per_row {
+        let (lo, hi) = (
+            u64::from(x) * geo.bytes_per_cell,
+            u64::from(x + 1) * geo.bytes_per_cell,
+        );
+        if hi > seg.size || expect(lo) != expect(hi - 1) {
+            continue;
+        }
+        assert_eq!(
+            buf[(geo.gutter + x, 0)].symbol(),
+            expect(lo),
+            "cell {x} at {} MiB",
+            lo / MIB
+        );
+        checked += 1;
+    }
+    assert!(checked >= 8, "only {checked} cells checked");
+}

@@ -101,7 +101,14 @@ fn report_json_on_linear_leak() {
     let names: Vec<&str> = rows.iter().filter_map(|r| r["policy"].as_str()).collect();
     assert_eq!(
         names,
-        ["caching", "best-fit", "first-fit", "tlsf", "expandable"]
+        [
+            "caching",
+            "best-fit",
+            "first-fit",
+            "tlsf",
+            "expandable",
+            "pytorch-expandable"
+        ]
     );
     for row in rows {
         assert_eq!(row["events"], 460, "{row}");
@@ -148,7 +155,9 @@ fn a_capacity_makes_ooms_that_are_counted() {
                1,00:00:00.100000,allocate,0x1000,16777216,0x0\n\
                1,00:00:00.200000,allocate,0x2000,16777216,0x0\n\
                1,00:00:00.300000,free,0x2000,16777216,0x0\n\
-               1,00:00:00.400000,free,0x9999,512,0x0\n";
+               1,00:00:00.400000,free,0x9999,512,0x0\n\
+               1,00:00:00.500000,free,0x1000,16777216,0x0\n\
+               1,00:00:00.600000,free,0x1000,16777216,0x0\n";
     let path = temp_file("capacity", "two.csv", rmm.as_bytes());
     let out = vramtop()
         .args([
@@ -170,6 +179,9 @@ fn a_capacity_makes_ooms_that_are_counted() {
     let row = &rows[0];
     assert_eq!(row["ooms"], 1, "{row}");
     assert_eq!(row["counts"]["frees_after_oom"], 1, "{row}");
+    // 0x9999 is freed without an alloc: allocated before the log began, placed first.
+    assert_eq!(row["counts"]["initial_from_frees"], 1, "{row}");
+    // 0x1000 is freed twice: the second free is of an address not live then.
     assert_eq!(row["counts"]["unknown_frees"], 1, "{row}");
     assert_eq!(
         row["trace_reserved_peak_bytes"],

@@ -14,6 +14,7 @@ use super::fit::{AddrIndex, Fit};
 use super::ledger::{oldest, Ledger};
 use super::metrics::Counters;
 use super::policy::{BackingCx, Placement, Policy, Shortfall};
+use super::pytorch_expandable::PytorchExpandable;
 use super::size_index::{SizeIndex, GRAIN};
 use super::tlsf::TlsfIndex;
 use super::types::{
@@ -25,7 +26,8 @@ use crate::backing::{Backing, BackingError};
 /// Allocator options; `Default` gives PyTorch's defaults and a 65536-event ring.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AllocConfig {
-    /// `caching` only: blocks of at least this size are never split, and cached
+    /// `caching` (and `pytorch-expandable`, for finding cached blocks only, as in
+    /// PyTorch's `get_free_block`): blocks of at least this size are never split, and cached
     /// blocks this large only serve requests this large (PyTorch's
     /// `max_split_size_mb`, in bytes). `None`: unlimited.
     pub max_split_size: Option<u64>,
@@ -84,6 +86,7 @@ fn make_policy(kind: PolicyKind, config: &AllocConfig) -> Box<dyn Policy> {
         PolicyKind::FirstFit => Box::<Fit<AddrIndex>>::default(),
         PolicyKind::Tlsf => Box::<Fit<TlsfIndex>>::default(),
         PolicyKind::Expandable => Box::new(Expandable::default()),
+        PolicyKind::PytorchExpandable => Box::new(PytorchExpandable::new(config.max_split_size)),
     }
 }
 

@@ -1,8 +1,9 @@
-//! The `expandable` policy, after PyTorch's expandable segments (CUDA VMM): one
-//! address range of twice the backing's capacity is reserved up front (lazily, at the
-//! first allocation) and memory is mapped behind it a page at a time. Blocks are placed best
-//! fit in the address range; a page is mapped while any live block touches it and
-//! unmapped as soon as none does, so reserved bytes = mapped bytes.
+//! The `expandable` policy: an ideal page-mapped allocator (CUDA VMM), the lower bound
+//! of what expandable segments can do (`pytorch_expandable.rs` follows PyTorch's own
+//! rules): one address range of twice the backing's capacity is reserved up front
+//! (lazily, at the first allocation) and memory is mapped behind it a page at a time.
+//! Blocks are placed best fit in the address range; a page is mapped while any live
+//! block touches it and unmapped as soon as none does, so reserved bytes = mapped bytes.
 //!
 //! "Free" has two meanings here. `Stats` counts free runs on mapped pages only (what
 //! the block map draws as free). An OOM report counts what a request could be placed

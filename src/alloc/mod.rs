@@ -13,10 +13,12 @@
 //!   fill_block(&Block, seed) -> Result<bool, _>; verify_block(&Block, seed) -> Result<Option<u64>, _>
 //! EventReceiver::drain(&mut Vec<Event>) -> u64 (missed); next_seq()
 //! bench::run(&[PolicyKind], &[usize], pairs, seed) -> Vec<BenchRow>
+//! whatif::expandable_fits(&[LiveSpan], request, stream, budget) -> ExpandableWhatIf
 //! ```
 //!
 //! Policies: `caching.rs` (PyTorch's caching allocator), `fit.rs` (best-fit and
-//! first-fit, and the growth shared with tlsf), `tlsf.rs`, `expandable.rs`; shared
+//! first-fit, and the growth shared with tlsf), `tlsf.rs`, `expandable.rs` (the ideal
+//! page-mapped allocator), `pytorch_expandable.rs` (PyTorch's expandable segments); shared
 //! machinery: `arena.rs` (node slab, segments), `heap.rs` (split/coalesce/release),
 //! `size_index.rs` (O(1) exact best fit), `events.rs`, `ledger.rs` (tags, deferred
 //! frees), `metrics.rs`, `policy.rs` (the policy seam and the only path to the backing).
@@ -52,9 +54,11 @@ mod heap;
 mod ledger;
 pub mod metrics;
 mod policy;
+mod pytorch_expandable;
 mod size_index;
 mod tlsf;
 pub mod types;
+pub mod whatif;
 
 pub use allocator::{round_size, AllocConfig, Allocator, LiveBlock, TagUsage};
 pub use events::EventReceiver;

@@ -39,16 +39,20 @@ pub enum PolicyKind {
     BestFit,
     FirstFit,
     Tlsf,
+    /// The ideal page-mapped allocator: the lower bound of what expandable segments can do.
     Expandable,
+    /// PyTorch's own expandable segments, rule for rule: what PyTorch would reserve.
+    PytorchExpandable,
 }
 
 impl PolicyKind {
-    pub const ALL: [PolicyKind; 5] = [
+    pub const ALL: [PolicyKind; 6] = [
         PolicyKind::Caching,
         PolicyKind::BestFit,
         PolicyKind::FirstFit,
         PolicyKind::Tlsf,
         PolicyKind::Expandable,
+        PolicyKind::PytorchExpandable,
     ];
 
     pub fn name(self) -> &'static str {
@@ -58,6 +62,7 @@ impl PolicyKind {
             PolicyKind::FirstFit => "first-fit",
             PolicyKind::Tlsf => "tlsf",
             PolicyKind::Expandable => "expandable",
+            PolicyKind::PytorchExpandable => "pytorch-expandable",
         }
     }
 }
@@ -90,7 +95,7 @@ pub enum BlockState {
     /// Freed by the caller but still in use by a stream (stream-ordered free):
     /// counted as allocated until the stream catches up.
     PendingFree,
-    /// Reserved address space with no memory behind it (expandable policy).
+    /// Reserved address space with no memory behind it (the expandable policies).
     Unmapped,
 }
 

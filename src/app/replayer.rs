@@ -361,6 +361,10 @@ pub fn replay_command(path: &Path, args: &ReplayArgs) -> Result<u8> {
                 "{}",
                 replay::report::oom_table(&crate::trace::ooms::trace_ooms(&trace), &rows)
             );
+            match replay::what_if(&trace, &rows, opts) {
+                Ok(w) => print!("\n{}", replay::what_if_text(&w)),
+                Err(e) => eprintln!("vramtop: {}: what-if replay: {e}", path.display()),
+            }
         }
         return Ok(0);
     }

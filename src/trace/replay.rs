@@ -5,12 +5,16 @@
 //!
 //! How events are replayed:
 //! - Blocks live at the start (a model's parameters) are allocated first, in address
-//!   order, before any event: they hold memory the policy has to place around.
+//!   order, before any event: they hold memory the policy has to place around. They are
+//!   the trace's own (live at its end, never allocated in it) and the blocks whose first
+//!   event is a free (allocated before the trace began, freed during it: a model
+//!   deleted at the end), with the size and stream their free gives.
 //! - `Alloc` -> `alloc(size, stream, tag or "?")`, keyed by the trace address. An alloc
 //!   at an address that is still live frees the earlier block first (`allocs_over_live`).
 //! - `FreeCompleted` (the memory is really released) -> `free` of the block allocated
-//!   for that address. Frees of unknown addresses are ignored and counted, and so are
-//!   frees of blocks whose alloc failed (out of memory under `--capacity`).
+//!   for that address. Frees of addresses not live then (freed twice) are ignored and
+//!   counted, and so are frees of blocks whose alloc failed (out of memory under
+//!   `--capacity`).
 //! - `FreeRequested` is stream-ordered intent: the block stays in use until its
 //!   `FreeCompleted`, so it changes nothing here and is only counted. (The allocator's
 //!   `free_deferred` would draw the block pending-free, but `process_pending` completes
@@ -18,7 +22,9 @@
 //! - Segment events, `Oom` and `Snapshot` are counted, not replayed: the policy decides
 //!   its own segments, which is the point of the comparison.
 
+mod initial;
 pub mod report;
+pub mod whatif;
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
@@ -28,6 +34,7 @@ use serde::Serialize;
 
 pub use super::ooms::CapacitySource;
 pub use report::{table, TraceFigures};
+pub use whatif::{what_if, what_if_text, ExpandableWhatIf};
 
 use super::{Trace, TraceEvent, TraceEventKind};
 use crate::alloc::{AllocConfig, AllocError, Allocator, Block, PolicyKind, Stats};
@@ -65,6 +72,8 @@ impl Default for ReplayOptions {
 pub struct ReplayCounts {
     /// Blocks live at the start, allocated before the first event.
     pub initial_blocks: u64,
+    /// Of those, the blocks whose first event is a free (allocated before the trace).
+    pub initial_from_frees: u64,
     pub allocs: u64,
     pub frees: u64,
     /// `FreeRequested` events: counted, not replayed (see the module docs).
@@ -178,12 +187,14 @@ impl<'t> Replay<'t> {
             oom_checks: Vec::new(),
         };
         let adopted = replay.adopt_initial_segments()?;
-        let mut initial: Vec<_> = trace
-            .initial
+        // Blocks freed before any alloc in formats whose importer does not infer them
+        // (RMM logs, recordings) join the trace's own; the adopted ones are placed.
+        let (initial, from_frees) = initial::live_before_trace(trace);
+        replay.counts.initial_from_frees = from_frees;
+        let initial: Vec<_> = initial
             .iter()
             .filter(|b| !adopted.contains(&b.addr))
             .collect();
-        initial.sort_by_key(|b| b.addr);
         for block in initial {
             let tag = block.tag.as_deref().unwrap_or(INITIAL_TAG);
             match replay.allocator.alloc(block.size, block.stream, tag) {
@@ -652,21 +663,24 @@ mod tests {
             ],
         );
         let mut r = Replay::new(&t, PolicyKind::BestFit, ReplayOptions::default()).unwrap();
-        assert_eq!(r.allocator().stats().live_blocks, 1);
+        // The trace's initial block, and 0x5555, first seen being freed: allocated
+        // before the trace began.
+        assert_eq!(r.allocator().stats().live_blocks, 2);
         r.run_to(2).unwrap();
         // The free was only requested: the block is still held.
-        assert_eq!(r.allocator().stats().allocated_bytes, 7 * MIB);
+        assert_eq!(r.allocator().stats().allocated_bytes, 7 * MIB + 512);
         r.run_to(usize::MAX).unwrap();
         assert!(r.is_done());
         let c = *r.counts();
-        assert_eq!((c.initial_blocks, c.allocs, c.frees), (1, 2, 1));
-        assert_eq!((c.free_requests, c.unknown_frees), (1, 1));
+        assert_eq!((c.initial_blocks, c.initial_from_frees), (2, 1));
+        assert_eq!((c.allocs, c.frees), (2, 2));
+        assert_eq!((c.free_requests, c.unknown_frees), (1, 0));
         assert_eq!((c.segment_events, c.snapshots), (1, 1));
         let stats = r.allocator().stats();
         assert_eq!(stats.allocated_bytes, 3 * MIB + 1024);
         let fig = r.run_figures(Duration::from_micros(7));
         assert_eq!(fig.peak_held_bytes, 4 * MIB + 1024);
-        assert_eq!(fig.peak_allocated_bytes, 7 * MIB + 1024);
+        assert_eq!(fig.peak_allocated_bytes, 7 * MIB + 1024 + 512);
         assert!((fig.ns_per_event - 1000.0).abs() < 1e-9);
     }
 
@@ -722,7 +736,13 @@ mod tests {
         let t = trace(Vec::new(), events);
         let figures = TraceFigures::of(&t);
         let rows = report(&t, &PolicyKind::ALL, ReplayOptions::default()).unwrap();
-        assert_eq!(rows.len(), 5);
+        assert_eq!(rows.len(), PolicyKind::ALL.len());
+        // PyTorch's expandable segments: the 4 MiB holes cannot take 12 MiB, so the
+        // segment grows by a whole 20 MiB page past the five blocks' first page.
+        let pytorch = rows
+            .iter()
+            .find(|r| r.policy == PolicyKind::PytorchExpandable);
+        assert_eq!(pytorch.map(|r| r.peak_reserved_bytes), Some(40 * MIB));
         let caching = &rows[0];
         assert_eq!(caching.policy, PolicyKind::Caching);
         assert_eq!(caching.peak_reserved_bytes, 32 * MIB);

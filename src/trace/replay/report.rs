@@ -119,6 +119,16 @@ pub fn table(name: &str, figures: &TraceFigures, rows: &[ReplayReport]) -> Strin
         thousands(figures.initial_blocks),
         mib(figures.initial_bytes)
     );
+    if let Some(n) = rows
+        .first()
+        .map(|r| r.counts.initial_from_frees)
+        .filter(|&n| n > 0)
+    {
+        out += &format!(
+            "{} blocks freed without being allocated in the trace: placed as live at the start\n",
+            thousands(n)
+        );
+    }
     out += &format!(
         "trace: live peak {} ({} with the blocks live at the start)",
         mib(figures.live_peak_bytes),
