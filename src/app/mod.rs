@@ -5,7 +5,9 @@ pub mod action;
 pub mod history;
 pub mod replayer;
 pub mod runtime;
+pub mod screen;
 pub mod viewer;
+pub mod views;
 
 use ratatui::widgets::TableState;
 
@@ -14,6 +16,7 @@ use crate::probe::live::ProbeView;
 use crate::telemetry::{DeviceHealth, ProcessSnapshot, SystemSnapshot};
 use action::Action;
 use history::History;
+pub use views::{View, ViewStack};
 
 /// Samples kept per device: ten minutes at the default 1 s interval.
 pub const HISTORY_SAMPLES: usize = 600;
@@ -64,7 +67,8 @@ pub struct App {
     pub sort: SortKey,
     pub table: TableState,
     pub selected_device: usize,
-    pub show_help: bool,
+    /// What is open over the main view (help, a segment's block list, the leaks view).
+    pub views: ViewStack,
     /// No snapshot arrived for longer than the poll should take: figures are old.
     pub stale: bool,
     pub interval_s: f64,
@@ -77,10 +81,7 @@ pub struct App {
     pub map_zoom: i32,
     /// Selected segment of the (first) block map, for its block list.
     pub selected_segment: Option<usize>,
-    pub show_segment_list: bool,
     pub segment_table: TableState,
-    /// The leaks view replaces processes and the block map while shown.
-    pub show_leaks: bool,
     /// Per-device process memory trends (NVML), for the leaks view.
     pub process_watch: Vec<ProcessWatch>,
 }
@@ -96,7 +97,7 @@ impl App {
             sort: SortKey::Memory,
             table: TableState::default(),
             selected_device: 0,
-            show_help: false,
+            views: ViewStack::default(),
             stale: false,
             interval_s,
             exit: None,
@@ -104,9 +105,7 @@ impl App {
             probe: None,
             map_zoom: 0,
             selected_segment: None,
-            show_segment_list: false,
             segment_table: TableState::default(),
-            show_leaks: false,
             process_watch: Vec::new(),
         }
     }
@@ -214,8 +213,9 @@ impl App {
 
     pub fn handle(&mut self, action: Action) {
         const PAGE: usize = 10;
-        // While a segment's block list is open, the movement keys move in that list.
-        let action = match (self.show_segment_list, action) {
+        // While a segment's block list has the keys, the movement keys move in that list.
+        let in_list = self.views.focus() == Some(View::SegmentList);
+        let action = match (in_list, action) {
             (true, Action::ScrollUp) => return self.move_in_segment(-1),
             (true, Action::ScrollDown) => return self.move_in_segment(1),
             (true, Action::PageUp) => return self.move_in_segment(-(PAGE as isize)),
@@ -227,10 +227,9 @@ impl App {
         match action {
             Action::Quit => self.exit = Some(Exit::Quit),
             Action::Interrupt => self.exit = Some(Exit::Interrupted),
-            Action::ToggleHelp => self.show_help = !self.show_help,
+            Action::ToggleHelp => self.views.toggle(View::Help),
             Action::CloseOverlay => {
-                self.show_help = false;
-                self.show_segment_list = false;
+                self.views.pop();
             }
             Action::ScrollUp => self.move_cursor(-1),
             Action::ScrollDown => self.move_cursor(1),
@@ -247,10 +246,15 @@ impl App {
             Action::NextSegment => self.move_segment(1),
             Action::PrevSegment => self.move_segment(-1),
             Action::ToggleSegmentList => {
-                self.show_segment_list = !self.show_segment_list && self.selected_segment.is_some();
+                // The list belongs to the block map: it opens only where the map shows.
+                match self.views.focus() {
+                    Some(View::SegmentList) => self.views.remove(View::SegmentList),
+                    None if self.selected_segment.is_some() => self.views.push(View::SegmentList),
+                    _ => {}
+                }
                 self.segment_table = TableState::default().with_selected(Some(0));
             }
-            Action::ToggleLeaksView => self.show_leaks = !self.show_leaks,
+            Action::ToggleLeaksView => self.views.toggle(View::Leaks),
             // Forwarded to the probe runner by the event loop.
             Action::ProbePause
             | Action::ProbeStep
@@ -278,7 +282,7 @@ impl App {
             None => None,
         };
         if self.selected_segment.is_none() {
-            self.show_segment_list = false;
+            self.views.remove(View::SegmentList);
         }
         self.probe = Some(view);
     }

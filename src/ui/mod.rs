@@ -40,7 +40,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Paragraph, Wrap};
 use ratatui::Frame;
 
-use crate::app::App;
+use crate::app::{App, View};
 
 /// Below this size the layout cannot show a device and its processes legibly.
 pub const MIN_WIDTH: u16 = 60;
@@ -74,7 +74,7 @@ pub fn draw(frame: &mut Frame, app: &App) {
     ])
     .areas(body);
     devices::draw(frame, devices_area, app);
-    if app.show_leaks {
+    if app.views.contains(View::Leaks) {
         let [_, below] =
             Layout::vertical([Constraint::Length(device_rows), Constraint::Min(0)]).areas(body);
         draw_leaks(frame, below, app);
@@ -83,7 +83,7 @@ pub fn draw(frame: &mut Frame, app: &App) {
         allocator::draw(frame, allocator_area, app);
     }
     draw_footer(frame, footer, app);
-    if app.show_help {
+    if app.views.contains(View::Help) {
         help::draw(frame, area);
     }
 }
