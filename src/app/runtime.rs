@@ -16,6 +16,8 @@ use tokio::time::Instant;
 use super::action::{action_for, Action};
 use super::screen::{self, Screen};
 use super::{App, Exit};
+use crate::attach::launch::{CommandOutput, RunningCommand};
+use crate::attach::{AttachedJobs, Attacher};
 use crate::probe::live::{LiveProbe, ProbeView};
 use crate::telemetry::{SystemSnapshot, TelemetrySource};
 
@@ -63,39 +65,62 @@ impl Poller {
     }
 }
 
-/// The live view as a `Screen`: the app state plus its sources (telemetry, the probe)
-/// and the staleness watchdog.
+/// What feeds the live view besides the terminal.
+pub struct Sources {
+    pub poller: Poller,
+    pub probe: Option<LiveProbe>,
+    /// Hooked PyTorch jobs.
+    pub attacher: Option<Attacher>,
+    /// The command `vramtop run` started.
+    pub command: Option<RunningCommand>,
+}
+
+/// The live view as a `Screen`: the app state plus its sources and the staleness
+/// watchdog.
 struct LiveScreen<'a> {
     app: &'a mut App,
-    poller: Poller,
-    probe: Option<LiveProbe>,
+    sources: Sources,
     probe_views: watch::Receiver<Arc<ProbeView>>,
+    jobs: watch::Receiver<Arc<AttachedJobs>>,
+    output: watch::Receiver<Arc<CommandOutput>>,
     /// A poll that has not answered by then is hung: the figures are marked stale.
     stale_deadline: Instant,
     stale_after: Duration,
 }
 
-pub async fn run(
-    terminal: &mut DefaultTerminal,
-    app: &mut App,
-    poller: Poller,
-    probe: Option<LiveProbe>,
-) -> Result<Exit> {
-    // Without a probe, a channel that never changes keeps the select arm idle.
-    let (_idle_tx, idle_rx) = watch::channel(Arc::new(ProbeView::default()));
-    let probe_views = probe.as_ref().map_or(idle_rx, |p| p.views.clone());
+pub async fn run(terminal: &mut DefaultTerminal, app: &mut App, sources: Sources) -> Result<Exit> {
+    // A missing source is a channel that never changes: its select arm stays idle.
+    let probe_views = sources
+        .probe
+        .as_ref()
+        .map_or_else(|| idle(ProbeView::default()), |p| p.views.clone());
+    let jobs = sources
+        .attacher
+        .as_ref()
+        .map_or_else(|| idle(AttachedJobs::default()), |a| a.jobs.clone());
+    let output = sources
+        .command
+        .as_ref()
+        .map_or_else(|| idle(CommandOutput::default()), |c| c.output.clone());
     let interval = Duration::from_secs_f64(app.interval_s);
     // A poll that has not answered in three intervals (and at least two seconds) is hung.
     let stale_after = (interval * 3).max(Duration::from_secs(2));
     let mut screen = LiveScreen {
         app,
-        poller,
-        probe,
+        sources,
         probe_views,
+        jobs,
+        output,
         stale_deadline: Instant::now() + stale_after,
         stale_after,
     };
     screen::run(terminal, &mut screen).await
+}
+
+/// A receiver whose sender is gone after one value: `changed()` then fails at once,
+/// so callers only wait on it while the source is there (`if` guards below).
+fn idle<T>(value: T) -> watch::Receiver<Arc<T>> {
+    watch::channel(Arc::new(value)).1
 }
 
 impl Screen for LiveScreen<'_> {
@@ -106,8 +131,29 @@ impl Screen for LiveScreen<'_> {
     }
 
     fn handle(&mut self, action: Action) {
-        if let Some(p) = self.probe.as_ref().filter(|_| action.is_probe_control()) {
+        if let Some(p) = self
+            .sources
+            .probe
+            .as_ref()
+            .filter(|_| action.is_probe_control())
+        {
             forward(p, action);
+        }
+        // Ctrl-C while the started job runs interrupts the job, as in a shell; vramtop
+        // stays to show how it ended.
+        if let (Action::Interrupt, Some(command), Some(run)) =
+            (action, self.sources.command.as_ref(), self.app.run.as_mut())
+        {
+            if run.running() {
+                let signal = match run.interrupts {
+                    0 => libc::SIGINT,
+                    1 => libc::SIGTERM,
+                    _ => libc::SIGKILL,
+                };
+                command.signal(signal);
+                run.interrupts += 1;
+                return;
+            }
         }
         self.app.handle(action);
     }
@@ -133,16 +179,18 @@ impl Screen for LiveScreen<'_> {
     }
 
     async fn update(&mut self) -> Result<bool> {
-        let probe_alive = self.probe.is_some();
+        let probe_alive = self.sources.probe.is_some();
+        let attaching = self.sources.attacher.is_some();
+        let watching_command = self.sources.command.is_some();
         tokio::select! {
-            changed = self.poller.snapshots.changed() => {
+            changed = self.sources.poller.snapshots.changed() => {
                 if changed.is_err() {
                     // The thread only ends this way by panicking. Its panic hook has
                     // already restored the terminal, so carrying on would draw into a
                     // cooked screen that no longer reads keys: stop with the reason.
                     return Err(eyre!("the telemetry thread stopped unexpectedly"));
                 }
-                let snapshot = self.poller.snapshots.borrow_and_update().clone();
+                let snapshot = self.sources.poller.snapshots.borrow_and_update().clone();
                 let Some(snapshot) = snapshot else {
                     return Ok(false);
                 };
@@ -157,6 +205,31 @@ impl Screen for LiveScreen<'_> {
                 }
                 let view = self.probe_views.borrow_and_update().clone();
                 self.app.apply_probe(view);
+                Ok(true)
+            },
+            changed = self.jobs.changed(), if attaching => {
+                if changed.is_err() {
+                    return Err(eyre!("the attach thread stopped unexpectedly"));
+                }
+                let jobs = self.jobs.borrow_and_update().clone();
+                self.app.apply_attached(jobs);
+                Ok(true)
+            },
+            changed = self.output.changed(), if watching_command => {
+                if changed.is_err() {
+                    // The watcher ends after the command has exited and been reported.
+                    self.sources.command = None;
+                    return Ok(false);
+                }
+                let output = self.output.borrow_and_update().clone();
+                self.app.apply_run_output(output.lines.clone(), output.exit_code);
+                if let (Some(code), Some(command), Some(attacher)) = (
+                    output.exit_code,
+                    self.sources.command.as_ref(),
+                    self.sources.attacher.as_ref(),
+                ) {
+                    attacher.job_exited(command.pid, i64::from(code));
+                }
                 Ok(true)
             },
         }
