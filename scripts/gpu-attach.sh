@@ -37,7 +37,7 @@ watched() {
   local name=$1 flags=$2; shift 2
   export VRAMTOP_SOCKET_DIR="$WORK/sock-$name"
   mkdir -m 700 -p "$VRAMTOP_SOCKET_DIR"
-  timeout 200 "$BIN" attach --json --interval 1 --seconds 180 --until-ended \
+  timeout 200 "$BIN" attach --json --interval "${LEAK_INTERVAL:-1}" --seconds 180 --until-ended \
     > "$WORK/$name.jsonl" 2>> "$LOG" &
   local watcher=$!
   # shellcheck disable=SC2086
@@ -107,7 +107,7 @@ result "oom: line vs PyTorch (1 MiB), expandable" "${line%% *}" "${line#* }"
 
 # 3. A leak, with --history.
 say "leak with --history"
-watched leak "--history" python3 "$JOBS/leak_list.py" --steps 40 --period 0.25
+LEAK_INTERVAL=0.25 watched leak "--history" python3 "$JOBS/leak_list.py" --steps 60 --period 0.25
 line=$(python3 - "$WORK/leak.out" "$WORK/leak.jsonl" <<'PY'
 import json, sys
 head = [json.loads(l) for l in open(sys.argv[1]) if '"leak_line"' in l]
@@ -124,8 +124,9 @@ for n, l in enumerate(lines):
 if first is None:
     print(f"FAIL no suspect; wanted {want}"); sys.exit()
 n, tags, states = first
+steps = [json.loads(l)["step"] for l in open(sys.argv[1]) if '"step"' in l]
 print("ok" if tags[0].startswith(want) else "FAIL",
-      f"first suspect after {states} states ({l['time_s'] if lines else 0:.0f} s): {tags[0]}; wanted {want}")
+      f"first suspect after {states} states at 0.25 s ({len(steps)} steps in all): {tags[0]}; wanted {want}")
 PY
 )
 result "leak: suspect at file:line (--history)" "${line%% *}" "${line#* }"

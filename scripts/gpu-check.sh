@@ -150,6 +150,14 @@ esac
 "$BIN" bench render > "$WORK/bench-render.txt" 2>&1
 result "bench render 200x60" info "$(cat "$WORK/bench-render.txt")"
 
+# 10. Live attach to real PyTorch jobs through `vramtop run` (scripts/gpu-attach.sh).
+say "live attach (gpu-attach.sh)"
+OUT="$WORK/attach" timeout 900 "$HERE/gpu-attach.sh" "$BIN" > /dev/null 2>&1
+cat "$WORK/attach/gpu-attach.log" >> "$LOG" 2>/dev/null
+if [ -s "$WORK/attach/gpu-attach-results.txt" ]; then
+  while IFS='|' read -r name verdict detail; do result "attach: $name" "$verdict" "$detail"; done < "$WORK/attach/gpu-attach-results.txt"
+else result "live attach" FAIL "gpu-attach.sh gave no results (see gpu-check.log)"; fi
+
 echo
 echo "check                                        result details"
 printf '%s\n' "${RESULTS[@]}" | tee "$OUT/summary.txt"

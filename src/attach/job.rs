@@ -17,9 +17,11 @@ use crate::trace::{snapshot, SnapshotBlock, SnapshotSegment};
 
 /// Fragmentation samples kept per job (five minutes at 1 s).
 pub const FRAG_HISTORY: usize = 300;
-/// Seconds of states per leak window: a site is a suspect when its floor (the least it
-/// held in a window) rose across the detector's windows.
-pub const LEAK_WINDOW_S: f64 = 2.0;
+/// Seconds of states per leak window, and the fewest states a window holds: a site is a
+/// suspect when its floor (the least it held in a window) rose across the detector's
+/// windows, and a floor of one sample would follow every transient tensor.
+pub const LEAK_WINDOW_S: f64 = 1.0;
+pub const LEAK_WINDOW_MIN_STATES: u64 = 2;
 /// Page size of expandable segments (PyTorch maps 2 MiB pages).
 pub const EXPANDABLE_PAGE: u64 = 2 << 20;
 
@@ -232,7 +234,8 @@ impl LeakWatch {
     fn new(interval_s: f64) -> Self {
         LeakWatch {
             detector: LeakDetector::new(DetectorConfig::default()),
-            states_per_window: (LEAK_WINDOW_S / interval_s.max(0.01)).ceil().max(1.0) as u64,
+            states_per_window: ((LEAK_WINDOW_S / interval_s.max(0.01)).ceil() as u64)
+                .max(LEAK_WINDOW_MIN_STATES),
             states: 0,
         }
     }
@@ -406,6 +409,18 @@ pub struct JobReport {
     pub last_oom: Option<OomJson>,
     pub last_error: Option<ErrorReport>,
     pub leak_suspects: Vec<Suspect>,
+    /// The sites holding most now (with history), largest first.
+    pub top_sites: Vec<SiteJson>,
+}
+
+/// Sites listed in JSON.
+const TOP_SITES: usize = 5;
+
+#[derive(Clone, Debug, Serialize)]
+pub struct SiteJson {
+    pub site: String,
+    pub live_bytes: u64,
+    pub live_blocks: u64,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -475,6 +490,17 @@ impl JobReport {
             }),
             last_error: view.error.clone(),
             leak_suspects: view.suspects.clone(),
+            top_sites: view
+                .sites
+                .iter()
+                .filter(|s| s.live_bytes > 0)
+                .take(TOP_SITES)
+                .map(|s| SiteJson {
+                    site: s.tag.clone(),
+                    live_bytes: s.live_bytes,
+                    live_blocks: s.live_blocks,
+                })
+                .collect(),
         }
     }
 }
