@@ -76,8 +76,18 @@ pub fn pid_of_socket(name: &str) -> Option<u32> {
 }
 
 /// Sockets in `dir`, by pid. Stale ones (their pid is gone) are removed and left out.
-/// A missing directory is no jobs, not an error.
+/// A missing directory is no jobs, not an error; another user's directory is refused
+/// (its sockets could pose as our jobs).
 pub fn scan(dir: &Path) -> io::Result<Vec<JobSocket>> {
+    match fs::metadata(dir) {
+        Ok(meta) if meta.uid() != current_uid() => {
+            return Err(io::Error::other(format!(
+                "it belongs to uid {}, not to you: remove it or set {SOCKET_DIR_ENV}",
+                meta.uid()
+            )))
+        }
+        _ => {}
+    }
     let entries = match fs::read_dir(dir) {
         Ok(e) => e,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),

@@ -5,7 +5,7 @@
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom};
-use std::os::unix::process::ExitStatusExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicI32, Ordering};
@@ -60,9 +60,13 @@ pub fn spawn(
         let err = file
             .try_clone()
             .map_err(|e| format!("cannot share the log file: {e}"))?;
+        // A process group of its own: Ctrl-C in the live view reaches the whole job (a
+        // shell's children, a launcher's ranks) as it would from a shell, and nothing
+        // vramtop's own group receives touches it.
         cmd.stdin(Stdio::null())
             .stdout(Stdio::from(file))
-            .stderr(Stdio::from(err));
+            .stderr(Stdio::from(err))
+            .process_group(0);
     }
     cmd.spawn().map_err(|e| {
         let name = program.to_string_lossy();
@@ -186,12 +190,16 @@ impl RunningCommand {
         })
     }
 
-    /// Sends `signal` to the command (Ctrl-C in the live view interrupts the job).
+    /// Sends `signal` to the command's process group (Ctrl-C in the live view interrupts
+    /// the job), or to the command alone when the group is gone.
     pub fn signal(&self, signal: libc::c_int) {
         if let Ok(pid) = libc::pid_t::try_from(self.pid) {
-            // SAFETY: kill with our own child's pid; a failure (already gone) is harmless.
+            // SAFETY: kill with our own child's pid and group (the child leads its group);
+            // a failure (already gone) is harmless.
             unsafe {
-                libc::kill(pid, signal);
+                if libc::kill(-pid, signal) != 0 {
+                    libc::kill(pid, signal);
+                }
             }
         }
     }

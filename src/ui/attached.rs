@@ -101,7 +101,11 @@ fn title(job: &JobView) -> Line<'static> {
         };
         spans.push(Span::styled(ended, Style::new().bold().black().on_yellow()));
     } else if !job.connected {
-        spans.push(Span::styled(" not connected ", Style::new().red()));
+        let why = job
+            .last_drop
+            .as_deref()
+            .map_or_else(|| " not connected ".to_string(), |r| format!(" {r} "));
+        spans.push(Span::styled(why, Style::new().red()));
     }
     Line::from(spans)
 }
