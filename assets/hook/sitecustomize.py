@@ -2,7 +2,8 @@
 
 It costs a job that never imports torch nearly nothing: no thread, no socket, no import of
 the hook itself. It only puts a watcher at the head of sys.meta_path that notices the first
-`import torch` and then starts the hook (vramtop_hook.py, beside this file). Then it runs the
+`import torch` and, when that import has finished, starts the hook (vramtop_hook.py,
+beside this file). Then it runs the
 `sitecustomize` the user already had (the next one on sys.path), under its own name, so
 their start-up code still runs. VRAMTOP_HOOK=0 turns the hook off; see PROTOCOL.md.
 Python 3.8+, stdlib only. Nothing here may raise into the job except the user's own
@@ -14,34 +15,92 @@ import sys as _sys
 
 
 class _TorchImportWatch:
-    """A meta-path finder that finds nothing: it only notices that torch is being imported.
+    """A meta-path finder that notices `import torch` and starts the hook when it is done.
 
-    Removing ourselves from sys.meta_path during an import would skip the next finder (the
-    import machinery iterates the live list), so after firing it stays, answering None.
+    It finds torch's real spec through the other finders and hands it back with a loader
+    that runs torch's own loader, then starts the hook in the importing thread: the hook
+    is armed before the job's next line (its first CUDA call) runs. Removing ourselves
+    from sys.meta_path during an import would skip the next finder (the import machinery
+    iterates the live list), so we stay, answering None to every other name.
     """
 
     armed = True
 
     @classmethod
     def find_spec(cls, name, path=None, target=None):
-        if cls.armed and name == "torch":
-            cls.armed = False
-            try:
-                import vramtop_hook
-
-                # If torch turns out not to be importable, the hook re-arms us.
-                vramtop_hook.start(on_give_up=cls.rearm, torch_grace_s=10.0)
-            except Exception:
-                pass
-        return None
-
-    @classmethod
-    def rearm(cls):
-        cls.armed = True
+        if not cls.armed or name != "torch":
+            return None
+        cls.armed = False  # also keeps our own search below from finding us
+        try:
+            spec = _find_spec_elsewhere(cls, name, path, target)
+        except Exception:
+            spec = None
+            _start_polling()  # another finder failed us: let the hook watch sys.modules
+        if spec is None:
+            cls.armed = True  # no torch here: look again at the next `import torch`
+            return None
+        if not hasattr(spec.loader, "exec_module"):
+            _start_polling()  # an old-style loader we cannot follow
+            return None
+        spec.loader = _ThenStartHook(spec.loader)
+        return spec
 
     @classmethod
     def invalidate_caches(cls):
         pass
+
+
+def _start_polling():
+    try:
+        import vramtop_hook
+
+        vramtop_hook.start()
+    except Exception:
+        pass
+
+
+def _find_spec_elsewhere(us, name, path, target):
+    for finder in list(_sys.meta_path):
+        find_spec = getattr(finder, "find_spec", None)
+        if finder is us or find_spec is None:
+            continue
+        spec = find_spec(name, path, target)
+        if spec is not None:
+            return spec
+    return None
+
+
+class _ThenStartHook:
+    """Torch's loader, plus: start vramtop's hook once torch's import has finished."""
+
+    def __init__(self, loader):
+        self.loader = loader
+
+    def __getattr__(self, attr):
+        return getattr(self.loader, attr)
+
+    def create_module(self, spec):
+        create = getattr(self.loader, "create_module", None)
+        return create(spec) if create is not None else None
+
+    def exec_module(self, module):
+        # Torch sees its own loader, as without us.
+        try:
+            module.__spec__.loader = self.loader
+            module.__loader__ = self.loader
+        except Exception:
+            pass
+        try:
+            self.loader.exec_module(module)
+        except BaseException:
+            _TorchImportWatch.armed = True
+            raise
+        try:
+            import vramtop_hook
+
+            vramtop_hook.torch_imported(module)
+        except Exception:
+            pass
 
 
 def _install_torch_watch():

@@ -32,7 +32,14 @@ MAX_VIEWERS = 32
 INTERVAL_RANGE = (0.05, 3600.0)
 POLL_S = 0.25  # how often to look for torch / CUDA before they are there
 # A viewer that takes nothing for this long is dropped. Tests shorten it.
-STALL_S = float(os.environ.get("VRAMTOP_HOOK_STALL_S", "10") or 10)
+def _env_seconds(name, default):
+    try:
+        return float(os.environ.get(name, "") or default)
+    except ValueError:
+        return default
+
+
+STALL_S = _env_seconds("VRAMTOP_HOOK_STALL_S", 10.0)
 
 _said = set()
 
@@ -187,6 +194,8 @@ class TorchAllocator:
         self._stats = getattr(cuda, "memory_stats", None)
         self._attach = getattr(getattr(torch, "_C", None), "_cuda_attach_out_of_memory_observer", None)
         self._record = getattr(memory, "_record_memory_history", None)
+        # The settings string in force now, runtime changes included (recent PyTorch).
+        self._settings_string = getattr(getattr(torch, "_C", None), "_accelerator_getAllocatorSettings", None)
         self.history_on = False
         self.settings_from_torch = False
         self.last_device = 0
@@ -219,7 +228,9 @@ class TorchAllocator:
     def probe_settings(self):
         """Learn once whether PyTorch reports its allocator settings itself."""
         try:
-            if self._snapshot and isinstance(self._snapshot().get("allocator_settings"), dict):
+            if self._settings_string is not None or (
+                self._snapshot and isinstance(self._snapshot().get("allocator_settings"), dict)
+            ):
                 self.settings_from_torch = True
                 self.capabilities.append("allocator_settings")
                 return
@@ -307,6 +318,11 @@ class TorchAllocator:
 
     def settings(self, raw_settings):
         env = os.environ.get("PYTORCH_CUDA_ALLOC_CONF") or os.environ.get("PYTORCH_ALLOC_CONF")
+        if self._settings_string is not None:
+            try:
+                env = str(self._settings_string()) or env
+            except Exception:
+                pass
         if isinstance(raw_settings, dict):
             split = raw_settings.get("max_split_size")
             gc = raw_settings.get("garbage_collection_threshold")
@@ -317,7 +333,7 @@ class TorchAllocator:
                 "max_split_size": split if isinstance(split, int) and split >= 0 else None,
                 "roundup_power2_divisions": raw_settings.get("roundup_power2_divisions"),
                 "garbage_collection_threshold": float(gc) if isinstance(gc, (int, float)) else None,
-                "raw": raw_settings.get("PYTORCH_CUDA_ALLOC_CONF") or env or None,
+                "raw": env or raw_settings.get("PYTORCH_CUDA_ALLOC_CONF") or None,
             }
         conf = parse_alloc_conf(env or "")
         expandable = conf.get("expandable_segments")
@@ -420,8 +436,9 @@ class Viewer:
         self.interval = None  # None until it subscribes
         self.next_due = now
         self.pending = b""  # the rest of the one frame already begun
-        self.owed = []  # kept messages (oom, error, bye) waiting behind `pending`
+        self.owed = []  # (kind, frame): kept messages waiting behind `pending`, one per kind
         self.refused_since = None  # first refused write since it last took bytes
+        self.events = selectors.EVENT_READ  # what the selector watches it for
 
 
 class Hook:
@@ -448,20 +465,24 @@ class Hook:
         self.next_collect = 0.0
         self.kept = {}  # "oom"/"error" -> frame replayed to later viewers
         self.uncaught = False
+        self.prepare_lock = threading.Lock()
+        self.prepared = False
 
     # ----- the thread -------------------------------------------------------------------
 
-    def run(self, torch_grace_s, on_give_up):
+    def run(self):
         try:
-            if not self.wait_for_torch(torch_grace_s):
-                if on_give_up is not None:
-                    on_give_up()
-                return
-            self.alloc = TorchAllocator(self.torch)
+            if self.alloc is None:  # started by hand: torch may not be imported yet
+                if not self.wait_for_torch():
+                    return
+                self.meet_torch(self.torch)
             install_excepthooks()
-            # A forked child (a DataLoader worker) serves only if it uses CUDA itself.
-            if self.forked and not self.wait(self.alloc.cuda_initialised):
-                return
+            # A forked child (a DataLoader worker) serves only if it uses CUDA itself. Look
+            # only after the other at-fork handlers (torch's marks CUDA unusable) have run.
+            if self.forked:
+                time.sleep(POLL_S)
+                if not self.wait(self.alloc.cuda_initialised):
+                    return
             if not self.listen():
                 return
             self.serve()
@@ -475,20 +496,22 @@ class Hook:
             time.sleep(POLL_S)
         return False
 
-    def wait_for_torch(self, grace_s):
-        """True once torch is fully imported. With a grace, give up if the import never began."""
-        started = time.monotonic()
+    def wait_for_torch(self):
+        """True once torch is fully imported (a notebook may start us before it imports)."""
         while not self.stopping:
             module = sys.modules.get("torch")
-            if module is not None:
-                spec = getattr(module, "__spec__", None)
-                if not getattr(spec, "_initializing", False) and hasattr(module, "cuda"):
+            spec = getattr(module, "__spec__", None)
+            if module is not None and not getattr(spec, "_initializing", False):
+                if hasattr(module, "cuda"):
                     self.torch = module
                     return True
-            elif grace_s is not None and time.monotonic() - started > grace_s:
-                return False  # `import torch` failed: this is not a torch job after all
-            time.sleep(POLL_S / 2)
+            time.sleep(POLL_S)
         return False
+
+    def meet_torch(self, torch):
+        self.torch = torch
+        self.alloc = TorchAllocator(torch)
+        self.arm_cuda_init()
 
     def listen(self):
         directory = private_dir(socket_dir())
@@ -518,16 +541,23 @@ class Hook:
 
     def serve(self):
         while not self.stopping:
-            now = time.monotonic()
-            if not self.cuda_ready and self.alloc.cuda_initialised():
-                self.on_cuda_ready()
-            self.send_due_states(now)
-            with self.lock:
-                self.drop_stalled(now)
-                self.watch_writes()
-            timeout = self.timeout(time.monotonic())
-            for key, mask in self.selector.select(timeout):
-                self.on_event(key, mask)
+            try:
+                self.serve_once()
+            except Exception as err:  # keep serving; never spin on a repeating fault
+                say_once("serve", "internal error (serving on): %r" % (err,))
+                time.sleep(POLL_S)
+
+    def serve_once(self):
+        now = time.monotonic()
+        if not self.cuda_ready and self.alloc.cuda_initialised():
+            self.on_cuda_ready()
+        self.send_due_states(now)
+        with self.lock:
+            self.drop_stalled(now)
+            self.watch_writes()
+        timeout = self.timeout(time.monotonic())
+        for key, mask in self.selector.select(timeout):
+            self.on_event(key, mask)
 
     def timeout(self, now):
         if not self.cuda_ready:
@@ -579,7 +609,7 @@ class Hook:
             self.offer(viewer, encode(self.hello()))
             for kind in ("oom", "error"):
                 if kind in self.kept:
-                    self.offer(viewer, self.kept[kind], keep=True)
+                    self.offer(viewer, self.kept[kind], keep=kind)
 
     def read(self, viewer):
         try:
@@ -606,11 +636,12 @@ class Hook:
                         viewer.next_due = time.monotonic()
             # other types are ignored (forward compatibility)
 
-    def offer(self, viewer, frame, keep=False):
-        """Write `frame` whole now, else drop it; `keep` frames wait behind a begun frame."""
+    def offer(self, viewer, frame, keep=None):
+        """Write `frame` whole now, else drop it. A `keep` frame (a kind: "oom", "bye"...)
+        waits instead, replacing an older one of its kind, so at most one per kind waits."""
         if viewer.pending:
             if keep:
-                viewer.owed.append(frame)
+                self.owe(viewer, keep, frame)
             else:
                 self.refused(viewer)
             return
@@ -619,10 +650,13 @@ class Hook:
             return
         if sent == 0:
             if keep:
-                viewer.owed.append(frame)
+                self.owe(viewer, keep, frame)
             self.refused(viewer)
         elif sent < len(frame):
             viewer.pending = memoryview(frame)[sent:]
+
+    def owe(self, viewer, kind, frame):
+        viewer.owed = [(k, f) for k, f in viewer.owed if k != kind] + [(kind, frame)]
 
     def send_some(self, viewer, data):
         try:
@@ -646,7 +680,7 @@ class Hook:
             if not viewer.pending:
                 if not viewer.owed:
                     return
-                viewer.pending = memoryview(viewer.owed.pop(0))
+                viewer.pending = memoryview(viewer.owed.pop(0)[1])
             sent = self.send_some(viewer, viewer.pending)
             if not sent:
                 if sent == 0:
@@ -660,12 +694,16 @@ class Hook:
                 self.drop(viewer)
 
     def watch_writes(self):
+        """Ask to hear of writability only from viewers we owe bytes to."""
         for viewer in self.viewers:
             events = selectors.EVENT_READ
             if viewer.pending or viewer.owed:
                 events |= selectors.EVENT_WRITE
+            if events == viewer.events:
+                continue
             try:
                 self.selector.modify(viewer.sock, events, viewer)
+                viewer.events = events
             except (KeyError, ValueError, OSError):
                 pass
 
@@ -696,7 +734,7 @@ class Hook:
             "protocol": PROTOCOL_VERSION,
             "pid": self.pid,
             "ppid": os.getppid(),
-            "argv": [str(a)[:1024] for a in sys.argv[:64]],
+            "argv": [str(a)[:1024] for a in getattr(sys, "argv", [])[:64]],
             "hook_version": HOOK_VERSION,
             "torch_version": str(getattr(self.torch, "__version__", None) or "") or None,
             "cuda_ready": self.cuda_ready,
@@ -705,16 +743,48 @@ class Hook:
             "missing": list(alloc.missing) if alloc else [],
         }
 
+    def arm_cuda_init(self):
+        """Ask torch to call us the moment the job initialises CUDA.
+
+        torch.cuda._lazy_init runs the callables queued by torch.cuda._lazy_call right after
+        torch._C._cuda_init(), in the job's thread, before the job's first CUDA call goes
+        on. Without this, the OOM observer and history would start only at our next poll,
+        and a job that fills memory at once could OOM unseen. A queued call that raises
+        breaks the job's CUDA init (DeferredCudaCallError), so ours never raises.
+        """
+        lazy_call = getattr(getattr(self.torch, "cuda", None), "_lazy_call", None)
+        if lazy_call is None:
+            return
+        try:
+            lazy_call(self.on_cuda_init)
+        except Exception:
+            pass
+
+    def on_cuda_init(self):
+        try:
+            self.prepare_allocator()
+            self.wake()
+        except Exception:
+            pass
+
+    def prepare_allocator(self):
+        """Attach the OOM observer and start history, once, as soon as CUDA is up."""
+        with self.prepare_lock:
+            if self.prepared:
+                return
+            self.prepared = True
+            self.alloc.attach_oom_observer(on_oom)
+            if self.history_wanted:
+                self.alloc.start_history()
+
     def on_cuda_ready(self):
         self.cuda_ready = True
+        self.prepare_allocator()
         self.alloc.probe_settings()
-        self.alloc.attach_oom_observer(on_oom)
-        if self.history_wanted:
-            self.alloc.start_history()
         if self.alloc.missing:
             say_once("missing", "; ".join(self.alloc.missing))
         # Viewers that came before CUDA learn it is ready from a fresh hello.
-        self.broadcast(encode(self.hello()), keep=True)
+        self.broadcast(encode(self.hello()), keep="hello")
 
     def send_due_states(self, now):
         with self.lock:
@@ -763,7 +833,7 @@ class Hook:
         bye = encode({"type": "bye", "time_s": time.time(), "exit_code": code})
         with self.lock:
             for viewer in list(self.viewers):
-                self.offer(viewer, bye, keep=True)
+                self.offer(viewer, bye, keep="bye")
             self.drain(deadline=time.monotonic() + 0.5)
             for viewer in list(self.viewers):
                 self.drop(viewer)
@@ -833,7 +903,7 @@ _oom_observer_attached = False
 _excepthooks_installed = False
 
 
-def start(history=None, on_give_up=None, torch_grace_s=None):
+def start(history=None):
     """Start serving this process (idempotent). Safe to call from a notebook cell.
 
     history: record allocation sites (default: VRAMTOP_HISTORY=1). The hook waits on its
@@ -844,28 +914,36 @@ def start(history=None, on_give_up=None, torch_grace_s=None):
         with _start_lock:
             if _hook is not None and _hook.pid == os.getpid():
                 return
-            if history is None:
-                history = os.environ.get("VRAMTOP_HISTORY", "").strip() == "1"
-            _hook = Hook(bool(history), forked=False)
-            _launch(_hook, torch_grace_s, on_give_up)
+            _hook = Hook(_history_wanted(history), forked=False)
+            _launch(_hook)
     except Exception as err:
         say_once("start", "could not start: %r" % (err,))
 
 
-def _launch(hook, torch_grace_s, on_give_up):
-    def forget_and_give_up():
-        global _hook
-        if _hook is hook:
-            _hook = None
-        if on_give_up is not None:
-            on_give_up()
+def torch_imported(torch):
+    """The bootstrap's entry: called in the importing thread as `import torch` finishes, so
+    the CUDA-init callback is queued before the job's next line can initialise CUDA."""
+    global _hook
+    try:
+        with _start_lock:
+            if _hook is not None and _hook.pid == os.getpid():
+                return
+            hook = Hook(_history_wanted(None), forked=False)
+            hook.meet_torch(torch)
+            _hook = hook
+            _launch(hook)
+    except Exception as err:
+        say_once("start", "could not start: %r" % (err,))
 
-    thread = threading.Thread(
-        target=hook.run,
-        args=(torch_grace_s, forget_and_give_up),
-        name="vramtop-hook",
-        daemon=True,
-    )
+
+def _history_wanted(history):
+    if history is None:
+        return os.environ.get("VRAMTOP_HISTORY", "").strip() == "1"
+    return bool(history)
+
+
+def _launch(hook):
+    thread = threading.Thread(target=hook.run, name="vramtop-hook", daemon=True)
     hook.thread = thread
     thread.start()
 
@@ -879,7 +957,7 @@ def _after_fork_in_child():
             return
         parent.abandon()
         _hook = Hook(parent.history_wanted, forked=True)
-        _launch(_hook, None, None)
+        _launch(_hook)
     except Exception:
         _hook = None
 
@@ -922,10 +1000,11 @@ def on_oom(device, alloc_size, limit_bytes, device_free):
             "summary": oom_summary(alloc_size, stats, device_free),
         }
         frame = encode_fitting(message)
-        if frame is None or hook.listener is None:
+        if frame is None:
             return
-        hook.kept["oom"] = frame
-        hook.broadcast(frame, keep=True)
+        hook.kept["oom"] = frame  # kept even before we listen: the first viewer gets it
+        if hook.listener is not None:
+            hook.broadcast(frame, keep="oom")
     except Exception:
         pass
 
@@ -974,10 +1053,10 @@ def report_uncaught(kind, value):
         hook = _hook
         if hook is None or hook.pid != os.getpid():
             return
+        if kind is None or issubclass(kind, (KeyboardInterrupt, SystemExit)):
+            return  # Python exits 130 / the code given, not 1: leave exit_code unknown
         if threading.current_thread() is threading.main_thread():
             hook.uncaught = True
-        if kind is None or issubclass(kind, (KeyboardInterrupt, SystemExit)):
-            return
         message = {
             "type": "error",
             "time_s": time.time(),
@@ -987,6 +1066,6 @@ def report_uncaught(kind, value):
         frame = encode(message)
         hook.kept["error"] = frame
         if hook.listener is not None:
-            hook.broadcast(frame, keep=True)
+            hook.broadcast(frame, keep="error")
     except Exception:
         pass

@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 
 use color_eyre::eyre::{Result, WrapErr};
 
-use super::job::{JobReport, JobView};
+use super::job::JobView;
+use super::report::JobReport;
 use super::watcher::Attacher;
 use crate::alloc::human_bytes;
 

@@ -11,7 +11,9 @@ pub mod hook_files;
 pub mod job;
 pub mod launch;
 pub mod protocol;
+pub mod report;
 pub mod watcher;
 
-pub use job::{JobReport, JobView};
+pub use job::JobView;
+pub use report::JobReport;
 pub use watcher::{collect_once, AttachedJobs, Attacher};
