@@ -158,6 +158,13 @@ cat "$WORK/hook/gpu-hook-check.log" >> "$LOG" 2>/dev/null
 if [ -s "$WORK/hook/gpu-hook-results.txt" ]; then
   while IFS='|' read -r name verdict detail; do result "hook: $name" "$verdict" "$detail"; done < "$WORK/hook/gpu-hook-results.txt"
 else result "job hook" FAIL "gpu-hook-check.sh gave no results (see gpu-check.log)"; fi
+# 10. Live attach to real PyTorch jobs through `vramtop run` (scripts/gpu-attach.sh).
+say "live attach (gpu-attach.sh)"
+OUT="$WORK/attach" timeout 900 "$HERE/gpu-attach.sh" "$BIN" > /dev/null 2>&1
+cat "$WORK/attach/gpu-attach.log" >> "$LOG" 2>/dev/null
+if [ -s "$WORK/attach/gpu-attach-results.txt" ]; then
+  while IFS='|' read -r name verdict detail; do result "attach: $name" "$verdict" "$detail"; done < "$WORK/attach/gpu-attach-results.txt"
+else result "live attach" FAIL "gpu-attach.sh gave no results (see gpu-check.log)"; fi
 
 echo
 echo "check                                        result details"

@@ -176,6 +176,56 @@ pub enum Command {
         #[command(flatten)]
         opts: crate::demo::DemoOptions,
     },
+    /// Run a command with vramtop's PyTorch hook and watch its allocator live
+    #[command(
+        long_about = "Run a command with vramtop's PyTorch hook and watch its allocator live.\n\n\
+            The hook enters every Python process of the command through PYTHONPATH (no code \
+            change), and the live view opens with the job selected: its segments in the block \
+            map, its OOMs explained, leak suspects with --history. The command's output goes \
+            to a log whose last lines show in a pane. Ctrl-C interrupts the job (again: \
+            SIGTERM, then SIGKILL); q after it ended exits with its exit code; q while it \
+            runs asks first, and a second q leaves it running. When stdout is not a terminal \
+            the output passes straight through and vramtop prints nothing of its own.",
+        after_help = "Example: vramtop run --history -- python train.py --epochs 3"
+    )]
+    Run {
+        /// Record each live block's allocation site (file:line), for leak suspects
+        #[arg(long)]
+        history: bool,
+        /// Write the command's output to FILE (default: a log beside the hook's sockets)
+        #[arg(long, value_name = "FILE")]
+        log: Option<std::path::PathBuf>,
+        /// The command and its arguments, after --
+        #[arg(
+            trailing_var_arg = true,
+            allow_hyphen_values = true,
+            value_name = "COMMAND"
+        )]
+        command: Vec<std::ffi::OsString>,
+    },
+    /// Print the directory to put first on PYTHONPATH to hook a Python process yourself
+    #[command(after_help = "Example: PYTHONPATH=$(vramtop hook-path) jupyter lab\n\
+            In a running notebook: import sys; sys.path.insert(0, \"<hook-path>\"); \
+            import vramtop_hook; vramtop_hook.start()")]
+    HookPath,
+    /// Watch hooked jobs without a terminal: one line (or JSON) per interval
+    Attach {
+        /// Only the job with this pid
+        #[arg(long, value_name = "PID")]
+        pid: Option<u32>,
+        /// Stop after this many seconds
+        #[arg(long, value_name = "N", default_value = "10", value_parser = parse_seconds)]
+        seconds: f64,
+        /// Seconds between lines, and the pace asked of the hooks (0.05 to 3600)
+        #[arg(long, value_name = "SECONDS", default_value = "1", value_parser = parse_interval)]
+        interval: f64,
+        /// Print one JSON object per line: {"time_s", "attached": [...]}
+        #[arg(long)]
+        json: bool,
+        /// Stop as soon as every job seen has ended
+        #[arg(long)]
+        until_ended: bool,
+    },
     /// Measure vramtop's own costs
     Bench {
         #[command(subcommand)]

@@ -5,6 +5,7 @@
 
 pub mod alloc;
 pub mod app;
+pub mod attach;
 pub mod backing;
 pub mod bench;
 pub mod cli;

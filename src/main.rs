@@ -9,9 +9,10 @@ use color_eyre::eyre::{Result, WrapErr};
 
 use vramtop::alloc::PolicyKind;
 use vramtop::app::replayer::{self, ReplayArgs};
-use vramtop::app::runtime::{self, Poller};
+use vramtop::app::runtime::{self, Poller, Sources};
 use vramtop::app::viewer;
 use vramtop::app::App;
+use vramtop::attach::Attacher;
 use vramtop::cli::{self, BenchCommand, Cli, Command};
 use vramtop::probe::live::LiveProbe;
 use vramtop::probe::record::Recorder;
@@ -127,7 +128,44 @@ fn run(cli: Cli) -> Result<ExitCode> {
         }
         Some(Command::Serve(args)) => vramtop::export::serve::run(args),
         Some(Command::Demo { name, opts }) => vramtop::demo::run(name.as_deref(), &opts),
+        Some(Command::Run {
+            history,
+            log,
+            command,
+        }) => run_command(cli.live, &command, history, log),
+        Some(Command::HookPath) => {
+            match vramtop::attach::hook_files::write_hook_files(&socket_dir()) {
+                Ok(dir) => {
+                    println!("{}", dir.display());
+                    Ok(ExitCode::SUCCESS)
+                }
+                Err(e) => Ok(ExitCode::from(error_line(e))),
+            }
+        }
+        Some(Command::Attach {
+            pid,
+            seconds,
+            interval,
+            json,
+            until_ended,
+        }) => {
+            let args = vramtop::attach::headless::AttachArgs {
+                dir: socket_dir(),
+                pid,
+                seconds,
+                interval_s: interval,
+                json,
+                until_ended,
+            };
+            Ok(ExitCode::from(vramtop::attach::headless::run(&args)?))
+        }
     }
+}
+
+/// One line for a failure vramtop cannot fix itself (exit 1).
+fn error_line(msg: impl std::fmt::Display) -> u8 {
+    eprintln!("vramtop: {msg}");
+    1
 }
 
 /// One line for a user mistake, exit 2; the caller prints it.
@@ -208,10 +246,14 @@ fn live(args: cli::LiveArgs) -> Result<ExitCode> {
     if once {
         let mut source = opened.source;
         let snapshot = source.poll();
+        // Hooked jobs answer within a few intervals of 0.1 s; a wedged one is dropped
+        // after 2 s without a hello.
+        let attached = vramtop::attach::collect_once(socket_dir(), ONCE_ATTACH_WAIT)?;
         let text = if args.json {
-            vramtop::export::once::json(&snapshot)
+            vramtop::export::once::json_with_attached(&snapshot, &attached)
         } else {
             vramtop::export::once::table(&snapshot)
+                + &vramtop::export::once::attached_table(&attached)
         };
         println!("{text}");
         // Scripts watching remote hosts need to see when none answered.
@@ -273,13 +315,101 @@ fn live(args: cli::LiveArgs) -> Result<ExitCode> {
         _ => None,
     };
     let ops_per_s = args.probe_opts.ops_per_s;
+    let attacher = Attacher::spawn(socket_dir(), Duration::from_secs_f64(args.interval))?;
     let mut terminal = ratatui::try_init().wrap_err("cannot take over the terminal")?;
     let result = rt.block_on(async {
-        let live =
+        let probe =
             probe_set.map(|set| LiveProbe::spawn(set.probes, Some(workload), ops_per_s, recorder));
-        runtime::run(&mut terminal, &mut app, poller, live).await
+        let sources = Sources {
+            poller,
+            probe,
+            attacher: Some(attacher),
+            command: None,
+        };
+        runtime::run(&mut terminal, &mut app, sources).await
     });
     ratatui::restore();
     let exit = result?;
+    Ok(ExitCode::from(exit.code()))
+}
+
+/// How long `--once` waits for hooked jobs to answer.
+const ONCE_ATTACH_WAIT: Duration = Duration::from_secs(3);
+
+fn socket_dir() -> std::path::PathBuf {
+    vramtop::attach::discovery::socket_dir()
+}
+
+/// `vramtop run [--history] -- COMMAND...`: the command with the hook injected, in the
+/// live view; or, when stdout is not a terminal, straight through with its exit code.
+fn run_command(
+    args: cli::LiveArgs,
+    command: &[std::ffi::OsString],
+    history: bool,
+    log: Option<std::path::PathBuf>,
+) -> Result<ExitCode> {
+    use vramtop::attach::launch::{self, Output, RunningCommand};
+    if command.is_empty() {
+        return usage_error("vramtop run needs a command: vramtop run -- python train.py");
+    }
+    let dir = socket_dir();
+    let hook_dir = match vramtop::attach::hook_files::write_hook_files(&dir) {
+        Ok(d) => d,
+        Err(e) => return Ok(ExitCode::from(error_line(e))),
+    };
+    if !std::io::stdout().is_terminal() {
+        // Passthrough: the job's output and exit code, nothing of vramtop's own.
+        let mut child = match launch::spawn(command, &hook_dir, &dir, history, Output::Inherit) {
+            Ok(c) => c,
+            Err(e) => return Ok(ExitCode::from(error_line(e))),
+        };
+        launch::forward_signals_to(&child);
+        let status = child.wait().wrap_err("waiting for the command")?;
+        return Ok(ExitCode::from(launch::exit_code(status)));
+    }
+    let log_path = log.unwrap_or_else(|| dir.join(format!("run-{}.log", std::process::id())));
+    let log_file = match std::fs::File::create(&log_path) {
+        Ok(f) => f,
+        Err(e) => return usage_error(format!("--log {}: {e}", log_path.display())),
+    };
+    // Telemetry is opened before the job starts, so a bad --device costs no job.
+    let opened = open(args.device, args.seed, WorkloadGauge::default())?;
+    let child = match launch::spawn(command, &hook_dir, &dir, history, Output::Log(log_file)) {
+        Ok(c) => c,
+        Err(e) => return Ok(ExitCode::from(error_line(e))),
+    };
+    let pid = child.id();
+    let running =
+        RunningCommand::watch(child, log_path.clone()).wrap_err("could not watch the command")?;
+    let interval = Duration::from_secs_f64(args.interval);
+    let attacher = Attacher::spawn(dir, interval)?;
+    let poller = Poller::spawn(opened.source, interval)?;
+    let mut app = App::new(args.interval);
+    app.notice = opened.notice.clone();
+    app.run = Some(vramtop::app::RunView::new(pid, log_path.clone()));
+    app.focus_pid = Some(pid);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .wrap_err("could not start the async runtime")?;
+    let mut terminal = ratatui::try_init().wrap_err("cannot take over the terminal")?;
+    let result = rt.block_on(async {
+        let sources = Sources {
+            poller,
+            probe: None,
+            attacher: Some(attacher),
+            command: Some(running),
+        };
+        runtime::run(&mut terminal, &mut app, sources).await
+    });
+    ratatui::restore();
+    let exit = result?;
+    if app.run.as_ref().is_some_and(|r| r.running()) {
+        eprintln!(
+            "vramtop: job {pid} is still running; its output goes to {}",
+            log_path.display()
+        );
+    }
     Ok(ExitCode::from(exit.code()))
 }

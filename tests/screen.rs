@@ -223,7 +223,7 @@ fn segment_list_opens_on_enter() {
         .map_or(0, |p| p.policies[0].layout.segments[0].runs.len());
     assert_eq!(app.segment_table.selected(), Some(runs - 1));
     app.handle(Action::CloseOverlay);
-    assert!(!app.show_segment_list);
+    assert!(!app.views.contains(vramtop::app::View::SegmentList));
 }
 
 #[test]
@@ -282,4 +282,108 @@ fn leaks_view_points_at_the_leaking_site_of_the_leak_probe() {
     let screen = render(&app, 120, 40);
     assert!(screen.contains("leak suspects"), "{screen}");
     assert!(screen.contains("leak: kept output"), "{screen}");
+}
+
+#[test]
+fn an_attached_job_shows_its_segments_and_its_oom() {
+    use std::sync::Arc;
+    use vramtop::attach::job::{AttachedJob, JobFrame, OomExplained};
+    use vramtop::attach::protocol::{
+        AllocatorSettings, ErrorReport, Hello, HookBlock, HookSegment, JobState, OomState,
+    };
+    use vramtop::attach::AttachedJobs;
+
+    const MIB: u64 = 1 << 20;
+    // 6 MiB tensors with every other one freed, in 20 MiB segments: the OOM job.
+    let segments: Vec<HookSegment> = (0..12u64)
+        .map(|i| {
+            let base = 0x7f00_0000_0000 + i * 20 * MIB;
+            let block = |at: u64, size: u64, state: &str| HookBlock {
+                address: base + at,
+                size,
+                requested_size: size,
+                state: state.to_string(),
+                site: None,
+            };
+            HookSegment {
+                address: base,
+                total_size: 20 * MIB,
+                stream: 0,
+                segment_type: "large".to_string(),
+                is_expandable: false,
+                blocks: vec![
+                    block(0, 6 * MIB, "active_allocated"),
+                    block(6 * MIB, 6 * MIB, "inactive"),
+                    block(12 * MIB, 6 * MIB, "active_allocated"),
+                    block(18 * MIB, 2 * MIB, "inactive"),
+                ],
+            }
+        })
+        .collect();
+    let mut job = AttachedJob::new(4242, 1.0);
+    job.on_hello(Hello {
+        protocol: 1,
+        pid: 4242,
+        ppid: Some(1),
+        argv: vec!["python".into(), "oom_cap.py".into()],
+        hook_version: "test".into(),
+        torch_version: Some("2.11.0".into()),
+        cuda_ready: true,
+        history: false,
+        capabilities: Vec::new(),
+        missing: Vec::new(),
+    });
+    job.on_frame(JobFrame::from_state(&JobState {
+        seq: 1,
+        time_s: 1.0,
+        device: 0,
+        stats: None,
+        settings: AllocatorSettings::default(),
+        segments: segments.clone(),
+        truncated: false,
+        collect_ms: None,
+    }));
+    job.on_oom(OomExplained::from_oom(&OomState {
+        time_s: 2.0,
+        device: 0,
+        requested_bytes: 64 * MIB,
+        device_free_bytes: Some(70 << 30),
+        device_total_bytes: Some(240 * MIB),
+        stats: None,
+        segments,
+        truncated: false,
+        summary: None,
+    }));
+    job.on_error(ErrorReport {
+        time_s: 2.0,
+        kind: "OutOfMemoryError".into(),
+        message: "CUDA out of memory. Tried to allocate 64.00 MiB. Of the allocated memory \
+                  144.00 MiB is allocated by PyTorch, and 96.00 MiB is reserved by PyTorch \
+                  but unallocated."
+            .into(),
+    });
+    let mut app = idle_app();
+    app.focus_pid = Some(4242);
+    app.apply_attached(Arc::new(AttachedJobs {
+        jobs: vec![job.view.clone()],
+        scan_error: None,
+        scans: 1,
+    }));
+    assert_eq!(app.shown_job().map(|j| j.pid), Some(4242));
+    let screen = render(&app, 120, 40);
+    assert!(screen.contains("python oom_cap.py"), "{screen}");
+    assert!(screen.contains("⚓"), "the hooked row is marked: {screen}");
+    assert!(screen.contains("last OOM: needed 64.0 MiB"), "{screen}");
+    assert!(
+        screen
+            .contains("OOM: needed 64.0 MiB contiguous; 96.0 MiB free in 24 runs, largest 6.0 MiB"),
+        "{screen}"
+    );
+    assert!(screen.contains("PyTorch: CUDA out of memory."), "{screen}");
+    assert!(
+        screen.contains("expandable_segments:True would fit it"),
+        "{screen}"
+    );
+    assert!(screen.contains("12 segments"), "{screen}");
+    insta::assert_snapshot!("attached_job_oom_120x40", screen);
 }

@@ -3,17 +3,25 @@
 
 pub mod action;
 pub mod history;
+pub mod jobs;
 pub mod replayer;
 pub mod runtime;
+pub mod screen;
 pub mod viewer;
+pub mod views;
+
+use std::sync::Arc;
 
 use ratatui::widgets::TableState;
 
+use crate::attach::AttachedJobs;
 use crate::leaks::{ProcessWatch, TrendConfig};
 use crate::probe::live::ProbeView;
 use crate::telemetry::{DeviceHealth, ProcessSnapshot, SystemSnapshot};
 use action::Action;
 use history::History;
+pub use jobs::RunView;
+pub use views::{View, ViewStack};
 
 /// Samples kept per device: ten minutes at the default 1 s interval.
 pub const HISTORY_SAMPLES: usize = 600;
@@ -34,6 +42,8 @@ pub enum Exit {
     Quit,
     Interrupted,
     Terminated,
+    /// Quit after the job `vramtop run` started had ended: its exit code is ours.
+    JobEnded(u8),
 }
 
 impl Exit {
@@ -41,6 +51,7 @@ impl Exit {
         match self {
             Exit::Quit | Exit::Terminated => 0,
             Exit::Interrupted => 130,
+            Exit::JobEnded(code) => code,
         }
     }
 }
@@ -50,6 +61,8 @@ impl Exit {
 pub struct ProcessRow {
     pub device: u32,
     pub process: ProcessSnapshot,
+    /// A job vramtop is attached to through its hook.
+    pub hooked: bool,
 }
 
 pub struct App {
@@ -64,7 +77,8 @@ pub struct App {
     pub sort: SortKey,
     pub table: TableState,
     pub selected_device: usize,
-    pub show_help: bool,
+    /// What is open over the main view (help, a segment's block list, the leaks view).
+    pub views: ViewStack,
     /// No snapshot arrived for longer than the poll should take: figures are old.
     pub stale: bool,
     pub interval_s: f64,
@@ -77,12 +91,15 @@ pub struct App {
     pub map_zoom: i32,
     /// Selected segment of the (first) block map, for its block list.
     pub selected_segment: Option<usize>,
-    pub show_segment_list: bool,
     pub segment_table: TableState,
-    /// The leaks view replaces processes and the block map while shown.
-    pub show_leaks: bool,
     /// Per-device process memory trends (NVML), for the leaks view.
     pub process_watch: Vec<ProcessWatch>,
+    /// Hooked PyTorch jobs, running or ended.
+    pub attached: Arc<AttachedJobs>,
+    /// The command `vramtop run` started, when it did.
+    pub run: Option<RunView>,
+    /// A pid to select once it shows in the table (the job `vramtop run` started).
+    pub focus_pid: Option<u32>,
 }
 
 impl App {
@@ -96,7 +113,7 @@ impl App {
             sort: SortKey::Memory,
             table: TableState::default(),
             selected_device: 0,
-            show_help: false,
+            views: ViewStack::default(),
             stale: false,
             interval_s,
             exit: None,
@@ -104,10 +121,11 @@ impl App {
             probe: None,
             map_zoom: 0,
             selected_segment: None,
-            show_segment_list: false,
             segment_table: TableState::default(),
-            show_leaks: false,
             process_watch: Vec::new(),
+            attached: Arc::default(),
+            run: None,
+            focus_pid: None,
         }
     }
 
@@ -170,9 +188,11 @@ impl App {
                 d.processes.iter().map(|p| ProcessRow {
                     device: d.index,
                     process: p.clone(),
+                    hooked: false,
                 })
             })
             .collect();
+        self.add_hooked_rows();
         self.sort_rows();
         // Keep the cursor on the same process when the table reorders under it.
         let position = selected_pid.and_then(|key| {
@@ -189,6 +209,7 @@ impl App {
         } else {
             position.or(clamped)
         });
+        self.select_focus();
     }
 
     fn sort_rows(&mut self) {
@@ -214,8 +235,9 @@ impl App {
 
     pub fn handle(&mut self, action: Action) {
         const PAGE: usize = 10;
-        // While a segment's block list is open, the movement keys move in that list.
-        let action = match (self.show_segment_list, action) {
+        // While a segment's block list has the keys, the movement keys move in that list.
+        let in_list = self.views.focus() == Some(View::SegmentList);
+        let action = match (in_list, action) {
             (true, Action::ScrollUp) => return self.move_in_segment(-1),
             (true, Action::ScrollDown) => return self.move_in_segment(1),
             (true, Action::PageUp) => return self.move_in_segment(-(PAGE as isize)),
@@ -225,13 +247,20 @@ impl App {
             (_, action) => action,
         };
         match action {
-            Action::Quit => self.exit = Some(Exit::Quit),
-            Action::Interrupt => self.exit = Some(Exit::Interrupted),
-            Action::ToggleHelp => self.show_help = !self.show_help,
-            Action::CloseOverlay => {
-                self.show_help = false;
-                self.show_segment_list = false;
+            Action::Quit => self.quit(),
+            Action::Interrupt => {
+                self.exit = Some(match self.run.as_ref().and_then(|r| r.exit_code) {
+                    Some(code) => Exit::JobEnded(code),
+                    None => Exit::Interrupted,
+                })
             }
+            Action::ToggleHelp => self.views.toggle(View::Help),
+            Action::CloseOverlay => match self.run.as_mut().filter(|r| r.quit_asked) {
+                Some(run) => run.quit_asked = false,
+                None => {
+                    self.views.pop();
+                }
+            },
             Action::ScrollUp => self.move_cursor(-1),
             Action::ScrollDown => self.move_cursor(1),
             Action::PageUp => self.move_cursor(-(PAGE as isize)),
@@ -247,10 +276,15 @@ impl App {
             Action::NextSegment => self.move_segment(1),
             Action::PrevSegment => self.move_segment(-1),
             Action::ToggleSegmentList => {
-                self.show_segment_list = !self.show_segment_list && self.selected_segment.is_some();
+                // The list belongs to the block map: it opens only where the map shows.
+                match self.views.focus() {
+                    Some(View::SegmentList) => self.views.remove(View::SegmentList),
+                    None if self.selected_segment.is_some() => self.views.push(View::SegmentList),
+                    _ => {}
+                }
                 self.segment_table = TableState::default().with_selected(Some(0));
             }
-            Action::ToggleLeaksView => self.show_leaks = !self.show_leaks,
+            Action::ToggleLeaksView => self.views.toggle(View::Leaks),
             // Forwarded to the probe runner by the event loop.
             Action::ProbePause
             | Action::ProbeStep
@@ -270,26 +304,15 @@ impl App {
 
     /// Take in the probe's latest state, keeping the segment selection in range.
     pub fn apply_probe(&mut self, view: impl Into<std::sync::Arc<ProbeView>>) {
-        let view = view.into();
-        let segments = view.policies.first().map_or(0, |p| p.layout.segments.len());
-        self.selected_segment = match self.selected_segment {
-            Some(_) if segments == 0 => None,
-            Some(i) => Some(i.min(segments - 1)),
-            None => None,
-        };
-        if self.selected_segment.is_none() {
-            self.show_segment_list = false;
-        }
-        self.probe = Some(view);
+        self.probe = Some(view.into());
+        self.clamp_segment();
     }
 
     fn move_in_segment(&mut self, delta: isize) {
         let rows = self
-            .probe
-            .as_ref()
-            .and_then(|p| p.policies.first())
+            .shown_layout()
             .zip(self.selected_segment)
-            .and_then(|(p, i)| p.layout.segments.get(i))
+            .and_then(|(layout, i)| layout.segments.get(i))
             .map_or(0, |seg| seg.runs.len());
         if rows == 0 {
             self.segment_table.select(None);
@@ -301,11 +324,7 @@ impl App {
     }
 
     fn move_segment(&mut self, delta: isize) {
-        let segments = self
-            .probe
-            .as_ref()
-            .and_then(|p| p.policies.first())
-            .map_or(0, |p| p.layout.segments.len());
+        let segments = self.shown_layout().map_or(0, |l| l.segments.len());
         if segments == 0 {
             self.selected_segment = None;
             return;
@@ -331,6 +350,8 @@ impl App {
         let current = self.table.selected().map_or(-1, |i| i as isize);
         let next = current.saturating_add(delta).clamp(0, last);
         self.table.select(Some(next as usize));
+        // Another row may show another job's map.
+        self.clamp_segment();
     }
 
     fn cycle_device(&mut self, delta: isize) {
@@ -390,6 +411,25 @@ mod tests {
         );
         app.apply_snapshot(busy_snapshot());
         assert!(!app.stale);
+    }
+
+    #[test]
+    fn quitting_a_started_job_asks_first_then_passes_its_exit_code_on() {
+        let mut app = App::new(1.0);
+        app.run = Some(RunView::new(42, std::path::PathBuf::from("/tmp/run.log")));
+        app.handle(Action::Quit);
+        assert_eq!(app.exit, None, "the first q only asks");
+        assert!(app.run.as_ref().is_some_and(|r| r.quit_asked));
+        app.handle(Action::CloseOverlay);
+        assert!(app.run.as_ref().is_some_and(|r| !r.quit_asked), "Esc stays");
+        app.handle(Action::Quit);
+        app.handle(Action::Quit);
+        assert_eq!(app.exit, Some(Exit::Quit), "a second q leaves it running");
+        let mut app = App::new(1.0);
+        app.run = Some(RunView::new(42, std::path::PathBuf::from("/tmp/run.log")));
+        app.apply_run_output(vec!["done".into()], Some(3));
+        app.handle(Action::Quit);
+        assert_eq!(app.exit.map(Exit::code), Some(3));
     }
 
     #[test]

@@ -1,27 +1,25 @@
-//! The live loop: one `tokio::select!` over terminal events, telemetry snapshots, the
-//! frame deadline, a staleness watchdog and signals. Telemetry is polled on its own
-//! thread so a slow or hung driver call never freezes the screen. The screen is redrawn
-//! only when something changed, so an idle vramtop costs next to nothing.
+//! The live view's sources for the one loop (`screen::run`): telemetry snapshots, the
+//! probe's views and a staleness watchdog. Telemetry is polled on its own thread so a
+//! slow or hung driver call never freezes the screen.
 
 use std::sync::mpsc as std_mpsc;
+use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
 use color_eyre::eyre::{eyre, Result, WrapErr};
-use crossterm::event::{Event, EventStream, KeyEventKind};
-use futures::StreamExt;
-use ratatui::DefaultTerminal;
-use tokio::signal::unix::{signal, SignalKind};
+use crossterm::event::KeyEvent;
+use ratatui::{DefaultTerminal, Frame};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::action::{action_for, Action};
+use super::screen::{self, Screen};
 use super::{App, Exit};
+use crate::attach::launch::{CommandOutput, RunningCommand};
+use crate::attach::{AttachedJobs, Attacher};
 use crate::probe::live::{LiveProbe, ProbeView};
 use crate::telemetry::{SystemSnapshot, TelemetrySource};
-
-/// Upper bound on redraws per second; input and data are coalesced into frames.
-const MAX_FPS: f64 = 30.0;
 
 /// Polls a source on a dedicated thread at a fixed cadence and publishes only the latest
 /// snapshot: if the UI is busy, older snapshots are replaced, never queued.
@@ -67,87 +65,173 @@ impl Poller {
     }
 }
 
-pub async fn run(
-    terminal: &mut DefaultTerminal,
-    app: &mut App,
-    mut poller: Poller,
-    probe: Option<LiveProbe>,
-) -> Result<Exit> {
-    // Without a probe, a channel that never changes keeps the select arm idle.
-    let (_idle_tx, idle_rx) = watch::channel(std::sync::Arc::new(ProbeView::default()));
-    let mut probe_views = probe.as_ref().map_or(idle_rx, |p| p.views.clone());
-    let probe_alive = probe.is_some();
-    let mut events = EventStream::new();
-    let mut sigterm = signal(SignalKind::terminate()).wrap_err("installing SIGTERM handler")?;
-    let mut sighup = signal(SignalKind::hangup()).wrap_err("installing SIGHUP handler")?;
-    let mut sigint = signal(SignalKind::interrupt()).wrap_err("installing SIGINT handler")?;
-    let frame_period = Duration::from_secs_f64(1.0 / MAX_FPS);
+/// What feeds the live view besides the terminal.
+pub struct Sources {
+    pub poller: Poller,
+    pub probe: Option<LiveProbe>,
+    /// Hooked PyTorch jobs.
+    pub attacher: Option<Attacher>,
+    /// The command `vramtop run` started.
+    pub command: Option<RunningCommand>,
+}
+
+/// The live view as a `Screen`: the app state plus its sources and the staleness
+/// watchdog.
+struct LiveScreen<'a> {
+    app: &'a mut App,
+    sources: Sources,
+    probe_views: watch::Receiver<Arc<ProbeView>>,
+    jobs: watch::Receiver<Arc<AttachedJobs>>,
+    output: watch::Receiver<Arc<CommandOutput>>,
+    /// A poll that has not answered by then is hung: the figures are marked stale.
+    stale_deadline: Instant,
+    stale_after: Duration,
+}
+
+pub async fn run(terminal: &mut DefaultTerminal, app: &mut App, sources: Sources) -> Result<Exit> {
+    // A missing source is a channel that never changes: its select arm stays idle.
+    let probe_views = sources
+        .probe
+        .as_ref()
+        .map_or_else(|| idle(ProbeView::default()), |p| p.views.clone());
+    let jobs = sources
+        .attacher
+        .as_ref()
+        .map_or_else(|| idle(AttachedJobs::default()), |a| a.jobs.clone());
+    let output = sources
+        .command
+        .as_ref()
+        .map_or_else(|| idle(CommandOutput::default()), |c| c.output.clone());
     let interval = Duration::from_secs_f64(app.interval_s);
     // A poll that has not answered in three intervals (and at least two seconds) is hung.
     let stale_after = (interval * 3).max(Duration::from_secs(2));
-    let mut stale_deadline = Instant::now() + stale_after;
-    let mut next_frame = Instant::now();
-    let mut dirty = true;
+    let mut screen = LiveScreen {
+        app,
+        sources,
+        probe_views,
+        jobs,
+        output,
+        stale_deadline: Instant::now() + stale_after,
+        stale_after,
+    };
+    screen::run(terminal, &mut screen).await
+}
 
-    loop {
-        if let Some(exit) = app.exit {
-            return Ok(exit);
+/// A receiver whose sender is gone after one value: `changed()` then fails at once,
+/// so callers only wait on it while the source is there (`if` guards below).
+fn idle<T>(value: T) -> watch::Receiver<Arc<T>> {
+    watch::channel(Arc::new(value)).1
+}
+
+impl Screen for LiveScreen<'_> {
+    type Action = Action;
+
+    fn action_for(&self, key: KeyEvent) -> Option<Action> {
+        action_for(key)
+    }
+
+    fn handle(&mut self, action: Action) {
+        if let Some(p) = self
+            .sources
+            .probe
+            .as_ref()
+            .filter(|_| action.is_probe_control())
+        {
+            forward(p, action);
         }
-        if dirty && Instant::now() >= next_frame {
-            terminal
-                .draw(|frame| crate::ui::draw(frame, app))
-                .wrap_err("drawing the screen")?;
-            dirty = false;
-            next_frame = Instant::now() + frame_period;
+        // Ctrl-C while the started job runs interrupts the job, as in a shell; vramtop
+        // stays to show how it ended.
+        if let (Action::Interrupt, Some(command), Some(run)) =
+            (action, self.sources.command.as_ref(), self.app.run.as_mut())
+        {
+            if run.running() {
+                let signal = match run.interrupts {
+                    0 => libc::SIGINT,
+                    1 => libc::SIGTERM,
+                    _ => libc::SIGKILL,
+                };
+                command.signal(signal);
+                run.interrupts += 1;
+                return;
+            }
         }
+        self.app.handle(action);
+    }
+
+    fn draw(&self, frame: &mut Frame) {
+        crate::ui::draw(frame, self.app);
+    }
+
+    fn exit(&self) -> Option<Exit> {
+        self.app.exit
+    }
+
+    fn deadline(&self) -> Option<Instant> {
+        (!self.app.stale).then_some(self.stale_deadline)
+    }
+
+    fn deadline_passed(&mut self) -> bool {
+        if Instant::now() < self.stale_deadline {
+            return false;
+        }
+        self.app.mark_stale();
+        true
+    }
+
+    async fn update(&mut self) -> Result<bool> {
+        let probe_alive = self.sources.probe.is_some();
+        let attaching = self.sources.attacher.is_some();
+        let watching_command = self.sources.command.is_some();
         tokio::select! {
-            event = events.next() => match event {
-                Some(Ok(Event::Key(key))) if key.kind == KeyEventKind::Press => {
-                    if let Some(action) = action_for(key) {
-                        if let Some(p) = probe.as_ref().filter(|_| action.is_probe_control()) {
-                            forward(p, action);
-                        }
-                        app.handle(action);
-                        dirty = true;
-                    }
-                }
-                Some(Ok(Event::Resize(_, _))) => dirty = true,
-                Some(Ok(_)) => {}
-                Some(Err(e)) => return Err(e).wrap_err("reading terminal input"),
-                None => return Ok(Exit::Terminated),
-            },
-            changed = poller.snapshots.changed() => {
+            changed = self.sources.poller.snapshots.changed() => {
                 if changed.is_err() {
                     // The thread only ends this way by panicking. Its panic hook has
                     // already restored the terminal, so carrying on would draw into a
                     // cooked screen that no longer reads keys: stop with the reason.
                     return Err(eyre!("the telemetry thread stopped unexpectedly"));
                 }
-                let snapshot = poller.snapshots.borrow_and_update().clone();
-                if let Some(snapshot) = snapshot {
-                    app.apply_snapshot(snapshot);
-                    stale_deadline = Instant::now() + stale_after;
-                    dirty = true;
-                }
+                let snapshot = self.sources.poller.snapshots.borrow_and_update().clone();
+                let Some(snapshot) = snapshot else {
+                    return Ok(false);
+                };
+                self.app.apply_snapshot(snapshot);
+                self.stale_deadline = Instant::now() + self.stale_after;
+                Ok(true)
             },
-            changed = probe_views.changed(), if probe_alive => {
+            changed = self.probe_views.changed(), if probe_alive => {
                 if changed.is_err() {
                     // As above: the probe task ends only by panicking while we run.
                     return Err(eyre!("the probe workload stopped unexpectedly"));
-                } else {
-                    let view = probe_views.borrow_and_update().clone();
-                    app.apply_probe(view);
-                    dirty = true;
                 }
+                let view = self.probe_views.borrow_and_update().clone();
+                self.app.apply_probe(view);
+                Ok(true)
             },
-            _ = tokio::time::sleep_until(next_frame), if dirty => {},
-            _ = tokio::time::sleep_until(stale_deadline), if !app.stale => {
-                app.mark_stale();
-                dirty = true;
+            changed = self.jobs.changed(), if attaching => {
+                if changed.is_err() {
+                    return Err(eyre!("the attach thread stopped unexpectedly"));
+                }
+                let jobs = self.jobs.borrow_and_update().clone();
+                self.app.apply_attached(jobs);
+                Ok(true)
             },
-            _ = sigint.recv() => return Ok(Exit::Interrupted),
-            _ = sigterm.recv() => return Ok(Exit::Terminated),
-            _ = sighup.recv() => return Ok(Exit::Terminated),
+            changed = self.output.changed(), if watching_command => {
+                if changed.is_err() {
+                    // The watcher ends after the command has exited and been reported.
+                    self.sources.command = None;
+                    return Ok(false);
+                }
+                let output = self.output.borrow_and_update().clone();
+                self.app.apply_run_output(output.lines.clone(), output.exit_code);
+                if let (Some(code), Some(command), Some(attacher)) = (
+                    output.exit_code,
+                    self.sources.command.as_ref(),
+                    self.sources.attacher.as_ref(),
+                ) {
+                    attacher.job_exited(command.pid, i64::from(code));
+                }
+                Ok(true)
+            },
         }
     }
 }

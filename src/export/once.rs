@@ -2,6 +2,7 @@
 
 use std::fmt::Write as _;
 
+use crate::attach::{JobReport, JobView};
 use crate::telemetry::{HostView, SystemSnapshot};
 use crate::ui::devices::title;
 use crate::ui::format::{bytes, celsius, pct, power, NA};
@@ -11,6 +12,35 @@ pub fn json(snapshot: &SystemSnapshot) -> String {
     // rather than a panic all the same.
     serde_json::to_string_pretty(snapshot)
         .unwrap_or_else(|e| format!("{{\"error\": \"could not serialise snapshot: {e}\"}}"))
+}
+
+/// The snapshot with an `attached` list: the hooked PyTorch jobs and their allocators.
+pub fn json_with_attached(snapshot: &SystemSnapshot, attached: &[JobView]) -> String {
+    let reports: Vec<JobReport> = attached.iter().map(JobReport::of).collect();
+    let value = serde_json::to_value(snapshot).map(|mut v| {
+        if let Some(object) = v.as_object_mut() {
+            object.insert(
+                "attached".to_string(),
+                serde_json::to_value(&reports).unwrap_or_default(),
+            );
+        }
+        v
+    });
+    value
+        .and_then(|v| serde_json::to_string_pretty(&v))
+        .unwrap_or_else(|e| format!("{{\"error\": \"could not serialise snapshot: {e}\"}}"))
+}
+
+/// Hooked jobs under the table, one line each; empty when there are none.
+pub fn attached_table(attached: &[JobView]) -> String {
+    if attached.is_empty() {
+        return String::new();
+    }
+    let mut out = String::from("\nHOOKED JOBS\n");
+    for job in attached {
+        let _ = writeln!(out, "{}", crate::attach::headless::summary(job));
+    }
+    out
 }
 
 pub fn table(snapshot: &SystemSnapshot) -> String {

@@ -16,6 +16,7 @@
 //! ```
 
 pub mod allocator;
+pub mod attached;
 pub mod bigdigits;
 pub mod blockmap;
 pub mod devices;
@@ -40,7 +41,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Paragraph, Wrap};
 use ratatui::Frame;
 
-use crate::app::App;
+use crate::app::{App, View};
 
 /// Below this size the layout cannot show a device and its processes legibly.
 pub const MIN_WIDTH: u16 = 60;
@@ -50,6 +51,8 @@ const FOOTER_ROWS: u16 = 1;
 /// Rows the process table gets at most, borders included, before the allocator region.
 const MAX_PROCESS_ROWS: u16 = 12;
 const MIN_PROCESS_ROWS: u16 = 5;
+/// Rows of the `vramtop run` output pane, borders included.
+const LOG_ROWS: u16 = 8;
 
 pub fn draw(frame: &mut Frame, app: &App) {
     let area = frame.area();
@@ -64,6 +67,15 @@ pub fn draw(frame: &mut Frame, app: &App) {
     ])
     .areas(area);
     header::draw(frame, header, app);
+    let body = match &app.run {
+        Some(run) if body.height > LOG_ROWS * 3 => {
+            let [above, log] =
+                Layout::vertical([Constraint::Min(0), Constraint::Length(LOG_ROWS)]).areas(body);
+            attached::draw_log(frame, log, run);
+            above
+        }
+        _ => body,
+    };
 
     let device_rows = devices::height(app, body.height / 2);
     let process_rows = (app.rows.len() as u16 + 3).clamp(MIN_PROCESS_ROWS, MAX_PROCESS_ROWS);
@@ -74,16 +86,19 @@ pub fn draw(frame: &mut Frame, app: &App) {
     ])
     .areas(body);
     devices::draw(frame, devices_area, app);
-    if app.show_leaks {
+    if app.views.contains(View::Leaks) {
         let [_, below] =
             Layout::vertical([Constraint::Length(device_rows), Constraint::Min(0)]).areas(body);
         draw_leaks(frame, below, app);
     } else {
         processes::draw(frame, processes_area, app);
-        allocator::draw(frame, allocator_area, app);
+        match app.shown_job() {
+            Some(job) => attached::draw(frame, allocator_area, app, job),
+            None => allocator::draw(frame, allocator_area, app),
+        }
     }
     draw_footer(frame, footer, app);
-    if app.show_help {
+    if app.views.contains(View::Help) {
         help::draw(frame, area);
     }
 }
@@ -92,6 +107,9 @@ pub fn draw(frame: &mut Frame, app: &App) {
 /// oldest blocks, and process memory trends from telemetry.
 fn draw_leaks(frame: &mut Frame, area: Rect, app: &App) {
     use ratatui::widgets::{Block, Borders};
+    if let Some(job) = app.shown_job() {
+        return draw_job_leaks(frame, area, app, job);
+    }
     let policy = app.probe.as_ref().and_then(|p| p.policies.first());
     let empty_suspects = Vec::new();
     let empty_sites = Vec::new();
@@ -118,6 +136,28 @@ fn draw_leaks(frame: &mut Frame, area: Rect, app: &App) {
             unattributed.as_ref(),
             crate::leaks::TrendConfig::default().unattributed_bytes,
         )
+        .block(Block::new().borders(Borders::ALL).title(title));
+    frame.render_widget(view, area);
+}
+
+/// The leaks view of an attached job: its sites (with `--history`) and process trends.
+fn draw_job_leaks(frame: &mut Frame, area: Rect, app: &App, job: &crate::attach::JobView) {
+    use ratatui::widgets::{Block, Borders};
+    let trends: Vec<_> = app.process_watch.iter().flat_map(|w| w.trends()).collect();
+    let history = job.hello.as_ref().is_some_and(|h| h.history);
+    let title = if history {
+        format!(
+            " leaks · job {} · allocation sites from the hook · L returns ",
+            job.pid
+        )
+    } else {
+        format!(
+            " leaks · job {} · no allocation sites: start it with vramtop run --history · L returns ",
+            job.pid
+        )
+    };
+    let view = leaks::LeaksView::new(&job.suspects, &job.sites)
+        .processes(&trends)
         .block(Block::new().borders(Borders::ALL).title(title));
     frame.render_widget(view, area);
 }
@@ -184,6 +224,27 @@ fn draw_footer(frame: &mut Frame, area: Rect, app: &App) {
             "  FROZEN",
             Style::new().bold().black().on_yellow(),
         ));
+    }
+    if let Some(run) = app.run.as_ref().filter(|r| r.quit_asked) {
+        spans.push(Span::styled(
+            format!(
+                "  job {} still runs: q again leaves it running (output: {}) · Ctrl-C interrupts it · Esc stays",
+                run.pid,
+                run.log_path.display()
+            ),
+            Style::new().bold().black().on_yellow(),
+        ));
+    } else if let Some(run) = app.run.as_ref().filter(|r| !r.running()) {
+        spans.push(Span::styled(
+            format!(
+                "  job ended (exit {}): q quits with its code",
+                run.exit_code.unwrap_or(0)
+            ),
+            Style::new().bold(),
+        ));
+    }
+    if let Some(error) = &app.attached.scan_error {
+        spans.push(Span::styled(format!("  {error}"), Style::new().red()));
     }
     if app.stale {
         spans.push(Span::styled(

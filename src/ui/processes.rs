@@ -9,7 +9,7 @@
 
 use ratatui::layout::{Constraint, Rect};
 use ratatui::style::{Style, Stylize};
-use ratatui::text::Line;
+use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Cell, Paragraph, Row, Table};
 use ratatui::Frame;
 
@@ -86,6 +86,16 @@ fn row(r: &ProcessRow) -> Row<'static> {
                 .map_or_else(|| NA.to_string(), |c| format!("{c:.0}%")),
         ),
         Cell::from(bytes(p.rss_bytes)),
-        Cell::from(command),
+        Cell::from(if r.hooked {
+            Line::from(vec![
+                Span::styled(
+                    format!("{} ", super::attached::HOOKED),
+                    Style::new().bold().cyan(),
+                ),
+                Span::raw(command),
+            ])
+        } else {
+            Line::from(command)
+        }),
     ])
 }

@@ -1,0 +1,148 @@
+//! A viewer's connection to one hooked job, on a thread of its own so that a slow,
+//! silent or hostile peer never touches the UI task: connect, expect a `hello` within
+//! 2 s, subscribe at the app's interval, then read frames, convert each `state` into a
+//! block map here, and hand the results to the attacher. Any protocol error ends the
+//! connection with one line of reason; the attacher reconnects on its next scan.
+
+use std::io;
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::sync::mpsc::Sender;
+use std::thread;
+use std::time::Duration;
+
+use super::job::{JobFrame, OomExplained};
+use super::protocol::{
+    decode, read_frame, write_frame, Bye, Decoded, ErrorReport, Hello, HookMessage, ProtocolError,
+    Subscribe, PROTOCOL_VERSION,
+};
+
+/// A peer that sends no `hello` this long after connecting is dropped.
+pub const HELLO_WITHIN: Duration = Duration::from_secs(2);
+/// Silence allowed after subscribing, beyond three intervals.
+pub const SILENCE_GRACE: Duration = Duration::from_secs(5);
+
+/// What a connection reports to the attacher.
+#[derive(Debug)]
+pub enum PeerEvent {
+    Hello(Hello),
+    Frame(Box<JobFrame>),
+    Oom(Box<OomExplained>),
+    Error(ErrorReport),
+    Bye(Bye),
+    /// A message skipped for a bad field; the connection goes on.
+    Skipped(String),
+    /// The connection is over, with the reason.
+    Dropped(ProtocolError),
+}
+
+/// A running connection. Dropping it shuts the socket, which ends the thread.
+pub struct Peer {
+    stream: UnixStream,
+}
+
+impl Drop for Peer {
+    fn drop(&mut self) {
+        let _ = self.stream.shutdown(std::net::Shutdown::Both);
+    }
+}
+
+/// Connects to `path` and serves the connection on a new thread, reporting to `events`
+/// tagged with `pid`. Fails only when the socket cannot be connected to.
+pub fn connect(
+    path: &Path,
+    pid: u32,
+    interval_s: f64,
+    events: Sender<(u32, PeerEvent)>,
+) -> io::Result<Peer> {
+    let stream = UnixStream::connect(path)?;
+    let reader = stream.try_clone()?;
+    thread::Builder::new()
+        .name(format!("vramtop-peer-{pid}"))
+        .spawn(move || {
+            let result = serve(reader, interval_s, &mut |event| {
+                events.send((pid, event)).is_ok()
+            });
+            if let Err(reason) = result {
+                let _ = events.send((pid, PeerEvent::Dropped(reason)));
+            }
+        })?;
+    Ok(Peer { stream })
+}
+
+/// The conversation; `report` returns false when nobody listens any more.
+/// Returns `Ok` only when the listener went away.
+pub fn serve(
+    mut stream: UnixStream,
+    interval_s: f64,
+    report: &mut dyn FnMut(PeerEvent) -> bool,
+) -> Result<(), ProtocolError> {
+    let io = |e: io::Error| ProtocolError::Io(e.to_string());
+    stream.set_read_timeout(Some(HELLO_WITHIN)).map_err(io)?;
+    let not_hello = || ProtocolError::Garbage("the first message was not a hello".to_string());
+    let hello = match read_message(&mut stream) {
+        Ok(Decoded::Message(message)) => match *message {
+            HookMessage::Hello(hello) => hello,
+            _ => return Err(not_hello()),
+        },
+        Ok(Decoded::Skipped(_)) => return Err(not_hello()),
+        Err(ProtocolError::Silent(_)) => {
+            return Err(ProtocolError::Silent(format!(
+                "sent no hello within {} s",
+                HELLO_WITHIN.as_secs()
+            )))
+        }
+        Err(e) => return Err(e),
+    };
+    if hello.protocol != PROTOCOL_VERSION {
+        return Err(ProtocolError::Version(hello.protocol));
+    }
+    let mut cuda_ready = hello.cuda_ready;
+    if !report(PeerEvent::Hello(hello)) {
+        return Ok(());
+    }
+    stream.set_write_timeout(Some(HELLO_WITHIN)).map_err(io)?;
+    write_frame(&mut stream, &Subscribe::new(interval_s)).map_err(io)?;
+    let silence = Duration::from_secs_f64(interval_s.max(0.0) * 3.0) + SILENCE_GRACE;
+    loop {
+        // A job whose CUDA is not ready yet sends nothing by design: wait for it
+        // without a limit (dropping it would only reconnect, again and again).
+        let limit = cuda_ready.then_some(silence);
+        stream.set_read_timeout(limit).map_err(io)?;
+        let decoded = match read_message(&mut stream) {
+            Ok(d) => d,
+            Err(ProtocolError::Silent(_)) => {
+                return Err(ProtocolError::Silent(format!(
+                    "went silent for {:.0} s",
+                    silence.as_secs_f64()
+                )))
+            }
+            Err(e) => return Err(e),
+        };
+        let event = match decoded {
+            Decoded::Skipped(why) => PeerEvent::Skipped(why),
+            Decoded::Message(message) => match *message {
+                HookMessage::State(state) => {
+                    cuda_ready = true;
+                    PeerEvent::Frame(Box::new(JobFrame::from_state(&state)))
+                }
+                HookMessage::Oom(oom) => PeerEvent::Oom(Box::new(OomExplained::from_oom(&oom))),
+                HookMessage::Error(error) => PeerEvent::Error(error),
+                HookMessage::Bye(bye) => PeerEvent::Bye(bye),
+                // Sent again when CUDA comes up, with the final capabilities.
+                HookMessage::Hello(hello) => {
+                    cuda_ready |= hello.cuda_ready;
+                    PeerEvent::Hello(hello)
+                }
+                HookMessage::Unknown => continue,
+            },
+        };
+        if !report(event) {
+            return Ok(());
+        }
+    }
+}
+
+fn read_message(stream: &mut UnixStream) -> Result<Decoded, ProtocolError> {
+    decode(&read_frame(stream)?)
+}

@@ -1,0 +1,154 @@
+//! Where hooked jobs listen: the socket directory (as PROTOCOL.md resolves it), made
+//! private to the user, and the `vramtop-<pid>.sock` sockets in it. A socket whose pid
+//! is gone is stale: it is removed so it is not tried again.
+
+use std::fs;
+use std::io;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+/// The environment variable that names the socket directory.
+pub const SOCKET_DIR_ENV: &str = "VRAMTOP_SOCKET_DIR";
+
+/// The socket directory: `$VRAMTOP_SOCKET_DIR`, else `$XDG_RUNTIME_DIR/vramtop` when that
+/// is a directory, else `/tmp/vramtop-<uid>`.
+pub fn socket_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os(SOCKET_DIR_ENV).filter(|d| !d.is_empty()) {
+        return PathBuf::from(dir);
+    }
+    if let Some(runtime) = std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from) {
+        if runtime.is_dir() {
+            return runtime.join("vramtop");
+        }
+    }
+    PathBuf::from(format!("/tmp/vramtop-{}", current_uid()))
+}
+
+pub fn current_uid() -> u32 {
+    // SAFETY: getuid has no preconditions and cannot fail.
+    unsafe { libc::getuid() }
+}
+
+/// Creates `dir` (mode 0700) when missing and checks that only this user can use it:
+/// another user's directory in /tmp could hand us their sockets. `Err` is one line.
+pub fn ensure_private_dir(dir: &Path) -> Result<(), String> {
+    match fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+    {
+        Ok(()) => {}
+        Err(e) => return Err(format!("cannot create {}: {e}", dir.display())),
+    }
+    let meta = fs::symlink_metadata(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    if !meta.is_dir() {
+        return Err(format!("{} is not a directory", dir.display()));
+    }
+    if meta.uid() != current_uid() {
+        return Err(format!(
+            "{} belongs to uid {}, not to you: remove it or set {SOCKET_DIR_ENV}",
+            dir.display(),
+            meta.uid()
+        ));
+    }
+    if meta.permissions().mode() & 0o077 != 0 {
+        // Ours, but opened up: close it again rather than refuse.
+        fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
+            .map_err(|e| format!("cannot make {} private: {e}", dir.display()))?;
+    }
+    Ok(())
+}
+
+/// One hooked job's socket.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JobSocket {
+    pub pid: u32,
+    pub path: PathBuf,
+}
+
+/// The pid a socket name stands for: `vramtop-<pid>.sock`.
+pub fn pid_of_socket(name: &str) -> Option<u32> {
+    name.strip_prefix("vramtop-")?
+        .strip_suffix(".sock")?
+        .parse()
+        .ok()
+        .filter(|&pid| pid > 0)
+}
+
+/// Sockets in `dir`, by pid. Stale ones (their pid is gone) are removed and left out.
+/// A missing directory is no jobs, not an error; another user's directory is refused
+/// (its sockets could pose as our jobs).
+pub fn scan(dir: &Path) -> io::Result<Vec<JobSocket>> {
+    match fs::metadata(dir) {
+        Ok(meta) if meta.uid() != current_uid() => {
+            return Err(io::Error::other(format!(
+                "it belongs to uid {}, not to you: remove it or set {SOCKET_DIR_ENV}",
+                meta.uid()
+            )))
+        }
+        _ => {}
+    }
+    let entries = match fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    let mut sockets = Vec::new();
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name.to_str().and_then(pid_of_socket) else {
+            continue;
+        };
+        let path = entry.path();
+        if !pid_alive(pid) {
+            // The job died without removing its socket (SIGKILL, a crash).
+            let _ = fs::remove_file(&path);
+            continue;
+        }
+        sockets.push(JobSocket { pid, path });
+    }
+    sockets.sort_by_key(|s| s.pid);
+    Ok(sockets)
+}
+
+/// Whether a process with this pid exists (ours or not).
+pub fn pid_alive(pid: u32) -> bool {
+    let Ok(pid) = libc::pid_t::try_from(pid) else {
+        return false;
+    };
+    // SAFETY: signal 0 only checks that the process exists and may be signalled.
+    let rc = unsafe { libc::kill(pid, 0) };
+    rc == 0 || io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn socket_names() {
+        assert_eq!(pid_of_socket("vramtop-123.sock"), Some(123));
+        assert_eq!(pid_of_socket("vramtop-0.sock"), None);
+        assert_eq!(pid_of_socket("vramtop-x.sock"), None);
+        assert_eq!(pid_of_socket("other-1.sock"), None);
+    }
+
+    #[test]
+    fn stale_sockets_are_removed_live_ones_listed() {
+        let dir = std::env::temp_dir().join(format!("vramtop-scan-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        ensure_private_dir(&dir).unwrap();
+        let mode = fs::metadata(&dir).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o700);
+        let me = std::process::id();
+        // A pid far above pid_max (4194304) cannot be alive.
+        let dead = 99_999_999u32;
+        fs::write(dir.join(format!("vramtop-{me}.sock")), "").unwrap();
+        fs::write(dir.join(format!("vramtop-{dead}.sock")), "").unwrap();
+        fs::write(dir.join("notes.txt"), "").unwrap();
+        let found = scan(&dir).unwrap();
+        assert_eq!(found.iter().map(|s| s.pid).collect::<Vec<_>>(), vec![me]);
+        assert!(!dir.join(format!("vramtop-{dead}.sock")).exists());
+        let _ = fs::remove_dir_all(&dir);
+    }
+}

@@ -1,0 +1,275 @@
+//! The attacher: scans the socket directory every interval, keeps one connection per
+//! hooked job (reconnecting on the next scan after a drop), takes in what connections
+//! report, and publishes the jobs as one owned snapshot. It runs on its own thread; the
+//! UI only ever sees the latest snapshot, never a backlog.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use color_eyre::eyre::{Result, WrapErr};
+use tokio::sync::watch;
+
+use super::client::{self, Peer, PeerEvent};
+use super::discovery::{pid_alive, scan};
+use super::job::{AttachedJob, JobView};
+
+/// Ended jobs kept on screen, newest first, beyond the running ones.
+const ENDED_KEPT: usize = 16;
+
+/// Every job the attacher knows, running or ended, by pid.
+#[derive(Clone, Debug, Default)]
+pub struct AttachedJobs {
+    pub jobs: Vec<JobView>,
+    /// Why the socket directory could not be read, if it could not.
+    pub scan_error: Option<String>,
+    /// Scans done so far (a headless caller waits for the first).
+    pub scans: u64,
+}
+
+impl AttachedJobs {
+    pub fn get(&self, pid: u32) -> Option<&JobView> {
+        self.jobs.iter().find(|j| j.pid == pid)
+    }
+}
+
+enum Input {
+    Peer(u32, PeerEvent),
+    /// `vramtop run` knows its child's exit code before any scan would.
+    ExitCode(u32, i64),
+    Stop,
+}
+
+/// A handle on the attacher thread; dropping it stops the thread.
+pub struct Attacher {
+    pub jobs: watch::Receiver<Arc<AttachedJobs>>,
+    input: Sender<Input>,
+}
+
+impl Drop for Attacher {
+    fn drop(&mut self) {
+        let _ = self.input.send(Input::Stop);
+    }
+}
+
+impl Attacher {
+    pub fn spawn(dir: PathBuf, interval: Duration) -> Result<Self> {
+        let (tx, rx) = watch::channel(Arc::new(AttachedJobs::default()));
+        let (input, inputs) = mpsc::channel();
+        let peer_input = input.clone();
+        let (peer_tx, peer_rx) = mpsc::channel::<(u32, PeerEvent)>();
+        // Connections report on their own channel; this forwards it into the one the
+        // attacher waits on, so the attacher has a single interruptible wait.
+        thread::Builder::new()
+            .name("vramtop-attach-fwd".into())
+            .spawn(move || {
+                while let Ok((pid, event)) = peer_rx.recv() {
+                    if peer_input.send(Input::Peer(pid, event)).is_err() {
+                        return;
+                    }
+                }
+            })
+            .wrap_err("could not start the attach thread")?;
+        let mut state = State {
+            dir,
+            interval_s: interval.as_secs_f64(),
+            jobs: BTreeMap::new(),
+            peers: BTreeMap::new(),
+            peer_tx,
+            scan_error: None,
+            scans: 0,
+        };
+        thread::Builder::new()
+            .name("vramtop-attach".into())
+            .spawn(move || state.run(interval, &inputs, &tx))
+            .wrap_err("could not start the attach thread")?;
+        Ok(Attacher { jobs: rx, input })
+    }
+
+    /// Records the exit code of a job vramtop itself started.
+    pub fn job_exited(&self, pid: u32, code: i64) {
+        let _ = self.input.send(Input::ExitCode(pid, code));
+    }
+
+    /// The latest published jobs.
+    pub fn snapshot(&self) -> Arc<AttachedJobs> {
+        self.jobs.borrow().clone()
+    }
+}
+
+struct State {
+    dir: PathBuf,
+    interval_s: f64,
+    jobs: BTreeMap<u32, AttachedJob>,
+    peers: BTreeMap<u32, Peer>,
+    peer_tx: Sender<(u32, PeerEvent)>,
+    scan_error: Option<String>,
+    scans: u64,
+}
+
+impl State {
+    fn run(
+        &mut self,
+        interval: Duration,
+        inputs: &Receiver<Input>,
+        out: &watch::Sender<Arc<AttachedJobs>>,
+    ) {
+        let mut next_scan = Instant::now();
+        loop {
+            if Instant::now() >= next_scan {
+                self.scan();
+                next_scan = Instant::now() + interval;
+                if !self.publish(out) {
+                    return;
+                }
+            }
+            let wait = next_scan.saturating_duration_since(Instant::now());
+            let first = match inputs.recv_timeout(wait) {
+                Ok(input) => input,
+                Err(RecvTimeoutError::Timeout) => continue,
+                Err(RecvTimeoutError::Disconnected) => return,
+            };
+            // Take in everything that is waiting, then publish once.
+            for input in std::iter::once(first).chain(inputs.try_iter()) {
+                match input {
+                    Input::Stop => return,
+                    Input::Peer(pid, event) => self.take(pid, event),
+                    Input::ExitCode(pid, code) => {
+                        if let Some(job) = self.jobs.get_mut(&pid) {
+                            job.set_exit_code(code);
+                        }
+                    }
+                }
+            }
+            if !self.publish(out) {
+                return;
+            }
+        }
+    }
+
+    fn job(&mut self, pid: u32) -> &mut AttachedJob {
+        let interval_s = self.interval_s;
+        self.jobs
+            .entry(pid)
+            .or_insert_with(|| AttachedJob::new(pid, interval_s))
+    }
+
+    fn scan(&mut self) {
+        self.scans += 1;
+        let sockets = match scan(&self.dir) {
+            Ok(s) => {
+                self.scan_error = None;
+                s
+            }
+            Err(e) => {
+                self.scan_error = Some(format!("cannot read {}: {e}", self.dir.display()));
+                Vec::new()
+            }
+        };
+        for socket in sockets {
+            if self.peers.contains_key(&socket.pid) {
+                continue;
+            }
+            // A socket for a pid whose job ended is a new process that got the pid.
+            if self.jobs.get(&socket.pid).is_some_and(|j| j.view.ended) {
+                self.jobs.remove(&socket.pid);
+            }
+            match client::connect(
+                &socket.path,
+                socket.pid,
+                self.interval_s,
+                self.peer_tx.clone(),
+            ) {
+                Ok(peer) => {
+                    self.job(socket.pid);
+                    self.peers.insert(socket.pid, peer);
+                }
+                // Refused: the job is still starting its server, or just ended.
+                Err(e) => {
+                    if self.jobs.contains_key(&socket.pid) {
+                        self.job(socket.pid).view.last_drop = Some(format!("cannot connect: {e}"));
+                    }
+                }
+            }
+        }
+        for job in self.jobs.values_mut() {
+            if !job.view.ended
+                && !self.peers.contains_key(&job.view.pid)
+                && !pid_alive(job.view.pid)
+            {
+                job.view.ended = true;
+            }
+        }
+        self.forget_old_ended();
+    }
+
+    fn forget_old_ended(&mut self) {
+        let ended: Vec<u32> = self
+            .jobs
+            .values()
+            .filter(|j| j.view.ended && !self.peers.contains_key(&j.view.pid))
+            .map(|j| j.view.pid)
+            .collect();
+        if ended.len() > ENDED_KEPT {
+            for pid in &ended[..ended.len() - ENDED_KEPT] {
+                self.jobs.remove(pid);
+            }
+        }
+    }
+
+    fn take(&mut self, pid: u32, event: PeerEvent) {
+        if !self.peers.contains_key(&pid) {
+            // A report from a connection already given up: nothing to add.
+            return;
+        }
+        let job = self.job(pid);
+        match event {
+            PeerEvent::Hello(hello) => job.on_hello(hello),
+            PeerEvent::Frame(frame) => job.on_frame(*frame),
+            PeerEvent::Oom(oom) => job.on_oom(*oom),
+            PeerEvent::Error(error) => job.on_error(error),
+            PeerEvent::Bye(bye) => job.on_bye(bye),
+            PeerEvent::Skipped(why) => job.on_skipped(why),
+            PeerEvent::Dropped(reason) => {
+                let alive = pid_alive(pid);
+                job.on_dropped(reason.to_string(), alive);
+                self.peers.remove(&pid);
+            }
+        }
+    }
+
+    /// `false` when nobody listens any more.
+    fn publish(&self, out: &watch::Sender<Arc<AttachedJobs>>) -> bool {
+        let jobs = AttachedJobs {
+            jobs: self.jobs.values().map(|j| j.view.clone()).collect(),
+            scan_error: self.scan_error.clone(),
+            scans: self.scans,
+        };
+        out.send_replace(Arc::new(jobs));
+        !out.is_closed()
+    }
+}
+
+/// Attaches to every job in `dir` for at most `wait`, and returns them once each has
+/// sent a state, ended or been dropped: what `--once --json` prints.
+pub fn collect_once(dir: PathBuf, wait: Duration) -> Result<Vec<JobView>> {
+    let attacher = Attacher::spawn(dir, Duration::from_millis(100))?;
+    let deadline = Instant::now() + wait;
+    loop {
+        let jobs = attacher.snapshot();
+        let settled = jobs.scans > 0
+            && jobs.jobs.iter().all(|j| {
+                j.frame.is_some()
+                    || j.ended
+                    || j.last_drop.is_some()
+                    || j.hello.as_ref().is_some_and(|h| !h.cuda_ready)
+            });
+        if settled || Instant::now() >= deadline {
+            return Ok(jobs.jobs.clone());
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+}

@@ -1,0 +1,181 @@
+//! The allocator region for an attached PyTorch job: its real segments in the same block
+//! map and fragmentation panel the snapshot viewer draws (`ui::viewer::draw_map_region`),
+//! its last OOM in the one-line form probes use beside what PyTorch said, and whether
+//! expandable segments would have fitted the request. Also the pane with the last lines
+//! of a `vramtop run` job's output.
+//!
+//! ```text
+//! ┌ job 4242 · python train.py · torch 2.11.0 · ⚓ hooked · ended (exit 1) ──────┐
+//! │ OOM: needed 1.0 GiB contiguous; 4.3 GiB free in 306 runs, largest 6.0 MiB  │ HEAD
+//! │ PyTorch: CUDA out of memory. Tried to allocate 1.00 GiB. GPU 0 has ...     │
+//! │ expandable_segments:True would fit it (4.1 GiB of free 2 MiB pages)        │
+//! │ 135 segments · 442 blocks · reserved 3.8 GiB · allocated 2.1 GiB · frag .. │ CAPTION
+//! │ 0x7f..  20M ██████▌·····═════██████  ...         │reserved ████▌  3.8 GiB  │ MAP | PANEL
+//! └────────────────────────────────────────────────────────────────────────────┘
+//! ```
+
+use ratatui::layout::{Constraint, Layout, Rect};
+use ratatui::style::{Style, Stylize};
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Block, Borders, Paragraph, Wrap};
+use ratatui::Frame;
+
+use super::viewer::{caption_line, draw_map_region};
+use crate::alloc::human_bytes;
+use crate::app::viewer::MapNav;
+use crate::app::{App, RunView, View};
+use crate::attach::JobView;
+
+/// Rows PyTorch's own message may take under the OOM line.
+const PYTORCH_ROWS: u16 = 2;
+
+/// The marker a hooked process carries in the process table.
+pub const HOOKED: &str = "⚓";
+
+pub fn draw(frame: &mut Frame, area: Rect, app: &App, job: &JobView) {
+    if area.height < 3 {
+        return;
+    }
+    let block = Block::new().borders(Borders::ALL).title(title(job));
+    let inner = block.inner(area);
+    frame.render_widget(block, area);
+    let head = head_lines(job);
+    let head_rows = head.iter().map(|(_, rows)| rows).sum::<u16>();
+    let [head_area, caption, body] = Layout::vertical([
+        Constraint::Length(head_rows),
+        Constraint::Length(1),
+        Constraint::Min(0),
+    ])
+    .areas(inner);
+    let mut y = head_area.y;
+    for (line, rows) in head {
+        let rows = rows.min(head_area.bottom().saturating_sub(y));
+        let at = Rect::new(head_area.x, y, head_area.width, rows);
+        frame.render_widget(Paragraph::new(line).wrap(Wrap { trim: true }), at);
+        y += rows;
+    }
+    let Some(map) = job.map() else {
+        let why = match (&job.hello, &job.last_drop) {
+            (_, Some(reason)) => format!(" not attached: {reason}"),
+            (Some(h), None) if !h.cuda_ready => {
+                " hooked: waiting for the job to initialise CUDA".to_string()
+            }
+            _ => " attaching...".to_string(),
+        };
+        frame.render_widget(Paragraph::new(why).dark_gray(), caption);
+        return;
+    };
+    frame.render_widget(Paragraph::new(caption_line(map)), caption);
+    let nav = MapNav {
+        zoom: app.map_zoom,
+        selected_segment: app.selected_segment,
+        show_segment_list: app.views.contains(View::SegmentList),
+        segment_table: app.segment_table,
+    };
+    draw_map_region(frame, body, map, &nav);
+}
+
+fn title(job: &JobView) -> Line<'static> {
+    let mut spans = vec![Span::styled(
+        format!(
+            " job {} · {} ",
+            job.pid,
+            job.command().unwrap_or_else(|| "?".to_string())
+        ),
+        Style::new().bold(),
+    )];
+    if let Some(torch) = job.hello.as_ref().and_then(|h| h.torch_version.as_deref()) {
+        spans.push(Span::raw(format!("· torch {torch} ")));
+    }
+    if job.hello.as_ref().is_some_and(|h| h.history) {
+        spans.push(Span::raw("· history "));
+    }
+    spans.push(Span::styled(
+        format!("{HOOKED} hooked "),
+        Style::new().bold().cyan(),
+    ));
+    if job.ended {
+        let ended = match job.exit_code {
+            Some(code) => format!(" ended (exit {code}) "),
+            None => " ended ".to_string(),
+        };
+        spans.push(Span::styled(ended, Style::new().bold().black().on_yellow()));
+    } else if !job.connected {
+        let why = job
+            .last_drop
+            .as_deref()
+            .map_or_else(|| " not connected ".to_string(), |r| format!(" {r} "));
+        spans.push(Span::styled(why, Style::new().red()));
+    }
+    Line::from(spans)
+}
+
+/// The lines above the map, each with the rows it may take.
+fn head_lines(job: &JobView) -> Vec<(Line<'static>, u16)> {
+    let Some(oom) = &job.oom else {
+        let line = match job.map() {
+            Some(map) => Line::from(Span::styled(
+                format!(
+                    " no OOM · reserved {} · largest free {}",
+                    human_bytes(map.stats.reserved_bytes),
+                    human_bytes(map.stats.largest_free_bytes)
+                ),
+                Style::new().dark_gray(),
+            )),
+            None => Line::default(),
+        };
+        return vec![(line, 1)];
+    };
+    let mut lines = vec![(
+        Line::from(Span::styled(
+            format!(" OOM: {}", oom.line()),
+            Style::new().bold().red(),
+        )),
+        1,
+    )];
+    let pytorch = job
+        .error
+        .as_ref()
+        .map(|e| e.message.clone())
+        .or_else(|| oom.summary.clone());
+    if let Some(text) = pytorch {
+        let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
+        lines.push((
+            Line::from(vec![
+                Span::styled(" PyTorch: ", Style::new().bold()),
+                Span::raw(text),
+            ]),
+            PYTORCH_ROWS,
+        ));
+    }
+    let style = if oom.expandable.would_fit {
+        Style::new().green()
+    } else {
+        Style::new().yellow()
+    };
+    lines.push((
+        Line::from(Span::styled(format!(" {}", oom.expandable_line()), style)),
+        1,
+    ));
+    lines
+}
+
+/// The last lines of a `vramtop run` job's output, with where the whole log is.
+pub fn draw_log(frame: &mut Frame, area: Rect, run: &RunView) {
+    let state = match run.exit_code {
+        Some(code) => format!("ended, exit {code}"),
+        None => "running".to_string(),
+    };
+    let block = Block::new().borders(Borders::ALL).title(format!(
+        " output of pid {} ({state}) · {} ",
+        run.pid,
+        run.log_path.display()
+    ));
+    let rows = block.inner(area).height as usize;
+    let first = run.lines.len().saturating_sub(rows);
+    let lines: Vec<Line> = run.lines[first..]
+        .iter()
+        .map(|l| Line::from(l.clone()))
+        .collect();
+    frame.render_widget(Paragraph::new(lines).block(block), area);
+}

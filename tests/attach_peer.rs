@@ -1,0 +1,389 @@
+//! The attacher against fake hooks: Rust servers that speak (or break) the attach
+//! protocol over real Unix sockets, named after real (sleeping) processes.
+
+use std::io::{Read, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use vramtop::attach::{AttachedJobs, Attacher, JobReport};
+
+const MIB: u64 = 1 << 20;
+
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("vramtop-peer-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    vramtop::attach::discovery::ensure_private_dir(&dir).expect("temp dir");
+    dir
+}
+
+/// A live process to name a socket after (the attacher removes sockets of dead pids).
+fn sleeper() -> Child {
+    Command::new("sleep").arg("60").spawn().expect("sleep")
+}
+
+fn listen(dir: &Path, pid: u32) -> UnixListener {
+    UnixListener::bind(dir.join(format!("vramtop-{pid}.sock"))).expect("bind")
+}
+
+fn send(stream: &mut UnixStream, value: &serde_json::Value) {
+    let body = value.to_string().into_bytes();
+    let mut frame = (body.len() as u32).to_be_bytes().to_vec();
+    frame.extend_from_slice(&body);
+    // A viewer that went away is what some tests are about: ignore write errors.
+    let _ = stream.write_all(&frame);
+}
+
+fn read_json(stream: &mut UnixStream) -> serde_json::Value {
+    let mut header = [0u8; 4];
+    stream.read_exact(&mut header).expect("frame header");
+    let mut body = vec![0u8; u32::from_be_bytes(header) as usize];
+    stream.read_exact(&mut body).expect("frame body");
+    serde_json::from_slice(&body).expect("json")
+}
+
+fn hello(pid: u32) -> serde_json::Value {
+    json!({"type": "hello", "protocol": 1, "pid": pid, "ppid": 1,
+           "argv": ["python", "train.py"], "hook_version": "test",
+           "torch_version": "2.11.0", "cuda_ready": true, "history": true,
+           "capabilities": ["memory_snapshot"], "missing": []})
+}
+
+/// Two 20 MiB segments: 6 MiB blocks at 0 and 12 MiB of each, the rest free.
+fn segments(site: &str) -> serde_json::Value {
+    let seg = |base: u64| {
+        json!({"address": base, "total_size": 20 * MIB, "stream": 0,
+               "segment_type": "large", "is_expandable": false,
+               "blocks": [
+                 {"address": base, "size": 6 * MIB, "requested_size": 6 * MIB,
+                  "state": "active_allocated", "site": site},
+                 {"address": base + 6 * MIB, "size": 6 * MIB, "requested_size": 0,
+                  "state": "inactive", "site": null},
+                 {"address": base + 12 * MIB, "size": 6 * MIB, "requested_size": 6 * MIB,
+                  "state": "active_allocated", "site": site},
+                 {"address": base + 18 * MIB, "size": 2 * MIB, "requested_size": 0,
+                  "state": "inactive", "site": null}]})
+    };
+    json!([seg(0x7f00_0000_0000), seg(0x7f00_0140_0000)])
+}
+
+fn state(seq: u64) -> serde_json::Value {
+    json!({"type": "state", "seq": seq, "time_s": 1.0, "device": 0,
+           "stats": {"allocated_bytes": 24 * MIB, "reserved_bytes": 40 * MIB},
+           "settings": {"expandable_segments": false},
+           "segments": segments("train.py:41 forward"), "truncated": false})
+}
+
+fn attacher(dir: &Path) -> Attacher {
+    Attacher::spawn(dir.to_path_buf(), Duration::from_millis(100)).expect("attacher")
+}
+
+/// Waits until `done` holds for the published jobs, or fails after `limit`.
+fn wait_for(
+    attacher: &Attacher,
+    limit: Duration,
+    what: &str,
+    done: impl Fn(&AttachedJobs) -> bool,
+) -> Arc<AttachedJobs> {
+    let deadline = Instant::now() + limit;
+    loop {
+        let jobs = attacher.snapshot();
+        if done(&jobs) {
+            return jobs;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what}: {jobs:#?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn hello_and_state_become_a_block_map() {
+    let dir = temp_dir("state");
+    let mut job = sleeper();
+    let pid = job.id();
+    let listener = listen(&dir, pid);
+    let server = std::thread::spawn(move || {
+        let (mut stream, _) = listener.accept().expect("accept");
+        send(&mut stream, &hello(pid));
+        let subscribe = read_json(&mut stream);
+        send(&mut stream, &state(1));
+        std::thread::sleep(Duration::from_secs(1));
+        subscribe
+    });
+    let attacher = attacher(&dir);
+    let jobs = wait_for(&attacher, Duration::from_secs(5), "a state", |j| {
+        j.get(pid).is_some_and(|j| j.frame.is_some())
+    });
+    let subscribe = server.join().expect("server");
+    assert_eq!(subscribe["type"], "subscribe");
+    assert_eq!(subscribe["interval_s"], 0.1);
+    let view = jobs.get(pid).expect("job");
+    let map = view.map().expect("map");
+    assert_eq!(map.layout.segments.len(), 2);
+    assert_eq!(map.stats.reserved_bytes, 40 * MIB);
+    assert_eq!(map.stats.allocated_bytes, 24 * MIB);
+    assert_eq!(map.stats.largest_free_bytes, 6 * MIB);
+    assert_eq!(map.layout.tags, vec!["train.py:41 forward".to_string()]);
+    let report = JobReport::of(view);
+    assert_eq!(report.argv, vec!["python", "train.py"]);
+    assert_eq!(report.torch_version.as_deref(), Some("2.11.0"));
+    assert_eq!(report.segments, 2);
+    assert_eq!(report.free_runs, 4);
+    let _ = job.kill();
+    let _ = job.wait();
+}
+
+/// Runs one misbehaving peer and returns the reason it was dropped.
+fn dropped_reason(name: &str, misbehave: fn(&mut UnixStream, u32)) -> String {
+    let dir = temp_dir(name);
+    let mut job = sleeper();
+    let pid = job.id();
+    let listener = listen(&dir, pid);
+    std::thread::spawn(move || {
+        if let Ok((mut stream, _)) = listener.accept() {
+            misbehave(&mut stream, pid);
+            // Keep the connection open: the viewer must drop it, not the peer.
+            std::thread::sleep(Duration::from_secs(10));
+        }
+    });
+    let attacher = attacher(&dir);
+    let jobs = wait_for(&attacher, Duration::from_secs(8), "a drop", |j| {
+        j.get(pid).is_some_and(|j| j.last_drop.is_some())
+    });
+    let reason = jobs.get(pid).and_then(|j| j.last_drop.clone());
+    assert!(
+        jobs.get(pid).is_some_and(|j| !j.ended),
+        "alive, so not ended"
+    );
+    let _ = job.kill();
+    let _ = job.wait();
+    reason.unwrap_or_default()
+}
+
+#[test]
+fn garbage_drops_the_peer_with_one_line() {
+    let reason = dropped_reason("garbage", |s, pid| {
+        send(s, &hello(pid));
+        let _ = s.write_all(b"\x00\x00\x00\x05hello");
+    });
+    assert!(
+        reason.contains("garbage") && reason.contains("not JSON"),
+        "{reason}"
+    );
+    assert!(!reason.contains('\n'));
+}
+
+#[test]
+fn a_frame_of_100_mib_announced_is_refused_unread() {
+    let reason = dropped_reason("huge", |s, pid| {
+        send(s, &hello(pid));
+        let _ = s.write_all(&(100u32 << 20).to_be_bytes());
+    });
+    assert!(reason.contains("100.0 MiB"), "{reason}");
+}
+
+#[test]
+fn a_silent_peer_is_dropped_after_two_seconds() {
+    let started = Instant::now();
+    let reason = dropped_reason("silent", |_, _| {});
+    assert!(reason.contains("no hello within 2 s"), "{reason}");
+    assert!(started.elapsed() >= Duration::from_secs(2));
+}
+
+#[test]
+fn a_vanishing_peer_keeps_its_last_state_marked_ended() {
+    let dir = temp_dir("vanish");
+    let mut job = sleeper();
+    let pid = job.id();
+    let listener = listen(&dir, pid);
+    let socket = dir.join(format!("vramtop-{pid}.sock"));
+    std::thread::spawn(move || {
+        let (mut stream, _) = listener.accept().expect("accept");
+        send(&mut stream, &hello(pid));
+        let _ = read_json(&mut stream);
+        send(&mut stream, &state(1));
+        std::thread::sleep(Duration::from_millis(500));
+        // The process dies without a bye; its socket stays behind.
+    });
+    let attacher = attacher(&dir);
+    wait_for(&attacher, Duration::from_secs(5), "a state", |j| {
+        j.get(pid).is_some_and(|j| j.frame.is_some())
+    });
+    let _ = job.kill();
+    let _ = job.wait();
+    let jobs = wait_for(&attacher, Duration::from_secs(5), "the end", |j| {
+        j.get(pid).is_some_and(|j| j.ended)
+    });
+    let view = jobs.get(pid).expect("kept");
+    assert!(view.frame.is_some(), "the last state stays on screen");
+    // The stale socket is cleaned up on a later scan.
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while socket.exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(!socket.exists());
+}
+
+#[test]
+fn several_peers_at_once_and_an_oom_explained() {
+    let dir = temp_dir("several");
+    let mut jobs: Vec<Child> = (0..3).map(|_| sleeper()).collect();
+    let pids: Vec<u32> = jobs.iter().map(Child::id).collect();
+    for (i, &pid) in pids.iter().enumerate() {
+        let listener = listen(&dir, pid);
+        std::thread::spawn(move || {
+            let (mut stream, _) = listener.accept().expect("accept");
+            send(&mut stream, &hello(pid));
+            let _ = read_json(&mut stream);
+            send(&mut stream, &state(1));
+            if i == 0 {
+                send(
+                    &mut stream,
+                    &json!({"type": "oom", "time_s": 2.0, "device": 0,
+                    "requested_bytes": 16 * MIB, "device_free_bytes": 0,
+                    "device_total_bytes": 80u64 << 30,
+                    "stats": {"allocated_bytes": 24 * MIB, "reserved_bytes": 40 * MIB},
+                    "segments": segments("train.py:41 forward"), "truncated": false}),
+                );
+                send(
+                    &mut stream,
+                    &json!({"type": "error", "time_s": 2.0,
+                    "kind": "OutOfMemoryError",
+                    "message": "CUDA out of memory. Tried to allocate 16.00 MiB."}),
+                );
+            }
+            std::thread::sleep(Duration::from_secs(3));
+        });
+    }
+    let attacher = attacher(&dir);
+    let seen = wait_for(&attacher, Duration::from_secs(5), "three states", |j| {
+        pids.iter()
+            .all(|&pid| j.get(pid).is_some_and(|v| v.frame.is_some()))
+            && j.get(pids[0]).is_some_and(|v| v.error.is_some())
+    });
+    let first = seen.get(pids[0]).expect("first");
+    let oom = first.oom.as_ref().expect("oom");
+    assert_eq!(
+        oom.line(),
+        "needed 16.0 MiB contiguous; 16.0 MiB free in 4 runs, largest 6.0 MiB"
+    );
+    // Whole free 2 MiB pages: 6 + 2 MiB per segment = 16 MiB, just enough.
+    assert!(oom.expandable.would_fit, "{:?}", oom.expandable);
+    assert!(first
+        .error
+        .as_ref()
+        .is_some_and(|e| e.message.contains("Tried to allocate")));
+    assert!(seen.get(pids[1]).is_some_and(|v| v.oom.is_none()));
+    for job in &mut jobs {
+        let _ = job.kill();
+        let _ = job.wait();
+    }
+}
+
+#[test]
+fn a_dropped_peer_is_reconnected_on_the_next_scan() {
+    let dir = temp_dir("reconnect");
+    let mut job = sleeper();
+    let pid = job.id();
+    let listener = listen(&dir, pid);
+    std::thread::spawn(move || {
+        // First connection: garbage.
+        if let Ok((mut stream, _)) = listener.accept() {
+            send(&mut stream, &hello(pid));
+            let _ = stream.write_all(b"\x00\x00\x00\x02[]");
+        }
+        // Second: a proper hook.
+        if let Ok((mut stream, _)) = listener.accept() {
+            send(&mut stream, &hello(pid));
+            let _ = read_json(&mut stream);
+            send(&mut stream, &state(7));
+            std::thread::sleep(Duration::from_secs(3));
+        }
+    });
+    let attacher = attacher(&dir);
+    let jobs = wait_for(
+        &attacher,
+        Duration::from_secs(5),
+        "a reconnected state",
+        |j| {
+            j.get(pid)
+                .is_some_and(|v| v.frame.as_ref().is_some_and(|f| f.seq == 7))
+        },
+    );
+    let view = jobs.get(pid).expect("job");
+    assert!(view.connected);
+    assert_eq!(view.last_drop, None, "a good hello clears the old reason");
+    let _ = job.kill();
+    let _ = job.wait();
+}
+
+#[test]
+fn once_json_and_attach_json_include_the_hooked_job() {
+    let dir = temp_dir("once");
+    let mut job = sleeper();
+    let pid = job.id();
+    let listener = listen(&dir, pid);
+    std::thread::spawn(move || {
+        // Two viewers, one after the other: --once, then vramtop attach.
+        for _ in 0..2 {
+            let Ok((mut stream, _)) = listener.accept() else {
+                return;
+            };
+            std::thread::spawn(move || {
+                send(&mut stream, &hello(pid));
+                let _ = read_json(&mut stream);
+                for seq in 1..40 {
+                    send(&mut stream, &state(seq));
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+            });
+        }
+    });
+    let bin = || {
+        let mut cmd = assert_cmd::Command::cargo_bin("vramtop").expect("binary");
+        cmd.env("VRAMTOP_SOCKET_DIR", &dir)
+            .env_remove("VRAMTOP_INTERVAL")
+            .env_remove("VRAMTOP_DEVICE");
+        cmd
+    };
+    let out = bin()
+        .args(["--once", "--json", "--device", "sim"])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let v: serde_json::Value = serde_json::from_slice(&out).expect("JSON");
+    let attached = &v["attached"][0];
+    assert_eq!(attached["pid"], pid);
+    assert_eq!(attached["torch_version"], "2.11.0");
+    assert_eq!(attached["segments"], 2);
+    assert_eq!(attached["reserved_bytes"], 40 * MIB);
+    assert_eq!(attached["stats"]["reserved_bytes"], 40 * MIB);
+    assert_eq!(attached["largest_free_bytes"], 6 * MIB);
+    assert!(
+        v["devices"].as_array().is_some(),
+        "the devices are still there"
+    );
+
+    let out = bin()
+        .args(["attach", "--json", "--seconds", "1", "--interval", "0.2"])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let text = String::from_utf8(out).expect("utf-8");
+    let last: serde_json::Value =
+        serde_json::from_str(text.lines().last().expect("lines")).expect("JSON line");
+    assert_eq!(last["attached"][0]["pid"], pid);
+    assert!(last["attached"][0]["states"].as_u64() >= Some(1), "{last}");
+    let _ = job.kill();
+    let _ = job.wait();
+}
