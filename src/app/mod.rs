@@ -83,6 +83,8 @@ pub struct App {
     pub show_leaks: bool,
     /// Per-device process memory trends (NVML), for the leaks view.
     pub process_watch: Vec<ProcessWatch>,
+    /// Where F12 saves the current settings (the event loop does the writing).
+    pub settings: Option<crate::config::Saver>,
 }
 
 impl App {
@@ -108,6 +110,7 @@ impl App {
             segment_table: TableState::default(),
             show_leaks: false,
             process_watch: Vec::new(),
+            settings: None,
         }
     }
 
@@ -257,6 +260,8 @@ impl App {
             | Action::ProbeFaster
             | Action::ProbeSlower
             | Action::ToggleMark => {}
+            // File I/O: done by the event loop, which shows the outcome as the notice.
+            Action::SaveSettings => {}
             Action::ToggleFreeze => {
                 self.frozen = !self.frozen;
                 if !self.frozen {

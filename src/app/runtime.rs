@@ -108,6 +108,9 @@ pub async fn run(
                             forward(p, action);
                         }
                         app.handle(action);
+                        if let (Action::SaveSettings, Some(saver)) = (action, &app.settings) {
+                            app.notice = Some(saver.save(app.interval_s, app.sort));
+                        }
                         dirty = true;
                     }
                 }
