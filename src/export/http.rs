@@ -278,3 +278,103 @@ pub fn raise_open_file_limit() -> Option<libc::rlim_t> {
     }
     Some(limit.rlim_cur)
 }
+
+#[cfg(test)]
+mod tests {
+    //! The limits on real loopback sockets, in-process, with limits small enough to hit.
+    use super::*;
+    use tokio::io::AsyncReadExt;
+
+    fn ok_router() -> Router {
+        Arc::new(|_: &Method, _: &str| Reply::text(200, "ok\n"))
+    }
+
+    async fn start(limits: Limits, token: Option<BearerToken>) -> Server {
+        let listen: SocketAddr = ([127, 0, 0, 1], 0).into();
+        Server::bind(listen, ok_router(), token, limits)
+            .await
+            .expect("bind loopback")
+    }
+
+    /// Send `request` on a fresh connection and read until the server closes it (or 5 s).
+    async fn exchange(addr: SocketAddr, request: &[u8]) -> String {
+        let mut stream = TcpStream::connect(addr).await.expect("connect");
+        stream.write_all(request).await.expect("send");
+        let mut answer = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut answer)).await;
+        String::from_utf8_lossy(&answer).to_string()
+    }
+
+    fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime")
+    }
+
+    #[test]
+    fn past_the_connection_limit_a_client_gets_503() {
+        runtime().block_on(async {
+            let limits = Limits {
+                max_connections: 2,
+                ..LIMITS
+            };
+            let server = start(limits, None).await;
+            let held_a = TcpStream::connect(server.addr()).await.expect("a");
+            let held_b = TcpStream::connect(server.addr()).await.expect("b");
+            // Let the accept loop take both before the third arrives.
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let third = exchange(server.addr(), b"GET / HTTP/1.0\r\n\r\n").await;
+            assert!(third.starts_with("HTTP/1.1 503"), "{third}");
+            drop((held_a, held_b));
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let after = exchange(server.addr(), b"GET / HTTP/1.0\r\n\r\n").await;
+            assert!(after.contains(" 200 "), "{after}");
+            assert!(server.shutdown().await);
+        });
+    }
+
+    #[test]
+    fn a_slow_or_oversized_header_ends_only_its_connection() {
+        runtime().block_on(async {
+            let limits = Limits {
+                header_timeout: Duration::from_millis(300),
+                ..LIMITS
+            };
+            let server = start(limits, None).await;
+            let started = std::time::Instant::now();
+            let slow = exchange(server.addr(), b"GET / HTTP/1.1\r\nHost: x\r\n").await;
+            let waited = started.elapsed();
+            assert!(
+                waited < Duration::from_secs(4),
+                "a half-sent header was held {waited:?}: {slow}"
+            );
+            let mut huge = b"GET / HTTP/1.1\r\nHost: x\r\nX-Big: ".to_vec();
+            huge.extend(std::iter::repeat_n(b'a', 64 * 1024));
+            huge.extend(b"\r\n\r\n");
+            let refused = exchange(server.addr(), &huge).await;
+            assert!(!refused.contains(" 200 "), "{refused}");
+            let fine = exchange(server.addr(), b"GET / HTTP/1.0\r\n\r\n").await;
+            assert!(fine.contains(" 200 "), "{fine}");
+            assert!(server.shutdown().await);
+        });
+    }
+
+    #[test]
+    fn the_token_is_asked_for_on_every_path() {
+        runtime().block_on(async {
+            let token = BearerToken::parse("t0ken").ok();
+            let server = start(LIMITS, token).await;
+            let without = exchange(server.addr(), b"GET /metrics HTTP/1.0\r\n\r\n").await;
+            assert!(without.contains(" 401 "), "{without}");
+            assert!(without.contains("www-authenticate: Bearer"), "{without}");
+            let with = exchange(
+                server.addr(),
+                b"GET /anything HTTP/1.0\r\nAuthorization: Bearer t0ken\r\n\r\n",
+            )
+            .await;
+            assert!(with.contains(" 200 "), "{with}");
+            assert!(server.shutdown().await);
+        });
+    }
+}
