@@ -431,11 +431,14 @@ where
         | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => (0, e.render().to_string()),
         _ => {
             let text = e.render().to_string();
-            let first = text
-                .lines()
-                .next()
-                .unwrap_or("error: bad arguments")
-                .to_string();
+            let mut lines = text.lines().filter(|l| !l.trim().is_empty());
+            let mut first = lines.next().unwrap_or("error: bad arguments").to_string();
+            // "the following required arguments were not provided:" names them below.
+            if first.ends_with(':') {
+                if let Some(next) = lines.next() {
+                    first = format!("{first} {}", next.trim());
+                }
+            }
             (2, format!("{first} (see vramtop --help)\n"))
         }
     })
@@ -469,6 +472,11 @@ mod tests {
             let flag = args[1].to_string();
             assert!(text.contains(&flag), "{args:?}: {text}");
         }
+        // A missing companion flag is named on the same line.
+        let (code, text) = parse(["vramtop", "--token-file", "t"]).unwrap_err();
+        assert_eq!(code, 2);
+        assert_eq!(text.trim_end().lines().count(), 1, "{text}");
+        assert!(text.contains("not provided: --remote"), "{text}");
     }
 
     #[test]

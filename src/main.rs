@@ -69,7 +69,7 @@ fn run(cli: Cli, config: ConfigFile) -> Result<ExitCode> {
                 println!("wrote {} into {}", files.join(", "), dir.display());
                 Ok(ExitCode::SUCCESS)
             }
-            Err(e) => usage_error(format!("vramtop man --dir {}: {e}", dir.display())),
+            Err(e) => usage_error(format!("man --dir {}: {e}", dir.display())),
         },
         Some(Command::Bench {
             what:
