@@ -181,3 +181,81 @@ fn saved_settings_are_read_back() {
     let said = Saver::new(blocked, &cli.live).save(1.0, SortKey::Memory);
     assert!(said.starts_with("settings not saved:"), "{said}");
 }
+
+/// F12 in the real live view, in a pseudo-terminal (`script`): the settings of the run
+/// land in the file and the screen says where.
+#[test]
+fn f12_in_the_live_view_saves_the_settings() {
+    use std::io::{Read, Write};
+    use std::process::Stdio;
+    use std::sync::{Arc, Mutex};
+    use std::time::{Duration, Instant};
+    if !std::path::Path::new("/usr/bin/script").exists() {
+        eprintln!("skipped: /usr/bin/script (util-linux) is not installed");
+        return;
+    }
+    let home = ConfigHome::new("f12");
+    let inner = format!(
+        "stty rows 40 cols 120; exec {} --device sim --interval 0.5 --policy tlsf",
+        env!("CARGO_BIN_EXE_vramtop")
+    );
+    let mut child = std::process::Command::new("/usr/bin/script")
+        .args(["-qfec", &inner, "/dev/null"])
+        .env("XDG_CONFIG_HOME", home.path())
+        .env_remove("VRAMTOP_CONFIG")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("script starts");
+    let screen = Arc::new(Mutex::new(String::new()));
+    let mut stdout = child.stdout.take().expect("stdout");
+    let sink = Arc::clone(&screen);
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = stdout.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            if let Ok(mut s) = sink.lock() {
+                s.push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+        }
+    });
+    let mut stdin = child.stdin.take().expect("stdin");
+    let seen = |text: &str| screen.lock().map(|s| s.contains(text)).unwrap_or(false);
+    let wait = |what: &dyn Fn() -> bool| {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !what() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        what()
+    };
+    let drawn = wait(&|| seen("simulated"));
+    if drawn {
+        stdin.write_all(b"\x1b[24~").expect("send F12");
+        stdin.flush().expect("flush");
+    }
+    let saved = drawn && wait(&|| seen("settings saved to"));
+    let _ = stdin.write_all(b"q");
+    let _ = stdin.flush();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut exited = false;
+    while !exited && Instant::now() < deadline {
+        exited = matches!(child.try_wait(), Ok(Some(_)));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    if !exited {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    assert!(drawn, "the live view never drew");
+    assert!(saved, "no 'settings saved' notice after F12");
+    assert!(exited, "q did not end the live view");
+    let back = vramtop::config::file::read(&home.file())
+        .expect("readable")
+        .expect("written by F12");
+    assert_eq!(back.interval, Some(0.5));
+    assert_eq!(back.policy, Some(vramtop::alloc::PolicyKind::Tlsf));
+    assert_eq!(back.sort, Some(vramtop::app::SortKey::Memory));
+}
