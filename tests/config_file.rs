@@ -247,8 +247,8 @@ fn f12_in_the_live_view_saves_the_settings() {
     }
     if !exited {
         let _ = child.kill();
-        let _ = child.wait();
     }
+    let _ = child.wait();
     assert!(drawn, "the live view never drew");
     assert!(saved, "no 'settings saved' notice after F12");
     assert!(exited, "q did not end the live view");
