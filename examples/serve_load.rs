@@ -1,8 +1,9 @@
 //! Load on a real `vramtop serve` process: its RSS before and after REQUESTS scrapes of
 //! /metrics over CONCURRENCY keep-alive connections, and the latency of a fresh scrape
 //! while 500 clients scrape and 200 slowloris clients hold half-sent requests.
-//! `cargo run --release --example serve_load -- PATH/TO/vramtop [REQUESTS] [CONCURRENCY]`
-//! (defaults 100000 and 16). Prints one block of figures; exits 1 when a request failed.
+//! `cargo run --release --example serve_load -- PATH/TO/vramtop [REQUESTS] [CONCURRENCY]
+//! [DEVICE]` (defaults 100000, 16 and sim; nvml on a GPU machine). Prints one block of
+//! figures; exits 1 when a request failed.
 
 use std::io::{BufRead, BufReader as StdBufReader};
 use std::process::{Command, Stdio};
@@ -157,8 +158,9 @@ fn main() -> std::process::ExitCode {
     };
     let requests: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(100_000);
     let concurrency: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(16);
+    let device = args.next().unwrap_or_else(|| "sim".to_string());
     let mut serve = match Command::new(&binary)
-        .args(["serve", "--device", "sim", "--listen", "127.0.0.1:0"])
+        .args(["serve", "--device", &device, "--listen", "127.0.0.1:0"])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -205,7 +207,7 @@ fn main() -> std::process::ExitCode {
         let (failures, latencies) = scrape_many(&addr, requests, concurrency).await;
         let elapsed = started.elapsed().as_secs_f64();
         let after = rss_kib(pid).unwrap_or(0);
-        println!("serve at {addr} (pid {pid}), binary {binary}");
+        println!("serve at {addr} (pid {pid}, --device {device}), binary {binary}");
         println!(
             "warm-up: {} scrapes, median {:.3} ms",
             warm.len(),
