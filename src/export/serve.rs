@@ -135,20 +135,9 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
     if let Err(e) = check_listen(args.listen, args.allow_remote) {
         return usage_error(e);
     }
-    let token = match &args.token_file {
-        None => None,
-        Some(path) => match BearerToken::from_file(path) {
-            Ok(token) => {
-                if BearerToken::readable_by_others(path) {
-                    eprintln!(
-                        "vramtop: warning: {} is readable by other users; chmod 600 it",
-                        path.display()
-                    );
-                }
-                Some(token)
-            }
-            Err(e) => return usage_error(e),
-        },
+    let token = match args.token_file.as_deref().map(read_token).transpose() {
+        Ok(token) => token,
+        Err(e) => return usage_error(e),
     };
     let workload = WorkloadGauge::default();
     let opened = open(args.device, args.seed, workload.clone())?;
@@ -205,38 +194,59 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
     } else {
         "NVML"
     };
+    let router: http::Router =
+        Arc::new(move |method: &Method, target: &str| route(method, target, &feeds));
+    let code = rt.block_on(serve_until_signal(args.listen, router, token, what))?;
+    drop(probe);
+    drop(poller);
+    Ok(ExitCode::from(code))
+}
+
+/// The bearer token in `path`, with a warning when others can read the file.
+fn read_token(path: &std::path::Path) -> Result<BearerToken, String> {
+    let token = BearerToken::from_file(path)?;
+    if BearerToken::readable_by_others(path) {
+        eprintln!(
+            "vramtop: warning: {} is readable by other users; chmod 600 it",
+            path.display()
+        );
+    }
+    Ok(token)
+}
+
+/// Listen, say where, and answer until SIGINT (exit code 130) or SIGTERM (0); then shut
+/// down gracefully.
+async fn serve_until_signal(
+    listen: SocketAddr,
+    router: http::Router,
+    token: Option<BearerToken>,
+    what: &str,
+) -> Result<u8> {
+    // Signal handlers first, so a SIGTERM right after the "listening" line is graceful.
+    let mut sigint = signal(SignalKind::interrupt()).wrap_err("installing signal handlers")?;
+    let mut sigterm = signal(SignalKind::terminate()).wrap_err("installing signal handlers")?;
     let auth = if token.is_some() {
         ", bearer token required"
     } else {
         ""
     };
-    let code = rt.block_on(async {
-        // Signal handlers first, so a SIGTERM right after the "listening" line is graceful.
-        let mut sigint = signal(SignalKind::interrupt()).wrap_err("installing signal handlers")?;
-        let mut sigterm = signal(SignalKind::terminate()).wrap_err("installing signal handlers")?;
-        let router: http::Router =
-            Arc::new(move |method: &Method, target: &str| route(method, target, &feeds));
-        let server = Server::bind(args.listen, router, token, LIMITS).await?;
-        // Scripts and tests read this line to learn the port when --listen asked for port 0.
+    let server = Server::bind(listen, router, token, LIMITS).await?;
+    // Scripts and tests read this line to learn the port when --listen asked for port 0.
+    eprintln!(
+        "vramtop serve: listening on http://{}/metrics and /api/snapshot ({what}{auth})",
+        server.addr()
+    );
+    let code: u8 = tokio::select! {
+        _ = sigint.recv() => 130,
+        _ = sigterm.recv() => 0,
+    };
+    if !server.shutdown().await {
         eprintln!(
-            "vramtop serve: listening on http://{}/metrics and /api/snapshot ({what}{auth})",
-            server.addr()
+            "vramtop serve: stopped waiting for connections still busy after {} s",
+            LIMITS.shutdown_grace.as_secs()
         );
-        let code: u8 = tokio::select! {
-            _ = sigint.recv() => 130,
-            _ = sigterm.recv() => 0,
-        };
-        if !server.shutdown().await {
-            eprintln!(
-                "vramtop serve: stopped waiting for connections still busy after {} s",
-                LIMITS.shutdown_grace.as_secs()
-            );
-        }
-        Ok::<u8, color_eyre::Report>(code)
-    })?;
-    drop(probe);
-    drop(poller);
-    Ok(ExitCode::from(code))
+    }
+    Ok(code)
 }
 
 fn usage_error(msg: impl std::fmt::Display) -> Result<ExitCode> {
