@@ -18,7 +18,14 @@ pub const MAX_INTERVAL_S: f64 = 3600.0;
     long_about = "Watch GPU memory live and make fragmentation and leaks visible.\n\n\
         Without a subcommand, vramtop opens the live view (NVML when an NVIDIA driver is \
         present, else a clearly labelled simulated device). When stdout is not a terminal \
-        it prints one snapshot, as --once does."
+        it prints one snapshot, as --once does.",
+    after_long_help = "Files:\n  \
+        $XDG_CONFIG_HOME/vramtop/config.toml (else ~/.config/vramtop/config.toml), or the \
+        file named by --config or VRAMTOP_CONFIG: settings (interval, sort, policy, \
+        backing, probe_limit, theme). Flags beat VRAMTOP_* variables, which beat the file, \
+        which beats the defaults. F12 in the live view saves the current settings there.\n\n\
+        Shell completions: vramtop completions bash|zsh|fish|elvish|powershell. \
+        This manual: vramtop man."
 )]
 pub struct Cli {
     #[command(flatten)]

@@ -146,6 +146,7 @@ fn man_page_matches_help_and_renders() {
         "SUBCOMMANDS",
         "serve",
         "--interval",
+        "config.toml",
     ] {
         assert!(shown.contains(text), "rendered page lacks {text}:\n{shown}");
     }
