@@ -162,6 +162,15 @@ esac
 "$BIN" bench render > "$WORK/bench-render.txt" 2>&1
 result "bench render 200x60" info "$(cat "$WORK/bench-render.txt")"
 
+# 9. The job hook inside real PyTorch jobs (python only; scripts/gpu-hook-check.sh).
+say "job hook (gpu-hook-check.sh)"
+mkdir -p "$WORK/hook"
+OUT="$WORK/hook" timeout 420 "$HERE/gpu-hook-check.sh" "$BIN" > /dev/null 2>&1
+cat "$WORK/hook/gpu-hook-check.log" >> "$LOG" 2>/dev/null
+if [ -s "$WORK/hook/gpu-hook-results.txt" ]; then
+  while IFS='|' read -r name verdict detail; do result "hook: $name" "$verdict" "$detail"; done < "$WORK/hook/gpu-hook-results.txt"
+else result "job hook" FAIL "gpu-hook-check.sh gave no results (see gpu-check.log)"; fi
+
 echo
 echo "check                                        result details"
 printf '%s\n' "${RESULTS[@]}" | tee "$OUT/summary.txt"

@@ -230,7 +230,7 @@ fn sample_events() -> Vec<TraceEvent> {
             addr: 1 << 40,
             size: 4096,
             stream: 2,
-            tag: Some("train.py:68 step \"quoted\"".to_string()),
+            tag: Some("train.py:68 step \"quoted\"".into()),
             time_us: Some(-5),
         },
         TraceEvent {

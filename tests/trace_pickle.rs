@@ -147,6 +147,7 @@ fn limits_are_enforced() {
 
     let memo = Limits {
         max_memo: 2,
+        scale_with_input: false,
         ..Limits::default()
     };
     let three = b"\x80\x04K\x01\x94K\x02\x94K\x03\x94.";
@@ -155,6 +156,7 @@ fn limits_are_enforced() {
 
     let few_items = Limits {
         max_items: 10,
+        scale_with_input: false,
         ..Limits::default()
     };
     let list = pickle(&P::List((0..20).map(P::Int).collect()));

@@ -17,10 +17,10 @@ use super::policy::{BackingCx, Placement, Policy, Shortfall};
 use super::size_index::{SizeIndex, GRAIN};
 use super::tlsf::TlsfIndex;
 use super::types::{
-    AllocError, Block, EventKind, FreeForRequests, Layout, OomReport, PolicyKind, Stats, StreamId,
-    TagId,
+    AllocError, Block, EventKind, FreeForRequests, Layout, OomReport, PolicyKind, Pool, Stats,
+    StreamId, TagId,
 };
-use crate::backing::Backing;
+use crate::backing::{Backing, BackingError};
 
 /// Allocator options; `Default` gives PyTorch's defaults and a 65536-event ring.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -29,6 +29,9 @@ pub struct AllocConfig {
     /// blocks this large only serve requests this large (PyTorch's
     /// `max_split_size_mb`, in bytes). `None`: unlimited.
     pub max_split_size: Option<u64>,
+    /// `caching` only: PyTorch's `roundup_power2_divisions` per size interval (see
+    /// `trace::AllocatorSettings`); all 0: plain 512 B rounding.
+    pub roundup_power2_divisions: [u32; 16],
     /// Events the ring holds before slow observers start missing some.
     pub event_ring: usize,
 }
@@ -37,6 +40,7 @@ impl Default for AllocConfig {
     fn default() -> Self {
         AllocConfig {
             max_split_size: None,
+            roundup_power2_divisions: [0; 16],
             event_ring: 65536,
         }
     }
@@ -73,7 +77,9 @@ pub fn round_size(size: u64) -> Option<u64> {
 
 fn make_policy(kind: PolicyKind, config: &AllocConfig) -> Box<dyn Policy> {
     match kind {
-        PolicyKind::Caching => Box::new(Caching::new(config.max_split_size)),
+        PolicyKind::Caching => Box::new(
+            Caching::new(config.max_split_size).with_roundup(config.roundup_power2_divisions),
+        ),
         PolicyKind::BestFit => Box::<Fit<SizeIndex>>::default(),
         PolicyKind::FirstFit => Box::<Fit<AddrIndex>>::default(),
         PolicyKind::Tlsf => Box::<Fit<TlsfIndex>>::default(),
@@ -190,7 +196,7 @@ impl Allocator {
         let inner = &mut *guard;
         let now_ns = self.now_ns();
         let tag = inner.ledger.tags.intern(tag);
-        let rounded = match round_size(size) {
+        let rounded = match inner.policy.round(size) {
             Some(r) if r <= self.capacity => r,
             other => return Err(self.oom(inner, size, other.unwrap_or(u64::MAX), stream, now_ns)),
         };
@@ -227,6 +233,107 @@ impl Allocator {
             tag,
             slot: placed.node,
         })
+    }
+
+    /// Whether `adopt_segment` works for this allocator's policy.
+    pub fn can_adopt(&self) -> bool {
+        self.lock().policy.can_adopt()
+    }
+
+    /// Books a segment of `size` bytes with live blocks already at the given places, as
+    /// the traced allocator had them when a trace began: `blocks` are (offset, size,
+    /// tag), each a multiple of 512 B, in offset order, not overlapping, inside the
+    /// segment. Returns the blocks in that order; `Ok(None)` when the policy cannot adopt
+    /// (nothing was booked: place the blocks with `alloc`). A bad layout is refused
+    /// whole, also with `Ok(None)`.
+    pub fn adopt_segment(
+        &self,
+        size: u64,
+        pool: Pool,
+        stream: StreamId,
+        blocks: &[(u64, u64, &str)],
+    ) -> Result<Option<Vec<Block>>, AllocError> {
+        let aligned = |n: u64| n % GRAIN == 0;
+        let mut end = 0;
+        for &(offset, block_size, _) in blocks {
+            let fits = offset >= end
+                && block_size > 0
+                && offset.checked_add(block_size).is_some_and(|e| e <= size);
+            if !fits || !aligned(offset) || !aligned(block_size) {
+                return Ok(None);
+            }
+            end = offset + block_size;
+        }
+        let mut guard = self.lock();
+        let inner = &mut *guard;
+        if !inner.policy.can_adopt() || size == 0 || !aligned(size) {
+            return Ok(None);
+        }
+        let now_ns = self.now_ns();
+        let mut lives = Vec::with_capacity(blocks.len());
+        for &(offset, block_size, tag) in blocks {
+            let tag = inner.ledger.tags.intern(tag);
+            lives.push((
+                offset,
+                block_size,
+                LiveInfo {
+                    id: inner.next_id,
+                    requested: block_size,
+                    stream,
+                    tag,
+                    born_ns: now_ns,
+                },
+            ));
+            inner.next_id += 1;
+        }
+        let Inner {
+            policy,
+            backing,
+            counters,
+            ledger,
+            ..
+        } = inner;
+        let mut cx = BackingCx {
+            backing: backing.as_mut(),
+            counters,
+            events: &self.ring,
+            now_ns,
+            stream,
+        };
+        let addr = match cx.alloc_segment(size) {
+            Ok(addr) => addr,
+            Err(BackingError::Exhausted { .. }) => {
+                return Err(self.oom(&mut guard, size, size, stream, now_ns))
+            }
+            Err(BackingError::Failed(msg)) => return Err(AllocError::Backing(msg)),
+        };
+        let placed = policy
+            .adopt(addr, size, pool, stream, &lives)
+            .unwrap_or_default();
+        let mut out = Vec::with_capacity(placed.len());
+        for (p, (_, _, live)) in placed.iter().zip(&lives) {
+            ledger.tags.add(live.tag, p.size);
+            counters.add_live(p.size, live.requested);
+            self.announce(
+                EventKind::Alloc,
+                p.addr,
+                p.size,
+                stream,
+                Some((live.tag, live.id)),
+                now_ns,
+            );
+            out.push(Block {
+                id: live.id,
+                owner: self.owner,
+                addr: p.addr,
+                size: p.size,
+                requested: live.requested,
+                stream,
+                tag: live.tag,
+                slot: p.node,
+            });
+        }
+        Ok(Some(out))
     }
 
     /// Asks the policy; on exhaustion releases cached segments and asks once more.

@@ -82,6 +82,38 @@ pub(crate) struct Caching {
     heap: Heap<PoolIndex>,
     /// Blocks at least this large are never split (u64::MAX: unlimited).
     max_split_size: u64,
+    /// roundup_power2_divisions per interval (all 0: plain 512 B rounding).
+    divisions: [u32; 16],
+}
+
+/// PyTorch's round_size: 512 B granules, or with `roundup_power2_divisions` the next of
+/// `divisions` equal steps between two powers of two (CUDACachingAllocator.cpp
+/// `round_size`, `roundup_power2_next_division`, `CUDAAllocatorConfig::
+/// roundup_power2_divisions`: 16 intervals from 1 MiB up).
+pub(crate) fn round_size(size: u64, divisions: &[u32; 16]) -> Option<u64> {
+    if size < GRAIN {
+        return Some(GRAIN);
+    }
+    let log_size = 63 - u64::from(size.leading_zeros());
+    let index = (log_size.saturating_sub(20) as usize).min(divisions.len() - 1);
+    let d = u64::from(divisions[index]);
+    if d > 1 && size > GRAIN.saturating_mul(d) {
+        if size.is_power_of_two() {
+            return Some(size);
+        }
+        let floor = 1u64 << log_size;
+        let step = floor >> (63 - d.leading_zeros());
+        if step == 0 {
+            return floor.checked_mul(2);
+        }
+        let down = size & !(step - 1);
+        return if down == size {
+            Some(size)
+        } else {
+            down.checked_add(step)
+        };
+    }
+    size.checked_next_multiple_of(GRAIN)
 }
 
 impl Caching {
@@ -89,7 +121,13 @@ impl Caching {
         Caching {
             heap: Heap::default(),
             max_split_size: max_split_size.unwrap_or(u64::MAX),
+            divisions: [0; 16],
         }
+    }
+
+    pub fn with_roundup(mut self, divisions: [u32; 16]) -> Self {
+        self.divisions = divisions;
+        self
     }
 
     /// get_free_block: the smallest cached block of this stream and pool that fits,
@@ -125,6 +163,10 @@ impl Caching {
 }
 
 impl Policy for Caching {
+    fn round(&self, size: u64) -> Option<u64> {
+        round_size(size, &self.divisions)
+    }
+
     fn alloc(
         &mut self,
         size: u64,
@@ -168,6 +210,25 @@ impl Policy for Caching {
         self.heap.segments.layout(&self.heap.arena, out);
     }
 
+    fn adopt(
+        &mut self,
+        addr: u64,
+        size: u64,
+        pool: Pool,
+        stream: StreamId,
+        blocks: &[(u64, u64, LiveInfo)],
+    ) -> Option<Vec<Placement>> {
+        let home = self.heap.index.home(pool, stream);
+        Some(
+            self.heap
+                .adopt(addr, size, pool, Some(stream), home, blocks),
+        )
+    }
+
+    fn can_adopt(&self) -> bool {
+        true
+    }
+
     fn arena(&self) -> &Arena {
         &self.heap.arena
     }
@@ -185,6 +246,21 @@ mod tests {
         assert_eq!(allocation_size(10 * MIB - 512), LARGE_BUFFER);
         assert_eq!(allocation_size(10 * MIB), 10 * MIB);
         assert_eq!(allocation_size(11 * MIB), 12 * MIB);
+    }
+
+    #[test]
+    fn rounding_follows_pytorch() {
+        let plain = [0; 16];
+        assert_eq!(round_size(1, &plain), Some(512));
+        assert_eq!(round_size(1000, &plain), Some(1024));
+        let four = [4; 16];
+        // 1.3 MiB with 4 divisions between 1 and 2 MiB: the next quarter, 1.5 MiB.
+        assert_eq!(round_size(1_363_148, &four), Some(MIB + MIB / 2));
+        assert_eq!(round_size(MIB + MIB / 4, &four), Some(MIB + MIB / 4));
+        assert_eq!(round_size(2 * MIB, &four), Some(2 * MIB));
+        // At or below 512 B x divisions the plain rule holds.
+        assert_eq!(round_size(1500, &four), Some(1536));
+        assert_eq!(round_size(3000, &four), Some(3072));
     }
 
     #[test]

@@ -45,6 +45,32 @@ impl<I: FreeIndex> Heap<I> {
         slot
     }
 
+    /// Books a segment the backing gave out at `addr` with live blocks already at the
+    /// given offsets (a replay's state at the start of a trace): `blocks` are in offset
+    /// order, do not overlap and lie inside the segment (the caller checks).
+    pub fn adopt(
+        &mut self,
+        addr: u64,
+        size: u64,
+        pool: Pool,
+        stream: Option<StreamId>,
+        home: u32,
+        blocks: &[(u64, u64, LiveInfo)],
+    ) -> Vec<Placement> {
+        let mut free = self.add_segment(addr, size, pool, stream, home);
+        let mut placed = Vec::with_capacity(blocks.len());
+        for &(offset, block_size, live) in blocks {
+            let into = addr + offset - self.arena.get(free).addr;
+            let p = self.take(free, into, block_size, true, live);
+            placed.push(p);
+            free = self.arena.get(p.node).next;
+            if free == NIL {
+                break;
+            }
+        }
+        placed
+    }
+
     /// Takes `size` bytes at `offset` into free node `slot` for a live block. The
     /// bytes before stay free; the bytes after are split off when `split_rest`,
     /// otherwise they go with the block.

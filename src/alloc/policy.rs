@@ -5,7 +5,7 @@
 use super::arena::{Arena, LiveInfo};
 use super::events::{EventData, EventRing};
 use super::metrics::{Counters, FreeSummary};
-use super::types::{EventKind, SegmentLayout, StreamId};
+use super::types::{EventKind, Pool, SegmentLayout, StreamId};
 use crate::backing::{Backing, BackingError};
 
 /// Where a policy put a block.
@@ -43,6 +43,10 @@ pub(crate) struct OomView {
 }
 
 pub(crate) trait Policy: Send {
+    /// The size a request of `size` bytes is booked at (512 B rounding by default).
+    fn round(&self, size: u64) -> Option<u64> {
+        super::allocator::round_size(size)
+    }
     /// Places `size` bytes (already rounded to 512) for the block described by `live`.
     fn alloc(
         &mut self,
@@ -69,6 +73,24 @@ pub(crate) trait Policy: Send {
         }
     }
     fn layout(&self, out: &mut Vec<SegmentLayout>);
+    /// Books a segment the backing gave out at `addr`, with live blocks already at the
+    /// given (offset, size) places, checked by the caller: how a replay starts from the
+    /// traced allocator's own state. `None`: this policy cannot, and the caller places
+    /// the blocks with `alloc` instead (before booking anything).
+    fn adopt(
+        &mut self,
+        _addr: u64,
+        _size: u64,
+        _pool: Pool,
+        _stream: StreamId,
+        _blocks: &[(u64, u64, LiveInfo)],
+    ) -> Option<Vec<Placement>> {
+        None
+    }
+    /// Whether `adopt` works for this policy.
+    fn can_adopt(&self) -> bool {
+        false
+    }
     /// The policy's nodes, for receipt checks and leak queries.
     fn arena(&self) -> &Arena;
 }

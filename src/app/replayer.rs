@@ -31,6 +31,9 @@ pub struct ReplayerState<'t> {
     pub name: String,
     pub notices: Vec<String>,
     pub capacity: Option<u64>,
+    pub capacity_source: replay::CapacitySource,
+    /// The trace's own OOMs with the traced allocator's state at each.
+    pub trace_ooms: Vec<crate::trace::ooms::TraceOom>,
     replay: Replay<'t>,
     opts: ReplayOptions,
     pub view: MapView,
@@ -53,14 +56,19 @@ impl<'t> ReplayerState<'t> {
         policy: PolicyKind,
         capacity: Option<u64>,
     ) -> std::result::Result<Self, replay::ReplayError> {
-        let opts = ReplayOptions {
-            capacity: capacity.unwrap_or(replay::UNLIMITED_CAPACITY),
-        };
+        let opts = replay::plan_capacity(trace, capacity);
+        let trace_ooms = crate::trace::ooms::trace_ooms(trace);
+        let mut notices = trace.notices();
+        if opts.source == replay::CapacitySource::Inferred {
+            notices.insert(0, capacity_inferred_line(opts.capacity, trace_ooms.len()));
+        }
         let events = trace.events.len();
         let mut state = ReplayerState {
             name: name.to_string(),
-            notices: trace.notices(),
-            capacity,
+            notices,
+            capacity: (opts.source != replay::CapacitySource::Unlimited).then_some(opts.capacity),
+            capacity_source: opts.source,
+            trace_ooms,
             replay: Replay::new(trace, policy, opts)?,
             opts,
             view: MapView::default(),
@@ -153,6 +161,14 @@ impl<'t> ReplayerState<'t> {
         }
         self.owed = 0.0;
         self.advance(target - self.position());
+    }
+
+    /// The trace OOM at the current event, with this policy's answer to it.
+    pub fn oom_here(&self) -> Option<(&crate::trace::ooms::TraceOom, Option<&replay::OomCheck>)> {
+        let at = self.position().checked_sub(1)?;
+        let oom = self.trace_ooms.iter().find(|o| o.event == at)?;
+        let check = self.replay.oom_checks().iter().find(|c| c.event == at);
+        Some((oom, check))
     }
 
     /// Reads the allocator into the view. Births are on the replay's wall clock, which
@@ -287,6 +303,15 @@ fn leak_table(name: &str, suspects: &[crate::leaks::Suspect]) -> String {
     out
 }
 
+/// "capacity 8.0 GiB inferred from the trace's 2 OOM(s): what PyTorch held when it gave up".
+pub fn capacity_inferred_line(capacity: u64, ooms: usize) -> String {
+    format!(
+        "capacity {} inferred from the trace's {ooms} OOM(s): what PyTorch held when it gave up \
+         (give --capacity to choose another)",
+        crate::alloc::human_bytes(capacity)
+    )
+}
+
 /// `vramtop replay FILE ...`: the exit code, after printing any one-line error.
 pub fn replay_command(path: &Path, args: &ReplayArgs) -> Result<u8> {
     let trace = match viewer::load_trace(path) {
@@ -316,9 +341,11 @@ pub fn replay_command(path: &Path, args: &ReplayArgs) -> Result<u8> {
         args.policies.clone()
     };
     if args.report || args.json || !std::io::stdout().is_terminal() {
-        let opts = ReplayOptions {
-            capacity: args.capacity.unwrap_or(replay::UNLIMITED_CAPACITY),
-        };
+        let opts = replay::plan_capacity(&trace, args.capacity);
+        if opts.source == replay::CapacitySource::Inferred && !args.json {
+            let ooms = crate::trace::ooms::trace_ooms(&trace).len();
+            eprintln!("vramtop: {}", capacity_inferred_line(opts.capacity, ooms));
+        }
         let rows = match replay::report(&trace, &policies, opts) {
             Ok(rows) => rows,
             Err(e) => {
@@ -330,6 +357,10 @@ pub fn replay_command(path: &Path, args: &ReplayArgs) -> Result<u8> {
             println!("{}", serde_json::to_string_pretty(&rows)?);
         } else {
             print!("{}", replay::table(&name, &TraceFigures::of(&trace), &rows));
+            print!(
+                "{}",
+                replay::report::oom_table(&crate::trace::ooms::trace_ooms(&trace), &rows)
+            );
         }
         return Ok(0);
     }
@@ -363,7 +394,7 @@ mod tests {
                 addr: 0x1000 * (i as u64 / 4 + 1),
                 size: 1 << 20,
                 stream: 0,
-                tag: Some(format!("m.py:{i} f")),
+                tag: Some(format!("m.py:{i} f").into()),
                 time_us: None,
             })
             .collect();
@@ -371,8 +402,10 @@ mod tests {
             source: TraceFormat::VramtopRecord,
             device: 0,
             initial: Vec::new(),
+            initial_segments: Vec::new(),
             events,
             segments_at_end: Vec::new(),
+            settings: Default::default(),
             stats: TraceStats::default(),
         }
     }

@@ -17,7 +17,7 @@ pub struct Recorder {
     allocator: Arc<Allocator>,
     events: EventReceiver,
     writer: RecordWriter<BufWriter<File>>,
-    tags: HashMap<TagId, String>,
+    tags: HashMap<TagId, std::sync::Arc<str>>,
     buffer: Vec<Event>,
     pub written: u64,
     /// Events lost because the ring overflowed before they were read.
@@ -78,7 +78,12 @@ impl Recorder {
             let allocator = &self.allocator;
             self.tags
                 .entry(t)
-                .or_insert_with(|| allocator.tag_name(t).unwrap_or_else(|| "?".to_string()))
+                .or_insert_with(|| {
+                    allocator
+                        .tag_name(t)
+                        .unwrap_or_else(|| "?".to_string())
+                        .into()
+                })
                 .clone()
         });
         TraceEvent {

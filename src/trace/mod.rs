@@ -4,6 +4,8 @@
 //! (`replay`, which drives `alloc`) and a snapshot's final state as a block-map `Layout`
 //! (`snapshot`). No UI, no CUDA.
 
+mod initial;
+pub mod ooms;
 pub mod pickle;
 mod pytorch;
 pub mod record;
@@ -13,8 +15,9 @@ pub mod snapshot;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
-use std::io::Read;
+use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -54,7 +57,8 @@ pub enum TraceEventKind {
     SegmentFree,
     SegmentMap,
     SegmentUnmap,
-    /// An allocation failed. PyTorch puts the device's free bytes in `addr`.
+    /// An allocation failed: `size` is the request; `addr` holds the device's free bytes
+    /// (PyTorch's `device_free`), since an OOM has no address.
     Oom,
     /// A snapshot was taken at this point (no memory change).
     Snapshot,
@@ -69,8 +73,9 @@ pub struct TraceEvent {
     /// Streams are numbered by first appearance; the default stream (0) stays 0.
     pub stream: StreamId,
     /// The call site of this event ("file:line function"), when the source has one.
+    /// Interned: every event of one site shares the string.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tag: Option<String>,
+    pub tag: Option<Arc<str>>,
     /// Microseconds. PyTorch: since the epoch. RMM: since the epoch, or since the
     /// midnight before the log began when it has times of day (what the adaptor writes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -84,7 +89,7 @@ pub struct LiveAtStart {
     pub size: u64,
     pub stream: StreamId,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tag: Option<String>,
+    pub tag: Option<Arc<str>>,
 }
 
 /// A segment as the snapshot saw it when it was taken (the end of the trace).
@@ -105,7 +110,36 @@ pub struct SnapshotBlock {
     pub requested_size: u64,
     /// `active_allocated` is Allocated, `active_pending_free` PendingFree, the rest Free.
     pub state: BlockState,
-    pub tag: Option<String>,
+    pub tag: Option<Arc<str>>,
+}
+
+/// A segment the traced allocator held before the trace began (its address is never
+/// allocated by a `segment_alloc` before it is used or freed), with the blocks live in it
+/// then, in address order. PyTorch snapshots only.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InitialSegment {
+    pub addr: u64,
+    pub size: u64,
+    pub pool: Pool,
+    pub stream: StreamId,
+    pub blocks: Vec<LiveAtStart>,
+}
+
+/// The traced allocator's settings, from the snapshot's `allocator_settings`
+/// (`PYTORCH_CUDA_ALLOC_CONF`); `Default` is PyTorch's defaults.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct AllocatorSettings {
+    /// `max_split_size_mb`, in bytes; None: unlimited.
+    pub max_split_size: Option<u64>,
+    /// `roundup_power2_divisions` per size interval: index 0 is sizes up to 2 MiB, then
+    /// one power of two per index, up to 32 GiB and beyond (PyTorch's 16 intervals);
+    /// 0 or 1: plain 512 B rounding.
+    pub roundup_power2_divisions: [u32; 16],
+    /// `garbage_collection_threshold`; PyTorch acts on it only under a memory fraction.
+    pub garbage_collection_threshold: Option<f64>,
+    pub expandable_segments: bool,
+    /// The configuration string as the job set it, when the snapshot has it.
+    pub conf: Option<String>,
 }
 
 /// What the importer counted while reading; the replayer and the UI report it.
@@ -121,21 +155,30 @@ pub struct TraceStats {
     /// Alloc events at an address that was already live (the earlier block is replaced).
     pub allocs_over_live: u64,
     pub initial_live_bytes: u64,
+    /// Trace entries skipped as malformed (a required field missing or mistyped).
+    pub malformed: u64,
+    /// Where the first malformed entry is and what is wrong with it.
+    pub first_malformed: Option<String>,
     /// Devices whose snapshot trace is not empty (PyTorch only).
     pub devices_with_traces: Vec<i64>,
     /// A snapshot without allocation history: segments only, no events.
     pub no_history: bool,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Trace {
     pub source: TraceFormat,
     /// CUDA device ordinal the events belong to (0 where the source does not say).
     pub device: i64,
     pub initial: Vec<LiveAtStart>,
+    /// PyTorch only: the segments held before the trace began, with the blocks of
+    /// `initial` that lie in them at their places (a replay can start from them).
+    pub initial_segments: Vec<InitialSegment>,
     pub events: Vec<TraceEvent>,
     /// PyTorch only: segments and blocks when the snapshot was taken.
     pub segments_at_end: Vec<SnapshotSegment>,
+    /// PyTorch only: the allocator settings the trace was recorded under.
+    pub settings: AllocatorSettings,
     pub stats: TraceStats,
 }
 
@@ -221,6 +264,18 @@ impl Trace {
                 names.join(", ")
             ));
         }
+        if s.malformed > 0 {
+            out.push(format!(
+                "{} malformed trace entr{} skipped; the first: {}",
+                s.malformed,
+                if s.malformed == 1 {
+                    "y was"
+                } else {
+                    "ies were"
+                },
+                s.first_malformed.as_deref().unwrap_or("?")
+            ));
+        }
         if s.unknown_frees > 0 {
             out.push(format!(
                 "{} free(s) of addresses not live at the time (allocated before the trace began?)",
@@ -246,6 +301,13 @@ impl Trace {
         self.stats.unknown_frees = unknown_frees;
         self.stats.allocs_over_live = over_live;
         self.stats.initial_live_bytes = self.initial.iter().map(|b| b.size).sum();
+    }
+}
+
+impl TraceStats {
+    pub(crate) fn note_malformed(&mut self, what: String) {
+        self.malformed += 1;
+        self.first_malformed.get_or_insert(what);
     }
 }
 
@@ -385,24 +447,39 @@ pub fn load(path: &Path) -> Result<Trace, TraceError> {
     load_with(path, &LoadOptions::default())
 }
 
+/// Reads a trace file, streaming it: a gzipped pickle is unzipped and unpickled as it is
+/// read, never held whole.
 pub fn load_with(path: &Path, opts: &LoadOptions) -> Result<Trace, TraceError> {
     let with_path = |kind| TraceError {
         path: Some(path.to_path_buf()),
         kind,
     };
     let file = std::fs::File::open(path).map_err(|e| with_path(TraceErrorKind::Io(e)))?;
-    let bytes = read_bounded(file, opts.max_bytes).map_err(with_path)?;
-    parse_bytes(&bytes, opts).map_err(with_path)
+    let size = file.metadata().map(|m| m.len()).unwrap_or(0);
+    if size > opts.max_bytes {
+        return Err(with_path(TraceErrorKind::TooLarge {
+            limit: opts.max_bytes,
+        }));
+    }
+    parse_reader(BufReader::new(file.take(opts.max_bytes)), opts).map_err(with_path)
 }
 
 /// Reads a trace held in memory (the file's bytes, gzipped or not).
 pub fn from_bytes(bytes: &[u8], opts: &LoadOptions) -> Result<Trace, TraceError> {
-    parse_bytes(bytes, opts).map_err(|kind| TraceError { path: None, kind })
+    if bytes.len() as u64 > opts.max_bytes {
+        return Err(TraceError {
+            path: None,
+            kind: TraceErrorKind::TooLarge {
+                limit: opts.max_bytes,
+            },
+        });
+    }
+    parse_reader(bytes, opts).map_err(|kind| TraceError { path: None, kind })
 }
 
-fn read_bounded(reader: impl Read, limit: u64) -> Result<Vec<u8>, TraceErrorKind> {
+fn read_bounded(mut reader: impl Read, limit: u64) -> Result<Vec<u8>, TraceErrorKind> {
     let mut out = Vec::new();
-    reader
+    (&mut reader)
         .take(limit.saturating_add(1))
         .read_to_end(&mut out)
         .map_err(TraceErrorKind::Io)?;
@@ -412,43 +489,68 @@ fn read_bounded(reader: impl Read, limit: u64) -> Result<Vec<u8>, TraceErrorKind
     Ok(out)
 }
 
-fn gunzip(bytes: &[u8], limit: u64) -> Result<Vec<u8>, TraceErrorKind> {
-    let mut out = Vec::new();
-    let decoder = flate2::read::MultiGzDecoder::new(bytes);
-    match decoder.take(limit.saturating_add(1)).read_to_end(&mut out) {
-        Ok(_) if out.len() as u64 > limit => Err(TraceErrorKind::TooLarge { limit }),
-        Ok(_) => Ok(out),
-        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
-            Err(TraceErrorKind::GzipTruncated)
-        }
-        Err(e) => Err(TraceErrorKind::GzipCorrupt(e.to_string())),
-    }
+const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
+const PICKLE_PROTO: u8 = 0x80;
+
+/// The first bytes of a buffered stream, without consuming them (fewer at its end).
+fn peek(reader: &mut impl BufRead, n: usize) -> Result<Vec<u8>, std::io::Error> {
+    let buf = reader.fill_buf()?;
+    Ok(buf[..buf.len().min(n)].to_vec())
 }
 
-const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
-
-fn parse_bytes(bytes: &[u8], opts: &LoadOptions) -> Result<Trace, TraceErrorKind> {
-    if bytes.is_empty() {
+fn parse_reader(mut reader: impl BufRead, opts: &LoadOptions) -> Result<Trace, TraceErrorKind> {
+    let head = peek(&mut reader, 2).map_err(TraceErrorKind::Io)?;
+    if head.is_empty() {
         return Err(TraceErrorKind::Empty);
     }
-    if bytes.starts_with(&GZIP_MAGIC) {
-        let inner = gunzip(bytes, opts.max_bytes)?;
-        if inner.is_empty() {
+    if head == GZIP_MAGIC {
+        // Unzipped bytes are bounded by max_bytes too: a small bomb stops there.
+        let inner = flate2::bufread::MultiGzDecoder::new(reader);
+        let mut inner = BufReader::with_capacity(1 << 16, GzipErrors(inner));
+        let head = peek(&mut inner, 2).map_err(gzip_error)?;
+        if head.is_empty() {
             return Err(TraceErrorKind::Empty);
         }
-        if inner.starts_with(&GZIP_MAGIC) {
+        if head == GZIP_MAGIC {
             return Err(TraceErrorKind::UnknownFormat);
         }
-        return parse_plain(&inner, opts);
+        return parse_plain(inner, opts).map_err(|e| match e {
+            TraceErrorKind::Io(e) => gzip_error(e),
+            other => other,
+        });
     }
-    parse_plain(bytes, opts)
+    parse_plain(reader, opts)
 }
 
-fn parse_plain(bytes: &[u8], opts: &LoadOptions) -> Result<Trace, TraceErrorKind> {
-    if bytes[0] == 0x80 {
-        let value =
-            pickle::from_slice_with(bytes, opts.pickle_limits).map_err(TraceErrorKind::Pickle)?;
-        return pytorch::import(&value, opts.device);
+/// Marks the unzipper's errors so they are told apart from the file's own.
+struct GzipErrors<R>(R);
+
+impl<R: Read> Read for GzipErrors<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.0.read(buf)
+    }
+}
+
+fn gzip_error(e: std::io::Error) -> TraceErrorKind {
+    if e.kind() == std::io::ErrorKind::UnexpectedEof {
+        TraceErrorKind::GzipTruncated
+    } else {
+        TraceErrorKind::GzipCorrupt(e.to_string())
+    }
+}
+
+fn parse_plain(mut reader: impl BufRead, opts: &LoadOptions) -> Result<Trace, TraceErrorKind> {
+    let head = peek(&mut reader, 1).map_err(TraceErrorKind::Io)?;
+    if head.first() == Some(&PICKLE_PROTO) {
+        return pytorch::import_reader(reader, opts);
+    }
+    let bytes = read_bounded(reader, opts.max_bytes)?;
+    parse_text(&bytes)
+}
+
+fn parse_text(bytes: &[u8]) -> Result<Trace, TraceErrorKind> {
+    if bytes.is_empty() {
+        return Err(TraceErrorKind::Empty);
     }
     let text = bytes.strip_prefix(b"\xef\xbb\xbf").unwrap_or(bytes);
     let first_line = text.split(|&b| b == b'\n').next().unwrap_or(&[]);

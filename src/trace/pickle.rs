@@ -3,22 +3,30 @@
 //! strings, bytes, bools and None, with memoized sharing. It builds no Python objects
 //! (no GLOBAL, REDUCE, BUILD): such a pickle is refused with the opcode and its offset.
 //! Every limit is checked, so hostile input ends in an error, never a panic or a hang.
-//! Depends on nothing else in the crate.
+//! The input is a slice or a stream (`from_reader`, so a gunzipped file is never held
+//! whole), and a caller may take over dicts as they are finished (`Reducer`), so a
+//! snapshot's millions of trace entries are turned into compact events as they are read
+//! instead of being built as a tree first. Depends on nothing else in the crate.
 
 use std::collections::HashMap;
+use std::io::Read;
 use std::rc::Rc;
 
 mod error;
 mod opcodes;
+mod source;
 mod value;
 
 pub use error::{PickleError, PickleErrorKind};
 pub use opcodes::opcode_name;
+use source::{ReadSource, SliceSource, Source};
 pub use value::{Dict, Value};
 
-/// Bounds on what a pickle may make us build; input size is bounded by the caller.
-/// The defaults hold about 24 times what the resnet50 snapshot (68,861 events) needs,
-/// and cap what a hostile pickle can make us hold at about 1.2 GiB beyond its own size.
+/// Bounds on what a pickle may make us build. Each count limit is the larger of its
+/// fixed floor and half the bytes read so far (`scale_with_input`): an item, a memo
+/// entry or a stack slot costs the pickle at least one opcode byte, so what a pickle can
+/// make us hold stays a bounded multiple of its own size, and a real snapshot of any
+/// size fits while a small hostile one cannot blow up. Input size is bounded by the caller.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Limits {
     /// Containers nested inside each other, counting shared ones along every path.
@@ -29,18 +37,32 @@ pub struct Limits {
     pub max_stack: usize,
     /// Items in all containers together (a dict entry counts two).
     pub max_items: usize,
+    /// Raise the three count limits above to half the bytes read so far.
+    pub scale_with_input: bool,
 }
 
 impl Default for Limits {
     fn default() -> Self {
         Limits {
             max_depth: 128,
-            max_memo: 1 << 23,
-            max_stack: 1 << 22,
-            max_items: 1 << 25,
+            max_memo: 1 << 22,
+            max_stack: 1 << 20,
+            max_items: 1 << 24,
+            scale_with_input: true,
         }
     }
 }
+
+/// A list or dict just finished, as a `Reducer` sees it.
+pub enum Finished<'a> {
+    List(&'a [Value]),
+    Dict(&'a Dict),
+}
+
+/// Takes over a list or dict the moment it is finished: returns the value to use in its
+/// place (say, an index into the caller's own table, as `Value::Reduced`), or `None` to
+/// keep it as it is.
+pub type Reducer<'r> = &'r mut dyn FnMut(Finished<'_>) -> Option<Value>;
 
 /// Reads one pickle from `input` with the default limits.
 pub fn from_slice(input: &[u8]) -> Result<Value, PickleError> {
@@ -49,20 +71,35 @@ pub fn from_slice(input: &[u8]) -> Result<Value, PickleError> {
 
 /// Reads one pickle from `input`; bytes after STOP are ignored, as Python does.
 pub fn from_slice_with(input: &[u8], limits: Limits) -> Result<Value, PickleError> {
-    let mut machine = Machine {
-        input,
-        pos: 0,
-        op_at: 0,
-        limits,
-        stack: Vec::new(),
-        marks: Vec::new(),
-        memo: Vec::new(),
-        memo_sparse: HashMap::new(),
-        memo_len: 0,
-        nodes: Vec::new(),
-        items: 0,
-    };
-    machine.run()
+    Machine::new(SliceSource::new(input), limits, None).run()
+}
+
+/// Reads one pickle from a stream of at most `max_bytes`, handing finished dicts to
+/// `reducer` when one is given. The reader's own failures are returned as `Err(io)`.
+pub fn from_reader(
+    reader: impl Read,
+    max_bytes: u64,
+    limits: Limits,
+    reducer: Option<Reducer<'_>>,
+) -> Result<Value, ReadError> {
+    let mut machine = Machine::new(ReadSource::new(reader, max_bytes), limits, reducer);
+    let result = machine.run();
+    if result.is_ok() {
+        machine.source.finish();
+    }
+    match machine.source.take_failure() {
+        Some(failure) => Err(failure),
+        None => result.map_err(ReadError::Pickle),
+    }
+}
+
+/// Why `from_reader` failed: the stream, its size, or the pickle itself.
+#[derive(Debug)]
+pub enum ReadError {
+    Io(std::io::Error),
+    /// The stream holds more than `max_bytes`.
+    TooLarge,
+    Pickle(PickleError),
 }
 
 /// A stack or memo entry while reading: a finished value with its nesting depth, or a
@@ -91,9 +128,9 @@ struct Node {
     frozen: Option<(Value, u32)>,
 }
 
-struct Machine<'a> {
-    input: &'a [u8],
-    pos: usize,
+struct Machine<'r, S> {
+    source: S,
+    reducer: Option<Reducer<'r>>,
     op_at: usize,
     limits: Limits,
     stack: Vec<Slot>,
@@ -105,6 +142,9 @@ struct Machine<'a> {
     memo_len: usize,
     nodes: Vec<Node>,
     items: usize,
+    /// The stack and item limits as last computed (they grow with the input).
+    stack_cap: usize,
+    items_cap: usize,
 }
 
 type Step<T> = Result<T, PickleError>;
@@ -113,12 +153,29 @@ fn fail<T>(offset: usize, kind: PickleErrorKind) -> Step<T> {
     Err(PickleError { offset, kind })
 }
 
-/// The finished value of `slot`, freezing an open container on first use.
-fn close(nodes: &mut [Node], slot: Slot, max_depth: usize, at: usize) -> Step<(Value, u32)> {
-    let id = match slot {
-        Slot::Val(v, d) => return Ok((v, d)),
-        Slot::Open(id) => id as usize,
-    };
+/// The finished value of `slot`, freezing an open container on first use; a list or
+/// dict the reducer takes over is replaced by what it returns.
+#[inline]
+fn close(
+    nodes: &mut [Node],
+    reducer: &mut Option<Reducer<'_>>,
+    slot: Slot,
+    max_depth: usize,
+    at: usize,
+) -> Step<(Value, u32)> {
+    match slot {
+        Slot::Val(v, d) => Ok((v, d)),
+        Slot::Open(id) => close_node(nodes, reducer, id as usize, max_depth, at),
+    }
+}
+
+fn close_node(
+    nodes: &mut [Node],
+    reducer: &mut Option<Reducer<'_>>,
+    id: usize,
+    max_depth: usize,
+    at: usize,
+) -> Step<(Value, u32)> {
     let Some(node) = nodes.get_mut(id) else {
         return fail(at, PickleErrorKind::Malformed("unknown container"));
     };
@@ -131,27 +188,59 @@ fn close(nodes: &mut [Node], slot: Slot, max_depth: usize, at: usize) -> Step<(V
     }
     let items = std::mem::take(&mut node.items);
     let value = match node.kind {
-        NodeKind::List => Value::List(Rc::new(items)),
-        NodeKind::Dict => Value::Dict(Rc::new(Dict::from_flat(items))),
+        NodeKind::List => match reducer.as_mut().and_then(|r| r(Finished::List(&items))) {
+            Some(reduced) => reduced,
+            None => Value::List(Rc::new(items)),
+        },
+        NodeKind::Dict => {
+            let dict = Dict::from_flat(items);
+            match reducer.as_mut().and_then(|r| r(Finished::Dict(&dict))) {
+                Some(reduced) => reduced,
+                None => Value::Dict(Rc::new(dict)),
+            }
+        }
     };
     node.frozen = Some((value.clone(), depth));
     Ok((value, depth))
 }
 
-impl Machine<'_> {
+impl<'r, S: Source> Machine<'r, S> {
+    fn new(source: S, limits: Limits, reducer: Option<Reducer<'r>>) -> Self {
+        Machine {
+            source,
+            reducer,
+            op_at: 0,
+            limits,
+            stack: Vec::new(),
+            marks: Vec::new(),
+            memo: Vec::new(),
+            memo_sparse: HashMap::new(),
+            memo_len: 0,
+            nodes: Vec::new(),
+            items: 0,
+            stack_cap: limits.max_stack,
+            items_cap: limits.max_items,
+        }
+    }
+
     fn err<T>(&self, kind: PickleErrorKind) -> Step<T> {
         fail(self.op_at, kind)
     }
 
+    /// `floor`, raised to half the bytes read so far when the limits scale with input.
+    fn limit(&self, floor: usize) -> usize {
+        if self.limits.scale_with_input {
+            floor.max(self.source.position() / 2)
+        } else {
+            floor
+        }
+    }
+
     fn take(&mut self, n: usize) -> Step<&[u8]> {
-        let end = self.pos.checked_add(n).filter(|&e| e <= self.input.len());
-        match end {
-            Some(end) => {
-                let bytes = &self.input[self.pos..end];
-                self.pos = end;
-                Ok(bytes)
-            }
-            None => self.err(PickleErrorKind::Truncated),
+        let at = self.op_at;
+        match self.source.take(n) {
+            Some(bytes) => Ok(bytes),
+            None => fail(at, PickleErrorKind::Truncated),
         }
     }
 
@@ -179,9 +268,14 @@ impl Machine<'_> {
         }
     }
 
+    #[inline]
     fn push(&mut self, slot: Slot) -> Step<()> {
-        if self.stack.len() >= self.limits.max_stack {
-            return self.err(PickleErrorKind::LimitExceeded("stack size"));
+        // The limit grows with the input: look it up again only when the cached one is hit.
+        if self.stack.len() >= self.stack_cap {
+            self.stack_cap = self.limit(self.limits.max_stack);
+            if self.stack.len() >= self.stack_cap {
+                return self.err(PickleErrorKind::LimitExceeded("stack size"));
+            }
         }
         self.stack.push(slot);
         Ok(())
@@ -229,8 +323,11 @@ impl Machine<'_> {
 
     fn count_items(&mut self, n: usize) -> Step<()> {
         self.items = self.items.saturating_add(n);
-        if self.items > self.limits.max_items {
-            return self.err(PickleErrorKind::LimitExceeded("number of items"));
+        if self.items > self.items_cap {
+            self.items_cap = self.limit(self.limits.max_items);
+            if self.items > self.items_cap {
+                return self.err(PickleErrorKind::LimitExceeded("number of items"));
+            }
         }
         Ok(())
     }
@@ -243,7 +340,7 @@ impl Machine<'_> {
         let mut depth = 0;
         values.reserve(self.stack.len() - from);
         for slot in self.stack.drain(from..) {
-            let (v, d) = close(&mut self.nodes, slot, max_depth, at)?;
+            let (v, d) = close(&mut self.nodes, &mut self.reducer, slot, max_depth, at)?;
             depth = depth.max(d);
             values.push(v);
         }
@@ -252,7 +349,7 @@ impl Machine<'_> {
 
     fn new_node(&mut self, kind: NodeKind, items: Vec<Value>, depth: u32) -> Step<()> {
         let id = match u32::try_from(self.nodes.len()) {
-            Ok(id) if (id as usize) < self.limits.max_items => id,
+            Ok(id) if (id as usize) < self.limit(self.limits.max_items) => id,
             _ => return self.err(PickleErrorKind::LimitExceeded("number of containers")),
         };
         self.nodes.push(Node {
@@ -307,7 +404,8 @@ impl Machine<'_> {
 
     fn memo_put(&mut self, index: u64) -> Step<()> {
         let slot = self.top()?;
-        if index >= self.limits.max_memo as u64 {
+        let max_memo = self.limit(self.limits.max_memo);
+        if index >= max_memo as u64 {
             return self.err(PickleErrorKind::LimitExceeded("memo size"));
         }
         let i = index as usize;
@@ -319,7 +417,7 @@ impl Machine<'_> {
             self.memo.push(Some(slot));
             self.memo_len += 1;
         } else {
-            if self.memo_sparse.len() >= self.limits.max_memo {
+            if self.memo_sparse.len() >= max_memo {
                 return self.err(PickleErrorKind::LimitExceeded("memo size"));
             }
             if self.memo_sparse.insert(index, slot).is_none() {
@@ -358,12 +456,12 @@ impl Machine<'_> {
     /// Runs opcodes to STOP and returns the value on top of the stack.
     fn run(&mut self) -> Step<Value> {
         loop {
-            self.op_at = self.pos;
+            self.op_at = self.source.position();
             let op = self.byte()?;
             if op == b'.' {
                 let top = self.pop()?;
                 let (limit, at) = (self.limits.max_depth, self.op_at);
-                return close(&mut self.nodes, top, limit, at).map(|(v, _)| v);
+                return close(&mut self.nodes, &mut self.reducer, top, limit, at).map(|(v, _)| v);
             }
             // Memo opcodes are the most frequent in snapshots (900k of 1.6M in resnet50).
             if !self.control(op)? && !self.scalar(op)? && !self.container(op)? {
@@ -501,7 +599,7 @@ impl Machine<'_> {
                 self.u64_le()?;
             }
             b'(' => {
-                if self.marks.len() >= self.limits.max_stack {
+                if self.marks.len() >= self.limit(self.limits.max_stack) {
                     return self.err(PickleErrorKind::LimitExceeded("MARK count"));
                 }
                 self.marks.push(self.stack.len());

@@ -1,14 +1,22 @@
-//! Import of a PyTorch memory snapshot (`torch.cuda.memory._snapshot()`), already
-//! decoded by `pickle`: one device's `device_traces` become the event stream, its
-//! `segments` the state at the end, and blocks live at the end but never allocated in
-//! the trace become the initial state. Knows nothing of files or of other formats.
+//! Import of a PyTorch memory snapshot (`torch.cuda.memory._snapshot()`), streamed
+//! through `pickle`: trace entries are turned into compact events the moment the reader
+//! finishes each one (`EntryReader`), so a snapshot of millions of events is never held
+//! as a tree; frame lists become one interned call-site tag each. One device's
+//! `device_traces` become the event stream, its `segments` the state at the end, and
+//! blocks live before the trace began the initial state. Every action PyTorch writes is
+//! read (`oom` has no address: it carries the device's free bytes); an unknown action or
+//! a malformed entry is skipped and counted, so a newer PyTorch never makes a file
+//! unreadable. Knows nothing of files or of other formats.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::io::Read;
+use std::sync::Arc;
 
-use super::pickle::{Dict, Value};
+use super::pickle::{self, Dict, Finished, Value};
 use super::{
-    bump, LiveAtStart, SnapshotBlock, SnapshotSegment, StreamIds, Trace, TraceErrorKind,
-    TraceEvent, TraceEventKind, TraceFormat, TraceStats,
+    AllocatorSettings, LoadOptions, SnapshotBlock, SnapshotSegment, StreamIds, Trace,
+    TraceErrorKind, TraceEvent, TraceEventKind, TraceFormat, TraceStats,
 };
 use crate::alloc::{BlockState, Pool};
 
@@ -19,7 +27,36 @@ fn not_a_snapshot(what: String) -> TraceErrorKind {
     TraceErrorKind::NotASnapshot(what)
 }
 
-pub(super) fn import(root: &Value, device: Option<i64>) -> Result<Trace, TraceErrorKind> {
+/// Reads a pickled snapshot from `reader` (already gunzipped).
+pub(super) fn import_reader(
+    reader: impl Read,
+    opts: &LoadOptions,
+) -> Result<Trace, TraceErrorKind> {
+    let mut entries = EntryReader::default();
+    let root = {
+        let mut reduce = |finished: Finished<'_>| entries.reduce(finished);
+        pickle::from_reader(
+            reader,
+            opts.max_bytes,
+            opts.pickle_limits,
+            Some(&mut reduce),
+        )
+    }
+    .map_err(|e| match e {
+        pickle::ReadError::Io(e) => TraceErrorKind::Io(e),
+        pickle::ReadError::TooLarge => TraceErrorKind::TooLarge {
+            limit: opts.max_bytes,
+        },
+        pickle::ReadError::Pickle(e) => TraceErrorKind::Pickle(e),
+    })?;
+    import(&root, entries, opts.device)
+}
+
+fn import(
+    root: &Value,
+    mut entries: EntryReader,
+    device: Option<i64>,
+) -> Result<Trace, TraceErrorKind> {
     let (traces, segments) = top_level(root)?;
     let devices_with_traces: Vec<i64> = traces
         .iter()
@@ -42,27 +79,28 @@ pub(super) fn import(root: &Value, device: Option<i64>) -> Result<Trace, TraceEr
         .and_then(Value::as_seq)
         .unwrap_or(&[]);
 
-    let mut streams = StreamIds::default();
-    let mut tags = TagCache::default();
     let mut stats = TraceStats {
         devices_with_traces,
         no_history: device_trace.is_empty(),
         ..TraceStats::default()
     };
-    let events = import_events(device_trace, chosen, &mut stats, &mut streams, &mut tags)?;
-    let segments_at_end = import_segments(segments, chosen, &mut streams, &mut tags)?;
+    let events = entries.events_of(device_trace, chosen, &mut stats);
+    let segments_at_end = import_segments(segments, chosen, &mut entries)?;
     if device.is_some() && device_trace.is_empty() && segments_at_end.is_empty() {
         return Err(not_a_snapshot(format!(
             "device {chosen} has neither a trace nor segments in this snapshot; \
              pick another device"
         )));
     }
+    let (initial, initial_segments) = super::initial::infer(&segments_at_end, &events);
     let mut trace = Trace {
         source: TraceFormat::PytorchSnapshot,
         device: chosen,
-        initial: live_from_start(&segments_at_end, &events),
+        initial,
+        initial_segments,
         events,
         segments_at_end,
+        settings: settings_of(root.get("allocator_settings")),
         stats,
     };
     trace.tally();
@@ -105,79 +143,302 @@ fn list_or_empty<'v>(name: &str, value: Option<&'v Value>) -> Result<&'v [Value]
     }
 }
 
-fn import_events(
-    device_trace: &[Value],
-    device: i64,
-    stats: &mut TraceStats,
-    streams: &mut StreamIds,
-    tags: &mut TagCache,
-) -> Result<Vec<TraceEvent>, TraceErrorKind> {
-    let mut events = Vec::with_capacity(device_trace.len());
-    for (i, entry) in device_trace.iter().enumerate() {
-        let at = || format!("device_traces[{device}][{i}]");
-        let fields = EventFields::of(entry, &at)?;
-        let action = fields
-            .action
-            .and_then(Value::as_str)
-            .ok_or_else(|| not_a_snapshot(format!("{}: no 'action' string", at())))?;
-        bump(&mut stats.actions, action);
-        let Some(kind) = kind_of(action) else {
-            bump(&mut stats.unknown_actions, action);
-            continue;
-        };
-        let number = |key: &str, value: Option<&Value>| match value {
-            Some(v) => to_u64(v).ok_or_else(|| {
-                not_a_snapshot(format!(
-                    "{}: '{key}' is {}, not a non-negative integer",
-                    at(),
-                    v.describe()
-                ))
-            }),
-            None => Err(not_a_snapshot(format!("{}: no '{key}' field", at()))),
-        };
-        let stream = match fields.stream {
-            None | Some(Value::None) => 0,
-            stream => number("stream", stream)?,
-        };
-        events.push(TraceEvent {
-            kind,
-            addr: number("addr", fields.addr)?,
-            size: number("size", fields.size)?,
-            stream: streams.id(stream),
-            tag: fields.frames.and_then(|f| tags.tag(f)),
-            time_us: fields.time_us.and_then(Value::as_int),
-        });
-    }
-    Ok(events)
+/// A trace entry the reader could not use: skipped and counted.
+enum Skipped {
+    /// An action this version of vramtop does not know.
+    Unknown(Arc<str>),
+    /// A required field missing or of the wrong type.
+    Bad(String),
 }
 
-/// Blocks live at the end (allocated or pending free) at an address the trace never
-/// allocated: they were live before recording began.
-fn live_from_start(segments: &[SnapshotSegment], events: &[TraceEvent]) -> Vec<LiveAtStart> {
-    let allocated: HashSet<u64> = events
-        .iter()
-        .filter(|e| e.kind == TraceEventKind::Alloc)
-        .map(|e| e.addr)
-        .collect();
-    segments
-        .iter()
-        .flat_map(|seg| seg.blocks.iter().map(move |b| (seg.stream, b)))
-        .filter(|(_, b)| matches!(b.state, BlockState::Allocated | BlockState::PendingFree))
-        .filter(|(_, b)| !allocated.contains(&b.addr))
-        .map(|(stream, b)| LiveAtStart {
-            addr: b.addr,
-            size: b.size,
-            stream,
-            tag: b.tag.clone(),
-        })
-        .collect()
+/// `Value::Reduced` numbers with this bit set are call-site tags (a frame list), the
+/// others trace entries.
+const TAG_BIT: u32 = 1 << 31;
+
+/// Turns trace entries and frame lists into compact events and interned tags while the
+/// pickle is read: the reducer `pickle` calls for every list and dict it finishes.
+#[derive(Default)]
+struct EntryReader {
+    /// Every trace entry read, by number; skipped ones hold a placeholder event and
+    /// their reason in `skipped`. Kept as events so one device's trace (the usual
+    /// case) becomes the event stream without a copy.
+    entries: Vec<TraceEvent>,
+    skipped: HashMap<u32, Skipped>,
+    streams: StreamIds,
+    /// Call-site tags by number: the innermost user frame of a frame list, or None.
+    tags: Vec<Option<Arc<str>>>,
+    tag_ids: HashMap<Option<Arc<str>>, u32>,
+    /// The user frame of each frame dict (shared by every list that holds it).
+    by_frame: HashMap<*const Dict, Option<Arc<str>>, BuildHasherDefault<AddrHasher>>,
+}
+
+impl EntryReader {
+    fn reduce(&mut self, finished: Finished<'_>) -> Option<Value> {
+        match finished {
+            Finished::List(items) if is_frame_list(items) => {
+                let tag = self.user_frame(items);
+                let next = self.tags.len() as u32;
+                if next >= TAG_BIT {
+                    return None;
+                }
+                let id = *self.tag_ids.entry(tag.clone()).or_insert_with(|| {
+                    self.tags.push(tag);
+                    next
+                });
+                Some(Value::Reduced(TAG_BIT | id))
+            }
+            Finished::Dict(dict) => {
+                let action = dict.get("action")?.as_str()?;
+                let index = u32::try_from(self.entries.len())
+                    .ok()
+                    .filter(|&i| i < TAG_BIT)?;
+                let event = match self.entry(action, dict) {
+                    Ok(event) => event,
+                    Err(skipped) => {
+                        self.skipped.insert(index, skipped);
+                        PLACEHOLDER
+                    }
+                };
+                self.entries.push(event);
+                Some(Value::Reduced(index))
+            }
+            Finished::List(_) => None,
+        }
+    }
+
+    /// The innermost frame outside torch itself, as "file:line function".
+    fn user_frame(&mut self, frames: &[Value]) -> Option<Arc<str>> {
+        for frame in frames {
+            let Some(dict) = frame.as_dict() else {
+                continue;
+            };
+            let tag = self
+                .by_frame
+                .entry(dict as *const Dict)
+                .or_insert_with(|| user_frame_tag(dict).map(Arc::from));
+            if tag.is_some() {
+                return tag.clone();
+            }
+        }
+        None
+    }
+
+    /// The tag a `frames` value stands for (a reduced frame list, or a plain one).
+    fn tag_of(&mut self, frames: Option<&Value>) -> Option<Arc<str>> {
+        match frames? {
+            Value::Reduced(n) if n & TAG_BIT != 0 => {
+                self.tags.get((n & !TAG_BIT) as usize).cloned().flatten()
+            }
+            Value::List(items) | Value::Tuple(items) => self.user_frame(items),
+            _ => None,
+        }
+    }
+
+    fn entry(&mut self, action: &str, dict: &Dict) -> Result<TraceEvent, Skipped> {
+        let Some(kind) = kind_of(action) else {
+            return Err(Skipped::Unknown(Arc::from(action)));
+        };
+        let fields = EventFields::of(dict);
+        let number = |key: &str, value: Option<&Value>| -> Result<Option<u64>, String> {
+            match value {
+                None | Some(Value::None) => Ok(None),
+                Some(v) => to_u64(v).map(Some).ok_or_else(|| {
+                    format!("'{key}' is {}, not a non-negative integer", v.describe())
+                }),
+            }
+        };
+        let parsed = (|| -> Result<TraceEvent, String> {
+            let addr = number("addr", fields.addr)?;
+            let size = number("size", fields.size)?;
+            let device_free = number("device_free", fields.device_free)?;
+            let required =
+                |name: &str, v: Option<u64>| v.ok_or_else(|| format!("no '{name}' field"));
+            let (addr, size) = match kind {
+                // PyTorch writes the device's free bytes in 'device_free' (older versions
+                // put them in 'addr'); an OOM has no address of its own.
+                TraceEventKind::Oom => (device_free.or(addr).unwrap_or(0), required("size", size)?),
+                TraceEventKind::Snapshot => (addr.unwrap_or(0), size.unwrap_or(0)),
+                _ => (required("addr", addr)?, required("size", size)?),
+            };
+            Ok(TraceEvent {
+                kind,
+                addr,
+                size,
+                stream: self
+                    .streams
+                    .id(number("stream", fields.stream)?.unwrap_or(0)),
+                tag: None,
+                time_us: fields.time_us.and_then(Value::as_int),
+            })
+        })();
+        let mut event = parsed.map_err(Skipped::Bad)?;
+        event.tag = self.tag_of(fields.frames);
+        Ok(event)
+    }
+
+    /// The events of one device's trace, in order; skipped entries are counted in `stats`.
+    fn events_of(
+        &mut self,
+        trace: &[Value],
+        device: i64,
+        stats: &mut TraceStats,
+    ) -> Vec<TraceEvent> {
+        let in_order = trace.len() == self.entries.len()
+            && trace
+                .iter()
+                .enumerate()
+                .all(|(i, v)| matches!(v, Value::Reduced(n) if *n as usize == i));
+        let mut events = if in_order {
+            // One device and nothing odd: the entries are its events, in order.
+            std::mem::take(&mut self.entries)
+        } else {
+            let mut picked = Vec::with_capacity(trace.len());
+            for value in trace {
+                let event = match value {
+                    Value::Reduced(n) if n & TAG_BIT == 0 => self.entries.get(*n as usize).cloned(),
+                    _ => None,
+                };
+                picked.push(event.unwrap_or(PLACEHOLDER));
+            }
+            picked
+        };
+        // Skipped entries are dropped here, where their position is known.
+        let mut i = 0;
+        events.retain(|_| {
+            let position = i;
+            i += 1;
+            let why = match &trace[position] {
+                Value::Reduced(n) if n & TAG_BIT == 0 => match self.skipped.get(n) {
+                    None if (*n as usize) < self.entries.len() || in_order => return true,
+                    None => Skipped::Bad("is not a trace entry".to_string()),
+                    Some(Skipped::Unknown(action)) => Skipped::Unknown(action.clone()),
+                    Some(Skipped::Bad(why)) => Skipped::Bad(why.clone()),
+                },
+                Value::Dict(_) => Skipped::Bad("no 'action' string".to_string()),
+                other => Skipped::Bad(format!("is {}, not a dict", other.describe())),
+            };
+            match why {
+                Skipped::Unknown(action) => {
+                    super::bump(&mut stats.actions, &action);
+                    super::bump(&mut stats.unknown_actions, &action);
+                }
+                Skipped::Bad(why) => {
+                    stats.note_malformed(format!("device_traces[{device}][{position}]: {why}"))
+                }
+            }
+            false
+        });
+        let mut per_kind = [0u64; KINDS.len()];
+        for event in &events {
+            per_kind[event.kind as usize] += 1;
+        }
+        for (kind, count) in KINDS.iter().zip(per_kind) {
+            if count > 0 {
+                *stats
+                    .actions
+                    .entry(action_name(*kind).to_string())
+                    .or_default() += count;
+            }
+        }
+        events
+    }
+}
+
+/// Stands in for a skipped entry until it is dropped.
+const PLACEHOLDER: TraceEvent = TraceEvent {
+    kind: TraceEventKind::Snapshot,
+    addr: 0,
+    size: 0,
+    stream: 0,
+    tag: None,
+    time_us: None,
+};
+
+/// Hashes a pointer key (frame dicts) with one multiply instead of SipHash: the keys
+/// come from our own reader, not from the file.
+#[derive(Default)]
+struct AddrHasher(u64);
+
+impl Hasher for AddrHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+
+    fn write_usize(&mut self, n: usize) {
+        self.0 = (n as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
+/// A non-empty list of frame dicts (the first has a 'filename'; a frame list is
+/// uniform, and `user_frame` skips anything else).
+fn is_frame_list(items: &[Value]) -> bool {
+    items
+        .first()
+        .and_then(Value::as_dict)
+        .is_some_and(|d| d.get("filename").is_some())
+}
+
+/// The snapshot's `allocator_settings`, as PyTorch 2.x writes them; what is missing
+/// or of another shape keeps PyTorch's default.
+fn settings_of(value: Option<&Value>) -> AllocatorSettings {
+    let mut settings = AllocatorSettings::default();
+    let Some(dict) = value.and_then(Value::as_dict) else {
+        return settings;
+    };
+    settings.max_split_size = dict
+        .get("max_split_size")
+        .and_then(Value::as_int)
+        .and_then(|n| u64::try_from(n).ok())
+        .filter(|&n| n > 0 && n < u64::MAX / 2);
+    settings.garbage_collection_threshold = match dict.get("garbage_collection_threshold") {
+        Some(Value::Float(f)) if *f > 0.0 => Some(*f),
+        _ => None,
+    };
+    settings.expandable_segments = dict
+        .get("expandable_segments")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    settings.conf = dict
+        .get("PYTORCH_CUDA_ALLOC_CONF")
+        .and_then(Value::as_str)
+        .filter(|c| !c.is_empty())
+        .map(str::to_string);
+    // {"1": d, "2": d, ..., "32768": d}: divisions per interval, keyed by its MiB start.
+    if let Some(divisions) = dict
+        .get("roundup_power2_divisions")
+        .and_then(Value::as_dict)
+    {
+        for (key, value) in divisions.iter() {
+            let (Some(mib), Some(d)) = (
+                key.as_str().and_then(|k| k.parse::<u64>().ok()),
+                value.as_int(),
+            ) else {
+                continue;
+            };
+            if mib.is_power_of_two() {
+                let index = mib.trailing_zeros() as usize;
+                if let (Some(slot), Ok(d)) = (
+                    settings.roundup_power2_divisions.get_mut(index),
+                    u32::try_from(d),
+                ) {
+                    *slot = d;
+                }
+            }
+        }
+    }
+    settings
 }
 
 fn import_segments(
     segments: &[Value],
     device: i64,
-    streams: &mut StreamIds,
-    tags: &mut TagCache,
+    entries: &mut EntryReader,
 ) -> Result<Vec<SnapshotSegment>, TraceErrorKind> {
     let mut out = Vec::new();
     for (i, seg) in segments.iter().enumerate() {
@@ -209,13 +470,14 @@ fn import_segments(
                 size,
                 requested_size: opt_u64_field(block, "requested_size", &at)?.unwrap_or(size),
                 state,
-                tag: block.get("frames").and_then(|f| tags.tag(f)),
+                tag: entries.tag_of(block.get("frames")),
             });
         }
+        let stream = opt_u64_field(seg, "stream", &at)?.unwrap_or(0);
         out.push(SnapshotSegment {
             addr,
             total_size: u64_field(seg, "total_size", &at)?,
-            stream: streams.id(opt_u64_field(seg, "stream", &at)?.unwrap_or(0)),
+            stream: entries.streams.id(stream),
             pool,
             is_expandable: seg
                 .get("is_expandable")
@@ -230,53 +492,63 @@ fn import_segments(
 /// The fields of one trace entry, found in one pass over its dict (the hot loop).
 #[derive(Default)]
 struct EventFields<'v> {
-    action: Option<&'v Value>,
     addr: Option<&'v Value>,
     size: Option<&'v Value>,
     stream: Option<&'v Value>,
     time_us: Option<&'v Value>,
     frames: Option<&'v Value>,
+    device_free: Option<&'v Value>,
 }
 
 impl<'v> EventFields<'v> {
-    fn of(entry: &'v Value, at: &dyn Fn() -> String) -> Result<Self, TraceErrorKind> {
-        let Some(dict) = entry.as_dict() else {
-            return Err(not_a_snapshot(format!(
-                "{} is {}, not a dict",
-                at(),
-                entry.describe()
-            )));
-        };
+    fn of(dict: &'v Dict) -> Self {
         let mut fields = EventFields::default();
         for (key, value) in dict.iter() {
             let slot = match key.as_str() {
-                Some("action") => &mut fields.action,
                 Some("addr") => &mut fields.addr,
                 Some("size") => &mut fields.size,
                 Some("stream") => &mut fields.stream,
                 Some("time_us") => &mut fields.time_us,
                 Some("frames") => &mut fields.frames,
+                Some("device_free") => &mut fields.device_free,
                 _ => continue,
             };
             *slot = Some(value);
         }
-        Ok(fields)
+        fields
+    }
+}
+
+/// Every kind, in declaration order (`kind as usize` indexes it).
+const KINDS: [TraceEventKind; 9] = [
+    TraceEventKind::Alloc,
+    TraceEventKind::FreeRequested,
+    TraceEventKind::FreeCompleted,
+    TraceEventKind::SegmentAlloc,
+    TraceEventKind::SegmentFree,
+    TraceEventKind::SegmentMap,
+    TraceEventKind::SegmentUnmap,
+    TraceEventKind::Oom,
+    TraceEventKind::Snapshot,
+];
+
+/// The action as PyTorch spells it.
+fn action_name(kind: TraceEventKind) -> &'static str {
+    match kind {
+        TraceEventKind::Alloc => "alloc",
+        TraceEventKind::FreeRequested => "free_requested",
+        TraceEventKind::FreeCompleted => "free_completed",
+        TraceEventKind::SegmentAlloc => "segment_alloc",
+        TraceEventKind::SegmentFree => "segment_free",
+        TraceEventKind::SegmentMap => "segment_map",
+        TraceEventKind::SegmentUnmap => "segment_unmap",
+        TraceEventKind::Oom => "oom",
+        TraceEventKind::Snapshot => "snapshot",
     }
 }
 
 fn kind_of(action: &str) -> Option<TraceEventKind> {
-    Some(match action {
-        "alloc" => TraceEventKind::Alloc,
-        "free_requested" => TraceEventKind::FreeRequested,
-        "free_completed" => TraceEventKind::FreeCompleted,
-        "segment_alloc" => TraceEventKind::SegmentAlloc,
-        "segment_free" => TraceEventKind::SegmentFree,
-        "segment_map" => TraceEventKind::SegmentMap,
-        "segment_unmap" => TraceEventKind::SegmentUnmap,
-        "oom" => TraceEventKind::Oom,
-        "snapshot" => TraceEventKind::Snapshot,
-        _ => return None,
-    })
+    KINDS.into_iter().find(|&k| action_name(k) == action)
 }
 
 fn field<'v>(
@@ -324,33 +596,6 @@ fn opt_u64_field(
 
 fn to_u64(value: &Value) -> Option<u64> {
     value.as_int().and_then(|i| u64::try_from(i).ok())
-}
-
-/// The frame dicts of a snapshot are memoized and shared by every event with that
-/// frame (the resnet50 trace has 53 of them for 68,861 events): judge and format each
-/// one once. The key is only compared, never dereferenced; the frames outlive the cache.
-#[derive(Default)]
-struct TagCache {
-    by_frame: HashMap<*const Dict, Option<String>>,
-}
-
-impl TagCache {
-    /// The innermost frame outside torch itself, as "file:line function".
-    fn tag(&mut self, frames: &Value) -> Option<String> {
-        for frame in frames.as_seq()? {
-            let Some(dict) = frame.as_dict() else {
-                continue;
-            };
-            let tag = self
-                .by_frame
-                .entry(dict as *const Dict)
-                .or_insert_with(|| user_frame_tag(dict));
-            if let Some(tag) = tag {
-                return Some(tag.clone());
-            }
-        }
-        None
-    }
 }
 
 /// "file:line function" for a frame the user wrote; None for torch's own frames.
@@ -412,13 +657,20 @@ mod tests {
             frame("torch_trace.py", 68, "step"),
             frame("torch_trace.py", 17, "run"),
         ];
-        let mut tags = TagCache::default();
+        let mut reader = EntryReader::default();
         let list = |n: usize| Value::List(Rc::new(frames[..n].to_vec()));
         assert_eq!(
-            tags.tag(&list(6)).as_deref(),
+            reader.tag_of(Some(&list(6))).as_deref(),
             Some("torch_trace.py:68 step")
         );
-        assert_eq!(tags.tag(&list(3)), None);
-        assert_eq!(tags.tag(&Value::List(Rc::new(vec![]))), None);
+        assert_eq!(reader.tag_of(Some(&list(3))), None);
+        assert_eq!(reader.tag_of(Some(&Value::List(Rc::new(vec![])))), None);
+        // A frame list read by the pickle reader becomes one interned tag.
+        let reduced = reader.reduce(Finished::List(&frames));
+        assert!(matches!(reduced, Some(Value::Reduced(n)) if n & TAG_BIT != 0));
+        assert_eq!(
+            reader.tag_of(reduced.as_ref()).as_deref(),
+            Some("torch_trace.py:68 step")
+        );
     }
 }

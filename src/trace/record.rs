@@ -144,8 +144,10 @@ pub fn read(text: &str) -> Result<Trace, TraceErrorKind> {
         source: TraceFormat::VramtopRecord,
         device: header.device,
         initial: Vec::new(),
+        initial_segments: Vec::new(),
         events: Vec::new(),
         segments_at_end: Vec::new(),
+        settings: Default::default(),
         stats: Default::default(),
     };
     for (i, text) in lines {
@@ -161,7 +163,7 @@ pub fn read(text: &str) -> Result<Trace, TraceErrorKind> {
                 addr: line.addr,
                 size: line.size,
                 stream: line.stream,
-                tag: line.tag,
+                tag: line.tag.map(Into::into),
             });
             continue;
         }
@@ -175,7 +177,7 @@ pub fn read(text: &str) -> Result<Trace, TraceErrorKind> {
             addr: line.addr,
             size: line.size,
             stream: line.stream,
-            tag: line.tag,
+            tag: line.tag.map(Into::into),
             time_us: line.time_us,
         });
     }

@@ -26,6 +26,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+pub use super::ooms::CapacitySource;
 pub use report::{table, TraceFigures};
 
 use super::{Trace, TraceEvent, TraceEventKind};
@@ -46,12 +47,15 @@ pub const INITIAL_TAG: &str = "live at start";
 pub struct ReplayOptions {
     /// Bytes the backing may hold at once; past it, allocs fail and are counted.
     pub capacity: u64,
+    /// Where `capacity` came from.
+    pub source: CapacitySource,
 }
 
 impl Default for ReplayOptions {
     fn default() -> Self {
         ReplayOptions {
             capacity: UNLIMITED_CAPACITY,
+            source: CapacitySource::Unlimited,
         }
     }
 }
@@ -117,6 +121,22 @@ pub struct Replay<'t> {
     peak_reserved_bytes: u64,
     /// The allocator's stats at the first moment reserved reached its peak.
     stats_at_peak: Option<Stats>,
+    /// The trace's own OOMs, each asked of this policy in turn.
+    oom_checks: Vec<OomCheck>,
+}
+
+/// A trace OOM asked of a policy: would it have failed on the same request?
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct OomCheck {
+    /// Index of the trace's `oom` event.
+    pub event: usize,
+    pub requested_bytes: u64,
+    /// True when this policy, in the state the replay had reached, could not place it.
+    pub fails: bool,
+    /// What the policy held when asked.
+    pub reserved_bytes: u64,
+    /// Its largest free run then (inside what it held).
+    pub largest_free_bytes: u64,
 }
 
 impl fmt::Debug for Replay<'_> {
@@ -137,9 +157,16 @@ impl<'t> Replay<'t> {
         opts: ReplayOptions,
     ) -> Result<Replay<'t>, ReplayError> {
         let backing = BookkeepingBacking::new(opts.capacity);
+        // The traced allocator's own settings: `caching` models them (PyTorch's
+        // max_split_size_mb and roundup_power2_divisions); the other policies ignore them.
+        let config = AllocConfig {
+            max_split_size: trace.settings.max_split_size,
+            roundup_power2_divisions: trace.settings.roundup_power2_divisions,
+            ..AllocConfig::default()
+        };
         let mut replay = Replay {
             trace,
-            allocator: Allocator::new(policy, Box::new(backing), AllocConfig::default()),
+            allocator: Allocator::new(policy, Box::new(backing), config),
             live: HashMap::with_capacity(trace.initial.len() + 4096),
             failed: HashSet::new(),
             next: 0,
@@ -148,8 +175,14 @@ impl<'t> Replay<'t> {
             peak_held_bytes: 0,
             peak_reserved_bytes: 0,
             stats_at_peak: None,
+            oom_checks: Vec::new(),
         };
-        let mut initial: Vec<_> = trace.initial.iter().collect();
+        let adopted = replay.adopt_initial_segments()?;
+        let mut initial: Vec<_> = trace
+            .initial
+            .iter()
+            .filter(|b| !adopted.contains(&b.addr))
+            .collect();
         initial.sort_by_key(|b| b.addr);
         for block in initial {
             let tag = block.tag.as_deref().unwrap_or(INITIAL_TAG);
@@ -169,6 +202,47 @@ impl<'t> Replay<'t> {
         // Initial blocks are not the trace's own: its held figure starts from here.
         replay.held_bytes = 0;
         Ok(replay)
+    }
+
+    /// Where the policy can (`caching`), books the segments the traced allocator held
+    /// when the trace began, with the blocks live then at their own places: the replay
+    /// starts from PyTorch's state, not from a fresh allocator's. Returns the addresses
+    /// of the blocks placed so.
+    fn adopt_initial_segments(&mut self) -> Result<HashSet<u64>, ReplayError> {
+        let mut adopted = HashSet::new();
+        if self.trace.initial_segments.is_empty() || !self.allocator.can_adopt() {
+            return Ok(adopted);
+        }
+        for seg in &self.trace.initial_segments {
+            let blocks: Vec<(u64, u64, &str)> = seg
+                .blocks
+                .iter()
+                .map(|b| {
+                    let tag = b.tag.as_deref().unwrap_or(INITIAL_TAG);
+                    (b.addr - seg.addr, b.size, tag)
+                })
+                .collect();
+            let placed = match self
+                .allocator
+                .adopt_segment(seg.size, seg.pool, seg.stream, &blocks)
+            {
+                Ok(Some(placed)) => placed,
+                // A layout the policy cannot take: its blocks are placed by alloc.
+                Ok(None) => continue,
+                Err(AllocError::OutOfMemory(_)) => {
+                    self.counts.ooms += 1;
+                    continue;
+                }
+                Err(error) => return Err(ReplayError { event: None, error }),
+            };
+            for (block, placed) in seg.blocks.iter().zip(placed) {
+                adopted.insert(block.addr);
+                self.live.insert(block.addr, placed);
+                self.counts.initial_blocks += 1;
+            }
+            self.note_reserved();
+        }
+        Ok(adopted)
     }
 
     pub fn policy(&self) -> PolicyKind {
@@ -245,7 +319,7 @@ impl<'t> Replay<'t> {
             | TraceEventKind::SegmentFree
             | TraceEventKind::SegmentMap
             | TraceEventKind::SegmentUnmap => self.counts.segment_events += 1,
-            TraceEventKind::Oom => self.counts.trace_ooms += 1,
+            TraceEventKind::Oom => self.check_oom(event)?,
             TraceEventKind::Snapshot => self.counts.snapshots += 1,
         }
         Ok(())
@@ -274,6 +348,37 @@ impl<'t> Replay<'t> {
             }
             Err(e) => Err(e),
         }
+    }
+
+    /// Asks the policy for what the traced allocator refused, then gives it back. Before
+    /// giving up PyTorch released its cached segments (release_cached_blocks), so the
+    /// policy's wholly free segments are released here too, whatever the answer.
+    fn check_oom(&mut self, event: &TraceEvent) -> Result<(), AllocError> {
+        self.counts.trace_ooms += 1;
+        let index = self.next.saturating_sub(1);
+        let stats = self.allocator.stats();
+        let fails = match self.allocator.alloc(event.size, event.stream, "trace oom") {
+            Ok(block) => {
+                self.allocator.free(&block)?;
+                false
+            }
+            Err(AllocError::OutOfMemory(_)) => true,
+            Err(e) => return Err(e),
+        };
+        self.allocator.empty_cache();
+        self.oom_checks.push(OomCheck {
+            event: index,
+            requested_bytes: event.size,
+            fails,
+            reserved_bytes: stats.reserved_bytes,
+            largest_free_bytes: stats.largest_free_bytes,
+        });
+        Ok(())
+    }
+
+    /// The trace's OOMs asked of this policy so far.
+    pub fn oom_checks(&self) -> &[OomCheck] {
+        &self.oom_checks
     }
 
     fn free(&mut self, addr: u64) -> Result<(), AllocError> {
@@ -332,6 +437,7 @@ impl<'t> Replay<'t> {
                 elapsed.as_nanos() as f64 / events as f64
             },
             counts: self.counts,
+            oom_checks: self.oom_checks.clone(),
         }
     }
 }
@@ -358,6 +464,7 @@ pub struct PolicyRun {
     /// Wall time of the event loop divided by the events.
     pub ns_per_event: f64,
     pub counts: ReplayCounts,
+    pub oom_checks: Vec<OomCheck>,
 }
 
 /// Replays the whole trace through `policy`, timing the event loop.
@@ -405,11 +512,16 @@ pub struct ReplayReport {
     /// `peak_reserved_bytes / trace_reserved_peak_bytes`: how near the policy lands to
     /// what the traced allocator reserved.
     pub reserved_vs_trace: Option<f64>,
+    /// The capacity the replay ran under, and where it came from.
+    pub capacity_bytes: Option<u64>,
+    pub capacity_source: CapacitySource,
+    /// The trace's own OOMs, each asked of this policy: does it fail on the same request?
+    pub trace_ooms: Vec<OomCheck>,
     pub counts: ReplayCounts,
 }
 
 impl ReplayReport {
-    pub fn new(run: &PolicyRun, trace: &TraceFigures) -> Self {
+    pub fn new(run: &PolicyRun, trace: &TraceFigures, opts: ReplayOptions) -> Self {
         let ratio = |num: u64, den: u64| (den > 0).then(|| num as f64 / den as f64);
         ReplayReport {
             policy: run.policy,
@@ -431,22 +543,60 @@ impl ReplayReport {
             reserved_vs_trace: trace
                 .reserved_peak_bytes
                 .and_then(|peak| ratio(run.peak_reserved_bytes, peak)),
+            capacity_bytes: (opts.source != CapacitySource::Unlimited).then_some(opts.capacity),
+            capacity_source: opts.source,
+            trace_ooms: run.oom_checks.clone(),
             counts: run.counts,
         }
     }
 }
 
-/// Replays the trace through each policy in turn: one report row per policy.
+/// Replays the trace through each policy, on a thread each (the policies share nothing
+/// but the trace): one report row per policy, in the order asked.
 pub fn report(
     trace: &Trace,
     policies: &[PolicyKind],
     opts: ReplayOptions,
 ) -> Result<Vec<ReplayReport>, ReplayError> {
     let figures = TraceFigures::of(trace);
-    policies
-        .iter()
-        .map(|&policy| replay(trace, policy, opts).map(|run| ReplayReport::new(&run, &figures)))
+    let runs: Vec<Result<PolicyRun, ReplayError>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = policies
+            .iter()
+            .map(|&policy| scope.spawn(move || replay(trace, policy, opts)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join().unwrap_or_else(|_| {
+                    Err(ReplayError {
+                        event: None,
+                        error: AllocError::Backing("a replay thread panicked".to_string()),
+                    })
+                })
+            })
+            .collect()
+    });
+    runs.into_iter()
+        .map(|run| run.map(|run| ReplayReport::new(&run, &figures, opts)))
         .collect()
+}
+
+/// The capacity to replay under: the one given, else the one the trace's OOMs show
+/// (`ooms::inferred_capacity`), else none.
+pub fn plan_capacity(trace: &Trace, given: Option<u64>) -> ReplayOptions {
+    if let Some(capacity) = given {
+        return ReplayOptions {
+            capacity,
+            source: CapacitySource::Given,
+        };
+    }
+    match super::ooms::inferred_capacity(trace, &super::ooms::trace_ooms(trace)) {
+        Some(capacity) if capacity > 0 => ReplayOptions {
+            capacity,
+            source: CapacitySource::Inferred,
+        },
+        _ => ReplayOptions::default(),
+    }
 }
 
 #[cfg(test)]
@@ -472,8 +622,10 @@ mod tests {
             source: TraceFormat::VramtopRecord,
             device: 0,
             initial,
+            initial_segments: Vec::new(),
             events,
             segments_at_end: Vec::new(),
+            settings: Default::default(),
             stats: TraceStats::default(),
         }
     }
@@ -531,7 +683,10 @@ mod tests {
                 event(Alloc, 0x2000, 16 * MIB),
             ],
         );
-        let opts = ReplayOptions { capacity: 30 * MIB };
+        let opts = ReplayOptions {
+            capacity: 30 * MIB,
+            source: CapacitySource::Given,
+        };
         let run = replay(&t, PolicyKind::FirstFit, opts).unwrap();
         assert_eq!(run.ooms, 1);
         assert_eq!(run.counts.frees_after_oom, 1);

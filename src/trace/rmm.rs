@@ -50,8 +50,10 @@ pub(super) fn import(text: &[u8]) -> Result<Trace, TraceErrorKind> {
         source: TraceFormat::RmmCsv,
         device: 0,
         initial: Vec::new(),
+        initial_segments: Vec::new(),
         events: Vec::new(),
         segments_at_end: Vec::new(),
+        settings: Default::default(),
         stats: Default::default(),
     };
     let mut streams = StreamIds::default();

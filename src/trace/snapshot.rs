@@ -171,8 +171,10 @@ mod tests {
             source: TraceFormat::PytorchSnapshot,
             device: 0,
             initial: Vec::new(),
+            initial_segments: Vec::new(),
             events: Vec::new(),
             segments_at_end: segments,
+            settings: Default::default(),
             stats: TraceStats {
                 no_history: true,
                 ..TraceStats::default()

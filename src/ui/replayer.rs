@@ -73,7 +73,15 @@ fn title(state: &ReplayerState<'_>) -> Line<'static> {
         Style::new().bold(),
     )];
     if let Some(capacity) = state.capacity {
-        spans.push(Span::raw(format!("· capacity {} ", human_bytes(capacity))));
+        let how = if state.capacity_source == crate::trace::replay::CapacitySource::Inferred {
+            " (inferred from the trace's OOM)"
+        } else {
+            ""
+        };
+        spans.push(Span::raw(format!(
+            "· capacity {}{how} ",
+            human_bytes(capacity)
+        )));
     }
     spans.push(if state.error.is_some() {
         Span::styled(" stopped ", Style::new().bold().white().on_red())
@@ -132,6 +140,23 @@ fn event_line(state: &ReplayerState<'_>) -> Line<'static> {
             Style::new().dark_gray(),
         ));
     };
+    if let Some((oom, check)) = state.oom_here() {
+        let verdict = match check {
+            Some(c) if c.fails => format!("{} fails too", state.policy()),
+            Some(_) => format!("{} would fit it", state.policy()),
+            None => String::new(),
+        };
+        return Line::from(vec![
+            Span::styled(" trace OOM: ", Style::new().bold().red()),
+            Span::raw(format!(
+                "{}; PyTorch held {} reserved, {} allocated · ",
+                oom.explain(),
+                human_bytes(oom.reserved_bytes),
+                human_bytes(oom.allocated_bytes)
+            )),
+            Span::styled(verdict, Style::new().bold()),
+        ]);
+    }
     Line::from(vec![
         Span::styled(format!(" {}", event_summary(event)), Style::new().bold()),
         Span::raw(format!(
@@ -185,7 +210,7 @@ mod tests {
                 addr: 0x1000 + i * 0x1000,
                 size: 4096,
                 stream: 0,
-                tag: Some(format!("train.py:{i} step")),
+                tag: Some(format!("train.py:{i} step").into()),
                 time_us: None,
             })
             .collect();
@@ -193,8 +218,10 @@ mod tests {
             source: TraceFormat::VramtopRecord,
             device: 0,
             initial: Vec::new(),
+            initial_segments: Vec::new(),
             events,
             segments_at_end: Vec::new(),
+            settings: Default::default(),
             stats: TraceStats::default(),
         };
         let mut s = ReplayerState::new("t.jsonl", &t, PolicyKind::Caching, None).unwrap();

@@ -207,6 +207,7 @@ mod tests {
             source: TraceFormat::PytorchSnapshot,
             device: 0,
             initial: Vec::new(),
+            initial_segments: Vec::new(),
             events: Vec::new(),
             segments_at_end: vec![SnapshotSegment {
                 addr: 0x7f00_0000_0000,
@@ -219,6 +220,7 @@ mod tests {
                     block(0x7f00_0040_0000, 16 << 20, BlockState::Free),
                 ],
             }],
+            settings: Default::default(),
             stats: TraceStats {
                 no_history: true,
                 ..TraceStats::default()

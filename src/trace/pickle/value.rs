@@ -18,6 +18,9 @@ pub enum Value {
     List(Rc<Vec<Value>>),
     Tuple(Rc<Vec<Value>>),
     Dict(Rc<Dict>),
+    /// A dict a `Reducer` took over while reading; the number is the reducer's own
+    /// (an index into what it built).
+    Reduced(u32),
 }
 
 /// A dict's entries in the order the pickle set them. A repeated key is kept twice;
@@ -119,6 +122,7 @@ impl Value {
             Value::List(v) => format!("a list of {} items", v.len()),
             Value::Tuple(v) => format!("a tuple of {} items", v.len()),
             Value::Dict(v) => format!("a dict of {} keys", v.len()),
+            Value::Reduced(_) => "a dict".into(),
         }
     }
 }

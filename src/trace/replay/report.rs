@@ -4,6 +4,7 @@
 use serde::Serialize;
 
 use super::{ReplayReport, TRACE_ROUNDING};
+use crate::trace::ooms::TraceOom;
 use crate::trace::{Trace, TraceEventKind, TraceFormat};
 
 const MIB: f64 = 1024.0 * 1024.0;
@@ -158,6 +159,40 @@ pub fn table(name: &str, figures: &TraceFigures, rows: &[ReplayReport]) -> Strin
     out
 }
 
+/// The trace's OOMs, each with the traced allocator's state and every policy's answer;
+/// empty when the trace has none.
+pub fn oom_table(ooms: &[TraceOom], rows: &[ReplayReport]) -> String {
+    if ooms.is_empty() {
+        return String::new();
+    }
+    let mut out = format!("\nthe trace's own OOMs ({}):\n", ooms.len());
+    for (n, oom) in ooms.iter().enumerate() {
+        out += &format!(
+            "  {}. event {}: {}; PyTorch held {} reserved, {} allocated\n",
+            n + 1,
+            thousands(oom.event as u64 + 1),
+            oom.explain(),
+            mib(oom.reserved_bytes),
+            mib(oom.allocated_bytes)
+        );
+        let answers: Vec<String> = rows
+            .iter()
+            .filter_map(|row| {
+                let check = row.trace_ooms.iter().find(|c| c.event == oom.event)?;
+                Some(format!(
+                    "{} {}",
+                    row.policy,
+                    if check.fails { "fails too" } else { "fits" }
+                ))
+            })
+            .collect();
+        if !answers.is_empty() {
+            out += &format!("     {}\n", answers.join(", "));
+        }
+    }
+    out
+}
+
 fn row_cells(row: &ReplayReport) -> [String; 10] {
     let dash = || "-".to_string();
     [
@@ -208,12 +243,14 @@ mod tests {
             source: TraceFormat::PytorchSnapshot,
             device: 0,
             initial: Vec::new(),
+            initial_segments: Vec::new(),
             events: vec![
                 segment_event(TraceEventKind::SegmentAlloc, 20),
                 segment_event(TraceEventKind::SegmentAlloc, 10),
                 segment_event(TraceEventKind::SegmentFree, 20),
             ],
             segments_at_end: Vec::new(),
+            settings: Default::default(),
             stats: TraceStats::default(),
         };
         // 30 at the end: 20 at the start, 50 at the peak.

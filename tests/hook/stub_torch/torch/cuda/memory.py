@@ -1,0 +1,193 @@
+"""The stub allocator. Each allocation gets its own segment, rounded up to 2 MiB, split
+into the active block and an inactive remainder: enough to give segments, blocks, states
+and the stats the hook reads. Everything is in host memory; nothing here touches a GPU."""
+
+import os
+import sys
+import threading
+
+_LACKS = set(filter(None, os.environ.get("STUB_TORCH_LACKS", "").split(",")))
+_lock = threading.RLock()
+_initialized = False
+_forked_child = False
+_segments = {}  # name -> segment dict
+_next_address = 0x7F0000000000
+_observers = []
+_counters = {"num_ooms": 0, "num_alloc_retries": 0, "num_device_alloc": 0, "num_device_free": 0}
+_peaks = {"allocated": 0, "reserved": 0}
+history_calls = []
+_history_on = False
+LIMIT_BYTES = 8 * 1024 ** 3
+
+
+def _after_fork():
+    # As torch does: a forked child cannot use its parent's CUDA context.
+    global _forked_child, _initialized, _queued_calls
+    _forked_child = True
+    _initialized = False
+    _queued_calls = []
+
+
+os.register_at_fork(after_in_child=_after_fork)
+
+
+_queued_calls = []
+_initializing = threading.local()
+
+
+def _lazy_init():
+    """As torch.cuda._lazy_init: init, then run the queued calls, then say initialised."""
+    global _initialized
+    if _initialized or getattr(_initializing, "on", False):
+        return
+    if _forked_child and os.environ.get("STUB_TORCH_CHILD_CUDA") != "1":
+        raise RuntimeError("Cannot re-initialize CUDA in forked subprocess (stub)")
+    _initializing.on = True
+    try:
+        for call in _queued_calls:
+            call()
+    finally:
+        _initializing.on = False
+    _initialized = True
+
+
+def _lazy_call(callable):
+    if _initialized:
+        callable()
+    else:
+        _queued_calls.append(callable)
+
+
+def is_initialized():
+    return _initialized
+
+
+def _frames():
+    frames = []
+    frame = sys._getframe(1)  # from stub_alloc: a torch-internal frame first
+    while frame is not None:
+        code = frame.f_code
+        frames.append({"filename": code.co_filename, "line": frame.f_lineno, "name": code.co_name})
+        frame = frame.f_back
+    return frames
+
+
+def stub_alloc(name, size):
+    """Allocate `size` bytes as block `name` (the job keeps the name, as it would a tensor)."""
+    global _next_address
+    with _lock:
+        total = max(2 * 1024 * 1024, -(-size // (2 * 1024 * 1024)) * 2 * 1024 * 1024)
+        address = _next_address
+        _next_address += total + 2 * 1024 * 1024
+        active = {"address": address, "size": size, "requested_size": size, "state": "active_allocated"}
+        if _history_on:
+            active["frames"] = _frames()
+        blocks = [active]
+        if total > size:
+            blocks.append({"address": address + size, "size": total - size, "requested_size": 0, "state": "inactive"})
+        _segments[name] = {
+            "device": 0, "address": address, "total_size": total, "stream": 0,
+            "segment_type": "large" if size > 1024 * 1024 else "small",
+            "segment_pool_id": (0, 0), "is_expandable": False, "blocks": blocks,
+        }
+        _counters["num_device_alloc"] += 1
+        _update_peaks()
+
+
+def stub_free(name):
+    with _lock:
+        segment = _segments.get(name)
+        if segment:
+            segment["blocks"][0]["state"] = "inactive"
+            segment["blocks"][0].pop("frames", None)
+
+
+def stub_oom(size):
+    """What the real allocator does when every retry failed: count, call the observers
+    (after releasing its lock), then raise PyTorch's OutOfMemoryError."""
+    from .. import OutOfMemoryError
+
+    with _lock:
+        _counters["num_ooms"] += 1
+        stats = memory_stats(0)
+        observers = list(_observers)
+    allocated = stats["allocated_bytes.all.current"]
+    reserved = stats["reserved_bytes.all.current"]
+    free = LIMIT_BYTES - reserved
+    for observer in observers:
+        # An observer that raises turns the OOM into another error, as in C++.
+        observer(0, size, LIMIT_BYTES, free)
+    raise OutOfMemoryError(
+        "CUDA out of memory. Tried to allocate %d bytes. Of the allocated memory %d bytes is "
+        "allocated by PyTorch, and %d bytes is reserved by PyTorch but unallocated." % (size, allocated, reserved - allocated)
+    )
+
+
+def _totals():
+    allocated = reserved = inactive_split = requested = 0
+    for segment in _segments.values():
+        reserved += segment["total_size"]
+        for block in segment["blocks"]:
+            if block["state"] == "active_allocated":
+                allocated += block["size"]
+                requested += block["requested_size"]
+            elif len(segment["blocks"]) > 1:
+                inactive_split += block["size"]
+    return allocated, reserved, inactive_split, requested
+
+
+def _update_peaks():
+    allocated, reserved, _, _ = _totals()
+    _peaks["allocated"] = max(_peaks["allocated"], allocated)
+    _peaks["reserved"] = max(_peaks["reserved"], reserved)
+
+
+def memory_stats(device=None):
+    if not _initialized:
+        return {}
+    with _lock:
+        allocated, reserved, inactive_split, requested = _totals()
+        stats = {
+            "allocated_bytes.all.current": allocated,
+            "reserved_bytes.all.current": reserved,
+            "active_bytes.all.current": allocated,
+            "inactive_split_bytes.all.current": inactive_split,
+            "requested_bytes.all.current": requested,
+            "allocated_bytes.all.peak": _peaks["allocated"],
+            "reserved_bytes.all.peak": _peaks["reserved"],
+        }
+        stats.update(_counters)
+        return stats
+
+
+def _snapshot(device=None):
+    import copy
+
+    with _lock:
+        result = {"segments": copy.deepcopy(list(_segments.values())), "device_traces": [[]]}
+        if "allocator_settings" not in _LACKS:
+            result["allocator_settings"] = {
+                "PYTORCH_CUDA_ALLOC_CONF": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""),
+                "max_split_size": -1,
+                "garbage_collection_threshold": 0.0,
+                "expandable_segments": "expandable_segments:True" in os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""),
+                "roundup_power2_divisions": {"1": 0, "2": 0},
+            }
+        return result
+
+
+def memory_snapshot():
+    return _snapshot()["segments"]
+
+
+def _record_memory_history(enabled="all", context="all", stacks="all", max_entries=sys.maxsize, device=None):
+    global _history_on
+    _lazy_init()  # as the real binding does
+    history_calls.append({"enabled": enabled, "context": context, "stacks": stacks, "max_entries": max_entries})
+    _history_on = enabled is not None
+
+
+if "memory_snapshot" in _LACKS:
+    del _snapshot, memory_snapshot
+if "record_memory_history" in _LACKS:
+    del _record_memory_history

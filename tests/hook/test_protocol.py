@@ -1,0 +1,179 @@
+"""The hook's framing and allocator translation, in-process (importing the hook starts nothing)."""
+
+import json
+import os
+import selectors
+import socket
+import struct
+import sys
+import time
+import unittest
+
+from support import HOOK_DIR, STUB_DIR
+
+sys.path.insert(0, HOOK_DIR)
+import vramtop_hook as hook  # noqa: E402
+
+
+def frame(body):
+    return struct.pack(">I", len(body)) + body
+
+
+class FramingTest(unittest.TestCase):
+    def test_encode_is_length_then_compact_json(self):
+        data = hook.encode({"type": "bye", "exit_code": None})
+        (length,) = struct.unpack(">I", data[:4])
+        self.assertEqual(length, len(data) - 4)
+        self.assertEqual(json.loads(data[4:]), {"type": "bye", "exit_code": None})
+
+    def test_reader_reassembles_frames_split_anywhere(self):
+        stream = hook.encode({"type": "subscribe", "interval_s": 0.5}) + hook.encode({"type": "x"})
+        for cut in range(len(stream) + 1):
+            reader = hook.FrameReader()
+            got = reader.feed(stream[:cut]) + reader.feed(stream[cut:])
+            self.assertEqual([m["type"] for m in got], ["subscribe", "x"], cut)
+
+    def test_reader_refuses_a_length_over_its_limit_before_reading_the_body(self):
+        reader = hook.FrameReader(limit=1024)
+        with self.assertRaises(hook.ProtocolError):
+            reader.feed(struct.pack(">I", 1025))
+        with self.assertRaises(hook.ProtocolError):
+            hook.FrameReader().feed(struct.pack(">I", 0xFFFFFFFF))
+
+    def test_reader_refuses_bad_utf8_bad_json_and_non_objects(self):
+        for body in (b"\xff\xfe", b"{not json", b"[1,2]", b'"type"', b'{"type": 3}', b"{}"):
+            with self.assertRaises(hook.ProtocolError, msg=body):
+                hook.FrameReader().feed(frame(body))
+
+    def test_encode_refuses_a_frame_over_16_mib(self):
+        with self.assertRaises(ValueError):
+            hook.encode({"type": "state", "pad": "x" * (16 * 1024 * 1024)})
+
+    def test_encode_fitting_drops_segments_and_says_truncated(self):
+        segment = {"address": 0, "total_size": 1, "blocks": [], "pad": "y" * 100000}
+        message = {"type": "state", "segments": [segment] * 400, "truncated": False}
+        data = hook.encode_fitting(message)
+        self.assertLessEqual(len(data) - 4, hook.MAX_FRAME)
+        decoded = json.loads(data[4:])
+        self.assertTrue(decoded["truncated"])
+        self.assertLess(len(decoded["segments"]), 400)
+        self.assertGreater(len(decoded["segments"]), 0)
+
+
+class WriteDisciplineTest(unittest.TestCase):
+    """A viewer that reads slowly: frames are never torn, stale states are dropped, not
+    queued, and of the kept messages only the latest of each kind waits."""
+
+    def test_partial_writes_finish_their_frame_drop_states_and_keep_one_oom(self):
+        ours, theirs = socket.socketpair()
+        ours.setblocking(False)
+        server = hook.Hook(history=False, forked=False)
+        server.selector = selectors.DefaultSelector()
+        viewer = hook.Viewer(ours, time.monotonic())
+        server.viewers.append(viewer)
+        big = hook.encode({"type": "state", "seq": 0, "pad": "s" * 300000})
+        for seq in range(20):  # the first is begun (the buffer is smaller), the rest dropped
+            server.offer(viewer, big)
+        self.assertTrue(viewer.pending)
+        for n in range(50):
+            server.offer(viewer, hook.encode({"type": "oom", "n": n}), keep="oom")
+        server.offer(viewer, hook.encode({"type": "bye"}), keep="bye")
+        self.assertEqual([kind for kind, _ in viewer.owed], ["oom", "bye"])
+        reader, got = hook.FrameReader(), []
+        theirs.settimeout(0.2)
+        while True:
+            server.flush(viewer)
+            try:
+                data = theirs.recv(1 << 20)
+            except socket.timeout:
+                break
+            got += reader.feed(data)
+        self.assertEqual([m["type"] for m in got], ["state", "oom", "bye"])
+        self.assertEqual(got[1]["n"], 49)
+        self.assertEqual(len(got[0]["pad"]), 300000)
+        ours.close()
+        theirs.close()
+
+
+class FormatTest(unittest.TestCase):
+    def test_format_size_reads_as_pytorch_does(self):
+        self.assertEqual(hook.format_size(1024), "1024 bytes")
+        self.assertEqual(hook.format_size(6 * 1048576), "6.00 MiB")
+        self.assertEqual(hook.format_size(1073741824), "1024.00 MiB")
+        self.assertEqual(hook.format_size(3 * 1073741824 // 2), "1.50 GiB")
+
+    def test_alloc_conf_parsing_keeps_bracketed_lists_whole(self):
+        conf = hook.parse_alloc_conf(
+            "expandable_segments:True,roundup_power2_divisions:[256:1,512:2],max_split_size_mb:64"
+        )
+        self.assertEqual(conf["expandable_segments"], "True")
+        self.assertEqual(conf["roundup_power2_divisions"], "[256:1,512:2]")
+        self.assertEqual(conf["max_split_size_mb"], "64")
+
+
+class AllocatorTranslationTest(unittest.TestCase):
+    """TorchAllocator against the stub torch loaded in this process."""
+
+    @classmethod
+    def setUpClass(cls):
+        sys.path.insert(0, STUB_DIR)
+        import torch
+
+        cls.torch = torch
+        torch.cuda.init()
+        torch.cuda.stub_alloc("p", 3 * 1048576)
+        torch.cuda.stub_alloc("q", 1000)
+        torch.cuda.stub_free("q")
+
+    def test_collect_matches_the_allocators_own_figures(self):
+        alloc = hook.TorchAllocator(self.torch)
+        state = alloc.collect()
+        stats = self.torch.cuda.memory_stats(0)
+        self.assertEqual(state["stats"]["allocated_bytes"], stats["allocated_bytes.all.current"])
+        self.assertEqual(state["stats"]["reserved_bytes"], stats["reserved_bytes.all.current"])
+        reserved = sum(s["total_size"] for s in state["segments"])
+        self.assertEqual(reserved, stats["reserved_bytes.all.current"])
+        for segment in state["segments"]:
+            self.assertEqual(sum(b["size"] for b in segment["blocks"]), segment["total_size"])
+            first = segment["blocks"][0]
+            self.assertEqual(first["address"], segment["address"])
+
+    def test_settings_fall_back_to_the_environment(self):
+        alloc = hook.TorchAllocator(self.torch)
+        os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True,max_split_size_mb:128"
+        try:
+            settings = alloc.settings(None)
+        finally:
+            del os.environ["PYTORCH_CUDA_ALLOC_CONF"]
+        self.assertTrue(settings["expandable_segments"])
+        self.assertEqual(settings["max_split_size"], 128 * 1048576)
+        self.assertEqual(settings["raw"], "expandable_segments:True,max_split_size_mb:128")
+
+    def test_block_cap_truncates(self):
+        alloc = hook.TorchAllocator(self.torch)
+        old = hook.MAX_BLOCKS
+        hook.MAX_BLOCKS = 1
+        try:
+            state = alloc.collect()
+        finally:
+            hook.MAX_BLOCKS = old
+        self.assertTrue(state["truncated"])
+        self.assertEqual(sum(len(s["blocks"]) for s in state["segments"]), 1)
+
+    def test_site_skips_torch_stdlib_and_site_packages(self):
+        alloc = hook.TorchAllocator(self.torch)
+        torch_file = os.path.join(os.path.dirname(self.torch.__file__), "nn", "modules", "linear.py")
+        frames = [
+            {"filename": torch_file, "line": 125, "name": "forward"},
+            {"filename": os.__file__, "line": 1, "name": "stdlib"},
+            {"filename": "/venv/lib/python3.11/site-packages/transformers/x.py", "line": 9, "name": "f"},
+            {"filename": "/home/me/train.py", "line": 42, "name": "step"},
+            {"filename": "/home/me/main.py", "line": 7, "name": "<module>"},
+        ]
+        self.assertEqual(alloc.site(frames), "/home/me/train.py:42 step")
+        self.assertIsNone(alloc.site(frames[:3]))
+        self.assertIsNone(alloc.site([]))
+
+
+if __name__ == "__main__":
+    unittest.main()
