@@ -146,6 +146,18 @@ case "$serve_line" in
   *) result "serve /metrics vs nvidia-smi" FAIL "$serve_line" ;;
 esac
 
+# 7b. serve under load: RSS over 100k scrapes, scrape latency beside slowloris clients.
+#     Needs the serve_load example built beside the binary (SERVE_LOAD=path to override).
+say "serve under load"
+SERVE_LOAD=${SERVE_LOAD:-$(dirname "$BIN")/examples/serve_load}
+load_line=$(OUT="$WORK" "$HERE/gpu-check-serve-load.sh" "$BIN" "$SERVE_LOAD" 2>&1 | tail -n 1)
+cat "$WORK/gpu-check-serve-load.log" >> "$LOG" 2>/dev/null
+case "$load_line" in
+  *": ok"*) result "serve 100k scrapes, RSS, slowloris" ok "${load_line#*: ok }" ;;
+  *": skipped"*) result "serve 100k scrapes, RSS, slowloris" skip "${load_line#*: skipped }" ;;
+  *) result "serve 100k scrapes, RSS, slowloris" FAIL "$load_line" ;;
+esac
+
 # 8. Draw cost on this machine.
 "$BIN" bench render > "$WORK/bench-render.txt" 2>&1
 result "bench render 200x60" info "$(cat "$WORK/bench-render.txt")"

@@ -1,6 +1,7 @@
 //! The command line: options for the live app and the subcommands vramtop grows into.
-//! Layering is CLI > environment > defaults; every bad value gets one line that names
-//! the flag and the accepted range.
+//! Layering is CLI > environment > settings file > defaults (the file is `config`'s job;
+//! `Defaulted` tells it what it may fill); every bad value gets one line that names the
+//! flag and the accepted range.
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
@@ -17,14 +18,61 @@ pub const MAX_INTERVAL_S: f64 = 3600.0;
     long_about = "Watch GPU memory live and make fragmentation and leaks visible.\n\n\
         Without a subcommand, vramtop opens the live view (NVML when an NVIDIA driver is \
         present, else a clearly labelled simulated device). When stdout is not a terminal \
-        it prints one snapshot, as --once does."
+        it prints one snapshot, as --once does.",
+    after_long_help = "Files:\n  \
+        $XDG_CONFIG_HOME/vramtop/config.toml (else ~/.config/vramtop/config.toml), or the \
+        file named by --config or VRAMTOP_CONFIG: settings (interval, sort, policy, \
+        backing, probe_limit, theme). Flags beat VRAMTOP_* variables, which beat the file, \
+        which beats the defaults. F12 in the live view saves the current settings there.\n\n\
+        Shell completions: vramtop completions bash|zsh|fish|elvish|powershell. \
+        This manual: vramtop man."
 )]
 pub struct Cli {
     #[command(flatten)]
     pub live: LiveArgs,
 
+    /// Settings file (default: $XDG_CONFIG_HOME/vramtop/config.toml, else
+    /// ~/.config/vramtop/config.toml)
+    #[arg(long, value_name = "FILE", env = "VRAMTOP_CONFIG", global = true)]
+    pub config: Option<std::path::PathBuf>,
+
     #[command(subcommand)]
     pub command: Option<Command>,
+
+    /// Which options the settings file may fill.
+    #[arg(skip)]
+    pub defaulted: Defaulted,
+}
+
+/// The layered options left at their built-in default (set by neither a flag nor an
+/// environment variable) in this command line.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Defaulted {
+    pub interval: bool,
+    pub policy: bool,
+    pub backing: bool,
+    pub probe_limit: bool,
+    pub theme: bool,
+}
+
+impl Defaulted {
+    fn of(matches: &clap::ArgMatches) -> Defaulted {
+        use clap::parser::ValueSource;
+        let m = matches.subcommand().map_or(matches, |(_, sub)| sub);
+        // An option this mode lacks is not the file's to fill either.
+        let default = |id: &str| {
+            m.try_contains_id(id).is_ok()
+                && m.value_source(id)
+                    .is_none_or(|s| s == ValueSource::DefaultValue)
+        };
+        Defaulted {
+            interval: default("interval"),
+            policy: default("policy"),
+            backing: default("backing"),
+            probe_limit: default("probe_limit"),
+            theme: default("theme"),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Args)]
@@ -67,6 +115,10 @@ pub struct LiveArgs {
     /// Show the devices of hosts that run `vramtop serve`, e.g. gpu1:9464,gpu2:9464
     #[arg(long, value_name = "HOST:PORT,...", value_delimiter = ',', value_parser = parse_remote, conflicts_with = "probe")]
     pub remote: Vec<String>,
+
+    /// With --remote: send `Authorization: Bearer TOKEN`, the token read from FILE
+    #[arg(long, value_name = "FILE", requires = "remote")]
+    pub token_file: Option<std::path::PathBuf>,
 }
 
 /// Options shared by `--probe` in the live view and `vramtop probe`.
@@ -75,16 +127,16 @@ pub struct ProbeOptions {
     /// Allocator policy: caching, best-fit, first-fit, tlsf, expandable (an ideal
     /// page-mapped allocator, the lower bound) or pytorch-expandable (PyTorch's
     /// expandable_segments:True, rule for rule)
-    #[arg(long, value_name = "NAME", default_value = "caching", value_parser = parse_policy)]
+    #[arg(long, value_name = "NAME", default_value = "caching", value_parser = parse_policy, env = "VRAMTOP_POLICY")]
     pub policy: PolicyKind,
 
     /// Where probe memory comes from: auto (cuda when libcuda loads, else host)
-    #[arg(long, value_enum, default_value = "auto")]
+    #[arg(long, value_enum, default_value = "auto", env = "VRAMTOP_BACKING")]
     pub backing: BackingChoice,
 
     /// Most memory a probe may hold, e.g. 512MiB or 4GiB (default: host 512 MiB; cuda 25 %
     /// of free device memory, never closer than 1 GiB to full)
-    #[arg(long, value_name = "BYTES", value_parser = parse_probe_limit)]
+    #[arg(long, value_name = "BYTES", value_parser = parse_probe_limit, env = "VRAMTOP_PROBE_LIMIT")]
     pub probe_limit: Option<u64>,
 
     /// Probe operations per second in the live view (1 to 200000)
@@ -233,6 +285,17 @@ pub enum Command {
     },
     /// Serve metrics in the Prometheus text format, and snapshots for --remote
     Serve(ServeArgs),
+    /// Print a shell completion script (see the README for where each shell reads it)
+    Completions {
+        /// The shell to complete for
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff), e.g. `vramtop man | man -l -`
+    Man {
+        /// Write vramtop.1 and a page per subcommand (vramtop-serve.1, ...) into DIR instead
+        #[arg(long, value_name = "DIR")]
+        dir: Option<std::path::PathBuf>,
+    },
     /// Check the CUDA backing on GPU 0: segments, pages, fill and verify kernels
     #[command(hide = true)]
     GpuSelfCheck,
@@ -277,6 +340,14 @@ pub struct ServeArgs {
     #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:9464")]
     pub listen: std::net::SocketAddr,
 
+    /// Allow a --listen address that other hosts can reach (refused otherwise)
+    #[arg(long)]
+    pub allow_remote: bool,
+
+    /// Require `Authorization: Bearer TOKEN` with the token read from FILE
+    #[arg(long, value_name = "FILE")]
+    pub token_file: Option<std::path::PathBuf>,
+
     /// Also export dcgm-exporter's DCGM_FI_DEV_* series, in its units and label names
     #[arg(long)]
     pub dcgm_names: bool,
@@ -319,7 +390,7 @@ fn parse_in_range(raw: &str, lo: f64, hi: f64, unit: &str) -> Result<f64, String
     Ok(value)
 }
 
-fn parse_interval(raw: &str) -> Result<f64, String> {
+pub(crate) fn parse_interval(raw: &str) -> Result<f64, String> {
     parse_in_range(raw, MIN_INTERVAL_S, MAX_INTERVAL_S, " seconds")
 }
 
@@ -371,7 +442,7 @@ fn parse_bytes(raw: &str) -> Result<u64, String> {
     }
 }
 
-fn parse_probe_limit(raw: &str) -> Result<u64, String> {
+pub(crate) fn parse_probe_limit(raw: &str) -> Result<u64, String> {
     match parse_bytes(raw)? {
         n if n < MIN_PROBE_LIMIT => Err("must be at least 2MiB, one segment".to_string()),
         n => Ok(n),
@@ -406,17 +477,28 @@ where
     T: Into<std::ffi::OsString> + Clone,
 {
     use clap::error::ErrorKind;
-    Cli::try_parse_from(args).map_err(|e| match e.kind() {
+    use clap::{CommandFactory, FromArgMatches};
+    let parsed = Cli::command()
+        .try_get_matches_from(args)
+        .and_then(|matches| {
+            let mut cli = Cli::from_arg_matches(&matches)?;
+            cli.defaulted = Defaulted::of(&matches);
+            Ok(cli)
+        });
+    parsed.map_err(|e| match e.kind() {
         ErrorKind::DisplayHelp
         | ErrorKind::DisplayVersion
         | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => (0, e.render().to_string()),
         _ => {
             let text = e.render().to_string();
-            let first = text
-                .lines()
-                .next()
-                .unwrap_or("error: bad arguments")
-                .to_string();
+            let mut lines = text.lines().filter(|l| !l.trim().is_empty());
+            let mut first = lines.next().unwrap_or("error: bad arguments").to_string();
+            // "the following required arguments were not provided:" names them below.
+            if first.ends_with(':') {
+                if let Some(next) = lines.next() {
+                    first = format!("{first} {}", next.trim());
+                }
+            }
             (2, format!("{first} (see vramtop --help)\n"))
         }
     })
@@ -450,6 +532,11 @@ mod tests {
             let flag = args[1].to_string();
             assert!(text.contains(&flag), "{args:?}: {text}");
         }
+        // A missing companion flag is named on the same line.
+        let (code, text) = parse(["vramtop", "--token-file", "t"]).unwrap_err();
+        assert_eq!(code, 2);
+        assert_eq!(text.trim_end().lines().count(), 1, "{text}");
+        assert!(text.contains("not provided: --remote"), "{text}");
     }
 
     #[test]

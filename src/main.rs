@@ -1,7 +1,7 @@
 //! The vramtop binary: parse the command line, pick a mode, and make sure the terminal
 //! is restored before any error or panic report prints.
 
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -14,6 +14,8 @@ use vramtop::app::viewer;
 use vramtop::app::App;
 use vramtop::attach::Attacher;
 use vramtop::cli::{self, BenchCommand, Cli, Command};
+use vramtop::config::{ConfigFile, Saver};
+use vramtop::export::auth::BearerToken;
 use vramtop::probe::live::LiveProbe;
 use vramtop::probe::record::Recorder;
 use vramtop::probe::{setup, Scenario};
@@ -21,7 +23,7 @@ use vramtop::telemetry::open::open;
 use vramtop::telemetry::sim::WorkloadGauge;
 
 fn main() -> ExitCode {
-    let cli = match cli::parse(std::env::args_os()) {
+    let mut cli = match cli::parse(std::env::args_os()) {
         Ok(cli) => cli,
         Err((0, text)) => {
             print!("{text}");
@@ -37,7 +39,13 @@ fn main() -> ExitCode {
     if let Err(e) = color_eyre::install() {
         eprintln!("vramtop: could not install the error reporter: {e}");
     }
-    match run(cli) {
+    // Flags and environment first, then the settings file; a bad file is one line and
+    // the defaults, never a refusal to start.
+    let config = vramtop::config::apply(&mut cli);
+    if let Some(notice) = &config.notice {
+        eprintln!("vramtop: {notice}");
+    }
+    match run(cli, config) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("vramtop: {e:#}");
@@ -46,9 +54,24 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(cli: Cli) -> Result<ExitCode> {
+fn run(cli: Cli, config: ConfigFile) -> Result<ExitCode> {
     match cli.command {
-        None => live(cli.live),
+        None => live(cli.live, config),
+        Some(Command::Completions { shell }) => {
+            std::io::stdout().write_all(&vramtop::docs::completions(shell))?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Some(Command::Man { dir: None }) => {
+            std::io::stdout().write_all(&vramtop::docs::man_page()?)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Some(Command::Man { dir: Some(dir) }) => match vramtop::docs::write_man_pages(&dir) {
+            Ok(files) => {
+                println!("wrote {} into {}", files.join(", "), dir.display());
+                Ok(ExitCode::SUCCESS)
+            }
+            Err(e) => usage_error(format!("man --dir {}: {e}", dir.display())),
+        },
         Some(Command::Bench {
             what:
                 BenchCommand::Render {
@@ -208,7 +231,6 @@ fn probe_headless(
         print!("{}", vramtop::probe::runner::summary(&report));
     }
     if hold_s > 0.0 {
-        use std::io::Write as _;
         // The report is out before the hold, so a script can read it while we still
         // hold the memory it describes.
         std::io::stdout().flush()?;
@@ -222,7 +244,7 @@ fn probe_headless(
     })
 }
 
-fn live(args: cli::LiveArgs) -> Result<ExitCode> {
+fn live(args: cli::LiveArgs, config: ConfigFile) -> Result<ExitCode> {
     let workload = WorkloadGauge::default();
     let once = args.once || !std::io::stdout().is_terminal();
     // A one-shot run has no probe to show, but a misspelt scenario still deserves its line.
@@ -234,11 +256,22 @@ fn live(args: cli::LiveArgs) -> Result<ExitCode> {
     if once && args.record.is_some() {
         return usage_error("--record needs the live view: run it in a terminal, without --once");
     }
+    // Built first: `--remote` fetches on it, also for a one-shot print.
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .wrap_err("could not start the async runtime")?;
     let opened = if args.remote.is_empty() {
         open(args.device, args.seed, workload.clone())?
     } else {
+        let token = match args.token_file.as_deref().map(BearerToken::from_file) {
+            None => None,
+            Some(Ok(token)) => Some(token),
+            Some(Err(e)) => return usage_error(e),
+        };
         let interval = Duration::from_secs_f64(args.interval);
-        vramtop::telemetry::remote::open(&args.remote, interval, once)?
+        vramtop::telemetry::remote::open(rt.handle(), &args.remote, interval, token, once)?
     };
     if let (true, Some(notice)) = (once, &opened.notice) {
         eprintln!("vramtop: {notice}");
@@ -269,11 +302,6 @@ fn live(args: cli::LiveArgs) -> Result<ExitCode> {
         });
     }
 
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .wrap_err("could not start the async runtime")?;
     let mut probe_notice = None;
     let probe_set = match &args.probe {
         None => None,
@@ -302,7 +330,13 @@ fn live(args: cli::LiveArgs) -> Result<ExitCode> {
     };
     let poller = Poller::spawn(opened.source, Duration::from_secs_f64(args.interval))?;
     let mut app = App::new(args.interval);
-    app.notice = probe_notice.or_else(|| opened.notice.clone());
+    app.notice = probe_notice
+        .or_else(|| opened.notice.clone())
+        .or_else(|| config.notice.clone());
+    if let Some(sort) = config.from_file.sort {
+        app.sort = sort;
+    }
+    app.settings = Some(Saver::new(config, &args));
     // The file is opened before the terminal is taken over, so a bad path is one line.
     let recorder = match (
         &args.record,

@@ -1,7 +1,7 @@
 //! `vramtop --remote`: several hosts in one screen. Two real `vramtop serve` processes
 //! (one killed midway), one server that answers garbage and one that never answers, all
 //! on 127.0.0.1. The screen shows who is up and who is down, and `poll` never waits on
-//! the network.
+//! the network. Fetches run as tasks on a tokio runtime, as in the app.
 
 #[path = "serve_support.rs"]
 mod support;
@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use ratatui::backend::TestBackend;
 use ratatui::Terminal;
 use vramtop::app::App;
-use vramtop::telemetry::remote::RemoteSource;
+use vramtop::telemetry::remote::{FetchOptions, RemoteSource};
 use vramtop::telemetry::{DeviceHealth, SystemSnapshot, TelemetrySource};
 
 use support::{start_serve, FakeServer};
@@ -59,9 +59,17 @@ fn one_host_up_others_down_without_a_stall() {
         garbage.addr.clone(),
         silent.addr.clone(),
     ];
-    let timeout = Duration::from_secs(2);
-    let mut source =
-        RemoteSource::new(&addrs, Duration::from_millis(200), timeout).expect("remote source");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    let options = FetchOptions {
+        interval: Duration::from_millis(200),
+        timeout: Duration::from_secs(2),
+        token: None,
+    };
+    let mut source = RemoteSource::new(runtime.handle(), &addrs, options);
 
     // Right away, before any fetch can have finished: an answer, not a wait.
     let first = timed_poll(&mut source);

@@ -34,6 +34,8 @@ pub enum Action {
     ToggleLeaksView,
     /// Set a baseline for mark-and-compare, or clear it (forwarded to the probe runner).
     ToggleMark,
+    /// Save the current settings to the settings file (nvtop's F12).
+    SaveSettings,
 }
 
 impl Action {
@@ -238,6 +240,13 @@ pub const BINDINGS: &[Binding] = &[
         "M",
         "leaks: mark now / clear mark",
     ),
+    bind(
+        KeyCode::F(12),
+        NONE,
+        Action::SaveSettings,
+        "F12",
+        "save settings to the config file",
+    ),
 ];
 
 /// The action bound to a key press, if any. Shift is ignored for characters, since
@@ -312,6 +321,7 @@ mod tests {
             ToggleSegmentList,
             ToggleLeaksView,
             ToggleMark,
+            SaveSettings,
         ];
         for action in all {
             assert!(

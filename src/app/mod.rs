@@ -100,6 +100,8 @@ pub struct App {
     pub run: Option<RunView>,
     /// A pid to select once it shows in the table (the job `vramtop run` started).
     pub focus_pid: Option<u32>,
+    /// Where F12 saves the current settings (the event loop does the writing).
+    pub settings: Option<crate::config::Saver>,
 }
 
 impl App {
@@ -126,6 +128,7 @@ impl App {
             attached: Arc::default(),
             run: None,
             focus_pid: None,
+            settings: None,
         }
     }
 
@@ -291,6 +294,8 @@ impl App {
             | Action::ProbeFaster
             | Action::ProbeSlower
             | Action::ToggleMark => {}
+            // File I/O: done by the event loop, which shows the outcome as the notice.
+            Action::SaveSettings => {}
             Action::ToggleFreeze => {
                 self.frozen = !self.frozen;
                 if !self.frozen {

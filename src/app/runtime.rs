@@ -156,6 +156,9 @@ impl Screen for LiveScreen<'_> {
             }
         }
         self.app.handle(action);
+        if let (Action::SaveSettings, Some(saver)) = (action, &self.app.settings) {
+            self.app.notice = Some(saver.save(self.app.interval_s, self.app.sort));
+        }
     }
 
     fn draw(&self, frame: &mut Frame) {

@@ -1,20 +1,22 @@
 //! `vramtop serve`: a read-only HTTP endpoint over the same telemetry and probes as the
 //! live view. `GET /metrics` is the Prometheus text format, `GET /api/snapshot` the JSON
 //! that `vramtop --remote` reads; anything else is 404, any other method 405.
-//! Polls through the app's `Poller` thread; must not depend on ratatui or the app's state.
+//! Polls through the app's `Poller` thread and answers on the tokio runtime (`http`);
+//! must not depend on ratatui or the app's state.
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
-use color_eyre::eyre::{eyre, Result, WrapErr};
+use color_eyre::eyre::{Result, WrapErr};
+use hyper::Method;
 use serde::Serialize;
-use tiny_http::{Header, Method, Request, Response};
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::watch;
 
+use super::auth::BearerToken;
+use super::http::{self, Reply, Server, LIMITS};
 use super::metrics;
 use crate::alloc::Stats;
 use crate::app::runtime::Poller;
@@ -24,10 +26,6 @@ use crate::probe::{setup, Scenario};
 use crate::telemetry::open::open;
 use crate::telemetry::sim::WorkloadGauge;
 use crate::telemetry::{now_ms, DeviceHealth, SystemSnapshot};
-
-/// Requests are cheap (a snapshot borrow and an encode): two workers keep one slow client
-/// from holding up a scrape.
-const WORKERS: usize = 2;
 
 /// Where the server reads its figures: the latest telemetry poll and the latest probe view.
 #[derive(Clone)]
@@ -75,80 +73,6 @@ impl Feeds {
     }
 }
 
-/// A running HTTP server. Dropping it stops the workers and closes the listener.
-pub struct Server {
-    http: Arc<tiny_http::Server>,
-    addr: SocketAddr,
-    workers: Vec<JoinHandle<()>>,
-}
-
-impl Server {
-    /// Bind `listen` (port 0 picks a free port) and answer requests on worker threads.
-    pub fn start(listen: SocketAddr, feeds: Feeds) -> Result<Server> {
-        let http = tiny_http::Server::http(listen)
-            .map_err(|e| eyre!("could not listen on {listen}: {e}; pick another --listen"))?;
-        let addr = http
-            .server_addr()
-            .to_ip()
-            .ok_or_else(|| eyre!("listening on {listen} gave no IP address"))?;
-        let http = Arc::new(http);
-        let mut workers = Vec::with_capacity(WORKERS);
-        for i in 0..WORKERS {
-            let http = Arc::clone(&http);
-            let feeds = feeds.clone();
-            let worker = thread::Builder::new()
-                .name(format!("vramtop-http-{i}"))
-                .spawn(move || {
-                    for request in http.incoming_requests() {
-                        answer(request, &feeds);
-                    }
-                })
-                .wrap_err("could not start an HTTP worker thread")?;
-            workers.push(worker);
-        }
-        Ok(Server {
-            http,
-            addr,
-            workers,
-        })
-    }
-
-    /// The address actually bound (with the port chosen when 0 was asked for).
-    pub fn addr(&self) -> SocketAddr {
-        self.addr
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        // Each unblock releases one worker waiting in incoming_requests().
-        for _ in &self.workers {
-            self.http.unblock();
-        }
-        for worker in self.workers.drain(..) {
-            let _ = worker.join();
-        }
-    }
-}
-
-struct Reply {
-    status: u16,
-    content_type: &'static str,
-    body: String,
-    allow: bool,
-}
-
-impl Reply {
-    fn text(status: u16, body: impl Into<String>) -> Reply {
-        Reply {
-            status,
-            content_type: "text/plain; charset=utf-8",
-            body: body.into(),
-            allow: false,
-        }
-    }
-}
-
 /// What to answer to `method` and `url`: pure, so the routing is testable without sockets.
 fn route(method: &Method, url: &str, feeds: &Feeds) -> Reply {
     let path = url.split(['?', '#']).next().unwrap_or("");
@@ -156,7 +80,7 @@ fn route(method: &Method, url: &str, feeds: &Feeds) -> Reply {
     if !known {
         return Reply::text(404, "not found: try /metrics or /api/snapshot\n");
     }
-    if !matches!(method, Method::Get | Method::Head) {
+    if !matches!(*method, Method::GET | Method::HEAD) {
         return Reply {
             allow: true,
             ..Reply::text(405, "method not allowed: this endpoint serves reads only\n")
@@ -195,23 +119,26 @@ fn route(method: &Method, url: &str, feeds: &Feeds) -> Reply {
     }
 }
 
-fn answer(request: Request, feeds: &Feeds) {
-    let reply = route(request.method(), request.url(), feeds);
-    let mut response = Response::from_string(reply.body).with_status_code(reply.status);
-    if let Ok(h) = Header::from_bytes("Content-Type", reply.content_type) {
-        response.add_header(h);
+/// Why `listen` may not be used as asked: a non-loopback address needs `--allow-remote`.
+pub fn check_listen(listen: SocketAddr, allow_remote: bool) -> Result<(), String> {
+    if listen.ip().is_loopback() || allow_remote {
+        return Ok(());
     }
-    if reply.allow {
-        if let Ok(h) = Header::from_bytes("Allow", "GET, HEAD") {
-            response.add_header(h);
-        }
-    }
-    // A client that hung up early is its own business.
-    let _ = request.respond(response);
+    Err(format!(
+        "--listen {listen} is reachable from other hosts: add --allow-remote to mean it \
+         (and --token-file FILE to require a token), or listen on 127.0.0.1"
+    ))
 }
 
-/// `vramtop serve`: poll telemetry, run the probe if asked, serve until a signal.
+/// `vramtop serve`: poll telemetry, run the probe if asked, serve until SIGTERM or SIGINT.
 pub fn run(args: ServeArgs) -> Result<ExitCode> {
+    if let Err(e) = check_listen(args.listen, args.allow_remote) {
+        return usage_error(e);
+    }
+    let token = match args.token_file.as_deref().map(read_token).transpose() {
+        Ok(token) => token,
+        Err(e) => return usage_error(e),
+    };
     let workload = WorkloadGauge::default();
     let opened = open(args.device, args.seed, workload.clone())?;
     if let Some(notice) = &opened.notice {
@@ -242,8 +169,10 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
             }
         }
     };
+    // Room for LIMITS.max_connections sockets where the soft limit is 1024.
+    http::raise_open_file_limit();
     let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
+        .worker_threads(2)
         .enable_all()
         .build()
         .wrap_err("could not start the async runtime")?;
@@ -260,31 +189,64 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
         interval,
         dcgm_names: args.dcgm_names,
     };
-    let server = Server::start(args.listen, feeds)?;
     let what = if opened.simulated {
         "the simulated device"
     } else {
         "NVML"
     };
-    // Scripts and tests read this line to learn the port when --listen asked for port 0.
-    eprintln!(
-        "vramtop serve: listening on http://{}/metrics and /api/snapshot ({what})",
-        server.addr()
-    );
-    let exit = rt.block_on(async {
-        let mut sigint = signal(SignalKind::interrupt())?;
-        let mut sigterm = signal(SignalKind::terminate())?;
-        let code = tokio::select! {
-            _ = sigint.recv() => 130,
-            _ = sigterm.recv() => 0,
-        };
-        Ok::<u8, std::io::Error>(code)
-    });
-    drop(server);
+    let router: http::Router =
+        Arc::new(move |method: &Method, target: &str| route(method, target, &feeds));
+    let code = rt.block_on(serve_until_signal(args.listen, router, token, what))?;
     drop(probe);
     drop(poller);
-    let code = exit.wrap_err("installing signal handlers")?;
     Ok(ExitCode::from(code))
+}
+
+/// The bearer token in `path`, with a warning when others can read the file.
+fn read_token(path: &std::path::Path) -> Result<BearerToken, String> {
+    let token = BearerToken::from_file(path)?;
+    if BearerToken::readable_by_others(path) {
+        eprintln!(
+            "vramtop: warning: {} is readable by other users; chmod 600 it",
+            path.display()
+        );
+    }
+    Ok(token)
+}
+
+/// Listen, say where, and answer until SIGINT (exit code 130) or SIGTERM (0); then shut
+/// down gracefully.
+async fn serve_until_signal(
+    listen: SocketAddr,
+    router: http::Router,
+    token: Option<BearerToken>,
+    what: &str,
+) -> Result<u8> {
+    // Signal handlers first, so a SIGTERM right after the "listening" line is graceful.
+    let mut sigint = signal(SignalKind::interrupt()).wrap_err("installing signal handlers")?;
+    let mut sigterm = signal(SignalKind::terminate()).wrap_err("installing signal handlers")?;
+    let auth = if token.is_some() {
+        ", bearer token required"
+    } else {
+        ""
+    };
+    let server = Server::bind(listen, router, token, LIMITS).await?;
+    // Scripts and tests read this line to learn the port when --listen asked for port 0.
+    eprintln!(
+        "vramtop serve: listening on http://{}/metrics and /api/snapshot ({what}{auth})",
+        server.addr()
+    );
+    let code: u8 = tokio::select! {
+        _ = sigint.recv() => 130,
+        _ = sigterm.recv() => 0,
+    };
+    if !server.shutdown().await {
+        eprintln!(
+            "vramtop serve: stopped waiting for connections still busy after {} s",
+            LIMITS.shutdown_grace.as_secs()
+        );
+    }
+    Ok(code)
 }
 
 fn usage_error(msg: impl std::fmt::Display) -> Result<ExitCode> {
@@ -318,27 +280,27 @@ mod tests {
     #[test]
     fn routes_reads_and_refuses_the_rest() {
         let (_tx, feeds) = feeds_with(Some(sim_snapshot()));
-        let metrics = route(&Method::Get, "/metrics?x=1", &feeds);
+        let metrics = route(&Method::GET, "/metrics?x=1", &feeds);
         assert_eq!(metrics.status, 200);
         assert_eq!(metrics.content_type, metrics::CONTENT_TYPE);
         assert!(metrics.body.contains("vramtop_memory_total_bytes{"));
-        let api = route(&Method::Get, "/api/snapshot", &feeds);
+        let api = route(&Method::GET, "/api/snapshot", &feeds);
         assert_eq!(api.status, 200);
         let v: serde_json::Value = serde_json::from_str(&api.body).unwrap();
         assert_eq!(v["devices"][0]["simulated"], true);
         assert!(v["allocator"].as_array().is_some_and(|a| a.is_empty()));
-        assert_eq!(route(&Method::Get, "/", &feeds).status, 404);
-        assert_eq!(route(&Method::Get, "/metricsx", &feeds).status, 404);
-        let post = route(&Method::Post, "/metrics", &feeds);
+        assert_eq!(route(&Method::GET, "/", &feeds).status, 404);
+        assert_eq!(route(&Method::GET, "/metricsx", &feeds).status, 404);
+        let post = route(&Method::POST, "/metrics", &feeds);
         assert_eq!(post.status, 405);
         assert!(post.allow);
-        assert_eq!(route(&Method::Delete, "/api/snapshot", &feeds).status, 405);
+        assert_eq!(route(&Method::DELETE, "/api/snapshot", &feeds).status, 405);
     }
 
     #[test]
     fn nothing_to_serve_before_the_first_poll() {
         let (_tx, feeds) = feeds_with(None);
-        assert_eq!(route(&Method::Get, "/metrics", &feeds).status, 503);
+        assert_eq!(route(&Method::GET, "/metrics", &feeds).status, 503);
     }
 
     #[test]
@@ -348,7 +310,7 @@ mod tests {
         let (_tx, feeds) = feeds_with(Some(old));
         let (snapshot, _) = feeds.current().unwrap();
         assert_eq!(snapshot.devices[0].health, DeviceHealth::Stale);
-        let text = route(&Method::Get, "/metrics", &feeds).body;
+        let text = route(&Method::GET, "/metrics", &feeds).body;
         assert!(text.contains("vramtop_device_up{gpu=\"0\""));
         assert!(text
             .lines()

@@ -1,25 +1,33 @@
 //! `vramtop --remote host:port,...`: the devices and processes of hosts running
-//! `vramtop serve`, merged into one snapshot. Each host is fetched on its own thread with
-//! a timeout and exponential backoff, so `poll` only reads the latest result per host and
-//! never waits on the network. A host that is down shows as one device marked Lost.
+//! `vramtop serve`, merged into one snapshot. Each host is fetched by its own task on the
+//! app's tokio runtime (hyper's HTTP/1.1 client) with a timeout and exponential backoff,
+//! so `poll` only reads the latest result per host and never waits on the network. A host
+//! that is down shows as one device marked Lost.
 //! Must not depend on ratatui or on the app.
 
-use std::sync::mpsc;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::thread;
 use std::time::{Duration, Instant};
 
-use color_eyre::eyre::{Result, WrapErr};
+use color_eyre::eyre::Result;
+use http_body_util::{BodyExt, Empty, Limited};
+use hyper::body::Bytes;
+use hyper::header::{AUTHORIZATION, HOST, USER_AGENT};
+use hyper::Request;
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
+use tokio::runtime::Handle;
+use tokio_util::sync::CancellationToken;
 
 use super::open::Opened;
 use super::{now_ms, DeviceHealth, DeviceSnapshot, SystemSnapshot, TelemetrySource};
+use crate::export::auth::BearerToken;
 
 /// How long one fetch may take before the host is marked down.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(2);
 /// Retries after a failure wait 1 s, 2 s, 4 s… up to this.
 pub const MAX_BACKOFF: Duration = Duration::from_secs(30);
 /// A snapshot larger than this is not a vramtop snapshot.
-const MAX_BODY_BYTES: u64 = 16 << 20;
+const MAX_BODY_BYTES: usize = 16 << 20;
 
 /// The wait before the next try after `failures` failures in a row (at least 1).
 pub fn backoff(failures: u32) -> Duration {
@@ -43,13 +51,29 @@ struct Host {
     /// "host:port", as given on the command line.
     addr: String,
     state: Arc<Mutex<HostState>>,
-    /// Dropping the sender wakes the fetch thread and ends it.
-    _stop: mpsc::Sender<()>,
 }
 
-/// Several `vramtop serve` hosts as one telemetry source.
+/// How hosts are fetched.
+#[derive(Clone, Debug)]
+pub struct FetchOptions {
+    /// Between two fetches of a host that answered.
+    pub interval: Duration,
+    /// How long one fetch may take before the host is marked down.
+    pub timeout: Duration,
+    /// Sent as `Authorization: Bearer TOKEN` when the hosts require one.
+    pub token: Option<BearerToken>,
+}
+
+/// Several `vramtop serve` hosts as one telemetry source. Dropping it stops the fetches.
 pub struct RemoteSource {
     hosts: Vec<Host>,
+    stop: CancellationToken,
+}
+
+impl Drop for RemoteSource {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
 }
 
 fn lock(state: &Mutex<HostState>) -> MutexGuard<'_, HostState> {
@@ -59,29 +83,24 @@ fn lock(state: &Mutex<HostState>) -> MutexGuard<'_, HostState> {
 }
 
 impl RemoteSource {
-    /// Start fetching every host in `addrs` ("host:port") each `interval`.
-    pub fn new(addrs: &[String], interval: Duration, timeout: Duration) -> Result<Self> {
+    /// Start fetching every host in `addrs` ("host:port"), one task each on `runtime`.
+    pub fn new(runtime: &Handle, addrs: &[String], options: FetchOptions) -> RemoteSource {
+        let stop = CancellationToken::new();
         let mut hosts = Vec::with_capacity(addrs.len());
         for addr in addrs {
             let state = Arc::new(Mutex::new(HostState::Connecting));
-            let (stop_tx, stop_rx) = mpsc::channel();
             let fetcher = Fetcher {
-                url: format!("http://{addr}/api/snapshot"),
+                addr: addr.clone(),
                 state: Arc::clone(&state),
-                interval,
-                timeout,
+                options: options.clone(),
             };
-            thread::Builder::new()
-                .name(format!("vramtop-remote-{addr}"))
-                .spawn(move || fetcher.run(stop_rx))
-                .wrap_err_with(|| format!("could not start the fetch thread for {addr}"))?;
+            runtime.spawn(fetcher.run(stop.child_token()));
             hosts.push(Host {
                 addr: addr.clone(),
                 state,
-                _stop: stop_tx,
             });
         }
-        Ok(RemoteSource { hosts })
+        RemoteSource { hosts, stop }
     }
 
     /// Whether every host has answered or failed at least once.
@@ -109,7 +128,7 @@ impl RemoteSource {
             if Instant::now() >= deadline {
                 return false;
             }
-            thread::sleep(Duration::from_millis(10));
+            std::thread::sleep(Duration::from_millis(10));
         }
         true
     }
@@ -183,29 +202,30 @@ fn merge(states: &[(&str, HostState)], now: Instant) -> SystemSnapshot {
     }
 }
 
-/// The loop of one host's thread: fetch, publish, wait (interval, or backoff after a
+/// The loop of one host's task: fetch, publish, wait (interval, or backoff after a
 /// failure), until the source is dropped.
 struct Fetcher {
-    url: String,
+    addr: String,
     state: Arc<Mutex<HostState>>,
-    interval: Duration,
-    timeout: Duration,
+    options: FetchOptions,
 }
 
 impl Fetcher {
-    fn run(self, stop: mpsc::Receiver<()>) {
-        let agent: ureq::Agent = ureq::Agent::config_builder()
-            .timeout_global(Some(self.timeout))
-            .user_agent(concat!("vramtop/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .into();
+    async fn run(self, stop: CancellationToken) {
+        let timeout = self.options.timeout;
         let mut failures = 0u32;
         loop {
-            let wait = match fetch(&agent, &self.url, self.timeout) {
+            let fetched = tokio::select! {
+                _ = stop.cancelled() => return,
+                fetched = tokio::time::timeout(timeout, self.fetch()) => fetched,
+            };
+            let result = fetched
+                .unwrap_or_else(|_| Err(format!("no answer within {} s", timeout.as_secs_f64())));
+            let wait = match result {
                 Ok(snapshot) => {
                     failures = 0;
                     *lock(&self.state) = HostState::Up(snapshot);
-                    self.interval
+                    self.options.interval
                 }
                 Err(why) => {
                     failures = failures.saturating_add(1);
@@ -217,40 +237,74 @@ impl Fetcher {
                     wait
                 }
             };
-            // The stop channel doubles as an interruptible sleep.
-            match stop.recv_timeout(wait) {
-                Err(mpsc::RecvTimeoutError::Timeout) => {}
-                _ => return,
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(wait) => {}
             }
         }
     }
+
+    /// One GET of `/api/snapshot` on a fresh connection, with every failure said in a
+    /// few words.
+    async fn fetch(&self) -> Result<SystemSnapshot, String> {
+        let stream = TcpStream::connect(&self.addr)
+            .await
+            .map_err(|e| e.to_string())?;
+        let _ = stream.set_nodelay(true);
+        let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .map_err(|e| e.to_string())?;
+        // The connection is driven beside the request and ends when `sender` is dropped.
+        let driver = tokio::spawn(connection);
+        let mut request = Request::get("/api/snapshot")
+            .header(HOST, &self.addr)
+            .header(USER_AGENT, concat!("vramtop/", env!("CARGO_PKG_VERSION")));
+        if let Some(token) = &self.options.token {
+            request = request.header(AUTHORIZATION, token.header_value());
+        }
+        let request = request
+            .body(Empty::<Bytes>::new())
+            .map_err(|e| format!("building the request: {e}"))?;
+        let answer = async {
+            let response = sender
+                .send_request(request)
+                .await
+                .map_err(|e| e.to_string())?;
+            let status = response.status();
+            if !status.is_success() {
+                return Err(format!("HTTP {}", status.as_u16()));
+            }
+            let body = Limited::new(response.into_body(), MAX_BODY_BYTES)
+                .collect()
+                .await
+                .map_err(|e| format!("reading the answer: {e}"))?
+                .to_bytes();
+            // The allocator stats beside the snapshot are not shown remotely: serde skips
+            // them.
+            serde_json::from_slice(&body).map_err(|e| format!("not a vramtop snapshot ({e})"))
+        }
+        .await;
+        drop(sender);
+        driver.abort();
+        answer
+    }
 }
 
-/// One GET of `/api/snapshot`, with every failure said in a few words.
-fn fetch(agent: &ureq::Agent, url: &str, timeout: Duration) -> Result<SystemSnapshot, String> {
-    let mut response = agent.get(url).call().map_err(|e| match e {
-        ureq::Error::Timeout(_) => format!("no answer within {} s", timeout.as_secs_f64()),
-        ureq::Error::StatusCode(code) => format!("HTTP {code}"),
-        ureq::Error::Io(io) => io.to_string(),
-        other => other.to_string(),
-    })?;
-    let body = response
-        .body_mut()
-        .with_config()
-        .limit(MAX_BODY_BYTES)
-        .read_to_string()
-        .map_err(|e| match e {
-            ureq::Error::Timeout(_) => format!("no answer within {} s", timeout.as_secs_f64()),
-            other => format!("reading the answer: {other}"),
-        })?;
-    // The allocator stats beside the snapshot are not shown remotely: serde skips them.
-    serde_json::from_str(&body).map_err(|e| format!("not a vramtop snapshot ({e})"))
-}
-
-/// The source for `--remote`; with `once`, wait for every host's first answer (or
-/// failure) so a one-shot print shows real figures.
-pub fn open(addrs: &[String], interval: Duration, once: bool) -> Result<Opened> {
-    let source = RemoteSource::new(addrs, interval, DEFAULT_TIMEOUT)?;
+/// The source for `--remote`, fetching on `runtime`; with `once`, wait for every host's
+/// first answer (or failure) so a one-shot print shows real figures.
+pub fn open(
+    runtime: &Handle,
+    addrs: &[String],
+    interval: Duration,
+    token: Option<BearerToken>,
+    once: bool,
+) -> Result<Opened> {
+    let options = FetchOptions {
+        interval,
+        timeout: DEFAULT_TIMEOUT,
+        token,
+    };
+    let source = RemoteSource::new(runtime, addrs, options);
     if once {
         source.wait_settled(DEFAULT_TIMEOUT + Duration::from_secs(1));
     }
