@@ -16,7 +16,9 @@ use vramtop::cli::{self, BenchCommand, Cli, Command};
 use vramtop::probe::live::LiveProbe;
 use vramtop::probe::record::Recorder;
 use vramtop::probe::{setup, Scenario};
-use vramtop::telemetry::open::open;
+use vramtop::telemetry::nvml::NvmlOptions;
+use vramtop::telemetry::open::{open, open_with};
+use vramtop::telemetry::timing::Laps;
 use vramtop::telemetry::sim::WorkloadGauge;
 
 fn main() -> ExitCode {
@@ -184,6 +186,68 @@ fn probe_headless(
     })
 }
 
+/// `--once` (or stdout not a terminal): one poll, printed. The slow fields (PCIe
+/// throughput, per-process utilisation) are left out unless `--all-fields` asks, so that a
+/// one-shot run costs no more than `nvidia-smi`; `--timings` says where the time went.
+fn one_shot(args: &cli::LiveArgs, workload: WorkloadGauge) -> Result<ExitCode> {
+    let mut laps = Laps::new(args.timings);
+    let opened = if args.remote.is_empty() {
+        let options = NvmlOptions {
+            slow_fields: args.all_fields,
+            timings: args.timings,
+            ..NvmlOptions::default()
+        };
+        open_with(args.device, args.seed, workload, options)?
+    } else {
+        let interval = Duration::from_secs_f64(args.interval);
+        vramtop::telemetry::remote::open(&args.remote, interval, true)?
+    };
+    laps.lap(|| "open the source".to_string());
+    if let Some(notice) = &opened.notice {
+        eprintln!("vramtop: {notice}");
+    }
+    let mut source = opened.source;
+    let open_spans = source.take_spans();
+    laps.restart();
+    let snapshot = source.poll();
+    laps.lap(|| "poll".to_string());
+    let poll_spans = source.take_spans();
+    let text = if args.json {
+        vramtop::export::once::json(&snapshot)
+    } else {
+        vramtop::export::once::table(&snapshot)
+    };
+    println!("{text}");
+    laps.lap(|| "format and print".to_string());
+    if laps.enabled() {
+        let mut spans = Vec::new();
+        let outer = laps.take();
+        let nest = |spans: &mut Vec<_>, inner: Vec<(String, Duration)>| {
+            spans.extend(inner.into_iter().map(|(name, took)| (format!("  {name}"), took)));
+        };
+        let mut outer = outer.into_iter();
+        spans.extend(outer.next());
+        nest(&mut spans, open_spans);
+        spans.extend(outer.next());
+        nest(&mut spans, poll_spans);
+        spans.extend(outer);
+        let total: Duration = spans.iter().filter(|s| !s.0.starts_with(' ')).map(|s| s.1).sum();
+        spans.push(("total after argument parsing".to_string(), total));
+        eprint!("{}", vramtop::telemetry::timing::report(&spans));
+    }
+    // Scripts watching remote hosts need to see when none answered.
+    let all_down = !args.remote.is_empty()
+        && snapshot
+            .devices
+            .iter()
+            .all(|d| matches!(d.health, vramtop::telemetry::DeviceHealth::Lost(_)));
+    Ok(if all_down {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
 fn live(args: cli::LiveArgs) -> Result<ExitCode> {
     let workload = WorkloadGauge::default();
     let once = args.once || !std::io::stdout().is_terminal();
@@ -196,36 +260,15 @@ fn live(args: cli::LiveArgs) -> Result<ExitCode> {
     if once && args.record.is_some() {
         return usage_error("--record needs the live view: run it in a terminal, without --once");
     }
+    if once {
+        return one_shot(&args, workload);
+    }
     let opened = if args.remote.is_empty() {
         open(args.device, args.seed, workload.clone())?
     } else {
         let interval = Duration::from_secs_f64(args.interval);
-        vramtop::telemetry::remote::open(&args.remote, interval, once)?
+        vramtop::telemetry::remote::open(&args.remote, interval, false)?
     };
-    if let (true, Some(notice)) = (once, &opened.notice) {
-        eprintln!("vramtop: {notice}");
-    }
-    if once {
-        let mut source = opened.source;
-        let snapshot = source.poll();
-        let text = if args.json {
-            vramtop::export::once::json(&snapshot)
-        } else {
-            vramtop::export::once::table(&snapshot)
-        };
-        println!("{text}");
-        // Scripts watching remote hosts need to see when none answered.
-        let all_down = !args.remote.is_empty()
-            && snapshot
-                .devices
-                .iter()
-                .all(|d| matches!(d.health, vramtop::telemetry::DeviceHealth::Lost(_)));
-        return Ok(if all_down {
-            ExitCode::from(1)
-        } else {
-            ExitCode::SUCCESS
-        });
-    }
 
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
