@@ -18,6 +18,10 @@ pub enum Action {
     Bottom,
     SortByMemory,
     SortByPid,
+    /// Sort by the next column (in table order).
+    SortNext,
+    /// Sort the other way.
+    SortReverse,
     NextDevice,
     PrevDevice,
     ToggleFreeze,
@@ -142,6 +146,20 @@ pub const BINDINGS: &[Binding] = &[
         Action::SortByPid,
         "p",
         "sort by pid",
+    ),
+    bind(
+        KeyCode::Char('s'),
+        NONE,
+        Action::SortNext,
+        "s",
+        "sort by the next column",
+    ),
+    bind(
+        KeyCode::Char('r'),
+        NONE,
+        Action::SortReverse,
+        "r",
+        "reverse the sort",
     ),
     bind(KeyCode::Tab, NONE, Action::NextDevice, "Tab", "next device"),
     bind(
@@ -298,6 +316,8 @@ mod tests {
             Bottom,
             SortByMemory,
             SortByPid,
+            SortNext,
+            SortReverse,
             NextDevice,
             PrevDevice,
             ToggleFreeze,

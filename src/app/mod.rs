@@ -3,30 +3,26 @@
 
 pub mod action;
 pub mod history;
+pub mod process_table;
 pub mod replayer;
 pub mod runtime;
+pub mod signal;
 pub mod viewer;
 
 use ratatui::widgets::TableState;
 
-use crate::leaks::{ProcessWatch, TrendConfig};
+use crate::leaks::{ProcessTrend, ProcessWatch, TrendConfig};
 use crate::probe::live::ProbeView;
-use crate::telemetry::{DeviceHealth, ProcessSnapshot, SystemSnapshot};
+use crate::telemetry::{DeviceHealth, SystemSnapshot};
 use action::Action;
 use history::History;
+pub use history::ChartHistory;
+pub use process_table::{ProcessRow, SortKey};
 
 /// Samples kept per device: ten minutes at the default 1 s interval.
 pub const HISTORY_SAMPLES: usize = 600;
 /// Zoom steps either way from the fitted scale.
 const MAX_ZOOM: i32 = 16;
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SortKey {
-    /// Most GPU memory first.
-    Memory,
-    /// Lowest pid first.
-    Pid,
-}
 
 /// How the app ended, which decides the exit code.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -45,13 +41,6 @@ impl Exit {
     }
 }
 
-/// One row of the process table: a process and the device it runs on.
-#[derive(Clone, Debug, PartialEq)]
-pub struct ProcessRow {
-    pub device: u32,
-    pub process: ProcessSnapshot,
-}
-
 pub struct App {
     /// The snapshot on screen.
     pub snapshot: Option<SystemSnapshot>,
@@ -60,8 +49,20 @@ pub struct App {
     pub frozen: bool,
     /// Memory used per device, oldest first, indexed like `snapshot.devices`.
     pub memory_history: Vec<History>,
+    /// Per device, for the history charts: (used, driver-reserved) and GPU utilisation,
+    /// None where the device could not say.
+    pub chart_history: Vec<ChartHistory>,
+    /// The process table: processes matching `filter`, sorted.
     pub rows: Vec<ProcessRow>,
     pub sort: SortKey,
+    /// Sort against the column's natural direction.
+    pub sort_reversed: bool,
+    /// Rows are kept when their pid, user, command or group holds this text (any case).
+    pub filter: String,
+    /// Processes before filtering, for the table's "3 of 12".
+    pub process_count: usize,
+    /// Memory trend per process, one list per device (in snapshot order), from the last poll.
+    pub trends: Vec<Vec<ProcessTrend>>,
     pub table: TableState,
     pub selected_device: usize,
     pub show_help: bool,
@@ -92,8 +93,13 @@ impl App {
             held_back: None,
             frozen: false,
             memory_history: Vec::new(),
+            chart_history: Vec::new(),
             rows: Vec::new(),
             sort: SortKey::Memory,
+            sort_reversed: false,
+            filter: String::new(),
+            process_count: 0,
+            trends: Vec::new(),
             table: TableState::default(),
             selected_device: 0,
             show_help: false,
@@ -121,6 +127,13 @@ impl App {
         for (history, device) in self.memory_history.iter_mut().zip(&snapshot.devices) {
             history.push(device.memory_used_bytes.unwrap_or(0));
         }
+        if self.chart_history.len() != snapshot.devices.len() {
+            self.chart_history
+                .resize_with(snapshot.devices.len(), ChartHistory::default);
+        }
+        for (history, device) in self.chart_history.iter_mut().zip(&snapshot.devices) {
+            history.push(device);
+        }
         if self.process_watch.len() != snapshot.devices.len() {
             self.process_watch.resize_with(snapshot.devices.len(), || {
                 ProcessWatch::new(TrendConfig::default())
@@ -129,6 +142,7 @@ impl App {
         for (watch, device) in self.process_watch.iter_mut().zip(&snapshot.devices) {
             watch.observe(snapshot.taken_at_ms, device);
         }
+        self.trends = self.process_watch.iter().map(ProcessWatch::trends).collect();
         if self.frozen {
             self.held_back = Some(snapshot);
             return;
@@ -162,18 +176,12 @@ impl App {
             .selected()
             .and_then(|i| self.rows.get(i))
             .map(|r| (r.device, r.process.pid));
-        self.rows = self
+        self.process_count = self
             .snapshot
-            .iter()
-            .flat_map(|s| &s.devices)
-            .flat_map(|d| {
-                d.processes.iter().map(|p| ProcessRow {
-                    device: d.index,
-                    process: p.clone(),
-                })
-            })
-            .collect();
-        self.sort_rows();
+            .as_ref()
+            .map_or(0, |s| s.devices.iter().map(|d| d.processes.len()).sum());
+        self.rows = process_table::gather(self.snapshot.as_ref(), &self.trends, &self.filter);
+        process_table::sort(&mut self.rows, self.sort, self.sort_reversed);
         // Keep the cursor on the same process when the table reorders under it.
         let position = selected_pid.and_then(|key| {
             self.rows
@@ -191,21 +199,15 @@ impl App {
         });
     }
 
-    fn sort_rows(&mut self) {
-        match self.sort {
-            SortKey::Memory => self.rows.sort_by(|a, b| {
-                b.process
-                    .used_memory_bytes
-                    .cmp(&a.process.used_memory_bytes)
-                    .then(a.process.pid.cmp(&b.process.pid))
-            }),
-            SortKey::Pid => self.rows.sort_by(|a, b| {
-                a.process
-                    .pid
-                    .cmp(&b.process.pid)
-                    .then(a.device.cmp(&b.device))
-            }),
-        }
+    /// The selected row of the process table, if any.
+    pub fn selected_row(&self) -> Option<&ProcessRow> {
+        self.table.selected().and_then(|i| self.rows.get(i))
+    }
+
+    /// Keep only processes matching `text` (any case; empty shows all).
+    pub fn set_filter(&mut self, text: &str) {
+        self.filter = text.to_string();
+        self.rebuild_rows();
     }
 
     pub fn device_count(&self) -> usize {
@@ -240,6 +242,11 @@ impl App {
             Action::Bottom => self.move_cursor(isize::MAX / 2),
             Action::SortByMemory => self.set_sort(SortKey::Memory),
             Action::SortByPid => self.set_sort(SortKey::Pid),
+            Action::SortNext => self.set_sort(self.sort.next()),
+            Action::SortReverse => {
+                self.sort_reversed = !self.sort_reversed;
+                self.rebuild_rows();
+            }
             Action::NextDevice => self.cycle_device(1),
             Action::PrevDevice => self.cycle_device(-1),
             Action::ZoomIn => self.map_zoom = (self.map_zoom + 1).min(MAX_ZOOM),
@@ -317,8 +324,10 @@ impl App {
         self.selected_segment = Some(next);
     }
 
+    /// Sort by `key` in its natural direction.
     fn set_sort(&mut self, key: SortKey) {
         self.sort = key;
+        self.sort_reversed = false;
         self.rebuild_rows();
     }
 

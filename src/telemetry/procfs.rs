@@ -157,7 +157,7 @@ pub fn parse_stat_ticks(stat: &str) -> Option<u64> {
 }
 
 /// The process's start time (field 22, ticks after boot): with the pid it names one process.
-fn parse_stat_start(stat: &str) -> Option<u64> {
+pub fn parse_stat_start(stat: &str) -> Option<u64> {
     let rest = &stat[stat.rfind(')')? + 1..];
     rest.split_whitespace().nth(19)?.parse().ok()
 }

@@ -65,6 +65,19 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App) {
     }
 }
 
+/// The allocator region when nothing feeds it: one line saying how to feed it.
+pub fn draw_hint(frame: &mut Frame, area: Rect) {
+    let line = Line::from(vec![
+        Span::styled(" allocator ", Style::new().bold()),
+        Span::styled(
+            "no probe running: vramtop --probe checkerboard draws vramtop's allocator as a \
+             block map (also churn, training, leak, streams, steady)",
+            Style::new().dark_gray(),
+        ),
+    ]);
+    frame.render_widget(Paragraph::new(line), area);
+}
+
 fn title(view: &ProbeView, first: &PolicyView) -> Line<'static> {
     let state = if view.done {
         Span::styled(" done ", Style::new().bold().black().on_green())

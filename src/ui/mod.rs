@@ -5,11 +5,13 @@
 //! +-------------------------------------------------------------+
 //! | header: vramtop · host · driver · devices · source           |
 //! +-------------------------------------------------------------+
-//! | devices: memory bar, gauges, sparkline (compact if many)     |
+//! | devices: memory bar, gauges, history charts sized to the     |
+//! | room (a sparkline, or compact rows, when space is short)     |
 //! +-------------------------------------------------------------+
-//! | processes table                                              |
+//! | processes table: what is left                                |
 //! +-------------------------------------------------------------+
-//! | allocator region (block map when a probe runs)               |
+//! | allocator region: block map when a probe feeds it, else one  |
+//! | hint line                                                    |
 //! +-------------------------------------------------------------+
 //! | footer: key hints                                            |
 //! +-------------------------------------------------------------+
@@ -25,6 +27,7 @@ pub mod format;
 pub mod fragmentation;
 pub mod header;
 pub mod help;
+pub mod history_chart;
 pub mod leaks;
 pub mod membar;
 pub mod presenter;
@@ -50,6 +53,9 @@ const FOOTER_ROWS: u16 = 1;
 /// Rows the process table gets at most, borders included, before the allocator region.
 const MAX_PROCESS_ROWS: u16 = 12;
 const MIN_PROCESS_ROWS: u16 = 5;
+/// Without a probe, the devices' charts may take at most this share of the rows the
+/// process table would like, so processes are never squeezed out by history.
+const MAX_DEVICE_PERCENT: u16 = 55;
 
 pub fn draw(frame: &mut Frame, app: &App) {
     let area = frame.area();
@@ -65,27 +71,49 @@ pub fn draw(frame: &mut Frame, app: &App) {
     .areas(area);
     header::draw(frame, header, app);
 
-    let device_rows = devices::height(app, body.height / 2);
-    let process_rows = (app.rows.len() as u16 + 3).clamp(MIN_PROCESS_ROWS, MAX_PROCESS_ROWS);
-    let [devices_area, processes_area, allocator_area] = Layout::vertical([
-        Constraint::Length(device_rows),
-        Constraint::Length(process_rows),
-        Constraint::Min(0),
-    ])
-    .areas(body);
-    devices::draw(frame, devices_area, app);
-    if app.show_leaks {
-        let [_, below] =
-            Layout::vertical([Constraint::Length(device_rows), Constraint::Min(0)]).areas(body);
-        draw_leaks(frame, below, app);
+    if app.probe.is_none() && !app.show_leaks {
+        draw_without_allocator(frame, body, app);
     } else {
-        processes::draw(frame, processes_area, app);
-        allocator::draw(frame, allocator_area, app);
+        let device_rows = devices::height(app, body.height / 2);
+        let process_rows =
+            (app.rows.len() as u16 + 3).clamp(MIN_PROCESS_ROWS, MAX_PROCESS_ROWS);
+        let [devices_area, processes_area, allocator_area] = Layout::vertical([
+            Constraint::Length(device_rows),
+            Constraint::Length(process_rows),
+            Constraint::Min(0),
+        ])
+        .areas(body);
+        devices::draw(frame, devices_area, app);
+        if app.show_leaks {
+            let [_, below] =
+                Layout::vertical([Constraint::Length(device_rows), Constraint::Min(0)])
+                    .areas(body);
+            draw_leaks(frame, below, app);
+        } else {
+            processes::draw(frame, processes_area, app);
+            allocator::draw(frame, allocator_area, app);
+        }
     }
     draw_footer(frame, footer, app);
     if app.show_help {
         help::draw(frame, area);
     }
+}
+
+/// Nothing feeds the allocator panel: devices get history charts as tall as the room
+/// allows, the process table takes what is left, and the allocator is one hint line.
+fn draw_without_allocator(frame: &mut Frame, body: Rect, app: &App) {
+    let [main, hint] =
+        Layout::vertical([Constraint::Min(0), Constraint::Length(1)]).areas(body);
+    let process_wants = (app.rows.len() as u16 + 3).max(MIN_PROCESS_ROWS);
+    let process_floor = process_wants.min(main.height * MAX_DEVICE_PERCENT / 100);
+    let device_rows = devices::wanted_height(app, main.width)
+        .min(main.height.saturating_sub(process_floor));
+    let [devices_area, processes_area] =
+        Layout::vertical([Constraint::Length(device_rows), Constraint::Min(0)]).areas(main);
+    devices::draw(frame, devices_area, app);
+    processes::draw(frame, processes_area, app);
+    allocator::draw_hint(frame, hint);
 }
 
 /// The leaks view: suspects of the (first) probe, what is alive since the mark, sites,
