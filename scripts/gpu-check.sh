@@ -150,6 +150,15 @@ esac
 "$BIN" bench render > "$WORK/bench-render.txt" 2>&1
 result "bench render 200x60" info "$(cat "$WORK/bench-render.txt")"
 
+# 9. Issue 15, the monitor beside nvtop and nvidia-smi: screen at 200x60 with a busy
+#    PyTorch process, --once wall time (10 runs) vs nvidia-smi, the CUDA checkerboard
+#    compare screen, CPU share at 1 s and 0.1 s beside nvtop, two GPUs when present.
+#    Its screens and timings go to $OUT/monitor.log.
+say "monitor (issue 15)"
+while IFS='|' read -r tag name status details; do
+  [ "$tag" = RESULT ] && result "$name" "$status" "$details"
+done < <(OUT="$OUT" "$HERE/gpu-check-monitor.sh" "$BIN" 2>>"$LOG")
+
 echo
 echo "check                                        result details"
 printf '%s\n' "${RESULTS[@]}" | tee "$OUT/summary.txt"

@@ -18,8 +18,8 @@ use vramtop::probe::record::Recorder;
 use vramtop::probe::{setup, Scenario};
 use vramtop::telemetry::nvml::NvmlOptions;
 use vramtop::telemetry::open::{open, open_with};
-use vramtop::telemetry::timing::Laps;
 use vramtop::telemetry::sim::WorkloadGauge;
+use vramtop::telemetry::timing::Laps;
 
 fn main() -> ExitCode {
     let cli = match cli::parse(std::env::args_os()) {
@@ -223,7 +223,11 @@ fn one_shot(args: &cli::LiveArgs, workload: WorkloadGauge) -> Result<ExitCode> {
         let mut spans = Vec::new();
         let outer = laps.take();
         let nest = |spans: &mut Vec<_>, inner: Vec<(String, Duration)>| {
-            spans.extend(inner.into_iter().map(|(name, took)| (format!("  {name}"), took)));
+            spans.extend(
+                inner
+                    .into_iter()
+                    .map(|(name, took)| (format!("  {name}"), took)),
+            );
         };
         let mut outer = outer.into_iter();
         spans.extend(outer.next());
@@ -231,7 +235,11 @@ fn one_shot(args: &cli::LiveArgs, workload: WorkloadGauge) -> Result<ExitCode> {
         spans.extend(outer.next());
         nest(&mut spans, poll_spans);
         spans.extend(outer);
-        let total: Duration = spans.iter().filter(|s| !s.0.starts_with(' ')).map(|s| s.1).sum();
+        let total: Duration = spans
+            .iter()
+            .filter(|s| !s.0.starts_with(' '))
+            .map(|s| s.1)
+            .sum();
         spans.push(("total after argument parsing".to_string(), total));
         eprint!("{}", vramtop::telemetry::timing::report(&spans));
     }

@@ -63,8 +63,7 @@ impl ChartHistory {
     pub fn push(&mut self, device: &crate::telemetry::DeviceSnapshot) {
         self.memory
             .push((device.memory_used_bytes, device.memory_reserved_bytes));
-        self.util
-            .push((device.gpu_util_pct.map(u64::from), None));
+        self.util.push((device.gpu_util_pct.map(u64::from), None));
     }
 }
 

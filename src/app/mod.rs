@@ -15,8 +15,8 @@ use crate::leaks::{ProcessTrend, ProcessWatch, TrendConfig};
 use crate::probe::live::ProbeView;
 use crate::telemetry::{DeviceHealth, SystemSnapshot};
 use action::Action;
-use history::History;
 pub use history::ChartHistory;
+use history::History;
 pub use process_table::{ProcessRow, SortKey};
 
 /// Samples kept per device: ten minutes at the default 1 s interval.
@@ -142,7 +142,11 @@ impl App {
         for (watch, device) in self.process_watch.iter_mut().zip(&snapshot.devices) {
             watch.observe(snapshot.taken_at_ms, device);
         }
-        self.trends = self.process_watch.iter().map(ProcessWatch::trends).collect();
+        self.trends = self
+            .process_watch
+            .iter()
+            .map(ProcessWatch::trends)
+            .collect();
         if self.frozen {
             self.held_back = Some(snapshot);
             return;

@@ -104,7 +104,8 @@ impl SignalSender for KernelSignals {
     }
 
     fn start_ticks(&self, pid: u32) -> Option<u64> {
-        let stat = std::fs::read_to_string(self.proc_root.join(pid.to_string()).join("stat")).ok()?;
+        let stat =
+            std::fs::read_to_string(self.proc_root.join(pid.to_string()).join("stat")).ok()?;
         crate::telemetry::procfs::parse_stat_start(&stat)
     }
 }
@@ -157,9 +158,15 @@ mod tests {
     #[test]
     fn init_and_ourselves_are_never_signalled() {
         let mut s = Refusing;
-        assert_eq!(send(&mut s, &request(1, None)), Err(KillError::Protected(1)));
+        assert_eq!(
+            send(&mut s, &request(1, None)),
+            Err(KillError::Protected(1))
+        );
         let me = std::process::id();
-        assert_eq!(send(&mut s, &request(me, None)), Err(KillError::Protected(me)));
+        assert_eq!(
+            send(&mut s, &request(me, None)),
+            Err(KillError::Protected(me))
+        );
     }
 
     #[test]
@@ -182,6 +189,9 @@ mod tests {
     fn a_missing_process_is_gone() {
         let mut kernel = KernelSignals::default();
         let pid = u32::MAX / 2;
-        assert_eq!(send(&mut kernel, &request(pid, None)), Err(KillError::Gone(pid)));
+        assert_eq!(
+            send(&mut kernel, &request(pid, None)),
+            Err(KillError::Gone(pid))
+        );
     }
 }

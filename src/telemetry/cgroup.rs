@@ -81,7 +81,11 @@ pub fn parse_proc_cgroup(text: &str) -> Option<CgroupOrigin> {
 fn merge(a: CgroupOrigin, b: CgroupOrigin) -> CgroupOrigin {
     let container = a.container_id.is_some();
     CgroupOrigin {
-        runtime: if container { a.runtime } else { a.runtime.or(b.runtime) },
+        runtime: if container {
+            a.runtime
+        } else {
+            a.runtime.or(b.runtime)
+        },
         container_id: a.container_id.or(b.container_id),
         pod_uid: a.pod_uid.or(b.pod_uid),
         unit: a.unit.or(b.unit),

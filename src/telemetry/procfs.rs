@@ -231,16 +231,25 @@ mod tests {
             .expect("write cgroup");
         let mut sampler = ProcSampler::new(&root);
         let first = sampler.sample(4242).and_then(|i| i.cgroup);
-        assert_eq!(first.and_then(|o| o.unit).as_deref(), Some("trainer.service"));
+        assert_eq!(
+            first.and_then(|o| o.unit).as_deref(),
+            Some("trainer.service")
+        );
         // Same pid, same start time: the cached answer, even though the file changed.
         std::fs::write(dir.join("cgroup"), "0::/system.slice/other.service\n")
             .expect("rewrite cgroup");
         let cached = sampler.sample(4242).and_then(|i| i.cgroup);
-        assert_eq!(cached.and_then(|o| o.unit).as_deref(), Some("trainer.service"));
+        assert_eq!(
+            cached.and_then(|o| o.unit).as_deref(),
+            Some("trainer.service")
+        );
         // A reused pid (new start time) is read afresh.
         std::fs::write(dir.join("stat"), stat.replace(" 777 ", " 778 ")).expect("rewrite stat");
         let reused = sampler.sample(4242).and_then(|i| i.cgroup);
-        assert_eq!(reused.and_then(|o| o.unit).as_deref(), Some("other.service"));
+        assert_eq!(
+            reused.and_then(|o| o.unit).as_deref(),
+            Some("other.service")
+        );
         let _ = std::fs::remove_dir_all(&root);
     }
 

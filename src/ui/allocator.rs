@@ -67,13 +67,19 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App) {
 
 /// The allocator region when nothing feeds it: one line saying how to feed it.
 pub fn draw_hint(frame: &mut Frame, area: Rect) {
+    const LONG: &str = "no probe running: vramtop --probe checkerboard draws vramtop's \
+                        allocator as a block map (also churn, training, leak, streams, steady)";
+    const SHORT: &str = "idle: vramtop --probe checkerboard shows a block map";
+    let label = " allocator  ";
+    let room = (area.width as usize).saturating_sub(label.len());
+    let text = if LONG.chars().count() <= room {
+        LONG
+    } else {
+        SHORT
+    };
     let line = Line::from(vec![
-        Span::styled(" allocator ", Style::new().bold()),
-        Span::styled(
-            "no probe running: vramtop --probe checkerboard draws vramtop's allocator as a \
-             block map (also churn, training, leak, streams, steady)",
-            Style::new().dark_gray(),
-        ),
+        Span::styled(label, Style::new().bold()),
+        Span::styled(text, Style::new().dark_gray()),
     ]);
     frame.render_widget(Paragraph::new(line), area);
 }

@@ -52,6 +52,22 @@ fn grid_columns(devices: usize, width: u16) -> usize {
     }
 }
 
+/// Of `budget` rows, those the devices draw in: a grid of charted panels uses a whole
+/// number of panel heights, so the rest can go to the table below.
+pub fn fitted_height(app: &App, width: u16, budget: u16) -> u16 {
+    let n = app.device_count();
+    if n == 0 {
+        return budget;
+    }
+    let grid_rows = n.div_ceil(grid_columns(n, width)) as u16;
+    let per = budget / grid_rows;
+    if per >= MIN_CHART_PANEL_ROWS {
+        grid_rows * per.min(MAX_CHART_PANEL_ROWS)
+    } else {
+        budget
+    }
+}
+
 /// Rows the devices would use with the tallest useful charts, at this width.
 pub fn wanted_height(app: &App, width: u16) -> u16 {
     let n = app.device_count();

@@ -165,7 +165,11 @@ mod tests {
         assert_eq!(&lines[1].chars().skip(7).collect::<String>(), "█▄ ");
         assert_eq!(&lines[2].chars().skip(7).collect::<String>(), "█▄ ");
         assert_eq!(buf[(8, 2)].fg, Color::Green);
-        assert_eq!(buf[(8, 2)].bg, Color::Magenta, "the rest of the cell is the upper series");
+        assert_eq!(
+            buf[(8, 2)].bg,
+            Color::Magenta,
+            "the rest of the cell is the upper series"
+        );
         assert_eq!(buf[(8, 1)].fg, Color::Magenta);
         assert!(lines[3].starts_with("-10s") && lines[3].ends_with("now"));
     }

@@ -56,6 +56,8 @@ const MIN_PROCESS_ROWS: u16 = 5;
 /// Without a probe, the devices' charts may take at most this share of the rows the
 /// process table would like, so processes are never squeezed out by history.
 const MAX_DEVICE_PERCENT: u16 = 55;
+/// The process table's borders, header and one row.
+const MIN_TABLE_ROWS: u16 = 4;
 
 pub fn draw(frame: &mut Frame, app: &App) {
     let area = frame.area();
@@ -75,8 +77,7 @@ pub fn draw(frame: &mut Frame, app: &App) {
         draw_without_allocator(frame, body, app);
     } else {
         let device_rows = devices::height(app, body.height / 2);
-        let process_rows =
-            (app.rows.len() as u16 + 3).clamp(MIN_PROCESS_ROWS, MAX_PROCESS_ROWS);
+        let process_rows = (app.rows.len() as u16 + 3).clamp(MIN_PROCESS_ROWS, MAX_PROCESS_ROWS);
         let [devices_area, processes_area, allocator_area] = Layout::vertical([
             Constraint::Length(device_rows),
             Constraint::Length(process_rows),
@@ -86,8 +87,7 @@ pub fn draw(frame: &mut Frame, app: &App) {
         devices::draw(frame, devices_area, app);
         if app.show_leaks {
             let [_, below] =
-                Layout::vertical([Constraint::Length(device_rows), Constraint::Min(0)])
-                    .areas(body);
+                Layout::vertical([Constraint::Length(device_rows), Constraint::Min(0)]).areas(body);
             draw_leaks(frame, below, app);
         } else {
             processes::draw(frame, processes_area, app);
@@ -103,12 +103,18 @@ pub fn draw(frame: &mut Frame, app: &App) {
 /// Nothing feeds the allocator panel: devices get history charts as tall as the room
 /// allows, the process table takes what is left, and the allocator is one hint line.
 fn draw_without_allocator(frame: &mut Frame, body: Rect, app: &App) {
-    let [main, hint] =
-        Layout::vertical([Constraint::Min(0), Constraint::Length(1)]).areas(body);
+    let [main, hint] = Layout::vertical([Constraint::Min(0), Constraint::Length(1)]).areas(body);
     let process_wants = (app.rows.len() as u16 + 3).max(MIN_PROCESS_ROWS);
     let process_floor = process_wants.min(main.height * MAX_DEVICE_PERCENT / 100);
+    // Never fewer rows than it takes to show every device (compact rows), while the
+    // table keeps room for its header and one process.
     let device_rows = devices::wanted_height(app, main.width)
-        .min(main.height.saturating_sub(process_floor));
+        .min(main.height.saturating_sub(process_floor))
+        .max(devices::height(
+            app,
+            main.height.saturating_sub(MIN_TABLE_ROWS),
+        ));
+    let device_rows = devices::fitted_height(app, main.width, device_rows);
     let [devices_area, processes_area] =
         Layout::vertical([Constraint::Length(device_rows), Constraint::Min(0)]).areas(main);
     devices::draw(frame, devices_area, app);

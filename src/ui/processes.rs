@@ -177,7 +177,11 @@ fn cell(r: &ProcessRow, key: SortKey) -> Cell<'static> {
         SortKey::Group => Cell::from(r.group().unwrap_or_default()),
         SortKey::Command => {
             let text = r.command_text();
-            Cell::from(if text.is_empty() { NA.to_string() } else { text })
+            Cell::from(if text.is_empty() {
+                NA.to_string()
+            } else {
+                text
+            })
         }
     }
 }

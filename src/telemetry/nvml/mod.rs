@@ -132,7 +132,15 @@ impl<A: NvmlApi> NvmlSource<A> {
         let devices = self
             .slots
             .iter_mut()
-            .map(|slot| slot.poll(&self.api, now, &mut self.hosts, &mut warnings, &mut self.laps))
+            .map(|slot| {
+                slot.poll(
+                    &self.api,
+                    now,
+                    &mut self.hosts,
+                    &mut warnings,
+                    &mut self.laps,
+                )
+            })
             .collect();
         self.hosts.end_poll();
         SystemSnapshot {
