@@ -38,6 +38,12 @@ pub enum Action {
     ToggleLeaksView,
     /// Set a baseline for mark-and-compare, or clear it (forwarded to the probe runner).
     ToggleMark,
+    /// Ask to send SIGTERM to the selected process (a confirmation follows).
+    Terminate,
+    /// Ask to send SIGKILL to the selected process (a confirmation follows).
+    KillProcess,
+    /// Type a filter for the process table.
+    Filter,
 }
 
 impl Action {
@@ -256,6 +262,28 @@ pub const BINDINGS: &[Binding] = &[
         "M",
         "leaks: mark now / clear mark",
     ),
+    bind(
+        KeyCode::Char('t'),
+        NONE,
+        Action::Terminate,
+        "t/F9",
+        "SIGTERM the process (asks first)",
+    ),
+    bind(KeyCode::F(9), NONE, Action::Terminate, "", ""),
+    bind(
+        KeyCode::Char('K'),
+        NONE,
+        Action::KillProcess,
+        "K",
+        "SIGKILL the process (asks first)",
+    ),
+    bind(
+        KeyCode::Char('/'),
+        NONE,
+        Action::Filter,
+        "/",
+        "filter processes by text",
+    ),
 ];
 
 /// The action bound to a key press, if any. Shift is ignored for characters, since
@@ -332,6 +360,9 @@ mod tests {
             ToggleSegmentList,
             ToggleLeaksView,
             ToggleMark,
+            Terminate,
+            KillProcess,
+            Filter,
         ];
         for action in all {
             assert!(

@@ -3,6 +3,7 @@
 
 pub mod action;
 pub mod history;
+pub mod process_actions;
 pub mod process_table;
 pub mod replayer;
 pub mod runtime;
@@ -84,6 +85,12 @@ pub struct App {
     pub show_leaks: bool,
     /// Per-device process memory trends (NVML), for the leaks view.
     pub process_watch: Vec<ProcessWatch>,
+    /// A signal asked for and awaiting the user's confirmation.
+    pub pending_signal: Option<signal::KillRequest>,
+    /// Sends signals: kill(2), or a fake in tests of refusals.
+    pub signals: Box<dyn signal::SignalSender + Send>,
+    /// What the last process action did, or why it did nothing.
+    pub status: Option<process_actions::StatusLine>,
 }
 
 impl App {
@@ -114,6 +121,9 @@ impl App {
             segment_table: TableState::default(),
             show_leaks: false,
             process_watch: Vec::new(),
+            pending_signal: None,
+            signals: Box::new(signal::KernelSignals::default()),
+            status: None,
         }
     }
 
@@ -268,6 +278,13 @@ impl App {
             | Action::ProbeFaster
             | Action::ProbeSlower
             | Action::ToggleMark => {}
+            Action::Terminate => {
+                self.request_signal(signal::Signal::Term);
+            }
+            Action::KillProcess => {
+                self.request_signal(signal::Signal::Kill);
+            }
+            Action::Filter => {}
             Action::ToggleFreeze => {
                 self.frozen = !self.frozen;
                 if !self.frozen {

@@ -31,6 +31,7 @@ pub mod history_chart;
 pub mod leaks;
 pub mod membar;
 pub mod presenter;
+pub mod process_prompt;
 pub mod processes;
 pub mod replayer;
 pub mod screen_theme;
@@ -200,14 +201,23 @@ fn draw_footer(frame: &mut Frame, area: Rect, app: &App) {
         Span::raw(" quit  "),
         key("?"),
         Span::raw(" help  "),
-        key("m/p"),
+        key("s/r"),
         Span::raw(" sort  "),
-        key("↑↓"),
-        Span::raw(" select  "),
+        key("/"),
+        Span::raw(" filter  "),
+        key("t/K"),
+        Span::raw(" term/kill  "),
         key("f"),
         Span::raw(" freeze"),
     ];
-    if let Some(notice) = &app.notice {
+    if let Some(status) = &app.status {
+        let style = if status.ok {
+            Style::new().green()
+        } else {
+            Style::new().bold().red()
+        };
+        spans.push(Span::styled(format!("  {}", status.text), style));
+    } else if let Some(notice) = &app.notice {
         spans.push(Span::styled(
             format!("  {notice}"),
             Style::new().dark_gray(),
