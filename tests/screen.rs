@@ -224,7 +224,7 @@ fn segment_list_opens_on_enter() {
         .map_or(0, |p| p.policies[0].layout.segments[0].runs.len());
     assert_eq!(app.segment_table.selected(), Some(runs - 1));
     app.handle(Action::CloseOverlay);
-    assert!(!app.show_segment_list);
+    assert!(!app.views.contains(vramtop::app::View::SegmentList));
 }
 
 #[test]

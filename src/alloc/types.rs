@@ -150,6 +150,16 @@ impl Layout {
     }
 }
 
+/// What a map region shows, whoever stands behind it (a probe, a snapshot, a replay,
+/// an attached job): a layout, its stats, and fragmentation history in per-mille
+/// (empty where there is no history).
+#[derive(Clone, Debug, Default)]
+pub struct MapView {
+    pub layout: Layout,
+    pub stats: Stats,
+    pub frag_history: Vec<u64>,
+}
+
 /// Number of buckets of the free-run histogram: bucket i holds runs of size in
 /// [2^i, 2^(i+1)).
 pub const HIST_BUCKETS: usize = 48;

@@ -44,6 +44,9 @@ pub enum Action {
     KillProcess,
     /// Type a filter for the process table.
     Filter,
+    /// A key as typed, for a view that reads text or an answer (the filter, a
+    /// confirmation); not in the key table.
+    Input(KeyEvent),
 }
 
 impl Action {

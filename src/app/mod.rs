@@ -7,8 +7,10 @@ pub mod process_actions;
 pub mod process_table;
 pub mod replayer;
 pub mod runtime;
+pub mod screen;
 pub mod signal;
 pub mod viewer;
+pub mod views;
 
 use ratatui::widgets::TableState;
 
@@ -19,6 +21,7 @@ use action::Action;
 pub use history::ChartHistory;
 use history::History;
 pub use process_table::{ProcessRow, SortKey};
+pub use views::{View, ViewStack};
 
 /// Samples kept per device: ten minutes at the default 1 s interval.
 pub const HISTORY_SAMPLES: usize = 600;
@@ -66,7 +69,8 @@ pub struct App {
     pub trends: Vec<Vec<ProcessTrend>>,
     pub table: TableState,
     pub selected_device: usize,
-    pub show_help: bool,
+    /// What is open over the main view (help, a segment's block list, the leaks view).
+    pub views: ViewStack,
     /// No snapshot arrived for longer than the poll should take: figures are old.
     pub stale: bool,
     pub interval_s: f64,
@@ -79,10 +83,7 @@ pub struct App {
     pub map_zoom: i32,
     /// Selected segment of the (first) block map, for its block list.
     pub selected_segment: Option<usize>,
-    pub show_segment_list: bool,
     pub segment_table: TableState,
-    /// The leaks view replaces processes and the block map while shown.
-    pub show_leaks: bool,
     /// Per-device process memory trends (NVML), for the leaks view.
     pub process_watch: Vec<ProcessWatch>,
     /// A signal asked for and awaiting the user's confirmation.
@@ -109,7 +110,7 @@ impl App {
             trends: Vec::new(),
             table: TableState::default(),
             selected_device: 0,
-            show_help: false,
+            views: ViewStack::default(),
             stale: false,
             interval_s,
             exit: None,
@@ -117,9 +118,7 @@ impl App {
             probe: None,
             map_zoom: 0,
             selected_segment: None,
-            show_segment_list: false,
             segment_table: TableState::default(),
-            show_leaks: false,
             process_watch: Vec::new(),
             pending_signal: None,
             signals: Box::new(signal::KernelSignals::default()),
@@ -230,8 +229,9 @@ impl App {
 
     pub fn handle(&mut self, action: Action) {
         const PAGE: usize = 10;
-        // While a segment's block list is open, the movement keys move in that list.
-        let action = match (self.show_segment_list, action) {
+        // While a segment's block list has the keys, the movement keys move in that list.
+        let in_list = self.views.focus() == Some(View::SegmentList);
+        let action = match (in_list, action) {
             (true, Action::ScrollUp) => return self.move_in_segment(-1),
             (true, Action::ScrollDown) => return self.move_in_segment(1),
             (true, Action::PageUp) => return self.move_in_segment(-(PAGE as isize)),
@@ -243,10 +243,9 @@ impl App {
         match action {
             Action::Quit => self.exit = Some(Exit::Quit),
             Action::Interrupt => self.exit = Some(Exit::Interrupted),
-            Action::ToggleHelp => self.show_help = !self.show_help,
+            Action::ToggleHelp => self.views.toggle(View::Help),
             Action::CloseOverlay => {
-                self.show_help = false;
-                self.show_segment_list = false;
+                self.views.pop();
             }
             Action::ScrollUp => self.move_cursor(-1),
             Action::ScrollDown => self.move_cursor(1),
@@ -268,23 +267,25 @@ impl App {
             Action::NextSegment => self.move_segment(1),
             Action::PrevSegment => self.move_segment(-1),
             Action::ToggleSegmentList => {
-                self.show_segment_list = !self.show_segment_list && self.selected_segment.is_some();
+                // The list belongs to the block map: it opens only where the map shows.
+                match self.views.focus() {
+                    Some(View::SegmentList) => self.views.remove(View::SegmentList),
+                    None if self.selected_segment.is_some() => self.views.push(View::SegmentList),
+                    _ => {}
+                }
                 self.segment_table = TableState::default().with_selected(Some(0));
             }
-            Action::ToggleLeaksView => self.show_leaks = !self.show_leaks,
+            Action::ToggleLeaksView => self.views.toggle(View::Leaks),
             // Forwarded to the probe runner by the event loop.
             Action::ProbePause
             | Action::ProbeStep
             | Action::ProbeFaster
             | Action::ProbeSlower
             | Action::ToggleMark => {}
-            Action::Terminate => {
-                self.request_signal(signal::Signal::Term);
-            }
-            Action::KillProcess => {
-                self.request_signal(signal::Signal::Kill);
-            }
-            Action::Filter => {}
+            Action::Terminate => self.ask_signal(signal::Signal::Term),
+            Action::KillProcess => self.ask_signal(signal::Signal::Kill),
+            Action::Filter => self.views.push(View::Filter),
+            Action::Input(key) => self.handle_input(key),
             Action::ToggleFreeze => {
                 self.frozen = !self.frozen;
                 if !self.frozen {
@@ -293,6 +294,39 @@ impl App {
                     }
                 }
             }
+        }
+    }
+
+    /// Whether keys go to a prompt as typed rather than through the key table.
+    pub fn wants_raw_keys(&self) -> bool {
+        self.views.focus().is_some_and(View::takes_raw_keys)
+    }
+
+    /// Ask to signal the selected process: the confirmation opens, or the refusal shows.
+    fn ask_signal(&mut self, signal: signal::Signal) {
+        if self.request_signal(signal) {
+            self.views.push(View::ConfirmSignal);
+        }
+    }
+
+    /// A key typed into the prompt that has the focus.
+    fn handle_input(&mut self, key: crossterm::event::KeyEvent) {
+        match self.views.focus() {
+            Some(View::ConfirmSignal) => match process_actions::confirmation_answer(key) {
+                Some(true) => {
+                    self.views.remove(View::ConfirmSignal);
+                    self.confirm_signal();
+                }
+                Some(false) => {
+                    self.views.remove(View::ConfirmSignal);
+                    self.cancel_signal();
+                }
+                None => {}
+            },
+            Some(View::Filter) if self.filter_key(key) != process_actions::FilterKey::Editing => {
+                self.views.remove(View::Filter);
+            }
+            _ => {}
         }
     }
 
@@ -306,7 +340,7 @@ impl App {
             None => None,
         };
         if self.selected_segment.is_none() {
-            self.show_segment_list = false;
+            self.views.remove(View::SegmentList);
         }
         self.probe = Some(view);
     }

@@ -8,9 +8,11 @@ use std::path::Path;
 use std::time::Duration;
 
 use color_eyre::eyre::Result;
+use crossterm::event::KeyEvent;
 use ratatui::Frame;
 
-use super::viewer::{self, MapNav, MapView, Screen, ViewerAction};
+use super::screen::Screen;
+use super::viewer::{self, MapNav, MapView, ViewerAction};
 use super::Exit;
 use crate::alloc::PolicyKind;
 use crate::trace::replay::{self, Replay, ReplayCounts, ReplayOptions, TraceFigures};
@@ -227,6 +229,12 @@ impl<'t> ReplayerState<'t> {
 }
 
 impl Screen for ReplayerState<'_> {
+    type Action = ViewerAction;
+
+    fn action_for(&self, key: KeyEvent) -> Option<ViewerAction> {
+        viewer::viewer_action(key, true)
+    }
+
     fn draw(&self, frame: &mut Frame) {
         crate::ui::replayer::draw(frame, self);
     }
@@ -239,12 +247,9 @@ impl Screen for ReplayerState<'_> {
         self.exit
     }
 
-    fn replay_keys(&self) -> bool {
-        true
-    }
-
-    fn ticking(&self) -> bool {
+    fn tick_period(&self) -> Option<Duration> {
         self.playing
+            .then(|| Duration::from_secs_f64(1.0 / viewer::FPS))
     }
 
     fn tick(&mut self, elapsed: Duration) -> bool {

@@ -1,27 +1,23 @@
-//! The live loop: one `tokio::select!` over terminal events, telemetry snapshots, the
-//! frame deadline, a staleness watchdog and signals. Telemetry is polled on its own
-//! thread so a slow or hung driver call never freezes the screen. The screen is redrawn
-//! only when something changed, so an idle vramtop costs next to nothing.
+//! The live view's sources for the one loop (`screen::run`): telemetry snapshots, the
+//! probe's views and a staleness watchdog. Telemetry is polled on its own thread so a
+//! slow or hung driver call never freezes the screen.
 
 use std::sync::mpsc as std_mpsc;
+use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
 use color_eyre::eyre::{eyre, Result, WrapErr};
-use crossterm::event::{Event, EventStream, KeyEventKind};
-use futures::StreamExt;
-use ratatui::DefaultTerminal;
-use tokio::signal::unix::{signal, SignalKind};
+use crossterm::event::KeyEvent;
+use ratatui::{DefaultTerminal, Frame};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::action::{action_for, Action};
+use super::screen::{self, Screen};
 use super::{App, Exit};
 use crate::probe::live::{LiveProbe, ProbeView};
 use crate::telemetry::{SystemSnapshot, TelemetrySource};
-
-/// Upper bound on redraws per second; input and data are coalesced into frames.
-const MAX_FPS: f64 = 30.0;
 
 /// Polls a source on a dedicated thread at a fixed cadence and publishes only the latest
 /// snapshot: if the UI is busy, older snapshots are replaced, never queued.
@@ -67,87 +63,107 @@ impl Poller {
     }
 }
 
+/// The live view as a `Screen`: the app state plus its sources (telemetry, the probe)
+/// and the staleness watchdog.
+struct LiveScreen<'a> {
+    app: &'a mut App,
+    poller: Poller,
+    probe: Option<LiveProbe>,
+    probe_views: watch::Receiver<Arc<ProbeView>>,
+    /// A poll that has not answered by then is hung: the figures are marked stale.
+    stale_deadline: Instant,
+    stale_after: Duration,
+}
+
 pub async fn run(
     terminal: &mut DefaultTerminal,
     app: &mut App,
-    mut poller: Poller,
+    poller: Poller,
     probe: Option<LiveProbe>,
 ) -> Result<Exit> {
     // Without a probe, a channel that never changes keeps the select arm idle.
-    let (_idle_tx, idle_rx) = watch::channel(std::sync::Arc::new(ProbeView::default()));
-    let mut probe_views = probe.as_ref().map_or(idle_rx, |p| p.views.clone());
-    let probe_alive = probe.is_some();
-    let mut events = EventStream::new();
-    let mut sigterm = signal(SignalKind::terminate()).wrap_err("installing SIGTERM handler")?;
-    let mut sighup = signal(SignalKind::hangup()).wrap_err("installing SIGHUP handler")?;
-    let mut sigint = signal(SignalKind::interrupt()).wrap_err("installing SIGINT handler")?;
-    let frame_period = Duration::from_secs_f64(1.0 / MAX_FPS);
+    let (_idle_tx, idle_rx) = watch::channel(Arc::new(ProbeView::default()));
+    let probe_views = probe.as_ref().map_or(idle_rx, |p| p.views.clone());
     let interval = Duration::from_secs_f64(app.interval_s);
     // A poll that has not answered in three intervals (and at least two seconds) is hung.
     let stale_after = (interval * 3).max(Duration::from_secs(2));
-    let mut stale_deadline = Instant::now() + stale_after;
-    let mut next_frame = Instant::now();
-    let mut dirty = true;
+    let mut screen = LiveScreen {
+        app,
+        poller,
+        probe,
+        probe_views,
+        stale_deadline: Instant::now() + stale_after,
+        stale_after,
+    };
+    screen::run(terminal, &mut screen).await
+}
 
-    loop {
-        if let Some(exit) = app.exit {
-            return Ok(exit);
+impl Screen for LiveScreen<'_> {
+    type Action = Action;
+
+    fn action_for(&self, key: KeyEvent) -> Option<Action> {
+        // A prompt (filter, confirmation) reads keys as typed; Ctrl-C still quits.
+        match action_for(key) {
+            Some(Action::Interrupt) => Some(Action::Interrupt),
+            _ if self.app.wants_raw_keys() => Some(Action::Input(key)),
+            action => action,
         }
-        if dirty && Instant::now() >= next_frame {
-            terminal
-                .draw(|frame| crate::ui::draw(frame, app))
-                .wrap_err("drawing the screen")?;
-            dirty = false;
-            next_frame = Instant::now() + frame_period;
+    }
+
+    fn handle(&mut self, action: Action) {
+        if let Some(p) = self.probe.as_ref().filter(|_| action.is_probe_control()) {
+            forward(p, action);
         }
+        self.app.handle(action);
+    }
+
+    fn draw(&self, frame: &mut Frame) {
+        crate::ui::draw(frame, self.app);
+    }
+
+    fn exit(&self) -> Option<Exit> {
+        self.app.exit
+    }
+
+    fn deadline(&self) -> Option<Instant> {
+        (!self.app.stale).then_some(self.stale_deadline)
+    }
+
+    fn deadline_passed(&mut self) -> bool {
+        if Instant::now() < self.stale_deadline {
+            return false;
+        }
+        self.app.mark_stale();
+        true
+    }
+
+    async fn update(&mut self) -> Result<bool> {
+        let probe_alive = self.probe.is_some();
         tokio::select! {
-            event = events.next() => match event {
-                Some(Ok(Event::Key(key))) if key.kind == KeyEventKind::Press => {
-                    if let Some(action) = action_for(key) {
-                        if let Some(p) = probe.as_ref().filter(|_| action.is_probe_control()) {
-                            forward(p, action);
-                        }
-                        app.handle(action);
-                        dirty = true;
-                    }
-                }
-                Some(Ok(Event::Resize(_, _))) => dirty = true,
-                Some(Ok(_)) => {}
-                Some(Err(e)) => return Err(e).wrap_err("reading terminal input"),
-                None => return Ok(Exit::Terminated),
-            },
-            changed = poller.snapshots.changed() => {
+            changed = self.poller.snapshots.changed() => {
                 if changed.is_err() {
                     // The thread only ends this way by panicking. Its panic hook has
                     // already restored the terminal, so carrying on would draw into a
                     // cooked screen that no longer reads keys: stop with the reason.
                     return Err(eyre!("the telemetry thread stopped unexpectedly"));
                 }
-                let snapshot = poller.snapshots.borrow_and_update().clone();
-                if let Some(snapshot) = snapshot {
-                    app.apply_snapshot(snapshot);
-                    stale_deadline = Instant::now() + stale_after;
-                    dirty = true;
-                }
+                let snapshot = self.poller.snapshots.borrow_and_update().clone();
+                let Some(snapshot) = snapshot else {
+                    return Ok(false);
+                };
+                self.app.apply_snapshot(snapshot);
+                self.stale_deadline = Instant::now() + self.stale_after;
+                Ok(true)
             },
-            changed = probe_views.changed(), if probe_alive => {
+            changed = self.probe_views.changed(), if probe_alive => {
                 if changed.is_err() {
                     // As above: the probe task ends only by panicking while we run.
                     return Err(eyre!("the probe workload stopped unexpectedly"));
-                } else {
-                    let view = probe_views.borrow_and_update().clone();
-                    app.apply_probe(view);
-                    dirty = true;
                 }
+                let view = self.probe_views.borrow_and_update().clone();
+                self.app.apply_probe(view);
+                Ok(true)
             },
-            _ = tokio::time::sleep_until(next_frame), if dirty => {},
-            _ = tokio::time::sleep_until(stale_deadline), if !app.stale => {
-                app.mark_stale();
-                dirty = true;
-            },
-            _ = sigint.recv() => return Ok(Exit::Interrupted),
-            _ = sigterm.recv() => return Ok(Exit::Terminated),
-            _ = sighup.recv() => return Ok(Exit::Terminated),
         }
     }
 }

@@ -1,39 +1,29 @@
-//! The trace viewers' shared state and loop: `vramtop snapshot` (a snapshot's final
-//! segments) and `vramtop replay` (see `replayer`) both show one block map with its
-//! fragmentation panel, steered by one key table. No drawing here (`ui::viewer` draws).
+//! The trace viewers' shared state: `vramtop snapshot` (a snapshot's final segments) and
+//! `vramtop replay` (see `replayer`) both show one block map with its fragmentation
+//! panel, steered by one key table, in the one loop (`screen::run`). No drawing here
+//! (`ui::viewer` draws).
 
 use std::io::IsTerminal;
 use std::path::Path;
-use std::time::Duration;
 
 use color_eyre::eyre::{Result, WrapErr};
-use crossterm::event::{Event, EventStream, KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
-use futures::StreamExt;
+use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 use ratatui::widgets::TableState;
 use ratatui::{DefaultTerminal, Frame};
-use tokio::signal::unix::{signal, SignalKind};
-use tokio::time::{Instant, MissedTickBehavior};
 
+use super::screen::{self, Screen};
 use super::Exit;
 use crate::alloc::metrics::layout_stats;
-use crate::alloc::{Layout, Stats};
+use crate::alloc::Layout;
+pub use crate::alloc::MapView;
 use crate::trace::{self, snapshot, Trace, TraceFormat};
 
-/// Redraws per second while a replay plays; an idle viewer redraws only on input.
+/// Replay clock ticks per second while it plays; an idle viewer redraws only on input.
 pub const FPS: f64 = 30.0;
 /// Zoom steps either way from the fitted scale.
 const MAX_ZOOM: i32 = 16;
 /// Segments (or block-list rows) that PgUp/PgDn move by.
 const PAGE: isize = 10;
-
-/// What the map region shows: a layout, its stats, and fragmentation history in
-/// per-mille (empty where there is no history).
-#[derive(Clone, Debug, Default)]
-pub struct MapView {
-    pub layout: Layout,
-    pub stats: Stats,
-    pub frag_history: Vec<u64>,
-}
 
 /// Where the user is in the map: zoom, selected segment, and its block list.
 #[derive(Clone, Debug, Default)]
@@ -236,82 +226,13 @@ pub fn viewer_action(key: KeyEvent, replay: bool) -> Option<ViewerAction> {
         .map(|b| b.action)
 }
 
-/// A viewer the loop can run: draws itself, takes actions, and may advance with time.
-pub trait Screen {
-    fn draw(&self, frame: &mut Frame);
-    fn handle(&mut self, action: ViewerAction);
-    fn exit(&self) -> Option<Exit>;
-    /// Whether the replay keys apply.
-    fn replay_keys(&self) -> bool {
-        false
-    }
-    /// Whether time moves the screen on (a replay playing).
-    fn ticking(&self) -> bool {
-        false
-    }
-    /// Moves the screen on by `elapsed`; `true` when it changed.
-    fn tick(&mut self, _elapsed: Duration) -> bool {
-        false
-    }
-}
-
 /// Runs a viewer in the terminal until it exits; the caller owns init/restore.
 pub fn run(terminal: &mut DefaultTerminal, screen: &mut impl Screen) -> Result<Exit> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .wrap_err("could not start the async runtime")?;
-    rt.block_on(event_loop(terminal, screen))
-}
-
-/// One `select!` over terminal input, the play tick and signals; redraws when dirty.
-async fn event_loop(terminal: &mut DefaultTerminal, screen: &mut impl Screen) -> Result<Exit> {
-    let mut events = EventStream::new();
-    let mut sigterm = signal(SignalKind::terminate()).wrap_err("installing SIGTERM handler")?;
-    let mut sighup = signal(SignalKind::hangup()).wrap_err("installing SIGHUP handler")?;
-    let mut sigint = signal(SignalKind::interrupt()).wrap_err("installing SIGINT handler")?;
-    let period = Duration::from_secs_f64(1.0 / FPS);
-    let mut ticks = tokio::time::interval(period);
-    ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    let mut last_tick = Instant::now();
-    let mut dirty = true;
-    loop {
-        if let Some(exit) = screen.exit() {
-            return Ok(exit);
-        }
-        if dirty {
-            terminal
-                .draw(|frame| screen.draw(frame))
-                .wrap_err("drawing the screen")?;
-            dirty = false;
-        }
-        let ticking = screen.ticking();
-        if !ticking {
-            last_tick = Instant::now();
-        }
-        tokio::select! {
-            event = events.next() => match event {
-                Some(Ok(Event::Key(key))) if key.kind == KeyEventKind::Press => {
-                    if let Some(action) = viewer_action(key, screen.replay_keys()) {
-                        screen.handle(action);
-                        dirty = true;
-                    }
-                }
-                Some(Ok(Event::Resize(_, _))) => dirty = true,
-                Some(Ok(_)) => {}
-                Some(Err(e)) => return Err(e).wrap_err("reading terminal input"),
-                None => return Ok(Exit::Terminated),
-            },
-            now = ticks.tick(), if ticking => {
-                let elapsed = now.saturating_duration_since(last_tick);
-                last_tick = now;
-                dirty |= screen.tick(elapsed);
-            },
-            _ = sigint.recv() => return Ok(Exit::Interrupted),
-            _ = sigterm.recv() => return Ok(Exit::Terminated),
-            _ = sighup.recv() => return Ok(Exit::Terminated),
-        }
-    }
+    rt.block_on(screen::run(terminal, screen))
 }
 
 /// The state of `vramtop snapshot`: the snapshot's final layout and where the user is.
@@ -371,6 +292,12 @@ impl SnapshotViewer {
 }
 
 impl Screen for SnapshotViewer {
+    type Action = ViewerAction;
+
+    fn action_for(&self, key: KeyEvent) -> Option<ViewerAction> {
+        viewer_action(key, false)
+    }
+
     fn draw(&self, frame: &mut Frame) {
         crate::ui::viewer::draw_snapshot(frame, self);
     }

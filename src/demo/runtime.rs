@@ -1,6 +1,6 @@
-//! The talk-mode loop: one `tokio::select!` over terminal events, the story clock (only
-//! while something moves), the frame deadline and signals. Each drawn frame goes to the
-//! cast recording when there is one, and is kept for the `s` key's SVG picture.
+//! Talk mode as a `Screen` for the one loop (`app::screen::run`): the story clock runs
+//! only while something moves, status messages expire on a deadline. Each drawn frame
+//! goes to the cast recording when there is one, and is kept for the `s` key's SVG picture.
 //! The story's allocators are small and in memory we hold, so their calls run on this
 //! task: a step of the built-in story costs microseconds.
 
@@ -9,16 +9,15 @@ use std::io::BufWriter;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use color_eyre::eyre::{Result, WrapErr};
-use crossterm::event::{Event, EventStream, KeyEventKind};
-use futures::StreamExt;
+use color_eyre::eyre::Result;
+use crossterm::event::KeyEvent;
 use ratatui::buffer::Buffer;
-use ratatui::DefaultTerminal;
-use tokio::signal::unix::{signal, SignalKind};
+use ratatui::{DefaultTerminal, Frame};
 use tokio::time::Instant;
 
 use super::keys::{demo_action_for, DemoAction};
 use super::player::{PlayState, StoryPlayer};
+use crate::app::screen::{self, Screen};
 use crate::app::Exit;
 use crate::export::cast::CastRecorder;
 use crate::export::svg::buffer_to_svg;
@@ -26,7 +25,6 @@ use crate::ui::presenter::{self, Chrome};
 
 /// Story clock period while a step runs or holds.
 const TICK: Duration = Duration::from_millis(50);
-const MAX_FPS: f64 = 30.0;
 /// How long a status message (a saved picture, an error) stays on screen.
 const MESSAGE_FOR: Duration = Duration::from_secs(5);
 
@@ -44,6 +42,9 @@ pub struct Session {
     pub saved: Vec<PathBuf>,
     last_screen: Option<Buffer>,
     message_until: Option<Instant>,
+    /// When the first frame was drawn: the recording's time zero.
+    started: Option<Instant>,
+    exit: Option<Exit>,
 }
 
 impl Session {
@@ -62,6 +63,8 @@ impl Session {
             saved: Vec::new(),
             last_screen: None,
             message_until: None,
+            started: None,
+            exit: None,
         }
     }
 
@@ -156,69 +159,58 @@ fn free_path(dir: &Path, stem: &str) -> PathBuf {
         .unwrap_or(first)
 }
 
-pub async fn run(terminal: &mut DefaultTerminal, session: &mut Session) -> Result<Exit> {
-    let mut events = EventStream::new();
-    let mut sigterm = signal(SignalKind::terminate()).wrap_err("installing SIGTERM handler")?;
-    let mut sighup = signal(SignalKind::hangup()).wrap_err("installing SIGHUP handler")?;
-    let mut sigint = signal(SignalKind::interrupt()).wrap_err("installing SIGINT handler")?;
-    let frame_period = Duration::from_secs_f64(1.0 / MAX_FPS);
-    let started = Instant::now();
-    let mut ticker = tokio::time::interval(TICK);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-    let mut last_tick = Instant::now();
-    let mut next_frame = Instant::now();
-    let mut dirty = true;
+impl Screen for Session {
+    type Action = DemoAction;
 
-    loop {
-        if dirty && Instant::now() >= next_frame {
-            let view = session.player.view();
-            let chrome = session.chrome.clone();
-            let completed = terminal
-                .draw(|frame| presenter::draw(frame, &view, &chrome))
-                .wrap_err("drawing the screen")?;
-            let screen = completed.buffer.clone();
-            session.record(started.elapsed().as_secs_f64(), &screen);
-            session.last_screen = Some(screen);
-            dirty = false;
-            next_frame = Instant::now() + frame_period;
-        }
-        let moving = session.moving();
-        let message_until = session.message_until;
-        tokio::select! {
-            event = events.next() => match event {
-                Some(Ok(Event::Key(key))) if key.kind == KeyEventKind::Press => {
-                    if let Some(action) = demo_action_for(key) {
-                        if let Some(exit) = session.apply(action) {
-                            return Ok(exit);
-                        }
-                        last_tick = Instant::now();
-                        dirty = true;
-                    }
-                }
-                Some(Ok(Event::Resize(_, _))) => dirty = true,
-                Some(Ok(_)) => {}
-                Some(Err(e)) => return Err(e).wrap_err("reading terminal input"),
-                None => return Ok(Exit::Terminated),
-            },
-            _ = ticker.tick(), if moving => {
-                let now = Instant::now();
-                let dt = now.duration_since(last_tick).as_secs_f64();
-                last_tick = now;
-                dirty |= session.player.advance(dt);
-            },
-            _ = tokio::time::sleep_until(message_until.unwrap_or(next_frame)), if message_until.is_some() => {
-                if message_until.is_some_and(|t| Instant::now() >= t) {
-                    session.chrome.message = None;
-                    session.message_until = None;
-                    dirty = true;
-                }
-            },
-            _ = tokio::time::sleep_until(next_frame), if dirty => {},
-            _ = sigint.recv() => return Ok(Exit::Interrupted),
-            _ = sigterm.recv() => return Ok(Exit::Terminated),
-            _ = sighup.recv() => return Ok(Exit::Terminated),
+    fn action_for(&self, key: KeyEvent) -> Option<DemoAction> {
+        demo_action_for(key)
+    }
+
+    fn handle(&mut self, action: DemoAction) {
+        if let Some(exit) = self.apply(action) {
+            self.exit = Some(exit);
         }
     }
+
+    fn draw(&self, frame: &mut Frame) {
+        presenter::draw(frame, &self.player.view(), &self.chrome);
+    }
+
+    fn exit(&self) -> Option<Exit> {
+        self.exit
+    }
+
+    fn tick_period(&self) -> Option<Duration> {
+        self.moving().then_some(TICK)
+    }
+
+    fn tick(&mut self, elapsed: Duration) -> bool {
+        self.player.advance(elapsed.as_secs_f64())
+    }
+
+    fn deadline(&self) -> Option<Instant> {
+        self.message_until
+    }
+
+    fn deadline_passed(&mut self) -> bool {
+        if self.message_until.is_some_and(|t| Instant::now() < t) {
+            return false;
+        }
+        self.chrome.message = None;
+        self.message_until = None;
+        true
+    }
+
+    fn drawn(&mut self, screen: &Buffer) {
+        let started = *self.started.get_or_insert_with(Instant::now);
+        self.record(started.elapsed().as_secs_f64(), screen);
+        self.last_screen = Some(screen.clone());
+    }
+}
+
+/// Plays the session in the terminal until the presenter quits.
+pub async fn run(terminal: &mut DefaultTerminal, session: &mut Session) -> Result<Exit> {
+    screen::run(terminal, session).await
 }
 
 #[cfg(test)]

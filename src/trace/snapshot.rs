@@ -12,8 +12,13 @@ use crate::alloc::{human_bytes, BlockState, Layout, LayoutRun, Pool, SegmentLayo
 /// blocks (and free blocks) become free runs, adjacent free runs merge, and blocks that
 /// overlap an earlier one or stick out of their segment are clipped.
 pub fn layout_at_end(trace: &Trace) -> Layout {
+    layout_of(&trace.segments_at_end)
+}
+
+/// Segments as a `Layout`, whoever read them (a snapshot file, an attached job's hook).
+pub fn layout_of(segments: &[SnapshotSegment]) -> Layout {
     let mut tags = TagTable::default();
-    let mut segments: Vec<&SnapshotSegment> = trace.segments_at_end.iter().collect();
+    let mut segments: Vec<&SnapshotSegment> = segments.iter().collect();
     segments.sort_by_key(|s| s.addr);
     let mut next_id = 1u64;
     let segments: Vec<SegmentLayout> = segments

@@ -21,7 +21,7 @@ use ratatui::Frame;
 use super::blockmap::{BlockMap, SegmentTable};
 use super::fragmentation::FragmentationPanel;
 use crate::alloc::human_bytes;
-use crate::app::App;
+use crate::app::{App, View};
 use crate::probe::live::{PolicyView, ProbeView};
 
 /// Width of the fragmentation panel beside a single block map.
@@ -161,7 +161,7 @@ fn oom_line(p: &PolicyView) -> Line<'static> {
 fn draw_single(frame: &mut Frame, area: Rect, app: &App, p: &PolicyView) {
     let [oom, rest] = Layout::vertical([Constraint::Length(1), Constraint::Min(0)]).areas(area);
     frame.render_widget(Paragraph::new(oom_line(p)), oom);
-    if app.show_segment_list {
+    if app.views.contains(View::SegmentList) {
         // The block list needs the width for addresses, tags and ages.
         draw_map_or_list(frame, rest, app, p, None);
         return;
@@ -251,7 +251,7 @@ fn draw_map_or_list(frame: &mut Frame, area: Rect, app: &App, p: &PolicyView, sc
         .and_then(|v| v.policies.first())
         .is_some_and(|f| std::ptr::eq(f, p));
     let selected = if is_first { app.selected_segment } else { None };
-    if let (true, Some(seg)) = (app.show_segment_list && is_first, selected) {
+    if let (true, Some(seg)) = (app.views.contains(View::SegmentList) && is_first, selected) {
         if let Some(segment) = p.layout.segments.get(seg) {
             let now_ns = (p.report.elapsed_s * 1e9) as u64;
             let mut state = app.segment_table;

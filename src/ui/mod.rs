@@ -44,7 +44,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Paragraph, Wrap};
 use ratatui::Frame;
 
-use crate::app::App;
+use crate::app::{App, View};
 
 /// Below this size the layout cannot show a device and its processes legibly.
 pub const MIN_WIDTH: u16 = 60;
@@ -74,7 +74,7 @@ pub fn draw(frame: &mut Frame, app: &App) {
     .areas(area);
     header::draw(frame, header, app);
 
-    if app.probe.is_none() && !app.show_leaks {
+    if app.probe.is_none() && !app.views.contains(View::Leaks) {
         draw_without_allocator(frame, body, app);
     } else {
         let device_rows = devices::height(app, body.height / 2);
@@ -86,7 +86,7 @@ pub fn draw(frame: &mut Frame, app: &App) {
         ])
         .areas(body);
         devices::draw(frame, devices_area, app);
-        if app.show_leaks {
+        if app.views.contains(View::Leaks) {
             let [_, below] =
                 Layout::vertical([Constraint::Length(device_rows), Constraint::Min(0)]).areas(body);
             draw_leaks(frame, below, app);
@@ -95,8 +95,18 @@ pub fn draw(frame: &mut Frame, app: &App) {
             allocator::draw(frame, allocator_area, app);
         }
     }
-    draw_footer(frame, footer, app);
-    if app.show_help {
+    if app.views.focus() == Some(View::Filter) {
+        frame.render_widget(
+            Paragraph::new(process_prompt::filter_line(&app.filter)),
+            footer,
+        );
+    } else {
+        draw_footer(frame, footer, app);
+    }
+    if let (true, Some(request)) = (app.views.contains(View::ConfirmSignal), &app.pending_signal) {
+        process_prompt::draw_confirmation(frame, area, request);
+    }
+    if app.views.contains(View::Help) {
         help::draw(frame, area);
     }
 }
