@@ -229,6 +229,10 @@ impl App {
 
     pub fn handle(&mut self, action: Action) {
         const PAGE: usize = 10;
+        // An action's status line stays until the next key that is not an answer to it.
+        if !matches!(action, Action::Input(_)) {
+            self.status = None;
+        }
         // While a segment's block list has the keys, the movement keys move in that list.
         let in_list = self.views.focus() == Some(View::SegmentList);
         let action = match (in_list, action) {
