@@ -109,7 +109,10 @@ fn app_for(devices: u32, processes: usize) -> App {
 fn table_rows(screen: &str) -> usize {
     screen
         .lines()
-        .filter(|l| (0..12).any(|k| l.contains(&format!(" {} ", 10_000 + k))))
+        .filter(|l| {
+            l.split(['│', ' '])
+                .any(|word| (0..12).any(|k| word == (10_000 + k).to_string()))
+        })
         .count()
 }
 
@@ -205,5 +208,15 @@ fn representative_layouts() {
             format!("layout_{width}x{height}_{devices}dev_{processes}proc"),
             screen
         );
+    }
+}
+
+#[test]
+fn the_smallest_accepted_terminal_still_lists_devices_and_processes() {
+    for devices in DEVICES {
+        let app = app_for(devices, 12);
+        let screen = render(&app, vramtop::ui::MIN_WIDTH, vramtop::ui::MIN_HEIGHT);
+        assert!(screen.contains("gpu0"), "{screen}");
+        assert!(table_rows(&screen) >= 1, "{screen}");
     }
 }

@@ -64,7 +64,7 @@ pub fn fitted_height(app: &App, width: u16, budget: u16) -> u16 {
     if per >= MIN_CHART_PANEL_ROWS {
         grid_rows * per.min(MAX_CHART_PANEL_ROWS)
     } else {
-        budget
+        height(app, budget)
     }
 }
 
