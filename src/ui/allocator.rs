@@ -18,7 +18,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Paragraph, Wrap};
 use ratatui::Frame;
 
-use super::blockmap::{BlockMap, SegmentTable};
+use super::blockmap::{needs_overview, BlockMap, BlockOverview, SegmentTable};
 use super::fragmentation::FragmentationPanel;
 use crate::alloc::human_bytes;
 use crate::app::{App, View};
@@ -268,6 +268,12 @@ fn draw_map_or_list(frame: &mut Frame, area: Rect, app: &App, p: &PolicyView, sc
             );
             return;
         }
+    }
+    // More segments than rows: packed, partly used cells keep the holes visible; zooming
+    // in or selecting a segment goes back to one band per segment.
+    if selected.is_none() && needs_overview(&p.layout, area.height, app.map_zoom) {
+        frame.render_widget(BlockOverview::new(&p.layout), area);
+        return;
     }
     let mut map = BlockMap::new(&p.layout)
         .zoom(app.map_zoom)
