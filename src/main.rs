@@ -220,27 +220,7 @@ fn one_shot(args: &cli::LiveArgs, workload: WorkloadGauge) -> Result<ExitCode> {
     println!("{text}");
     laps.lap(|| "format and print".to_string());
     if laps.enabled() {
-        let mut spans = Vec::new();
-        let outer = laps.take();
-        let nest = |spans: &mut Vec<_>, inner: Vec<(String, Duration)>| {
-            spans.extend(
-                inner
-                    .into_iter()
-                    .map(|(name, took)| (format!("  {name}"), took)),
-            );
-        };
-        let mut outer = outer.into_iter();
-        spans.extend(outer.next());
-        nest(&mut spans, open_spans);
-        spans.extend(outer.next());
-        nest(&mut spans, poll_spans);
-        spans.extend(outer);
-        let total: Duration = spans
-            .iter()
-            .filter(|s| !s.0.starts_with(' '))
-            .map(|s| s.1)
-            .sum();
-        spans.push(("total after argument parsing".to_string(), total));
+        let spans = nest_spans(laps.take(), open_spans, poll_spans);
         eprint!("{}", vramtop::telemetry::timing::report(&spans));
     }
     // Scripts watching remote hosts need to see when none answered.
@@ -254,6 +234,30 @@ fn one_shot(args: &cli::LiveArgs, workload: WorkloadGauge) -> Result<ExitCode> {
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// The one-shot run's own spans (open, poll, output) with the source's spans of opening and
+/// of polling indented under the first two, and the total of the outer ones last.
+fn nest_spans(
+    outer: Vec<(String, Duration)>,
+    open_spans: Vec<(String, Duration)>,
+    poll_spans: Vec<(String, Duration)>,
+) -> Vec<(String, Duration)> {
+    let indent = |inner: Vec<(String, Duration)>| {
+        inner
+            .into_iter()
+            .map(|(name, took)| (format!("  {name}"), took))
+    };
+    let total: Duration = outer.iter().map(|s| s.1).sum();
+    let mut outer = outer.into_iter();
+    let mut spans = Vec::new();
+    spans.extend(outer.next());
+    spans.extend(indent(open_spans));
+    spans.extend(outer.next());
+    spans.extend(indent(poll_spans));
+    spans.extend(outer);
+    spans.push(("total after argument parsing".to_string(), total));
+    spans
 }
 
 fn live(args: cli::LiveArgs) -> Result<ExitCode> {
