@@ -128,7 +128,7 @@ if command -v tmux > /dev/null; then
   tmux capture-pane -p -t cmp > "$WORK/screen-compare.txt"
   tmux send-keys -t cmp q; sleep 1; tmux kill-server 2> /dev/null
   { echo "--- compare screen"; cat "$WORK/screen-compare.txt"; } >> "$LOG"
-  free_cells=$(grep -o "·" "$WORK/screen-compare.txt" | wc -l)
+  free_cells=$(grep "█" "$WORK/screen-compare.txt" | grep -o "·" | wc -l)
   scale=$(grep -o "1 cell = [0-9.]* [KMG]iB" "$WORK/screen-compare.txt" | head -n 1)
   if grep -q "cuda 512.0 MiB" "$WORK/screen-compare.txt" && [ "$free_cells" -gt 20 ]; then
     row "checkerboard compare on cuda (default size)" ok "cuda 512 MiB, ${scale:-scale?}, $free_cells free cells visible"
