@@ -177,6 +177,14 @@ cat "$WORK/attach/gpu-attach.log" >> "$LOG" 2>/dev/null
 if [ -s "$WORK/attach/gpu-attach-results.txt" ]; then
   while IFS='|' read -r name verdict detail; do result "attach: $name" "$verdict" "$detail"; done < "$WORK/attach/gpu-attach-results.txt"
 else result "live attach" FAIL "gpu-attach.sh gave no results (see gpu-check.log)"; fi
+# 9. Issue 15, the monitor beside nvtop and nvidia-smi: screen at 200x60 with a busy
+#    PyTorch process, --once wall time (10 runs) vs nvidia-smi, the CUDA checkerboard
+#    compare screen, CPU share at 1 s and 0.1 s beside nvtop, two GPUs when present.
+#    Its screens and timings go to $OUT/monitor.log.
+say "monitor (issue 15)"
+while IFS='|' read -r tag name status details; do
+  [ "$tag" = RESULT ] && result "$name" "$status" "$details"
+done < <(OUT="$OUT" "$HERE/gpu-check-monitor.sh" "$BIN" 2>>"$LOG")
 
 echo
 echo "check                                        result details"

@@ -97,6 +97,16 @@ pub struct LiveArgs {
     #[arg(long, requires = "once")]
     pub json: bool,
 
+    /// One-shot runs: also read PCIe throughput and per-process SM utilisation (about
+    /// 45 ms more on an H100; N/A without it)
+    #[arg(long)]
+    pub all_fields: bool,
+
+    /// One-shot runs: print where the time went (NVML load, each group of driver calls,
+    /// /proc, output) on stderr
+    #[arg(long)]
+    pub timings: bool,
+
     /// Run a probe workload in the background and show its block map
     #[arg(long, value_name = "SCENARIO")]
     pub probe: Option<String>,
@@ -134,8 +144,9 @@ pub struct ProbeOptions {
     #[arg(long, value_enum, default_value = "auto", env = "VRAMTOP_BACKING")]
     pub backing: BackingChoice,
 
-    /// Most memory a probe may hold, e.g. 512MiB or 4GiB (default: host 512 MiB; cuda 25 %
-    /// of free device memory, never closer than 1 GiB to full)
+    /// Most memory a probe may hold, e.g. 512MiB or 4GiB (default 512 MiB, the size the
+    /// scenarios are drawn for, on host and GPU alike; on a GPU never more than 25 % of
+    /// free memory nor closer than 1 GiB to full)
     #[arg(long, value_name = "BYTES", value_parser = parse_probe_limit, env = "VRAMTOP_PROBE_LIMIT")]
     pub probe_limit: Option<u64>,
 

@@ -19,8 +19,10 @@ use vramtop::export::auth::BearerToken;
 use vramtop::probe::live::LiveProbe;
 use vramtop::probe::record::Recorder;
 use vramtop::probe::{setup, Scenario};
-use vramtop::telemetry::open::open;
+use vramtop::telemetry::nvml::NvmlOptions;
+use vramtop::telemetry::open::{open, open_with};
 use vramtop::telemetry::sim::WorkloadGauge;
+use vramtop::telemetry::timing::Laps;
 
 fn main() -> ExitCode {
     let mut cli = match cli::parse(std::env::args_os()) {
@@ -192,6 +194,15 @@ fn error_line(msg: impl std::fmt::Display) -> u8 {
 }
 
 /// One line for a user mistake, exit 2; the caller prints it.
+/// The app's tokio runtime: two workers are plenty for a monitor.
+fn runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .wrap_err("could not start the async runtime")
+}
+
 fn usage_error(msg: impl std::fmt::Display) -> Result<ExitCode> {
     eprintln!("vramtop: {msg}");
     Ok(ExitCode::from(2))
@@ -244,6 +255,98 @@ fn probe_headless(
     })
 }
 
+/// `--once` (or stdout not a terminal): one poll, printed. The slow fields (PCIe
+/// throughput, per-process utilisation) are left out unless `--all-fields` asks, so that a
+/// one-shot run costs no more than `nvidia-smi`; `--timings` says where the time went.
+fn one_shot(args: &cli::LiveArgs, workload: WorkloadGauge) -> Result<ExitCode> {
+    let mut laps = Laps::new(args.timings);
+    // Only `--remote` needs the async runtime here: NVML and the simulated device do not.
+    let rt = if args.remote.is_empty() {
+        None
+    } else {
+        Some(runtime()?)
+    };
+    let opened = match &rt {
+        None => {
+            let options = NvmlOptions {
+                slow_fields: args.all_fields,
+                timings: args.timings,
+                ..NvmlOptions::default()
+            };
+            open_with(args.device, args.seed, workload, options)?
+        }
+        Some(rt) => {
+            let token = match args.token_file.as_deref().map(BearerToken::from_file) {
+                None => None,
+                Some(Ok(token)) => Some(token),
+                Some(Err(e)) => return usage_error(e),
+            };
+            let interval = Duration::from_secs_f64(args.interval);
+            vramtop::telemetry::remote::open(rt.handle(), &args.remote, interval, token, true)?
+        }
+    };
+    laps.lap(|| "open the source".to_string());
+    if let Some(notice) = &opened.notice {
+        eprintln!("vramtop: {notice}");
+    }
+    let mut source = opened.source;
+    let open_spans = source.take_spans();
+    laps.restart();
+    let snapshot = source.poll();
+    laps.lap(|| "poll".to_string());
+    let poll_spans = source.take_spans();
+    // Hooked jobs answer within a few intervals of 0.1 s; a wedged one is dropped after
+    // 2 s without a hello. With no job socket there, this returns at once.
+    let attached = vramtop::attach::collect_once(socket_dir(), ONCE_ATTACH_WAIT)?;
+    laps.lap(|| "hooked jobs".to_string());
+    let text = if args.json {
+        vramtop::export::once::json_with_attached(&snapshot, &attached)
+    } else {
+        vramtop::export::once::table(&snapshot) + &vramtop::export::once::attached_table(&attached)
+    };
+    println!("{text}");
+    laps.lap(|| "format and print".to_string());
+    if laps.enabled() {
+        let spans = nest_spans(laps.take(), open_spans, poll_spans);
+        eprint!("{}", vramtop::telemetry::timing::report(&spans));
+    }
+    // Scripts watching remote hosts need to see when none answered.
+    let all_down = !args.remote.is_empty()
+        && snapshot
+            .devices
+            .iter()
+            .all(|d| matches!(d.health, vramtop::telemetry::DeviceHealth::Lost(_)));
+    Ok(if all_down {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// The one-shot run's own spans (open, poll, output) with the source's spans of opening and
+/// of polling indented under the first two, and the total of the outer ones last.
+fn nest_spans(
+    outer: Vec<(String, Duration)>,
+    open_spans: Vec<(String, Duration)>,
+    poll_spans: Vec<(String, Duration)>,
+) -> Vec<(String, Duration)> {
+    let indent = |inner: Vec<(String, Duration)>| {
+        inner
+            .into_iter()
+            .map(|(name, took)| (format!("  {name}"), took))
+    };
+    let total: Duration = outer.iter().map(|s| s.1).sum();
+    let mut outer = outer.into_iter();
+    let mut spans = Vec::new();
+    spans.extend(outer.next());
+    spans.extend(indent(open_spans));
+    spans.extend(outer.next());
+    spans.extend(indent(poll_spans));
+    spans.extend(outer);
+    spans.push(("total after argument parsing".to_string(), total));
+    spans
+}
+
 fn live(args: cli::LiveArgs, config: ConfigFile) -> Result<ExitCode> {
     let workload = WorkloadGauge::default();
     let once = args.once || !std::io::stdout().is_terminal();
@@ -256,12 +359,10 @@ fn live(args: cli::LiveArgs, config: ConfigFile) -> Result<ExitCode> {
     if once && args.record.is_some() {
         return usage_error("--record needs the live view: run it in a terminal, without --once");
     }
-    // Built first: `--remote` fetches on it, also for a one-shot print.
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .wrap_err("could not start the async runtime")?;
+    if once {
+        return one_shot(&args, workload);
+    }
+    let rt = runtime()?;
     let opened = if args.remote.is_empty() {
         open(args.device, args.seed, workload.clone())?
     } else {
@@ -271,36 +372,8 @@ fn live(args: cli::LiveArgs, config: ConfigFile) -> Result<ExitCode> {
             Some(Err(e)) => return usage_error(e),
         };
         let interval = Duration::from_secs_f64(args.interval);
-        vramtop::telemetry::remote::open(rt.handle(), &args.remote, interval, token, once)?
+        vramtop::telemetry::remote::open(rt.handle(), &args.remote, interval, token, false)?
     };
-    if let (true, Some(notice)) = (once, &opened.notice) {
-        eprintln!("vramtop: {notice}");
-    }
-    if once {
-        let mut source = opened.source;
-        let snapshot = source.poll();
-        // Hooked jobs answer within a few intervals of 0.1 s; a wedged one is dropped
-        // after 2 s without a hello.
-        let attached = vramtop::attach::collect_once(socket_dir(), ONCE_ATTACH_WAIT)?;
-        let text = if args.json {
-            vramtop::export::once::json_with_attached(&snapshot, &attached)
-        } else {
-            vramtop::export::once::table(&snapshot)
-                + &vramtop::export::once::attached_table(&attached)
-        };
-        println!("{text}");
-        // Scripts watching remote hosts need to see when none answered.
-        let all_down = !args.remote.is_empty()
-            && snapshot
-                .devices
-                .iter()
-                .all(|d| matches!(d.health, vramtop::telemetry::DeviceHealth::Lost(_)));
-        return Ok(if all_down {
-            ExitCode::from(1)
-        } else {
-            ExitCode::SUCCESS
-        });
-    }
 
     let mut probe_notice = None;
     let probe_set = match &args.probe {

@@ -8,7 +8,7 @@ use ratatui::style::Color;
 use ratatui::widgets::{Block, StatefulWidget, TableState, Widget};
 use ratatui::Terminal;
 use vramtop::alloc::{BlockState, Layout, LayoutRun, OomReport, Pool, SegmentLayout, TagId};
-use vramtop::ui::blockmap::{BlockMap, SegmentTable};
+use vramtop::ui::blockmap::{needs_overview, BlockMap, BlockOverview, SegmentTable};
 use vramtop::ui::fixtures::{stats_from_layout, synthetic_layout};
 use vramtop::ui::fragmentation::FragmentationPanel;
 use vramtop::ui::theme;
@@ -468,4 +468,45 @@ fn pytorch_expandable_mapped_free_pages_are_drawn_apart_from_unmapped() {
         checked += 1;
     }
     assert!(checked >= 8, "only {checked} cells checked");
+}
+
+/// GPU scale: 700 segments of 20 MiB, each 4 MiB used then 4 MiB free in turn (the
+/// checkerboard after its free phase). More segments than rows: the overview packs them,
+/// and the holes show as partly used cells instead of rows of `██`.
+#[test]
+fn overview_keeps_holes_visible_when_segments_outnumber_rows() {
+    let segments: Vec<_> = (0..700u64)
+        .map(|i| {
+            let parts: Vec<_> = (0..5)
+                .map(|k| {
+                    if k % 2 == 0 {
+                        (4 * MIB, BlockState::Allocated, Some(0))
+                    } else {
+                        (4 * MIB, BlockState::Free, None)
+                    }
+                })
+                .collect();
+            segment(BASE + i * 20 * MIB, &parts)
+        })
+        .collect();
+    let layout = layout(segments);
+    let area = Rect::new(0, 0, 60, 12);
+    assert!(needs_overview(&layout, area.height, 0));
+    assert!(
+        !needs_overview(&layout, area.height, 1),
+        "zoom walks to single segments"
+    );
+    let mut buf = Buffer::empty(area);
+    BlockOverview::new(&layout).render(area, &mut buf);
+    let text = vramtop::ui::buffer_text(&buf);
+    let cells: String = text.lines().take(11).collect();
+    let full = cells.matches('█').count();
+    let partial = cells.chars().filter(|c| "▏▎▍▌▋▊▉".contains(*c)).count();
+    assert!(
+        partial > full,
+        "holes must show: {partial} partial vs {full} full\n{text}"
+    );
+    assert!(text.contains("overview: 700 segments packed"), "{text}");
+    // 14000 MiB in 660 cells: 32 MiB a cell, each 12/20 used.
+    assert!(text.contains("1 cell = 32M"), "{text}");
 }

@@ -141,7 +141,7 @@ fn the_one_shot_view_starts_despite_a_bad_file() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
     assert!(String::from_utf8_lossy(&out.stdout).contains("simulated"));
-    assert!(err.contains("line 1: `sort`: not a sort order"), "{err}");
+    assert!(err.contains("line 1: `sort`: not a sort column"), "{err}");
 }
 
 #[test]

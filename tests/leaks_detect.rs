@@ -342,6 +342,7 @@ fn process(pid: u32, used: Option<u64>) -> ProcessSnapshot {
         cpu_pct: None,
         rss_bytes: None,
         host_view: HostView::Visible,
+        cgroup: None,
     }
 }
 

@@ -597,3 +597,49 @@ fn processes_are_visible_other_namespace_or_exited() {
         HostView::OtherNamespace
     );
 }
+
+/// `--once` without `--all-fields`: the two slow calls are never made, their figures are
+/// unknown (not 0), and with timing on every group of driver calls has a named span.
+#[test]
+fn one_shot_skips_the_slow_fields_and_times_the_rest() {
+    use vramtop::telemetry::TelemetrySource;
+    let mut script = h100();
+    script.compute_steady = Ok(vec![gp(7, Some(GIB))]);
+    script.process_util = Ok(vec![ProcessUtilSample {
+        pid: 7,
+        timestamp_us: 1_000,
+        sm_util_pct: 93,
+    }]);
+    let fake = Fake::new(vec![script]);
+    let options = NvmlOptions {
+        proc_root: PathBuf::from("/nonexistent-vramtop-proc"),
+        slow_fields: false,
+        timings: true,
+        ..NvmlOptions::default()
+    };
+    let mut src = NvmlSource::new(fake.clone(), options).expect("fake NVML opens");
+    let opening: Vec<String> = src.take_spans().into_iter().map(|s| s.0).collect();
+    assert!(
+        opening.iter().any(|s| s.starts_with("open 1 device")),
+        "{opening:?}"
+    );
+    let d = src.poll().devices.remove(0);
+    assert_eq!(fake.calls(0, "pcie"), 0);
+    assert_eq!(fake.calls(0, "process_utilization"), 0);
+    assert_eq!((d.pcie_rx_kib_s, d.pcie_tx_kib_s), (None, None));
+    assert_eq!(d.processes[0].sm_util_pct, None);
+    assert_eq!(d.memory_total_bytes, Some(81_559 << 20), "the rest is read");
+    let polling: Vec<String> = src.take_spans().into_iter().map(|s| s.0).collect();
+    for part in [
+        "memory, utilisation",
+        "MIG mode",
+        "process lists",
+        "/proc for 1",
+    ] {
+        assert!(
+            polling.iter().any(|s| s.contains(part)),
+            "{part}: {polling:?}"
+        );
+    }
+    assert!(!polling.iter().any(|s| s.contains("PCIe")), "{polling:?}");
+}

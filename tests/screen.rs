@@ -72,6 +72,7 @@ fn fixture_with_processes() -> SystemSnapshot {
         cpu_pct: Some(99.0),
         rss_bytes: Some(3 << 30),
         host_view: view,
+        cgroup: None,
     };
     d.processes = vec![
         proc(300, 4 << 30, HostView::Visible),

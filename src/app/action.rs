@@ -18,6 +18,10 @@ pub enum Action {
     Bottom,
     SortByMemory,
     SortByPid,
+    /// Sort by the next column (in table order).
+    SortNext,
+    /// Sort the other way.
+    SortReverse,
     NextDevice,
     PrevDevice,
     ToggleFreeze,
@@ -36,6 +40,15 @@ pub enum Action {
     ToggleMark,
     /// Save the current settings to the settings file (nvtop's F12).
     SaveSettings,
+    /// Ask to send SIGTERM to the selected process (a confirmation follows).
+    Terminate,
+    /// Ask to send SIGKILL to the selected process (a confirmation follows).
+    KillProcess,
+    /// Type a filter for the process table.
+    Filter,
+    /// A key as typed, for a view that reads text or an answer (the filter, a
+    /// confirmation); not in the key table.
+    Input(KeyEvent),
 }
 
 impl Action {
@@ -145,6 +158,20 @@ pub const BINDINGS: &[Binding] = &[
         "p",
         "sort by pid",
     ),
+    bind(
+        KeyCode::Char('s'),
+        NONE,
+        Action::SortNext,
+        "s",
+        "sort by the next column",
+    ),
+    bind(
+        KeyCode::Char('r'),
+        NONE,
+        Action::SortReverse,
+        "r",
+        "reverse the sort",
+    ),
     bind(KeyCode::Tab, NONE, Action::NextDevice, "Tab", "next device"),
     bind(
         KeyCode::BackTab,
@@ -247,6 +274,28 @@ pub const BINDINGS: &[Binding] = &[
         "F12",
         "save settings to the config file",
     ),
+    bind(
+        KeyCode::Char('t'),
+        NONE,
+        Action::Terminate,
+        "t/F9",
+        "SIGTERM the process (asks first)",
+    ),
+    bind(KeyCode::F(9), NONE, Action::Terminate, "", ""),
+    bind(
+        KeyCode::Char('K'),
+        NONE,
+        Action::KillProcess,
+        "K",
+        "SIGKILL the process (asks first)",
+    ),
+    bind(
+        KeyCode::Char('/'),
+        NONE,
+        Action::Filter,
+        "/",
+        "filter processes by text",
+    ),
 ];
 
 /// The action bound to a key press, if any. Shift is ignored for characters, since
@@ -307,6 +356,8 @@ mod tests {
             Bottom,
             SortByMemory,
             SortByPid,
+            SortNext,
+            SortReverse,
             NextDevice,
             PrevDevice,
             ToggleFreeze,
@@ -322,6 +373,9 @@ mod tests {
             ToggleLeaksView,
             ToggleMark,
             SaveSettings,
+            Terminate,
+            KillProcess,
+            Filter,
         ];
         for action in all {
             assert!(

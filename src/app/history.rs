@@ -1,14 +1,14 @@
-//! A fixed-size ring of samples for sparklines: memory over the last minutes.
+//! A fixed-size ring of samples for sparklines and charts: memory over the last minutes.
 
 use std::collections::VecDeque;
 
 #[derive(Clone, Debug)]
-pub struct History {
-    samples: VecDeque<u64>,
+pub struct History<T = u64> {
+    samples: VecDeque<T>,
     capacity: usize,
 }
 
-impl History {
+impl<T: Copy> History<T> {
     pub fn new(capacity: usize) -> Self {
         History {
             samples: VecDeque::with_capacity(capacity),
@@ -16,7 +16,7 @@ impl History {
         }
     }
 
-    pub fn push(&mut self, value: u64) {
+    pub fn push(&mut self, value: T) {
         if self.samples.len() == self.capacity {
             self.samples.pop_front();
         }
@@ -24,7 +24,7 @@ impl History {
     }
 
     /// The newest `n` samples, oldest first.
-    pub fn last(&self, n: usize) -> Vec<u64> {
+    pub fn last(&self, n: usize) -> Vec<T> {
         let skip = self.samples.len().saturating_sub(n);
         self.samples.iter().skip(skip).copied().collect()
     }
@@ -37,8 +37,33 @@ impl History {
         self.samples.is_empty()
     }
 
-    pub fn latest(&self) -> Option<u64> {
+    pub fn latest(&self) -> Option<T> {
         self.samples.back().copied()
+    }
+}
+
+/// What a device's history charts draw: memory (used, driver-reserved) and GPU
+/// utilisation per poll, None where the device could not say.
+#[derive(Clone, Debug)]
+pub struct ChartHistory {
+    pub memory: History<(Option<u64>, Option<u64>)>,
+    pub util: History<(Option<u64>, Option<u64>)>,
+}
+
+impl Default for ChartHistory {
+    fn default() -> Self {
+        ChartHistory {
+            memory: History::new(super::HISTORY_SAMPLES),
+            util: History::new(super::HISTORY_SAMPLES),
+        }
+    }
+}
+
+impl ChartHistory {
+    pub fn push(&mut self, device: &crate::telemetry::DeviceSnapshot) {
+        self.memory
+            .push((device.memory_used_bytes, device.memory_reserved_bytes));
+        self.util.push((device.gpu_util_pct.map(u64::from), None));
     }
 }
 

@@ -68,12 +68,15 @@ impl App {
                     command: job.command(),
                     cpu_pct: None,
                     rss_bytes: None,
+                    cgroup: None,
                     host_view: if job.ended {
                         HostView::Exited
                     } else {
                         HostView::Visible
                     },
                 },
+                trend_bytes_per_s: None,
+                growing: false,
                 hooked: true,
             });
         }

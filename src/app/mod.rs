@@ -4,9 +4,12 @@
 pub mod action;
 pub mod history;
 pub mod jobs;
+pub mod process_actions;
+pub mod process_table;
 pub mod replayer;
 pub mod runtime;
 pub mod screen;
+pub mod signal;
 pub mod viewer;
 pub mod views;
 
@@ -15,26 +18,20 @@ use std::sync::Arc;
 use ratatui::widgets::TableState;
 
 use crate::attach::AttachedJobs;
-use crate::leaks::{ProcessWatch, TrendConfig};
+use crate::leaks::{ProcessTrend, ProcessWatch, TrendConfig};
 use crate::probe::live::ProbeView;
-use crate::telemetry::{DeviceHealth, ProcessSnapshot, SystemSnapshot};
+use crate::telemetry::{DeviceHealth, SystemSnapshot};
 use action::Action;
+pub use history::ChartHistory;
 use history::History;
 pub use jobs::RunView;
+pub use process_table::{ProcessRow, SortKey};
 pub use views::{View, ViewStack};
 
 /// Samples kept per device: ten minutes at the default 1 s interval.
 pub const HISTORY_SAMPLES: usize = 600;
 /// Zoom steps either way from the fitted scale.
 const MAX_ZOOM: i32 = 16;
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SortKey {
-    /// Most GPU memory first.
-    Memory,
-    /// Lowest pid first.
-    Pid,
-}
 
 /// How the app ended, which decides the exit code.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -56,15 +53,6 @@ impl Exit {
     }
 }
 
-/// One row of the process table: a process and the device it runs on.
-#[derive(Clone, Debug, PartialEq)]
-pub struct ProcessRow {
-    pub device: u32,
-    pub process: ProcessSnapshot,
-    /// A job vramtop is attached to through its hook.
-    pub hooked: bool,
-}
-
 pub struct App {
     /// The snapshot on screen.
     pub snapshot: Option<SystemSnapshot>,
@@ -73,8 +61,20 @@ pub struct App {
     pub frozen: bool,
     /// Memory used per device, oldest first, indexed like `snapshot.devices`.
     pub memory_history: Vec<History>,
+    /// Per device, for the history charts: (used, driver-reserved) and GPU utilisation,
+    /// None where the device could not say.
+    pub chart_history: Vec<ChartHistory>,
+    /// The process table: processes matching `filter`, sorted.
     pub rows: Vec<ProcessRow>,
     pub sort: SortKey,
+    /// Sort against the column's natural direction.
+    pub sort_reversed: bool,
+    /// Rows are kept when their pid, user, command or group holds this text (any case).
+    pub filter: String,
+    /// Processes before filtering, for the table's "3 of 12".
+    pub process_count: usize,
+    /// Memory trend per process, one list per device (in snapshot order), from the last poll.
+    pub trends: Vec<Vec<ProcessTrend>>,
     pub table: TableState,
     pub selected_device: usize,
     /// What is open over the main view (help, a segment's block list, the leaks view).
@@ -102,6 +102,12 @@ pub struct App {
     pub focus_pid: Option<u32>,
     /// Where F12 saves the current settings (the event loop does the writing).
     pub settings: Option<crate::config::Saver>,
+    /// A signal asked for and awaiting the user's confirmation.
+    pub pending_signal: Option<signal::KillRequest>,
+    /// Sends signals: kill(2), or a fake in tests of refusals.
+    pub signals: Box<dyn signal::SignalSender + Send>,
+    /// What the last process action did, or why it did nothing.
+    pub status: Option<process_actions::StatusLine>,
 }
 
 impl App {
@@ -111,8 +117,13 @@ impl App {
             held_back: None,
             frozen: false,
             memory_history: Vec::new(),
+            chart_history: Vec::new(),
             rows: Vec::new(),
             sort: SortKey::Memory,
+            sort_reversed: false,
+            filter: String::new(),
+            process_count: 0,
+            trends: Vec::new(),
             table: TableState::default(),
             selected_device: 0,
             views: ViewStack::default(),
@@ -129,6 +140,9 @@ impl App {
             run: None,
             focus_pid: None,
             settings: None,
+            pending_signal: None,
+            signals: Box::new(signal::KernelSignals::default()),
+            status: None,
         }
     }
 
@@ -142,6 +156,13 @@ impl App {
         for (history, device) in self.memory_history.iter_mut().zip(&snapshot.devices) {
             history.push(device.memory_used_bytes.unwrap_or(0));
         }
+        if self.chart_history.len() != snapshot.devices.len() {
+            self.chart_history
+                .resize_with(snapshot.devices.len(), ChartHistory::default);
+        }
+        for (history, device) in self.chart_history.iter_mut().zip(&snapshot.devices) {
+            history.push(device);
+        }
         if self.process_watch.len() != snapshot.devices.len() {
             self.process_watch.resize_with(snapshot.devices.len(), || {
                 ProcessWatch::new(TrendConfig::default())
@@ -150,6 +171,11 @@ impl App {
         for (watch, device) in self.process_watch.iter_mut().zip(&snapshot.devices) {
             watch.observe(snapshot.taken_at_ms, device);
         }
+        self.trends = self
+            .process_watch
+            .iter()
+            .map(ProcessWatch::trends)
+            .collect();
         if self.frozen {
             self.held_back = Some(snapshot);
             return;
@@ -183,20 +209,13 @@ impl App {
             .selected()
             .and_then(|i| self.rows.get(i))
             .map(|r| (r.device, r.process.pid));
-        self.rows = self
+        self.process_count = self
             .snapshot
-            .iter()
-            .flat_map(|s| &s.devices)
-            .flat_map(|d| {
-                d.processes.iter().map(|p| ProcessRow {
-                    device: d.index,
-                    process: p.clone(),
-                    hooked: false,
-                })
-            })
-            .collect();
+            .as_ref()
+            .map_or(0, |s| s.devices.iter().map(|d| d.processes.len()).sum());
+        self.rows = process_table::gather(self.snapshot.as_ref(), &self.trends, &self.filter);
         self.add_hooked_rows();
-        self.sort_rows();
+        process_table::sort(&mut self.rows, self.sort, self.sort_reversed);
         // Keep the cursor on the same process when the table reorders under it.
         let position = selected_pid.and_then(|key| {
             self.rows
@@ -215,21 +234,15 @@ impl App {
         self.select_focus();
     }
 
-    fn sort_rows(&mut self) {
-        match self.sort {
-            SortKey::Memory => self.rows.sort_by(|a, b| {
-                b.process
-                    .used_memory_bytes
-                    .cmp(&a.process.used_memory_bytes)
-                    .then(a.process.pid.cmp(&b.process.pid))
-            }),
-            SortKey::Pid => self.rows.sort_by(|a, b| {
-                a.process
-                    .pid
-                    .cmp(&b.process.pid)
-                    .then(a.device.cmp(&b.device))
-            }),
-        }
+    /// The selected row of the process table, if any.
+    pub fn selected_row(&self) -> Option<&ProcessRow> {
+        self.table.selected().and_then(|i| self.rows.get(i))
+    }
+
+    /// Keep only processes matching `text` (any case; empty shows all).
+    pub fn set_filter(&mut self, text: &str) {
+        self.filter = text.to_string();
+        self.rebuild_rows();
     }
 
     pub fn device_count(&self) -> usize {
@@ -238,6 +251,10 @@ impl App {
 
     pub fn handle(&mut self, action: Action) {
         const PAGE: usize = 10;
+        // An action's status line stays until the next key that is not an answer to it.
+        if !matches!(action, Action::Input(_)) {
+            self.status = None;
+        }
         // While a segment's block list has the keys, the movement keys move in that list.
         let in_list = self.views.focus() == Some(View::SegmentList);
         let action = match (in_list, action) {
@@ -272,6 +289,11 @@ impl App {
             Action::Bottom => self.move_cursor(isize::MAX / 2),
             Action::SortByMemory => self.set_sort(SortKey::Memory),
             Action::SortByPid => self.set_sort(SortKey::Pid),
+            Action::SortNext => self.set_sort(self.sort.next()),
+            Action::SortReverse => {
+                self.sort_reversed = !self.sort_reversed;
+                self.rebuild_rows();
+            }
             Action::NextDevice => self.cycle_device(1),
             Action::PrevDevice => self.cycle_device(-1),
             Action::ZoomIn => self.map_zoom = (self.map_zoom + 1).min(MAX_ZOOM),
@@ -296,6 +318,10 @@ impl App {
             | Action::ToggleMark => {}
             // File I/O: done by the event loop, which shows the outcome as the notice.
             Action::SaveSettings => {}
+            Action::Terminate => self.ask_signal(signal::Signal::Term),
+            Action::KillProcess => self.ask_signal(signal::Signal::Kill),
+            Action::Filter => self.views.push(View::Filter),
+            Action::Input(key) => self.handle_input(key),
             Action::ToggleFreeze => {
                 self.frozen = !self.frozen;
                 if !self.frozen {
@@ -304,6 +330,39 @@ impl App {
                     }
                 }
             }
+        }
+    }
+
+    /// Whether keys go to a prompt as typed rather than through the key table.
+    pub fn wants_raw_keys(&self) -> bool {
+        self.views.focus().is_some_and(View::takes_raw_keys)
+    }
+
+    /// Ask to signal the selected process: the confirmation opens, or the refusal shows.
+    fn ask_signal(&mut self, signal: signal::Signal) {
+        if self.request_signal(signal) {
+            self.views.push(View::ConfirmSignal);
+        }
+    }
+
+    /// A key typed into the prompt that has the focus.
+    fn handle_input(&mut self, key: crossterm::event::KeyEvent) {
+        match self.views.focus() {
+            Some(View::ConfirmSignal) => match process_actions::confirmation_answer(key) {
+                Some(true) => {
+                    self.views.remove(View::ConfirmSignal);
+                    self.confirm_signal();
+                }
+                Some(false) => {
+                    self.views.remove(View::ConfirmSignal);
+                    self.cancel_signal();
+                }
+                None => {}
+            },
+            Some(View::Filter) if self.filter_key(key) != process_actions::FilterKey::Editing => {
+                self.views.remove(View::Filter);
+            }
+            _ => {}
         }
     }
 
@@ -341,8 +400,10 @@ impl App {
         self.selected_segment = Some(next);
     }
 
+    /// Sort by `key` in its natural direction.
     fn set_sort(&mut self, key: SortKey) {
         self.sort = key;
+        self.sort_reversed = false;
         self.rebuild_rows();
     }
 

@@ -127,7 +127,12 @@ impl Screen for LiveScreen<'_> {
     type Action = Action;
 
     fn action_for(&self, key: KeyEvent) -> Option<Action> {
-        action_for(key)
+        // A prompt (filter, confirmation) reads keys as typed; Ctrl-C still quits.
+        match action_for(key) {
+            Some(Action::Interrupt) => Some(Action::Interrupt),
+            _ if self.app.wants_raw_keys() => Some(Action::Input(key)),
+            action => action,
+        }
     }
 
     fn handle(&mut self, action: Action) {

@@ -12,6 +12,17 @@ pub enum View {
     SegmentList,
     /// The key help, drawn over everything.
     Help,
+    /// "Send SIGTERM to pid N (command)?": y sends, n cancels (`App::pending_signal`).
+    ConfirmSignal,
+    /// The process filter being typed, in the footer (`App::filter`).
+    Filter,
+}
+
+impl View {
+    /// Views that take every key as typed (text, or an answer) instead of the key table.
+    pub fn takes_raw_keys(self) -> bool {
+        matches!(self, View::ConfirmSignal | View::Filter)
+    }
 }
 
 /// Views open over the main screen, bottom first; each at most once.

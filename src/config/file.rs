@@ -139,11 +139,10 @@ pub fn parse(text: &str) -> Result<Settings, FileError> {
         settings.theme = Some(theme.map_err(|e| field_error(text, "theme", v, e))?);
     }
     if let Some(v) = &raw.sort {
-        let sort = match v.get_ref().as_str() {
-            "memory" => Ok(SortKey::Memory),
-            "pid" => Ok(SortKey::Pid),
-            _ => Err("not a sort order; use memory or pid".to_string()),
-        };
+        let sort = SortKey::from_name(v.get_ref().as_str()).ok_or_else(|| {
+            let names: Vec<&str> = SortKey::ALL.iter().map(|k| k.name()).collect();
+            format!("not a sort column; use one of {}", names.join(", "))
+        });
         settings.sort = Some(sort.map_err(|e| field_error(text, "sort", v, e))?);
     }
     if let Some(v) = &raw.policy {
@@ -208,10 +207,7 @@ pub fn render(settings: &Settings) -> Result<String, String> {
     let saved = SavedSettings {
         interval: settings.interval,
         theme: settings.theme.and_then(value_name),
-        sort: settings.sort.map(|s| match s {
-            SortKey::Memory => "memory",
-            SortKey::Pid => "pid",
-        }),
+        sort: settings.sort.map(SortKey::name),
         policy: settings.policy.map(PolicyKind::name),
         backing: settings.backing.and_then(value_name),
         probe_limit: settings.probe_limit,
@@ -281,7 +277,7 @@ mod tests {
                 "unknown policy",
             ),
             ("theme = \"pink\"", 1, Some("theme"), "dark, light"),
-            ("sort = \"name\"", 1, Some("sort"), "memory or pid"),
+            ("sort = \"name\"", 1, Some("sort"), "not a sort column"),
             ("backing = \"disk\"", 1, Some("backing"), "bookkeeping"),
             (
                 "probe_limit = \"1KiB\"",

@@ -375,6 +375,7 @@ mod tests {
             cpu_pct: None,
             rss_bytes: None,
             host_view: HostView::Visible,
+            cgroup: None,
         });
         SystemSnapshot {
             hostname: "box\"1".into(),

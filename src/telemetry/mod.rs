@@ -3,11 +3,13 @@
 //! A metric a device cannot report is `None`, never 0, and never aborts a poll.
 //! Must not depend on ratatui or on the app.
 
+pub mod cgroup;
 pub mod nvml;
 pub mod open;
 pub mod procfs;
 pub mod remote;
 pub mod sim;
+pub mod timing;
 
 use serde::{Deserialize, Serialize};
 
@@ -58,6 +60,10 @@ pub struct ProcessSnapshot {
     pub cpu_pct: Option<f32>,
     pub rss_bytes: Option<u64>,
     pub host_view: HostView,
+    /// Container, pod or systemd unit from /proc/PID/cgroup; None when not visible or in
+    /// the root cgroup. Absent in snapshots from older `vramtop serve` hosts.
+    #[serde(default)]
+    pub cgroup: Option<cgroup::CgroupOrigin>,
 }
 
 /// Whether a device's figures are current.
@@ -161,6 +167,12 @@ pub struct SystemSnapshot {
 /// or a warning, so one broken field never blanks the screen.
 pub trait TelemetrySource: Send {
     fn poll(&mut self) -> SystemSnapshot;
+
+    /// Where the time of opening and of the last poll went, when the source was opened
+    /// with timing on (`--once --timings`); empty otherwise.
+    fn take_spans(&mut self) -> Vec<(String, std::time::Duration)> {
+        Vec::new()
+    }
 }
 
 pub fn now_ms() -> u64 {

@@ -3,7 +3,7 @@
 
 use color_eyre::eyre::{eyre, Result};
 
-use super::nvml::{self, NvmlOpenError};
+use super::nvml::{self, NvmlOpenError, NvmlOptions};
 use super::sim::{SimSource, WorkloadGauge};
 use super::TelemetrySource;
 use crate::cli::DeviceChoice;
@@ -17,6 +17,16 @@ pub struct Opened {
 }
 
 pub fn open(choice: DeviceChoice, seed: u64, workload: WorkloadGauge) -> Result<Opened> {
+    open_with(choice, seed, workload, NvmlOptions::default())
+}
+
+/// `open` with NVML options (a one-shot run leaves out the slow fields, may time itself).
+pub fn open_with(
+    choice: DeviceChoice,
+    seed: u64,
+    workload: WorkloadGauge,
+    options: NvmlOptions,
+) -> Result<Opened> {
     let sim = |notice| Opened {
         source: Box::new(SimSource::new(seed, workload.clone())),
         notice,
@@ -24,7 +34,7 @@ pub fn open(choice: DeviceChoice, seed: u64, workload: WorkloadGauge) -> Result<
     };
     match choice {
         DeviceChoice::Sim => Ok(sim(None)),
-        DeviceChoice::Auto => match nvml::open() {
+        DeviceChoice::Auto => match nvml::open_with(options) {
             Ok(source) => Ok(Opened {
                 source: Box::new(source),
                 notice: None,
@@ -32,7 +42,7 @@ pub fn open(choice: DeviceChoice, seed: u64, workload: WorkloadGauge) -> Result<
             }),
             Err(e) => Ok(sim(Some(fallback_notice(&e)))),
         },
-        DeviceChoice::Nvml => nvml::open()
+        DeviceChoice::Nvml => nvml::open_with(options)
             .map(|source| Opened {
                 source: Box::new(source) as Box<dyn TelemetrySource>,
                 notice: None,

@@ -1,9 +1,12 @@
-//! Host-side facts about a pid from /proc: user, command line, CPU share and RSS.
-//! CPU share needs two readings, so `ProcSampler` keeps the last one per pid.
+//! Host-side facts about a pid from /proc: user, command line, CPU share, RSS and the
+//! container or systemd unit it runs in. CPU share needs two readings, so `ProcSampler`
+//! keeps the last one per pid; the cgroup is read once per process (pid and start time).
 
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::Instant;
+
+use super::cgroup::{parse_proc_cgroup, CgroupOrigin};
 
 /// What /proc says about one process. Any field can be missing (no permission, a
 /// process that exited between reads).
@@ -13,6 +16,7 @@ pub struct ProcInfo {
     pub command: Option<String>,
     pub cpu_pct: Option<f32>,
     pub rss_bytes: Option<u64>,
+    pub cgroup: Option<CgroupOrigin>,
 }
 
 /// Reads /proc (or another root, for tests) and remembers CPU ticks between calls.
@@ -20,6 +24,9 @@ pub struct ProcSampler {
     root: PathBuf,
     last_ticks: HashMap<u32, (u64, Instant)>,
     users: HashMap<u32, String>,
+    /// pid -> (start time in ticks, origin): a process does not change container, so its
+    /// cgroup file is read once; the start time tells a reused pid from the old one.
+    cgroups: HashMap<u32, (u64, Option<CgroupOrigin>)>,
     ticks_per_second: f64,
     page_size: u64,
 }
@@ -43,6 +50,7 @@ impl ProcSampler {
             root: root.into(),
             last_ticks: HashMap::new(),
             users: read_passwd(),
+            cgroups: HashMap::new(),
             ticks_per_second: if ticks > 0 { ticks as f64 } else { 100.0 },
             page_size: if page > 0 { page as u64 } else { 4096 },
         }
@@ -101,17 +109,39 @@ impl ProcSampler {
                     .cloned()
                     .unwrap_or_else(|| uid.to_string())
             });
+        let cgroup = self.cgroup_of(pid, &dir, parse_stat_start(&stat));
         Some(ProcInfo {
             user,
             command,
             cpu_pct,
             rss_bytes,
+            cgroup,
         })
+    }
+
+    fn cgroup_of(
+        &mut self,
+        pid: u32,
+        dir: &std::path::Path,
+        start: Option<u64>,
+    ) -> Option<CgroupOrigin> {
+        let start = start.unwrap_or(0);
+        if let Some((known_start, origin)) = self.cgroups.get(&pid) {
+            if *known_start == start {
+                return origin.clone();
+            }
+        }
+        let origin = std::fs::read_to_string(dir.join("cgroup"))
+            .ok()
+            .and_then(|text| parse_proc_cgroup(&text));
+        self.cgroups.insert(pid, (start, origin.clone()));
+        origin
     }
 
     /// Forget pids no longer asked about, so the map does not grow over a long session.
     pub fn retain(&mut self, live: &[u32]) {
         self.last_ticks.retain(|pid, _| live.contains(pid));
+        self.cgroups.retain(|pid, _| live.contains(pid));
     }
 }
 
@@ -124,6 +154,12 @@ pub fn parse_stat_ticks(stat: &str) -> Option<u64> {
     let utime: u64 = fields.get(11)?.parse().ok()?;
     let stime: u64 = fields.get(12)?.parse().ok()?;
     Some(utime + stime)
+}
+
+/// The process's start time (field 22, ticks after boot): with the pid it names one process.
+pub fn parse_stat_start(stat: &str) -> Option<u64> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(19)?.parse().ok()
 }
 
 fn parse_stat_comm(stat: &str) -> Option<&str> {
@@ -166,6 +202,7 @@ mod tests {
         let stat =
             "42 (a (weird) name) S 1 42 42 0 -1 4194560 100 0 0 0 7 5 0 0 20 0 1 0 100 1000 10";
         assert_eq!(parse_stat_ticks(stat), Some(12));
+        assert_eq!(parse_stat_start(stat), Some(100));
         assert_eq!(parse_stat_comm(stat), Some("a (weird) name"));
     }
 
@@ -181,6 +218,39 @@ mod tests {
         assert_eq!(info.cpu_pct, None);
         let again = sampler.sample(me).expect("own /proc entry");
         assert!(again.cpu_pct.is_some());
+    }
+
+    #[test]
+    fn cgroup_comes_from_the_process_tree_and_is_read_once() {
+        let root = std::env::temp_dir().join(format!("vramtop-procfs-{}", std::process::id()));
+        let dir = root.join("4242");
+        std::fs::create_dir_all(&dir).expect("scratch /proc tree");
+        let stat = "4242 (python) S 1 1 1 0 -1 0 0 0 0 0 7 5 0 0 20 0 1 0 777 1000 10";
+        std::fs::write(dir.join("stat"), stat).expect("write stat");
+        std::fs::write(dir.join("cgroup"), "0::/system.slice/trainer.service\n")
+            .expect("write cgroup");
+        let mut sampler = ProcSampler::new(&root);
+        let first = sampler.sample(4242).and_then(|i| i.cgroup);
+        assert_eq!(
+            first.and_then(|o| o.unit).as_deref(),
+            Some("trainer.service")
+        );
+        // Same pid, same start time: the cached answer, even though the file changed.
+        std::fs::write(dir.join("cgroup"), "0::/system.slice/other.service\n")
+            .expect("rewrite cgroup");
+        let cached = sampler.sample(4242).and_then(|i| i.cgroup);
+        assert_eq!(
+            cached.and_then(|o| o.unit).as_deref(),
+            Some("trainer.service")
+        );
+        // A reused pid (new start time) is read afresh.
+        std::fs::write(dir.join("stat"), stat.replace(" 777 ", " 778 ")).expect("rewrite stat");
+        let reused = sampler.sample(4242).and_then(|i| i.cgroup);
+        assert_eq!(
+            reused.and_then(|o| o.unit).as_deref(),
+            Some("other.service")
+        );
+        let _ = std::fs::remove_dir_all(&root);
     }
 
     #[test]

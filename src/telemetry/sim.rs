@@ -115,6 +115,7 @@ impl SimSource {
                 cpu_pct: info.cpu_pct,
                 rss_bytes: info.rss_bytes,
                 host_view: HostView::Visible,
+                cgroup: info.cgroup,
             });
         }
         d

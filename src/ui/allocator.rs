@@ -18,7 +18,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Paragraph, Wrap};
 use ratatui::Frame;
 
-use super::blockmap::{BlockMap, SegmentTable};
+use super::blockmap::{needs_overview, BlockMap, BlockOverview, SegmentTable};
 use super::fragmentation::FragmentationPanel;
 use crate::alloc::human_bytes;
 use crate::app::{App, View};
@@ -63,6 +63,25 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App) {
     } else {
         draw_compare(frame, body, app, view);
     }
+}
+
+/// The allocator region when nothing feeds it: one line saying how to feed it.
+pub fn draw_hint(frame: &mut Frame, area: Rect) {
+    const LONG: &str = "no probe running: vramtop --probe checkerboard draws vramtop's \
+                        allocator as a block map (also churn, training, leak, streams, steady)";
+    const SHORT: &str = "idle: vramtop --probe checkerboard shows a block map";
+    let label = " allocator  ";
+    let room = (area.width as usize).saturating_sub(label.len());
+    let text = if LONG.chars().count() <= room {
+        LONG
+    } else {
+        SHORT
+    };
+    let line = Line::from(vec![
+        Span::styled(label, Style::new().bold()),
+        Span::styled(text, Style::new().dark_gray()),
+    ]);
+    frame.render_widget(Paragraph::new(line), area);
 }
 
 fn title(view: &ProbeView, first: &PolicyView) -> Line<'static> {
@@ -166,6 +185,8 @@ fn draw_single(frame: &mut Frame, area: Rect, app: &App, p: &PolicyView) {
 
 fn draw_compare(frame: &mut Frame, area: Rect, app: &App, view: &ProbeView) {
     let n = view.policies.len() as u32;
+    let [scale_row, area] =
+        Layout::vertical([Constraint::Length(1), Constraint::Min(0)]).areas(area);
     let columns = Layout::horizontal((0..n).map(|_| Constraint::Ratio(1, n)))
         .spacing(2)
         .split(area);
@@ -181,14 +202,26 @@ fn draw_compare(frame: &mut Frame, area: Rect, app: &App, view: &ProbeView) {
         .areas(col);
         (head, oom, map, panel)
     };
-    // One scale for all columns: the coarsest any of them needs to fit.
-    let scale = view
+    // One scale for all columns: the coarsest any of them needs to fit, unless that
+    // would hide a column's holes; then fine enough for its largest hole to span two
+    // cells (the maps scroll).
+    let fit = view
         .policies
         .iter()
         .zip(columns.iter())
         .map(|(p, col)| BlockMap::new(&p.layout).fitted_bytes_per_cell(split(*col).2))
         .max()
         .unwrap_or(1);
+    let holes = view.policies.iter().map(|p| p.stats.largest_free_bytes);
+    let (scale, why) = compare_scale(fit, holes);
+    frame.render_widget(
+        Paragraph::new(format!(
+            " same scale in every column: 1 cell = {} ({why})",
+            human_bytes(scale)
+        ))
+        .dark_gray(),
+        scale_row,
+    );
     for (p, col) in view.policies.iter().zip(columns.iter()) {
         let (head, oom, map, panel) = split(*col);
         let head_style = if p.report.last_oom.is_some() {
@@ -224,6 +257,35 @@ fn draw_compare(frame: &mut Frame, area: Rect, app: &App, view: &ProbeView) {
     }
 }
 
+/// The shared scale of the compare columns, and why it was chosen: `fit` (every column
+/// fits) unless a column's largest hole would then span fewer than two cells, in which
+/// case the largest power of two at which it spans two.
+fn compare_scale(fit: u64, largest_holes: impl Iterator<Item = u64>) -> (u64, String) {
+    let smallest_hole = largest_holes.filter(|&b| b > 0).min();
+    match smallest_hole {
+        Some(hole) if fit.saturating_mul(2) > hole => {
+            let half = (hole / 2).max(1);
+            let scale = 1u64 << (63 - half.leading_zeros());
+            (
+                scale,
+                format!(
+                    "largest hole of every column, at least {}, spans 2 cells or more; maps scroll",
+                    human_bytes(hole)
+                ),
+            )
+        }
+        Some(hole) => (
+            fit,
+            format!(
+                "all columns fit; the smallest largest hole, {}, spans {} cells",
+                human_bytes(hole),
+                hole / fit.max(1)
+            ),
+        ),
+        None => (fit, "all columns fit; no free hole".to_string()),
+    }
+}
+
 /// The block map, or the selected segment's block list when it is open (first map only).
 fn draw_map_or_list(frame: &mut Frame, area: Rect, app: &App, p: &PolicyView, scale: Option<u64>) {
     let is_first = app
@@ -250,6 +312,12 @@ fn draw_map_or_list(frame: &mut Frame, area: Rect, app: &App, p: &PolicyView, sc
             return;
         }
     }
+    // More segments than rows: packed, partly used cells keep the holes visible; zooming
+    // in or selecting a segment goes back to one band per segment.
+    if selected.is_none() && needs_overview(&p.layout, area.height, app.map_zoom) {
+        frame.render_widget(BlockOverview::new(&p.layout), area);
+        return;
+    }
     let mut map = BlockMap::new(&p.layout)
         .zoom(app.map_zoom)
         .selected(selected);
@@ -261,4 +329,27 @@ fn draw_map_or_list(frame: &mut Frame, area: Rect, app: &App, p: &PolicyView, sc
         map = map.scroll_rows(scroll);
     }
     frame.render_widget(&map, area);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::compare_scale;
+
+    const MIB: u64 = 1 << 20;
+
+    #[test]
+    fn compare_keeps_the_fitted_scale_while_holes_span_two_cells() {
+        let (scale, why) = compare_scale(MIB, [4 * MIB, 8 * MIB].into_iter());
+        assert_eq!(scale, MIB);
+        assert!(why.contains("spans 4 cells"), "{why}");
+    }
+
+    #[test]
+    fn compare_refines_the_scale_when_a_hole_would_hide() {
+        // At GPU scale the fit was 16 MiB a cell with 4 MiB holes: every row `██`.
+        let (scale, why) = compare_scale(16 * MIB, [4 * MIB, 6 * MIB, 0].into_iter());
+        assert_eq!(scale, 2 * MIB);
+        assert!(why.contains("maps scroll"), "{why}");
+        assert_eq!(compare_scale(MIB, [0].into_iter()).0, MIB);
+    }
 }

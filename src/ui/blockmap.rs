@@ -27,8 +27,10 @@ use crate::alloc::{BlockState, Layout, SegmentLayout, TagId};
 use crate::ui::theme;
 
 mod legend;
+mod overview;
 mod segment_table;
 pub use legend::BlockMapLegend;
+pub use overview::{needs_overview, BlockOverview};
 pub use segment_table::SegmentTable;
 
 /// Below this many cells per row, labels cost more than they tell: drop the gutter.

@@ -1,6 +1,8 @@
-//! Per-device gauges: a memory bar, utilisation, temperature, power, clocks and a
-//! sparkline of memory used. With many devices, all but the selected one compact to a
-//! single row so every GPU stays on screen.
+//! Per-device gauges: a memory bar, utilisation, temperature, power, clocks, and the
+//! history of memory used. Given room, each device gets history charts of memory (used
+//! and driver-reserved, split as the bar is) and utilisation with a time axis, two
+//! devices a row on wide screens; with less, a one-row sparkline; with many devices, all
+//! but the selected one compact to a single row so every GPU stays on screen.
 //!
 //! ```text
 //! ┌ gpu0  NVIDIA H100 80GB HBM3 ─────────────────────────────────────────────┐
@@ -18,8 +20,9 @@ use ratatui::widgets::{Block, Borders, Paragraph, Sparkline};
 use ratatui::Frame;
 
 use super::format::{self, bytes, celsius, mhz, pct};
+use super::history_chart::HistoryChart;
 use super::membar::{MemoryBar, FREE_COLOR, RESERVED_COLOR, USED_COLOR};
-use crate::app::App;
+use crate::app::{App, ChartHistory};
 use crate::telemetry::{DeviceHealth, DeviceSnapshot};
 
 /// Rows of a device drawn in full, borders included.
@@ -29,6 +32,51 @@ const BAR_LABEL: &str = " mem ";
 const CAPTION_WIDTH: u16 = 26;
 /// Width of the bar in a compact row.
 const COMPACT_BAR: u16 = 16;
+/// Fewest rows of a panel with charts: borders, bar, gauges, caption, 2 chart rows, axis.
+const MIN_CHART_PANEL_ROWS: u16 = 9;
+/// Rows of a panel with charts past which taller charts tell nothing more.
+const MAX_CHART_PANEL_ROWS: u16 = 26;
+/// Two devices a row from this width on.
+const GRID_MIN_WIDTH: u16 = 160;
+/// The utilisation chart goes beside the memory chart from this inner width on.
+const SIDE_CHARTS_MIN_WIDTH: u16 = 90;
+/// Share of a panel's chart width given to memory when both charts show.
+const MEMORY_CHART_PERCENT: u16 = 60;
+
+/// Devices per row of the grid at this width.
+fn grid_columns(devices: usize, width: u16) -> usize {
+    if devices >= 2 && width >= GRID_MIN_WIDTH {
+        2
+    } else {
+        1
+    }
+}
+
+/// Of `budget` rows, those the devices draw in: a grid of charted panels uses a whole
+/// number of panel heights, so the rest can go to the table below.
+pub fn fitted_height(app: &App, width: u16, budget: u16) -> u16 {
+    let n = app.device_count();
+    if n == 0 {
+        return budget;
+    }
+    let grid_rows = n.div_ceil(grid_columns(n, width)) as u16;
+    let per = budget / grid_rows;
+    if per >= MIN_CHART_PANEL_ROWS {
+        grid_rows * per.min(MAX_CHART_PANEL_ROWS)
+    } else {
+        height(app, budget)
+    }
+}
+
+/// Rows the devices would use with the tallest useful charts, at this width.
+pub fn wanted_height(app: &App, width: u16) -> u16 {
+    let n = app.device_count();
+    if n == 0 {
+        return 3;
+    }
+    let grid_rows = n.div_ceil(grid_columns(n, width)) as u16;
+    grid_rows.saturating_mul(MAX_CHART_PANEL_ROWS)
+}
 
 /// Rows the device section needs, given at most `max` rows.
 pub fn height(app: &App, max: u16) -> u16 {
@@ -54,6 +102,12 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App) {
     if snapshot.devices.is_empty() {
         let block = Block::new().borders(Borders::ALL).title(" devices ");
         frame.render_widget(Paragraph::new(" no GPU found").block(block), area);
+        return;
+    }
+    let columns = grid_columns(snapshot.devices.len(), area.width);
+    let grid_rows = snapshot.devices.len().div_ceil(columns) as u16;
+    if area.height / grid_rows >= MIN_CHART_PANEL_ROWS {
+        draw_grid(frame, area, app, columns);
         return;
     }
     let n = snapshot.devices.len() as u16;
@@ -87,6 +141,100 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App) {
     }
 }
 
+/// Every device as a panel with charts, `columns` to a row, sharing the height evenly.
+fn draw_grid(frame: &mut Frame, area: Rect, app: &App, columns: usize) {
+    let Some(snapshot) = &app.snapshot else {
+        return;
+    };
+    let n = snapshot.devices.len();
+    let grid_rows = n.div_ceil(columns) as u16;
+    let height = (area.height / grid_rows).min(MAX_CHART_PANEL_ROWS);
+    let width = area.width / columns as u16;
+    let empty = ChartHistory::default();
+    for (i, device) in snapshot.devices.iter().enumerate() {
+        let (row, col) = ((i / columns) as u16, (i % columns) as u16);
+        // The last column takes the odd cell left by the division.
+        let w = if col + 1 == columns as u16 {
+            area.width - col * width
+        } else {
+            width
+        };
+        let rect = Rect::new(area.x + col * width, area.y + row * height, w, height);
+        let history = app.chart_history.get(i).unwrap_or(&empty);
+        let selected = i == app.selected_device && n > 1;
+        let inner = panel(frame, rect, device, selected);
+        let [bar_row, gauges_row, charts] = Layout::vertical([
+            Constraint::Length(1),
+            Constraint::Length(1),
+            Constraint::Min(0),
+        ])
+        .areas(inner);
+        draw_bar_row(frame, bar_row, device);
+        frame.render_widget(
+            Paragraph::new(gauges_line(device, gauges_row.width)),
+            gauges_row,
+        );
+        draw_charts(frame, charts, device, history, app.interval_s);
+    }
+}
+
+/// Memory chart, and utilisation beside it when the panel is wide enough.
+fn draw_charts(
+    frame: &mut Frame,
+    area: Rect,
+    device: &DeviceSnapshot,
+    history: &ChartHistory,
+    interval_s: f64,
+) {
+    let (memory_area, util_area) = if area.width >= SIDE_CHARTS_MIN_WIDTH {
+        let [m, _, u] = Layout::horizontal([
+            Constraint::Percentage(MEMORY_CHART_PERCENT),
+            Constraint::Length(2),
+            Constraint::Min(0),
+        ])
+        .areas(area);
+        (m, Some(u))
+    } else {
+        (area, None)
+    };
+    let dim = Style::new().fg(Color::DarkGray);
+    let unattributed = device
+        .unattributed_bytes()
+        .filter(|&b| b > 0)
+        .map(|b| format!("  unattributed {}", bytes(Some(b))))
+        .unwrap_or_default();
+    let caption = Line::from(vec![
+        Span::styled(" memory: used ", dim),
+        Span::styled("█", Style::new().fg(USED_COLOR)),
+        Span::styled(" driver ", dim),
+        Span::styled("█", Style::new().fg(RESERVED_COLOR)),
+        Span::styled(format!(" of {}", bytes(device.memory_total_bytes)), dim),
+        Span::styled(unattributed, Style::new().yellow()),
+    ]);
+    let samples = history.memory.last(memory_area.width as usize);
+    frame.render_widget(
+        HistoryChart::new(&samples, device.memory_total_bytes.unwrap_or(0))
+            .colors(USED_COLOR, RESERVED_COLOR)
+            .caption(caption)
+            .interval(interval_s),
+        memory_area,
+    );
+    if let Some(util_area) = util_area {
+        let samples = history.util.last(util_area.width as usize);
+        let caption = Line::from(vec![
+            Span::styled(" GPU utilisation, 0-100 %  now ", dim),
+            Span::raw(pct(device.gpu_util_pct)),
+        ]);
+        frame.render_widget(
+            HistoryChart::new(&samples, 100)
+                .colors(Color::Cyan, Color::Cyan)
+                .caption(caption)
+                .interval(interval_s),
+            util_area,
+        );
+    }
+}
+
 /// The device's title, which always says when the device is simulated.
 pub fn title(device: &DeviceSnapshot) -> String {
     if device.simulated {
@@ -113,14 +261,8 @@ fn health_span(device: &DeviceSnapshot) -> Option<Span<'static>> {
     }
 }
 
-fn draw_full(
-    frame: &mut Frame,
-    area: Rect,
-    device: &DeviceSnapshot,
-    history: &[u64],
-    selected: bool,
-    interval_s: f64,
-) {
+/// The bordered panel of one device with its title; returns the inside.
+fn panel(frame: &mut Frame, area: Rect, device: &DeviceSnapshot, selected: bool) -> Rect {
     let mut title = vec![Span::styled(
         format!(" {} ", title(device)),
         Style::new().bold(),
@@ -137,9 +279,11 @@ fn draw_full(
         .title(Line::from(title));
     let inner = block.inner(area);
     frame.render_widget(block, area);
-    let [bar_row, gauges_row, spark_row] =
-        Layout::vertical([Constraint::Length(1); 3]).areas(inner);
+    inner
+}
 
+/// " mem ████▓░░░  used 12.0 GiB  driver 480 MiB  free 67.2 GiB / 79.6 GiB"
+fn draw_bar_row(frame: &mut Frame, bar_row: Rect, device: &DeviceSnapshot) {
     let summary = format!(
         "  used {}  driver {}  free {} / {}",
         bytes(device.memory_used_bytes),
@@ -166,6 +310,20 @@ fn draw_full(
         bar,
     );
     frame.render_widget(Paragraph::new(summary_line(device)), text);
+}
+
+fn draw_full(
+    frame: &mut Frame,
+    area: Rect,
+    device: &DeviceSnapshot,
+    history: &[u64],
+    selected: bool,
+    interval_s: f64,
+) {
+    let inner = panel(frame, area, device, selected);
+    let [bar_row, gauges_row, spark_row] =
+        Layout::vertical([Constraint::Length(1); 3]).areas(inner);
+    draw_bar_row(frame, bar_row, device);
     frame.render_widget(
         Paragraph::new(gauges_line(device, gauges_row.width)),
         gauges_row,

@@ -5,11 +5,13 @@
 //! +-------------------------------------------------------------+
 //! | header: vramtop · host · driver · devices · source           |
 //! +-------------------------------------------------------------+
-//! | devices: memory bar, gauges, sparkline (compact if many)     |
+//! | devices: memory bar, gauges, history charts sized to the     |
+//! | room (a sparkline, or compact rows, when space is short)     |
 //! +-------------------------------------------------------------+
-//! | processes table                                              |
+//! | processes table: what is left                                |
 //! +-------------------------------------------------------------+
-//! | allocator region (block map when a probe runs)               |
+//! | allocator region: block map when a probe feeds it, else one  |
+//! | hint line                                                    |
 //! +-------------------------------------------------------------+
 //! | footer: key hints                                            |
 //! +-------------------------------------------------------------+
@@ -26,9 +28,11 @@ pub mod format;
 pub mod fragmentation;
 pub mod header;
 pub mod help;
+pub mod history_chart;
 pub mod leaks;
 pub mod membar;
 pub mod presenter;
+pub mod process_prompt;
 pub mod processes;
 pub mod replayer;
 pub mod screen_theme;
@@ -53,6 +57,11 @@ const MAX_PROCESS_ROWS: u16 = 12;
 const MIN_PROCESS_ROWS: u16 = 5;
 /// Rows of the `vramtop run` output pane, borders included.
 const LOG_ROWS: u16 = 8;
+/// Without a probe, the devices' charts may take at most this share of the rows the
+/// process table would like, so processes are never squeezed out by history.
+const MAX_DEVICE_PERCENT: u16 = 55;
+/// The process table's borders, header and one row.
+const MIN_TABLE_ROWS: u16 = 4;
 
 pub fn draw(frame: &mut Frame, app: &App) {
     let area = frame.area();
@@ -77,30 +86,67 @@ pub fn draw(frame: &mut Frame, app: &App) {
         _ => body,
     };
 
-    let device_rows = devices::height(app, body.height / 2);
-    let process_rows = (app.rows.len() as u16 + 3).clamp(MIN_PROCESS_ROWS, MAX_PROCESS_ROWS);
-    let [devices_area, processes_area, allocator_area] = Layout::vertical([
-        Constraint::Length(device_rows),
-        Constraint::Length(process_rows),
-        Constraint::Min(0),
-    ])
-    .areas(body);
-    devices::draw(frame, devices_area, app);
-    if app.views.contains(View::Leaks) {
-        let [_, below] =
-            Layout::vertical([Constraint::Length(device_rows), Constraint::Min(0)]).areas(body);
-        draw_leaks(frame, below, app);
+    // The allocator panel shows only when something feeds it: a probe or an attached job.
+    if app.probe.is_none() && app.shown_job().is_none() && !app.views.contains(View::Leaks) {
+        draw_without_allocator(frame, body, app);
     } else {
-        processes::draw(frame, processes_area, app);
-        match app.shown_job() {
-            Some(job) => attached::draw(frame, allocator_area, app, job),
-            None => allocator::draw(frame, allocator_area, app),
+        let device_rows = devices::height(app, body.height / 2);
+        let process_rows = (app.rows.len() as u16 + 3).clamp(MIN_PROCESS_ROWS, MAX_PROCESS_ROWS);
+        let [devices_area, processes_area, allocator_area] = Layout::vertical([
+            Constraint::Length(device_rows),
+            Constraint::Length(process_rows),
+            Constraint::Min(0),
+        ])
+        .areas(body);
+        devices::draw(frame, devices_area, app);
+        if app.views.contains(View::Leaks) {
+            let [_, below] =
+                Layout::vertical([Constraint::Length(device_rows), Constraint::Min(0)]).areas(body);
+            draw_leaks(frame, below, app);
+        } else {
+            processes::draw(frame, processes_area, app);
+            match app.shown_job() {
+                Some(job) => attached::draw(frame, allocator_area, app, job),
+                None => allocator::draw(frame, allocator_area, app),
+            }
         }
     }
-    draw_footer(frame, footer, app);
+    if app.views.focus() == Some(View::Filter) {
+        frame.render_widget(
+            Paragraph::new(process_prompt::filter_line(&app.filter)),
+            footer,
+        );
+    } else {
+        draw_footer(frame, footer, app);
+    }
+    if let (true, Some(request)) = (app.views.contains(View::ConfirmSignal), &app.pending_signal) {
+        process_prompt::draw_confirmation(frame, area, request);
+    }
     if app.views.contains(View::Help) {
         help::draw(frame, area);
     }
+}
+
+/// Nothing feeds the allocator panel: devices get history charts as tall as the room
+/// allows, the process table takes what is left, and the allocator is one hint line.
+fn draw_without_allocator(frame: &mut Frame, body: Rect, app: &App) {
+    let [main, hint] = Layout::vertical([Constraint::Min(0), Constraint::Length(1)]).areas(body);
+    let process_wants = (app.rows.len() as u16 + 3).max(MIN_PROCESS_ROWS);
+    let process_floor = process_wants.min(main.height * MAX_DEVICE_PERCENT / 100);
+    // Never fewer rows than it takes to show every device (compact rows), while the
+    // table keeps room for its header and one process.
+    let device_rows = devices::wanted_height(app, main.width)
+        .min(main.height.saturating_sub(process_floor))
+        .max(devices::height(
+            app,
+            main.height.saturating_sub(MIN_TABLE_ROWS),
+        ));
+    let device_rows = devices::fitted_height(app, main.width, device_rows);
+    let [devices_area, processes_area] =
+        Layout::vertical([Constraint::Length(device_rows), Constraint::Min(0)]).areas(main);
+    devices::draw(frame, devices_area, app);
+    processes::draw(frame, processes_area, app);
+    allocator::draw_hint(frame, hint);
 }
 
 /// The leaks view: suspects of the (first) probe, what is alive since the mark, sites,
@@ -206,14 +252,23 @@ fn draw_footer(frame: &mut Frame, area: Rect, app: &App) {
         Span::raw(" quit  "),
         key("?"),
         Span::raw(" help  "),
-        key("m/p"),
+        key("s/r"),
         Span::raw(" sort  "),
-        key("↑↓"),
-        Span::raw(" select  "),
+        key("/"),
+        Span::raw(" filter  "),
+        key("t/K"),
+        Span::raw(" term/kill  "),
         key("f"),
         Span::raw(" freeze"),
     ];
-    if let Some(notice) = &app.notice {
+    if let Some(status) = &app.status {
+        let style = if status.ok {
+            Style::new().green()
+        } else {
+            Style::new().bold().red()
+        };
+        spans.push(Span::styled(format!("  {}", status.text), style));
+    } else if let Some(notice) = &app.notice {
         spans.push(Span::styled(
             format!("  {notice}"),
             Style::new().dark_gray(),

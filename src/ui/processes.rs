@@ -1,10 +1,12 @@
-//! The process table: every GPU process on every device, sortable and scrollable.
+//! The process table: every GPU process on every device, filtered, sorted by any column,
+//! scrollable. Columns that do not fit the width are left out whole, least useful first;
+//! GROUP appears only when some process runs in a container, pod or unit.
 //!
 //! ```text
-//! ┌ processes · by memory · 3 ─────────────────────────────────────────────┐
-//! │ GPU   PID     USER   TYPE  GPU MEM    SM%  CPU%   RSS       COMMAND    │
-//! │ 0     41235   alice  C     12.0 GiB   87%  101%   3.1 GiB   python … │
-//! └────────────────────────────────────────────────────────────────────────┘
+//! ┌ processes · by memory · 3 ───────────────────────────────────────────────────────┐
+//! │ GPU PID     USER     GPU MEM    TREND    SM%  CPU%   RSS      GROUP        COMMAND │
+//! │ 0   41235   alice    12.0 GiB   +8.0M/s↑ 87%  101%   3.1 GiB  docker 3f2a… python… │
+//! └───────────────────────────────────────────────────────────────────────────────────┘
 //! ```
 
 use ratatui::layout::{Constraint, Rect};
@@ -17,46 +19,83 @@ use super::format::{bytes, pct, NA};
 use crate::app::{App, ProcessRow, SortKey};
 use crate::telemetry::HostView;
 
-const HEADER: [&str; 9] = [
-    "GPU", "PID", "USER", "TYPE", "GPU MEM", "SM%", "CPU%", "RSS", "COMMAND",
+/// A column: its header, its width, and how readily it is left out when space is short
+/// (higher goes first; 0 never).
+struct Column {
+    key: SortKey,
+    header: &'static str,
+    width: u16,
+    drop_rank: u8,
+}
+
+const fn col(key: SortKey, header: &'static str, width: u16, drop_rank: u8) -> Column {
+    Column {
+        key,
+        header,
+        width,
+        drop_rank,
+    }
+}
+
+/// In display order. COMMAND takes what is left, at least `COMMAND_MIN`.
+const COLUMNS: [Column; 10] = [
+    col(SortKey::Gpu, "GPU", 3, 3),
+    col(SortKey::Pid, "PID", 8, 0),
+    col(SortKey::User, "USER", 9, 4),
+    col(SortKey::Memory, "GPU MEM", 10, 0),
+    col(SortKey::Trend, "TREND", 9, 2),
+    col(SortKey::SmUtil, "SM%", 4, 5),
+    col(SortKey::Cpu, "CPU%", 5, 6),
+    col(SortKey::Rss, "RSS", 10, 7),
+    col(SortKey::Group, "GROUP", 20, 1),
+    col(SortKey::Command, "COMMAND", 0, 0),
 ];
-const WIDTHS: [Constraint; 9] = [
-    Constraint::Length(4),
-    Constraint::Length(8),
-    Constraint::Length(10),
-    Constraint::Length(4),
-    Constraint::Length(10),
-    Constraint::Length(5),
-    Constraint::Length(6),
-    Constraint::Length(10),
-    Constraint::Min(10),
-];
+const COMMAND_MIN: u16 = 14;
+const SPACING: u16 = 1;
 
 pub fn draw(frame: &mut Frame, area: Rect, app: &App) {
-    let sort = match app.sort {
-        SortKey::Memory => "by memory",
-        SortKey::Pid => "by pid",
-    };
-    let block = Block::new()
-        .borders(Borders::ALL)
-        .title(format!(" processes · {sort} · {} ", app.rows.len()));
+    let block = Block::new().borders(Borders::ALL).title(title(app));
     if app.rows.is_empty() {
         let simulated = app
             .snapshot
             .as_ref()
             .is_some_and(|s| s.devices.iter().any(|d| d.simulated));
-        let text = if simulated {
+        let text = if !app.filter.is_empty() && app.process_count > 0 {
+            format!(
+                " no process matches '{}' (/ to change the filter, Esc in it to clear)",
+                app.filter
+            )
+        } else if simulated {
             " no processes: the simulated device shows only vramtop's own probe workloads"
+                .to_string()
         } else {
-            " no GPU processes"
+            " no GPU processes".to_string()
         };
         frame.render_widget(Paragraph::new(text).dark_gray().block(block), area);
         return;
     }
-    let header = Row::new(HEADER).style(Style::new().bold().underlined());
-    let rows = app.rows.iter().map(row);
-    let table = Table::new(rows, WIDTHS)
+    let any_group = app.rows.iter().any(|r| r.group().is_some());
+    let shown = columns_for(area.width.saturating_sub(2), any_group);
+    let header = Row::new(shown.iter().map(|c| {
+        let cell = Cell::from(c.header);
+        if c.key == app.sort {
+            cell.cyan()
+        } else {
+            cell
+        }
+    }))
+    .style(Style::new().bold().underlined());
+    let widths: Vec<Constraint> = shown
+        .iter()
+        .map(|c| match c.key {
+            SortKey::Command => Constraint::Min(COMMAND_MIN),
+            _ => Constraint::Length(c.width),
+        })
+        .collect();
+    let rows = app.rows.iter().map(|r| row(r, &shown));
+    let table = Table::new(rows, widths)
         .header(header)
+        .column_spacing(SPACING)
         .block(block)
         .row_highlight_style(Style::new().reversed());
     // TableState lives in the app; drawing works on a copy so `draw` stays read-only.
@@ -64,38 +103,159 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App) {
     frame.render_stateful_widget(table, area, &mut state);
 }
 
-fn row(r: &ProcessRow) -> Row<'static> {
-    let p = &r.process;
-    let (user, command) = match p.host_view {
-        HostView::Visible => (
-            p.user.clone().unwrap_or_else(|| NA.to_string()),
-            p.command.clone().unwrap_or_else(|| NA.to_string()),
-        ),
-        HostView::OtherNamespace => ("?".to_string(), "(not in our PID namespace)".to_string()),
-        HostView::Exited => ("-".to_string(), "(exited)".to_string()),
+fn title(app: &App) -> Line<'static> {
+    let direction = if app.sort_reversed { " (reversed)" } else { "" };
+    let count = if app.filter.is_empty() {
+        app.rows.len().to_string()
+    } else {
+        format!("{} of {}", app.rows.len(), app.process_count)
     };
-    Row::new(vec![
-        Cell::from(r.device.to_string()),
-        Cell::from(p.pid.to_string()),
-        Cell::from(user),
-        Cell::from(p.kind.label()),
-        Cell::from(Line::from(bytes(p.used_memory_bytes)).bold()),
-        Cell::from(pct(p.sm_util_pct)),
-        Cell::from(
+    let mut spans = vec![Span::raw(format!(
+        " processes · {}{direction} · {count} ",
+        app.sort.label()
+    ))];
+    if !app.filter.is_empty() {
+        spans.push(Span::styled(
+            format!("filter '{}' ", app.filter),
+            Style::new().bold().black().on_cyan(),
+        ));
+    }
+    Line::from(spans)
+}
+
+/// The columns that fit `width`, dropping the most droppable first.
+fn columns_for(width: u16, any_group: bool) -> Vec<&'static Column> {
+    let mut shown: Vec<&Column> = COLUMNS
+        .iter()
+        .filter(|c| any_group || c.key != SortKey::Group)
+        .collect();
+    let needed = |cols: &[&Column]| -> u16 {
+        cols.iter()
+            .map(|c| match c.key {
+                SortKey::Command => COMMAND_MIN,
+                _ => c.width,
+            })
+            .sum::<u16>()
+            + SPACING * cols.len().saturating_sub(1) as u16
+    };
+    while needed(&shown) > width {
+        let Some((i, _)) = shown
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.drop_rank > 0)
+            .max_by_key(|(_, c)| c.drop_rank)
+        else {
+            break;
+        };
+        shown.remove(i);
+    }
+    shown
+}
+
+fn row(r: &ProcessRow, shown: &[&Column]) -> Row<'static> {
+    Row::new(shown.iter().map(|c| cell(r, c.key)).collect::<Vec<_>>())
+}
+
+fn cell(r: &ProcessRow, key: SortKey) -> Cell<'static> {
+    let p = &r.process;
+    match key {
+        SortKey::Gpu => Cell::from(r.device.to_string()),
+        SortKey::Pid => Cell::from(p.pid.to_string()),
+        SortKey::User => Cell::from(match p.host_view {
+            HostView::Visible => p.user.clone().unwrap_or_else(|| NA.to_string()),
+            HostView::OtherNamespace => "?".to_string(),
+            HostView::Exited => "-".to_string(),
+        }),
+        SortKey::Memory => Cell::from(Line::from(bytes(p.used_memory_bytes)).bold()),
+        SortKey::Trend => trend_cell(r),
+        SortKey::SmUtil => Cell::from(pct(p.sm_util_pct)),
+        SortKey::Cpu => Cell::from(
             p.cpu_pct
                 .map_or_else(|| NA.to_string(), |c| format!("{c:.0}%")),
         ),
-        Cell::from(bytes(p.rss_bytes)),
-        Cell::from(if r.hooked {
-            Line::from(vec![
-                Span::styled(
-                    format!("{} ", super::attached::HOOKED),
-                    Style::new().bold().cyan(),
-                ),
-                Span::raw(command),
-            ])
-        } else {
-            Line::from(command)
-        }),
-    ])
+        SortKey::Rss => Cell::from(bytes(p.rss_bytes)),
+        SortKey::Group => Cell::from(r.group().unwrap_or_default()),
+        SortKey::Command => {
+            let text = r.command_text();
+            let text = if text.is_empty() {
+                NA.to_string()
+            } else {
+                text
+            };
+            Cell::from(if r.hooked {
+                Line::from(vec![
+                    Span::styled(
+                        format!("{} ", super::attached::HOOKED),
+                        Style::new().bold().cyan(),
+                    ),
+                    Span::raw(text),
+                ])
+            } else {
+                Line::from(text)
+            })
+        }
+    }
+}
+
+/// GPU memory slope, `+8.0M/s`; `↑` in red when it only went up past the leak threshold.
+fn trend_cell(r: &ProcessRow) -> Cell<'static> {
+    let Some(slope) = r.trend_bytes_per_s else {
+        return Cell::from("·").dark_gray();
+    };
+    let text = rate(slope);
+    if r.growing {
+        Cell::from(Line::from(vec![
+            Span::raw(text),
+            Span::styled("↑", Style::new().bold().red()),
+        ]))
+    } else {
+        Cell::from(text)
+    }
+}
+
+/// A signed rate in 1024 steps, short enough for the column: `+8.0M/s`, `-512K/s`, `0`.
+pub fn rate(bytes_per_s: f64) -> String {
+    let magnitude = bytes_per_s.abs();
+    if magnitude < 1024.0 {
+        return "0".to_string();
+    }
+    let sign = if bytes_per_s > 0.0 { '+' } else { '-' };
+    let units = ["K", "M", "G", "T"];
+    let mut value = magnitude / 1024.0;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < units.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if value >= 100.0 {
+        format!("{sign}{value:.0}{}/s", units[unit])
+    } else {
+        format!("{sign}{value:.1}{}/s", units[unit])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rates_are_short_and_signed() {
+        assert_eq!(rate(8.0 * 1024.0 * 1024.0), "+8.0M/s");
+        assert_eq!(rate(-512.0 * 1024.0), "-512K/s");
+        assert_eq!(rate(100.0), "0");
+        assert_eq!(rate(3.5 * (1u64 << 30) as f64), "+3.5G/s");
+    }
+
+    #[test]
+    fn narrow_tables_drop_the_least_useful_columns_first() {
+        let wide: Vec<_> = columns_for(200, true).iter().map(|c| c.header).collect();
+        assert_eq!(wide.len(), COLUMNS.len());
+        let narrow: Vec<_> = columns_for(78, false).iter().map(|c| c.header).collect();
+        assert!(narrow.contains(&"PID") && narrow.contains(&"GPU MEM"));
+        assert!(narrow.contains(&"TREND") && narrow.contains(&"COMMAND"));
+        assert!(!narrow.contains(&"RSS"), "{narrow:?}");
+        assert!(!narrow.contains(&"GROUP"), "no group known: no column");
+        let tiny: Vec<_> = columns_for(30, true).iter().map(|c| c.header).collect();
+        assert_eq!(tiny, ["PID", "GPU MEM", "COMMAND"]);
+    }
 }

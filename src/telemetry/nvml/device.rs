@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 use super::api::{ApiError, ClockDomain, DeviceApi, GpuProcess, NvmlApi, PcieDirection};
 use super::processes::{merge_process_lists, HostTracker, MergedProcess, ProcessUtilCache};
 use super::{NvmlOptions, LOST_RETRY_FIRST, LOST_RETRY_MAX};
+use crate::telemetry::timing::Laps;
 use crate::telemetry::{DeviceHealth, DeviceSnapshot, ProcessSnapshot};
 
 /// How often a process list is asked again when processes start between NVML's count
@@ -197,6 +198,8 @@ pub struct Slot<D> {
     compute: Vec<GpuProcess>,
     graphics: Vec<GpuProcess>,
     merged: Vec<MergedProcess>,
+    /// PCIe throughput and per-process utilisation are read at all (off in one-shot runs).
+    slow_fields: bool,
 }
 
 impl<D: DeviceApi> Slot<D> {
@@ -221,6 +224,7 @@ impl<D: DeviceApi> Slot<D> {
             compute: Vec::new(),
             graphics: Vec::new(),
             merged: Vec::new(),
+            slow_fields: options.slow_fields,
         };
         if let Err(e) = slot.acquire(api) {
             slot.mark_lost(&e, now);
@@ -281,6 +285,7 @@ impl<D: DeviceApi> Slot<D> {
         now: Instant,
         hosts: &mut HostTracker,
         warnings: &mut Vec<String>,
+        laps: &mut Laps,
     ) -> DeviceSnapshot {
         if let Some(lost) = &self.lost {
             if now < lost.retry_at {
@@ -291,7 +296,7 @@ impl<D: DeviceApi> Slot<D> {
                 return self.lost_snapshot();
             }
         }
-        match self.read(now, hosts, warnings) {
+        match self.read(now, hosts, warnings, laps) {
             Ok(snapshot) => {
                 self.lost = None;
                 self.next_backoff = LOST_RETRY_FIRST;
@@ -322,11 +327,13 @@ impl<D: DeviceApi> Slot<D> {
         now: Instant,
         hosts: &mut HostTracker,
         warnings: &mut Vec<String>,
+        laps: &mut Laps,
     ) -> Result<DeviceSnapshot, ApiError> {
         self.recheck_unsupported(now);
         let Some(dev) = self.handle.as_ref() else {
             return Err(ApiError::Other("no device handle".into()));
         };
+        let gpu = self.index;
         let mut r = FieldReader {
             index: self.index,
             unsupported: &mut self.unsupported,
@@ -335,14 +342,19 @@ impl<D: DeviceApi> Slot<D> {
         let mut d = DeviceSnapshot::unknown(self.index, self.name.clone(), false);
         d.uuid = self.uuid.clone();
         read_figures(dev, &mut r, &mut d)?;
+        laps.lap(|| format!("gpu{gpu}: memory, utilisation, temperature, power, clocks"));
         d.mig_enabled = self
             .mig
             .get(now, || r.read(Field::Mig, || dev.mig_enabled()))?;
-        (d.pcie_rx_kib_s, d.pcie_tx_kib_s) = self.pcie.get(now, || {
-            let rx = r.read(Field::PcieRx, || dev.pcie_kib_s(PcieDirection::Rx))?;
-            let tx = r.read(Field::PcieTx, || dev.pcie_kib_s(PcieDirection::Tx))?;
-            Ok((rx, tx))
-        })?;
+        laps.lap(|| format!("gpu{gpu}: MIG mode"));
+        if self.slow_fields {
+            (d.pcie_rx_kib_s, d.pcie_tx_kib_s) = self.pcie.get(now, || {
+                let rx = r.read(Field::PcieRx, || dev.pcie_kib_s(PcieDirection::Rx))?;
+                let tx = r.read(Field::PcieTx, || dev.pcie_kib_s(PcieDirection::Tx))?;
+                Ok((rx, tx))
+            })?;
+            laps.lap(|| format!("gpu{gpu}: PCIe throughput (rx, tx)"));
+        }
 
         // A failed list counts as empty: its warning says why.
         self.compute = r
@@ -356,11 +368,13 @@ impl<D: DeviceApi> Slot<D> {
             })?
             .unwrap_or_default();
         merge_process_lists(&self.compute, &self.graphics, &mut self.merged);
+        laps.lap(|| format!("gpu{gpu}: compute and graphics process lists"));
 
-        if self.process_util.due(now, !self.merged.is_empty()) {
+        if self.slow_fields && self.process_util.due(now, !self.merged.is_empty()) {
             let since = self.process_util.since_us();
             self.process_util
                 .record(now, dev.process_utilization(since))?;
+            laps.lap(|| format!("gpu{gpu}: per-process utilisation"));
         }
 
         d.processes.reserve(self.merged.len());
@@ -376,8 +390,10 @@ impl<D: DeviceApi> Slot<D> {
                 cpu_pct: info.cpu_pct,
                 rss_bytes: info.rss_bytes,
                 host_view,
+                cgroup: info.cgroup,
             });
         }
+        laps.lap(|| format!("gpu{gpu}: /proc for {} process(es)", self.merged.len()));
         Ok(d)
     }
 }

@@ -19,6 +19,7 @@ pub use api::{
 };
 pub use real::{map_nvml_error, NvmlOpenError, RealDevice, RealNvml, NVML_LIBRARY};
 
+use super::timing::Laps;
 use super::{hostname, now_ms, SystemSnapshot, TelemetrySource};
 use device::Slot;
 use processes::HostTracker;
@@ -41,6 +42,12 @@ pub struct NvmlOptions {
     pub pcie_interval: Duration,
     /// Where host-side process facts come from; tests point this at a fake tree.
     pub proc_root: PathBuf,
+    /// Read PCIe throughput and per-process SM utilisation at all. A one-shot run turns
+    /// them off unless asked (`--all-fields`): together they cost about 45 ms on an H100,
+    /// more than the whole rest of `--once`; they are then N/A.
+    pub slow_fields: bool,
+    /// Record named spans of opening and polling (`--once --timings`).
+    pub timings: bool,
 }
 
 impl Default for NvmlOptions {
@@ -49,6 +56,8 @@ impl Default for NvmlOptions {
             process_util_interval: Duration::from_secs(5),
             pcie_interval: Duration::from_secs(2),
             proc_root: PathBuf::from("/proc"),
+            slow_fields: true,
+            timings: false,
         }
     }
 }
@@ -56,8 +65,19 @@ impl Default for NvmlOptions {
 /// Open NVML (libnvidia-ml.so.1, loaded at run time) with default options. On a machine
 /// with no NVIDIA driver this returns `NvmlOpenError::LibraryNotLoaded`, never panics.
 pub fn open() -> Result<NvmlSource, NvmlOpenError> {
+    open_with(NvmlOptions::default())
+}
+
+/// `open` with options: a one-shot run leaves out the slow fields and may time itself.
+pub fn open_with(options: NvmlOptions) -> Result<NvmlSource, NvmlOpenError> {
+    let started = Instant::now();
     let api = RealNvml::init()?;
-    NvmlSource::new(api, NvmlOptions::default())
+    let init = started.elapsed();
+    let mut source = NvmlSource::new(api, options)?;
+    source
+        .laps
+        .push_first("load libnvidia-ml.so.1 and nvmlInit", init);
+    Ok(source)
 }
 
 /// A telemetry source over NVML, generic over the seam so tests can drive it with a fake.
@@ -68,6 +88,7 @@ pub struct NvmlSource<A: NvmlApi = RealNvml> {
     cuda_version: Option<String>,
     slots: Vec<Slot<A::Device>>,
     hosts: HostTracker,
+    laps: Laps,
 }
 
 impl<A: NvmlApi> NvmlSource<A> {
@@ -78,12 +99,15 @@ impl<A: NvmlApi> NvmlSource<A> {
         if count == 0 {
             return Err(NvmlOpenError::NoDevices);
         }
+        let mut laps = Laps::new(options.timings);
         let now = Instant::now();
         let slots = (0..count)
             .map(|index| Slot::open(&api, index, &options, now))
             .collect();
+        laps.lap(|| format!("open {count} device handle(s): name, UUID"));
         let driver_version = api.driver_version().ok();
         let cuda_version = api.cuda_driver_version().ok().map(format_cuda_version);
+        laps.lap(|| "driver and CUDA versions".to_string());
         Ok(NvmlSource {
             api,
             hostname: hostname(),
@@ -91,6 +115,7 @@ impl<A: NvmlApi> NvmlSource<A> {
             cuda_version,
             slots,
             hosts: HostTracker::new(options.proc_root),
+            laps,
         })
     }
 
@@ -102,11 +127,20 @@ impl<A: NvmlApi> NvmlSource<A> {
     /// step through intervals and backoff without sleeping.
     pub fn poll_at(&mut self, now: Instant) -> SystemSnapshot {
         let mut warnings = Vec::new();
+        self.laps.restart();
         self.hosts.begin_poll();
         let devices = self
             .slots
             .iter_mut()
-            .map(|slot| slot.poll(&self.api, now, &mut self.hosts, &mut warnings))
+            .map(|slot| {
+                slot.poll(
+                    &self.api,
+                    now,
+                    &mut self.hosts,
+                    &mut warnings,
+                    &mut self.laps,
+                )
+            })
             .collect();
         self.hosts.end_poll();
         SystemSnapshot {
@@ -124,6 +158,10 @@ impl<A: NvmlApi> NvmlSource<A> {
 impl<A: NvmlApi> TelemetrySource for NvmlSource<A> {
     fn poll(&mut self) -> SystemSnapshot {
         self.poll_at(Instant::now())
+    }
+
+    fn take_spans(&mut self) -> Vec<(String, std::time::Duration)> {
+        self.laps.take()
     }
 }
 
