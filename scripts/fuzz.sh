@@ -51,11 +51,10 @@ fi
 
 cd "$ROOT/fuzz"
 echo "building fuzz targets (sanitizer $SANITIZER)..." >&2
-if ! cargo +nightly fuzz build -a --sanitizer "$SANITIZER" "${TARGETS[@]:0:1}" >&2; then
+if ! cargo +nightly fuzz build -a --sanitizer "$SANITIZER" >&2; then
   echo "fuzz.sh: building the fuzz targets failed (see above)" >&2
   exit 2
 fi
-[ ${#TARGETS[@]} -gt 1 ] && cargo +nightly fuzz build -a --sanitizer "$SANITIZER" >&2
 
 status=0
 for t in "${TARGETS[@]}"; do
