@@ -150,6 +150,17 @@ esac
 "$BIN" bench render > "$WORK/bench-render.txt" 2>&1
 result "bench render 200x60" info "$(cat "$WORK/bench-render.txt")"
 
+# 9. Faults: non-root, a PID namespace, a hung NVML call, GPUs CUDA cannot see, a job
+#    killed mid-poll, and a soak (scripts/gpu-faults.sh; its log is $OUT/gpu-faults.log).
+#    STALL_SO: a prebuilt scripts/faults/nvml_stall.c where this machine has no cc;
+#    SOAK_S: the soak's length in seconds (default 120).
+say "faults (scripts/gpu-faults.sh)"
+OUT="$OUT" "$HERE/gpu-faults.sh" "$BIN" "${STALL_SO:--}" "${SOAK_S:-120}" > "$WORK/faults.txt" 2>> "$LOG"
+while IFS='|' read -r tag name verdict details; do
+  [ "$tag" = FAULT ] && result "fault: $name" "$verdict" "$details"
+done < "$WORK/faults.txt"
+grep -q '^FAULT|' "$WORK/faults.txt" || result "faults" FAIL "gpu-faults.sh printed no rows (see gpu-faults.log)"
+
 echo
 echo "check                                        result details"
 printf '%s\n' "${RESULTS[@]}" | tee "$OUT/summary.txt"
