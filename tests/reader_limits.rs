@@ -320,7 +320,8 @@ fn remote_answers_too_deep_or_too_large_mark_the_host_down() {
 #[test]
 #[ignore = "hang found by probing the readers: shared frame lists in a PyTorch snapshot make TagCache::tag (src/trace/pytorch.rs) visit 10^10 frames; the lead fixes src/trace"]
 fn a_snapshot_of_shared_references_does_not_hang() {
-    let file = Scratch::new("laughs.pickle", &shared_frames_pickle(1_000, 1_000, 10_000));
+    let pickle = shared_frames_pickle(1_000, 1_000, 10_000, "torch/nn/modules/module.py");
+    let file = Scratch::new("laughs.pickle", &pickle);
     let mut child = StdCommand::new(assert_cmd::cargo::cargo_bin("vramtop"))
         .args(["snapshot", &file.arg(), "--once"])
         .stdout(Stdio::null())
@@ -347,13 +348,41 @@ fn a_snapshot_of_shared_references_does_not_hang() {
     );
 }
 
-/// Raw pickle opcodes for the snapshot above: each container is built once, BINPUT into
+/// A 20 KiB pickle of 5,000 references to one segment of 5,000 references to one block:
+/// 25 million blocks once the importer copies them out, several GiB. Found while probing
+/// the readers for amplification: `vramtop snapshot` on it aborts ("memory allocation of
+/// 805306368 bytes failed") under a 3 GB address-space limit, and without one takes
+/// several GiB. The pickle reader's own limits count the 10,000 items it built, not the
+/// 25 million the importer expands them to. Run here under a 2 GiB limit: a fixed reader
+/// ends in one line.
+#[test]
+#[ignore = "memory bomb found by probing the readers: shared block lists in a PyTorch snapshot expand to 25 million blocks (src/trace/pytorch.rs has no limit on expanded blocks); the lead fixes src/trace"]
+fn a_snapshot_of_shared_blocks_is_refused_in_one_line() {
+    let pickle = shared_frames_pickle(5_000, 5_000, 1, "train.py");
+    assert!(pickle.len() < 32 << 10, "{} bytes", pickle.len());
+    let file = Scratch::new("blocks.pickle", &pickle);
+    let bin = assert_cmd::cargo::cargo_bin("vramtop");
+    let script = format!(
+        "ulimit -v 2097152; exec '{}' snapshot '{}' --once",
+        bin.display(),
+        file.arg()
+    );
+    let out = StdCommand::new("sh")
+        .args(["-c", &script])
+        .output()
+        .expect("run vramtop under a memory limit");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "killed or aborted: {err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+}
+
+/// Raw pickle opcodes for the snapshots above: each container is built once, BINPUT into
 /// the memo, and referenced by BINGET wherever Python would share it.
-fn shared_frames_pickle(segments: usize, blocks: usize, frames: usize) -> Vec<u8> {
+fn shared_frames_pickle(segments: usize, blocks: usize, frames: usize, file: &str) -> Vec<u8> {
     let mut p = PickleOps(PICKLE_HEAD.to_vec());
-    // memo 0: a frame inside torch.
+    // memo 0: a frame in `file`.
     p.op(b'}').put(0).op(b'(');
-    p.str("filename").str("torch/nn/modules/module.py");
+    p.str("filename").str(file);
     p.str("line")
         .int(1)
         .str("name")
