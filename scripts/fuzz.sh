@@ -15,7 +15,7 @@
 # The corpus lives in fuzz/corpus/TARGET (git-ignored), seeded from fuzz/seeds/TARGET,
 # assets/ and the real traces in ../shared/traces when that folder exists. A crash leaves
 # its input in fuzz/artifacts/TARGET/ and makes this script exit 1; keep each one as a
-# regression test under tests/ (tests/fuzz_regressions.rs).
+# regression test under tests/ (beside tests/reader_limits.rs).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
