@@ -11,7 +11,7 @@ TARGETS=("$@")
 for t in "${TARGETS[@]}"; do
   dir="fuzz/corpus/$t"
   mkdir -p "$dir"
-  [ -d "fuzz/seeds/$t" ] && cp -n fuzz/seeds/"$t"/* "$dir"/ 2>/dev/null || true
+  if [ -d "fuzz/seeds/$t" ]; then cp -n fuzz/seeds/"$t"/* "$dir"/ 2>/dev/null || true; fi
   case "$t" in
     scenario) cp -n assets/scenarios/*.toml "$dir"/ ;;
     story) cp -n assets/stories/*.toml "$dir"/ ;;
@@ -25,7 +25,7 @@ for t in "${TARGETS[@]}"; do
           if [ "$(gzip -dc "$f" | wc -c)" -le 65536 ]; then
             gzip -dc "$f" > "$dir/$base"
           fi
-          [ "$t" = pytorch ] && cp -n "$f" "$dir/"
+          if [ "$t" = pytorch ]; then cp -n "$f" "$dir/"; fi
         done
       else
         echo "fuzz-corpus.sh: $TRACES not found; seeding $t from fuzz/seeds only" >&2

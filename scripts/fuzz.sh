@@ -47,7 +47,10 @@ if ! cargo +nightly fuzz --version >/dev/null 2>&1; then
   exit 2
 fi
 
-"$ROOT/scripts/fuzz-corpus.sh" "${TARGETS[@]}" || exit 2
+if ! "$ROOT/scripts/fuzz-corpus.sh" "${TARGETS[@]}"; then
+  echo "fuzz.sh: building the corpus failed (scripts/fuzz-corpus.sh, see above)" >&2
+  exit 2
+fi
 
 cd "$ROOT/fuzz"
 echo "building fuzz targets (sanitizer $SANITIZER)..." >&2
