@@ -185,6 +185,16 @@ say "monitor (issue 15)"
 while IFS='|' read -r tag name status details; do
   [ "$tag" = RESULT ] && result "$name" "$status" "$details"
 done < <(OUT="$OUT" "$HERE/gpu-check-monitor.sh" "$BIN" 2>>"$LOG")
+# 9. Faults: non-root, a PID namespace, a hung NVML call, GPUs CUDA cannot see, a job
+#    killed mid-poll, and a soak (scripts/gpu-faults.sh; its log is $OUT/gpu-faults.log).
+#    STALL_SO: a prebuilt scripts/faults/nvml_stall.c where this machine has no cc;
+#    SOAK_S: the soak's length in seconds (default 120).
+say "faults (scripts/gpu-faults.sh)"
+OUT="$OUT" "$HERE/gpu-faults.sh" "$BIN" "${STALL_SO:--}" "${SOAK_S:-120}" > "$WORK/faults.txt" 2>> "$LOG"
+while IFS='|' read -r tag name verdict details; do
+  [ "$tag" = FAULT ] && result "fault: $name" "$verdict" "$details"
+done < "$WORK/faults.txt"
+grep -q '^FAULT|' "$WORK/faults.txt" || result "faults" FAIL "gpu-faults.sh printed no rows (see gpu-faults.log)"
 
 echo
 echo "check                                        result details"

@@ -150,6 +150,10 @@ pub struct ProbeOptions {
     #[arg(long, value_name = "BYTES", value_parser = parse_probe_limit, env = "VRAMTOP_PROBE_LIMIT")]
     pub probe_limit: Option<u64>,
 
+    /// GPU for cuda probes, as CUDA numbers them (after CUDA_VISIBLE_DEVICES), 0 to 1023
+    #[arg(long, value_name = "INDEX", default_value = "0", value_parser = parse_gpu)]
+    pub gpu: usize,
+
     /// Probe operations per second in the live view (1 to 200000)
     #[arg(long, value_name = "N", default_value = "200", value_parser = parse_rate)]
     pub ops_per_s: f64,
@@ -415,6 +419,18 @@ fn parse_seconds(raw: &str) -> Result<f64, String> {
 
 fn parse_hold(raw: &str) -> Result<f64, String> {
     parse_in_range(raw, 0.0, 3600.0, " seconds")
+}
+
+/// Most GPUs a machine may have; an index past it is a typo, not a device.
+const MAX_GPU_INDEX: usize = 1023;
+
+fn parse_gpu(raw: &str) -> Result<usize, String> {
+    let range = format!("accepted range: 0 to {MAX_GPU_INDEX}");
+    match raw.trim().parse::<usize>() {
+        Ok(i) if i <= MAX_GPU_INDEX => Ok(i),
+        Ok(_) => Err(format!("out of range; {range}")),
+        Err(_) => Err(format!("not a whole number; {range}")),
+    }
 }
 
 fn parse_policy(raw: &str) -> Result<PolicyKind, String> {

@@ -220,11 +220,12 @@ fn probe_headless(
         Ok(s) => s,
         Err(e) => return usage_error(e),
     };
-    let mut set = match setup::build(
+    let mut set = match setup::build_on_gpu(
         &scenario,
         &[opts.policy],
         opts.backing,
         opts.probe_limit,
+        opts.gpu,
         seed,
     ) {
         Ok(s) => s,
@@ -389,7 +390,14 @@ fn live(args: cli::LiveArgs, config: ConfigFile) -> Result<ExitCode> {
                 args.compare.clone()
             };
             let o = &args.probe_opts;
-            match setup::build(&scenario, &policies, o.backing, o.probe_limit, args.seed) {
+            match setup::build_on_gpu(
+                &scenario,
+                &policies,
+                o.backing,
+                o.probe_limit,
+                o.gpu,
+                args.seed,
+            ) {
                 Ok(set) => Some(set),
                 // A bad limit is the user's to fix; a GPU that cannot run probes is not:
                 // keep monitoring and say why there is no probe.

@@ -21,8 +21,8 @@ mod support;
 
 pub use check::{self_check, time_alloc_free};
 pub use support::{
-    default_probe_limit, device_memory, device_memory_on, driver_present, nvrtc_present,
-    CudaOpenError, PROBE_HEADROOM, PROBE_KERNELS,
+    default_probe_limit, device_memory, device_memory_checked, device_memory_on, driver_present,
+    nvrtc_present, CudaOpenError, PROBE_HEADROOM, PROBE_KERNELS,
 };
 
 use std::collections::BTreeMap;
@@ -36,8 +36,8 @@ use cudarc::driver::{CudaContext, CudaFunction, CudaStream, PushKernelArg};
 
 use super::{check_capacity, Backing, BackingError, RangeBook, SegmentBook, DEFAULT_PAGE_SIZE};
 use support::{
-    alloc_prop, compile_error_text, cuda_name, failed, guarded, launch_cfg, panic_text, to_usize,
-    vmm_granularity,
+    alloc_prop, check_ordinal, compile_error_text, cuda_name, failed, guarded, launch_cfg,
+    panic_text, to_usize, vmm_granularity,
 };
 
 type Handle = sys::CUmemGenericAllocationHandle;
@@ -95,12 +95,7 @@ impl CudaBacking {
                 error: cuda_name(&e),
             }
         };
-        cu::init().map_err(driver("cuInit"))?;
-        let count = cu::device::get_count().map_err(driver("cuDeviceGetCount"))?;
-        let count = usize::try_from(count).unwrap_or(0);
-        if ordinal >= count {
-            return Err(CudaOpenError::NoDevice { ordinal, count });
-        }
+        check_ordinal(ordinal)?;
         let ctx = CudaContext::new(ordinal).map_err(driver("cuDevicePrimaryCtxRetain"))?;
         let device_name = ctx
             .name()

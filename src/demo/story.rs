@@ -8,7 +8,9 @@ use std::path::Path;
 use serde::Deserialize;
 
 use crate::alloc::PolicyKind;
-use crate::probe::scenario::{check_phases, Phase, Scenario, Size};
+use crate::probe::scenario::{
+    check_phases, read_toml_file, toml_error_line, Phase, Scenario, Size,
+};
 
 /// The built-in stories, embedded so the binary works from any directory.
 pub const BUILTIN: &[(&str, &str)] = &[(
@@ -86,14 +88,8 @@ pub struct Story {
 
 impl Story {
     pub fn from_toml(text: &str, origin: &str) -> Result<Story, String> {
-        let raw: RawStory = toml::from_str(text).map_err(|e| {
-            let detail = e
-                .to_string()
-                .split_whitespace()
-                .collect::<Vec<_>>()
-                .join(" ");
-            format!("story {origin}: {detail}")
-        })?;
+        let raw: RawStory = toml::from_str(text)
+            .map_err(|e| format!("story {origin}: {}", toml_error_line(&e, text)))?;
         let capacity = raw.capacity.map_or(DEFAULT_CAPACITY, |s| s.0);
         if !(1..=MAX_CAPACITY).contains(&capacity) {
             return Err(format!(
@@ -135,8 +131,7 @@ impl Story {
         }
         let path = Path::new(name_or_path);
         if name_or_path.ends_with(".toml") || path.exists() {
-            let text = std::fs::read_to_string(path)
-                .map_err(|e| format!("cannot read story file {}: {e}", path.display()))?;
+            let text = read_toml_file(path, "story")?;
             return Story::from_toml(&text, &path.display().to_string());
         }
         Err(format!(

@@ -157,7 +157,14 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
                 policies.dedup();
             }
             let o = &args.probe_opts;
-            match setup::build(&scenario, &policies, o.backing, o.probe_limit, args.seed) {
+            match setup::build_on_gpu(
+                &scenario,
+                &policies,
+                o.backing,
+                o.probe_limit,
+                o.gpu,
+                args.seed,
+            ) {
                 Ok(set) => Some(set),
                 // As in the live view: a GPU that cannot run probes still has telemetry
                 // worth serving.

@@ -2,6 +2,7 @@
 //! the binary, or a path given on the command line). Parsing is strict: an unknown field
 //! or a bad value names the file, the line and the field.
 
+use std::io::Read;
 use std::path::Path;
 
 use serde::Deserialize;
@@ -339,15 +340,8 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
 
 impl Scenario {
     pub fn from_toml(text: &str, origin: &str) -> Result<Scenario, String> {
-        let scenario: Scenario = toml::from_str(text).map_err(|e| {
-            // toml's message carries the line, column and field; keep it on one line.
-            let detail = e
-                .to_string()
-                .split_whitespace()
-                .collect::<Vec<_>>()
-                .join(" ");
-            format!("scenario {origin}: {detail}")
-        })?;
+        let scenario: Scenario = toml::from_str(text)
+            .map_err(|e| format!("scenario {origin}: {}", toml_error_line(&e, text)))?;
         if scenario.phases.is_empty() {
             return Err(format!("scenario {origin}: no [[phase]] entries"));
         }
@@ -362,8 +356,7 @@ impl Scenario {
         }
         let path = Path::new(name_or_path);
         if name_or_path.ends_with(".toml") || path.exists() {
-            let text = std::fs::read_to_string(path)
-                .map_err(|e| format!("cannot read scenario file {}: {e}", path.display()))?;
+            let text = read_toml_file(path, "scenario")?;
             return Scenario::from_toml(&text, &path.display().to_string());
         }
         Err(format!(
@@ -426,6 +419,44 @@ pub const MAX_HOLD_S: f64 = 3600.0;
 
 pub fn names() -> Vec<&'static str> {
     BUILTIN.iter().map(|(n, _)| *n).collect()
+}
+
+/// Largest scenario or story file vramtop reads. The built-in ones are under 3 KiB; the
+/// bound makes a path like /dev/zero, or a huge file given by mistake, one clear error
+/// rather than a process that eats all memory.
+pub const MAX_TOML_BYTES: u64 = 1 << 20;
+
+/// Reads a scenario or story file (`what` names which) of at most `MAX_TOML_BYTES`.
+pub fn read_toml_file(path: &Path, what: &str) -> Result<String, String> {
+    let cannot =
+        |e: &dyn std::fmt::Display| format!("cannot read {what} file {}: {e}", path.display());
+    let file = std::fs::File::open(path).map_err(|e| cannot(&e))?;
+    let mut bytes = Vec::new();
+    file.take(MAX_TOML_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| cannot(&e))?;
+    if bytes.len() as u64 > MAX_TOML_BYTES {
+        return Err(format!(
+            "{what} file {} is larger than {} KiB, the most vramtop reads; give a {what} .toml file",
+            path.display(),
+            MAX_TOML_BYTES >> 10
+        ));
+    }
+    String::from_utf8(bytes).map_err(|_| cannot(&"not UTF-8 text"))
+}
+
+/// toml's error as one short line: where, and what. Its own `Display` quotes the
+/// offending source line, which can be a megabyte long (deep nesting on one line).
+pub fn toml_error_line(e: &toml::de::Error, text: &str) -> String {
+    let message = e.message().split_whitespace().collect::<Vec<_>>().join(" ");
+    let Some(start) = e.span().map(|span| span.start) else {
+        return message;
+    };
+    // Spans are byte offsets at char boundaries; `get` keeps a bad one from panicking.
+    let before = text.get(..start).unwrap_or(text);
+    let line = 1 + before.matches('\n').count();
+    let column = 1 + before.rsplit('\n').next().unwrap_or("").chars().count();
+    format!("TOML error at line {line}, column {column}: {message}")
 }
 
 #[cfg(test)]

@@ -39,6 +39,7 @@ fn host_available() -> Option<u64> {
 fn make_backing(
     choice: BackingChoice,
     limit: Option<u64>,
+    gpu: usize,
 ) -> Result<(Box<dyn Backing>, String), String> {
     use crate::alloc::human_bytes;
     match choice {
@@ -49,12 +50,14 @@ fn make_backing(
                 format!("bookkeeping {}", human_bytes(cap)),
             ))
         }
-        BackingChoice::Cuda => cuda_backing(limit),
-        BackingChoice::Auto if cuda::driver_present() => match cuda_backing(limit) {
+        BackingChoice::Cuda => cuda_backing(limit, gpu),
+        BackingChoice::Auto if cuda::driver_present() => match cuda_backing(limit, gpu) {
             Ok(b) => Ok(b),
+            // A GPU the user named is not quietly swapped for host memory.
+            Err(e) if gpu != 0 => Err(e),
             // No usable GPU after all (no device, driver error): host memory still
             // shows fragmentation; the label says which one is in use.
-            Err(_) => make_backing(BackingChoice::Host, limit),
+            Err(_) => make_backing(BackingChoice::Host, limit, gpu),
         },
         BackingChoice::Host | BackingChoice::Auto => {
             let cap = limit.unwrap_or(HOST_DEFAULT_LIMIT);
@@ -80,12 +83,10 @@ fn make_backing(
 /// closer than 1 GiB to full. Probes that cannot verify their memory
 /// (NVRTC missing or failing) are refused: a probe that cannot check itself could hide
 /// corruption.
-fn cuda_backing(limit: Option<u64>) -> Result<(Box<dyn Backing>, String), String> {
+fn cuda_backing(limit: Option<u64>, gpu: usize) -> Result<(Box<dyn Backing>, String), String> {
     use crate::alloc::human_bytes;
-    let (free, total) = cuda::device_memory().ok_or_else(|| {
-        "--backing cuda: CUDA not available: libcuda.so.1 could not be loaded or has no device"
-            .to_string()
-    })?;
+    let (free, total) =
+        cuda::device_memory_checked(gpu).map_err(|e| format!("--backing cuda: {e}"))?;
     let default = cuda::default_probe_limit(free, total).min(HOST_DEFAULT_LIMIT);
     let cap = match limit {
         None => default,
@@ -99,7 +100,7 @@ fn cuda_backing(limit: Option<u64>) -> Result<(Box<dyn Backing>, String), String
         }
         Some(l) => l,
     };
-    let backing = cuda::CudaBacking::open(0, cap).map_err(|e| format!("--backing cuda: {e}"))?;
+    let backing = cuda::CudaBacking::open(gpu, cap).map_err(|e| format!("--backing cuda: {e}"))?;
     if !backing.kernels_ready() {
         return Err(format!("probes disabled: {}", backing.kernel_status()));
     }
@@ -107,7 +108,8 @@ fn cuda_backing(limit: Option<u64>) -> Result<(Box<dyn Backing>, String), String
     Ok((Box::new(backing), label))
 }
 
-/// One probe per policy, all with the same scenario, seed and capacity.
+/// One probe per policy, all with the same scenario, seed and capacity, on GPU 0 when
+/// the backing is cuda.
 pub fn build(
     scenario: &Scenario,
     policies: &[PolicyKind],
@@ -115,10 +117,22 @@ pub fn build(
     limit: Option<u64>,
     seed: u64,
 ) -> Result<ProbeSet, String> {
+    build_on_gpu(scenario, policies, backing, limit, 0, seed)
+}
+
+/// As `build`, with `gpu` the CUDA device (`--gpu`) for a cuda backing.
+pub fn build_on_gpu(
+    scenario: &Scenario,
+    policies: &[PolicyKind],
+    backing: BackingChoice,
+    limit: Option<u64>,
+    gpu: usize,
+    seed: u64,
+) -> Result<ProbeSet, String> {
     let mut probes = Vec::with_capacity(policies.len());
     let mut label = String::new();
     for &policy in policies {
-        let (b, l) = make_backing(backing, limit)?;
+        let (b, l) = make_backing(backing, limit, gpu)?;
         label = l;
         let allocator = Arc::new(Allocator::new(policy, b, AllocConfig::default()));
         probes.push(Probe::new(scenario, allocator, &label, seed));

@@ -435,18 +435,28 @@ fn settings_of(value: Option<&Value>) -> AllocatorSettings {
     settings
 }
 
+/// More blocks than any device holds (a block is at least 512 B: 10 M blocks are 5 GB
+/// of the smallest): past it a snapshot is refused rather than expanded.
+const MAX_BLOCKS: usize = 10_000_000;
+
 fn import_segments(
     segments: &[Value],
     device: i64,
     entries: &mut EntryReader,
 ) -> Result<Vec<SnapshotSegment>, TraceErrorKind> {
     let mut out = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    let mut total_blocks = 0usize;
     for (i, seg) in segments.iter().enumerate() {
         let at = || format!("segments[{i}]");
         if int_field(seg, "device").is_some_and(|d| d != device) {
             continue;
         }
         let addr = u64_field(seg, "address", &at)?;
+        // A pickle can name one segment many times (memo references): it is one segment.
+        if !seen.insert(addr) {
+            continue;
+        }
         let pool = match seg.get("segment_type").and_then(Value::as_str) {
             Some("small") => Pool::Small,
             _ => Pool::Large,
@@ -459,6 +469,19 @@ fn import_segments(
             let at = || format!("segments[{i}].blocks[{j}]");
             let size = u64_field(block, "size", &at)?;
             let block_addr = opt_u64_field(block, "address", &at)?.unwrap_or(next_addr);
+            // Blocks tile their segment in address order: one that starts before the end
+            // of the last (a repeated reference) is not a block of its own.
+            if j > 0 && block_addr < next_addr {
+                continue;
+            }
+            total_blocks += 1;
+            if total_blocks > MAX_BLOCKS {
+                return Err(not_a_snapshot(format!(
+                    "{}: the segments hold more than {MAX_BLOCKS} blocks; this is not a \
+                     snapshot PyTorch wrote",
+                    at()
+                )));
+            }
             next_addr = block_addr.saturating_add(size);
             let state = match block.get("state").and_then(Value::as_str) {
                 Some("active_allocated") => BlockState::Allocated,

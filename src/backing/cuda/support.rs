@@ -23,8 +23,13 @@ pub const PROBE_HEADROOM: u64 = 1 << 30;
 pub enum CudaOpenError {
     /// libcuda (the driver library) could not be loaded.
     NoDriver,
-    /// The driver is there but has no device of this ordinal.
-    NoDevice { ordinal: usize, count: usize },
+    /// The driver is there but CUDA sees no device of this ordinal; `visible_devices` is
+    /// `CUDA_VISIBLE_DEVICES` when set, the usual reason for a device CUDA does not see.
+    NoDevice {
+        ordinal: usize,
+        count: usize,
+        visible_devices: Option<String>,
+    },
     /// A driver call failed; `error` is the CUDA error name.
     Driver { call: &'static str, error: String },
     /// cudarc panicked (a missing symbol in an old driver, say).
@@ -37,10 +42,23 @@ impl fmt::Display for CudaOpenError {
             CudaOpenError::NoDriver => f.write_str(
                 "CUDA not available: libcuda.so.1 could not be loaded (is the NVIDIA driver installed?)",
             ),
-            CudaOpenError::NoDevice { ordinal, count } => write!(
-                f,
-                "CUDA device {ordinal} not found: the driver reports {count} device(s)"
-            ),
+            CudaOpenError::NoDevice {
+                ordinal,
+                count,
+                visible_devices,
+            } => {
+                write!(f, "CUDA device {ordinal} not found: CUDA sees {count} device(s)")?;
+                if let Some(v) = visible_devices {
+                    write!(f, " with CUDA_VISIBLE_DEVICES={v:?}")?;
+                }
+                match (count, visible_devices) {
+                    (0, Some(_)) => f.write_str(
+                        "; unset CUDA_VISIBLE_DEVICES or set it to a GPU index or UUID that nvidia-smi lists",
+                    ),
+                    (0, None) => f.write_str("; check `nvidia-smi`"),
+                    (n, _) => write!(f, "; give --gpu 0 to {}", n - 1),
+                }
+            }
             CudaOpenError::Driver { call, error } => {
                 write!(f, "CUDA not available: {call} failed with {error}")
             }
@@ -175,6 +193,59 @@ pub fn default_probe_limit(free: u64, total: u64) -> u64 {
     (free / 4).min(free.saturating_sub(PROBE_HEADROOM))
 }
 
+/// `CUDA_VISIBLE_DEVICES` as set, for error messages.
+fn visible_devices() -> Option<String> {
+    std::env::var("CUDA_VISIBLE_DEVICES").ok()
+}
+
+/// `cuInit`, then whether CUDA sees device `ordinal`. "No device" reads the same whichever
+/// call finds it: `cuInit` itself fails with CUDA_ERROR_NO_DEVICE when
+/// `CUDA_VISIBLE_DEVICES` names no GPU of this machine.
+pub(super) fn check_ordinal(ordinal: usize) -> Result<(), CudaOpenError> {
+    let no_device = |count| CudaOpenError::NoDevice {
+        ordinal,
+        count,
+        visible_devices: visible_devices(),
+    };
+    let driver = |call: &'static str| {
+        move |e: DriverError| CudaOpenError::Driver {
+            call,
+            error: cuda_name(&e),
+        }
+    };
+    match cudarc::driver::result::init() {
+        Err(e) if e.0 == sys::CUresult::CUDA_ERROR_NO_DEVICE => return Err(no_device(0)),
+        other => other.map_err(driver("cuInit"))?,
+    }
+    let count = cudarc::driver::result::device::get_count().map_err(driver("cuDeviceGetCount"))?;
+    let count = usize::try_from(count).unwrap_or(0);
+    if ordinal >= count {
+        return Err(no_device(count));
+    }
+    Ok(())
+}
+
+/// (free, total) bytes of device `ordinal`, or why CUDA cannot say: what a probe checks
+/// before it sizes itself, so a missing device is one clear line.
+pub fn device_memory_checked(ordinal: usize) -> Result<(u64, u64), CudaOpenError> {
+    if !driver_present() {
+        return Err(CudaOpenError::NoDriver);
+    }
+    catch_unwind(|| {
+        check_ordinal(ordinal)?;
+        let failed = |call: &'static str| {
+            move |e: DriverError| CudaOpenError::Driver {
+                call,
+                error: cuda_name(&e),
+            }
+        };
+        let ctx = CudaContext::new(ordinal).map_err(failed("cuDevicePrimaryCtxRetain"))?;
+        let (free, total) = ctx.mem_get_info().map_err(failed("cuMemGetInfo"))?;
+        Ok((free as u64, total as u64))
+    })
+    .unwrap_or_else(|p| Err(CudaOpenError::Panicked(panic_text(p.as_ref()))))
+}
+
 /// (free, total) bytes of device 0 by `cuMemGetInfo`; `None` without CUDA.
 pub fn device_memory() -> Option<(u64, u64)> {
     device_memory_on(0)
@@ -252,6 +323,12 @@ mod tests {
             CudaOpenError::NoDevice {
                 ordinal: 3,
                 count: 1,
+                visible_devices: None,
+            },
+            CudaOpenError::NoDevice {
+                ordinal: 0,
+                count: 0,
+                visible_devices: Some("7".into()),
             },
             CudaOpenError::Driver {
                 call: "cuInit",
@@ -263,5 +340,28 @@ mod tests {
             let line = e.to_string();
             assert!(!line.is_empty() && !line.contains('\n'), "{line}");
         }
+    }
+
+    #[test]
+    fn a_missing_device_says_what_to_do() {
+        let out_of_range = CudaOpenError::NoDevice {
+            ordinal: 3,
+            count: 1,
+            visible_devices: None,
+        };
+        assert_eq!(
+            out_of_range.to_string(),
+            "CUDA device 3 not found: CUDA sees 1 device(s); give --gpu 0 to 0"
+        );
+        let hidden = CudaOpenError::NoDevice {
+            ordinal: 0,
+            count: 0,
+            visible_devices: Some("7".into()),
+        };
+        let line = hidden.to_string();
+        assert!(
+            line.contains("CUDA_VISIBLE_DEVICES=\"7\"") && line.contains("unset"),
+            "{line}"
+        );
     }
 }
