@@ -81,3 +81,75 @@ pub fn render(
         max_us: at(1.0),
     })
 }
+
+/// What `vramtop bench replay` measured: one load of the file, then one replay through
+/// all the policies asked (in parallel, as `replay --report` does), with this process's
+/// peak RSS (VmHWM) after each.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct ReplayFigures {
+    pub file: String,
+    pub events: u64,
+    pub load_s: f64,
+    pub rss_after_load_bytes: Option<u64>,
+    pub replay_s: f64,
+    pub policies: Vec<crate::alloc::PolicyKind>,
+    /// Events per second of the replay, over all policies together: events x policies /
+    /// replay time.
+    pub events_per_s: f64,
+    pub peak_rss_bytes: Option<u64>,
+}
+
+impl ReplayFigures {
+    pub fn table(&self) -> String {
+        use crate::trace::replay::report::thousands;
+        let mib = |b: Option<u64>| b.map_or("N/A".to_string(), |b| format!("{} MiB", b >> 20));
+        format!(
+            "{}: {} events\nload {:.2} s (peak RSS {})\nreplay through {} policies {:.2} s \
+             ({} events/s over all)\ntotal {:.2} s, peak RSS {}\n",
+            self.file,
+            thousands(self.events),
+            self.load_s,
+            mib(self.rss_after_load_bytes),
+            self.policies.len(),
+            self.replay_s,
+            thousands(self.events_per_s as u64),
+            self.load_s + self.replay_s,
+            mib(self.peak_rss_bytes)
+        )
+    }
+}
+
+/// Loads `path` and replays it through `policies`; the error is one line.
+pub fn replay(
+    path: &std::path::Path,
+    policies: &[crate::alloc::PolicyKind],
+) -> Result<ReplayFigures, String> {
+    use crate::trace::replay;
+    let start = std::time::Instant::now();
+    let trace = crate::trace::load(path).map_err(|e| e.to_string())?;
+    let load_s = start.elapsed().as_secs_f64();
+    let rss_after_load_bytes = peak_rss_bytes();
+    let opts = replay::plan_capacity(&trace, None);
+    let start = std::time::Instant::now();
+    replay::report(&trace, policies, opts).map_err(|e| format!("{}: {e}", path.display()))?;
+    let replay_s = start.elapsed().as_secs_f64();
+    let events = trace.events.len() as u64;
+    Ok(ReplayFigures {
+        file: path.display().to_string(),
+        events,
+        load_s,
+        rss_after_load_bytes,
+        replay_s,
+        policies: policies.to_vec(),
+        events_per_s: (events * policies.len() as u64) as f64 / replay_s.max(1e-9),
+        peak_rss_bytes: peak_rss_bytes(),
+    })
+}
+
+/// This process's peak resident set (VmHWM in /proc/self/status), on Linux.
+fn peak_rss_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}

@@ -213,7 +213,8 @@ pub enum Command {
         #[arg(long, value_name = "NAME|all", default_value = "caching", value_parser = parse_policy_set)]
         policy: PolicySet,
         /// Most memory the replayed allocator may hold, e.g. 80GiB; allocs past it fail
-        /// and are counted (default: 1 TiB, so the peak is measured without OOMs)
+        /// and are counted (default: what the trace's own OOMs show PyTorch could hold,
+        /// else unlimited, so the peak is measured without OOMs)
         #[arg(long, value_name = "BYTES", value_parser = parse_bytes)]
         capacity: Option<u64>,
         /// Print a report (one row per policy) instead of opening the player; also what
@@ -326,6 +327,18 @@ pub enum BenchCommand {
         /// Timed alloc+free pairs per policy and size
         #[arg(long, default_value = "100000")]
         pairs: usize,
+    },
+    /// Load a trace and replay it through policies: load time, replay time, events per
+    /// second and peak memory (RSS) of this process
+    Replay {
+        /// Trace file (PyTorch snapshot, RMM CSV or vramtop recording)
+        file: std::path::PathBuf,
+        /// Policies to replay through (default: all)
+        #[arg(long, value_name = "NAME|all", default_value = "all", value_parser = parse_policy_set)]
+        policy: PolicySet,
+        /// Print JSON instead of a table
+        #[arg(long)]
+        json: bool,
     },
     /// Time to draw the full screen
     Render {

@@ -102,6 +102,22 @@ fn run(cli: Cli, config: ConfigFile) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Some(Command::Bench {
+            what: BenchCommand::Replay { file, policy, json },
+        }) => match vramtop::bench::replay(&file, &policy.0) {
+            Ok(figures) => {
+                if json {
+                    println!("{}", serde_json::to_string_pretty(&figures)?);
+                } else {
+                    print!("{}", figures.table());
+                }
+                Ok(ExitCode::SUCCESS)
+            }
+            Err(line) => {
+                eprintln!("vramtop: {line}");
+                Ok(ExitCode::from(2))
+            }
+        },
+        Some(Command::Bench {
             what: BenchCommand::Alloc { json, pairs },
         }) => {
             let rows =

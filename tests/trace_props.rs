@@ -114,3 +114,72 @@ fn untouched_inputs_still_load() {
     let leak = trace::from_bytes(leak(), &LoadOptions::default());
     assert_eq!(leak.map(|t| t.events.len()).ok(), Some(460));
 }
+
+/// One generated trace entry: an action PyTorch writes or one it may write some day, with
+/// any of its fields left out.
+fn entry() -> impl Strategy<Value = support::P> {
+    use support::{dict, s, P};
+    let actions = prop::sample::select(vec![
+        "alloc",
+        "free_requested",
+        "free_completed",
+        "segment_alloc",
+        "segment_free",
+        "segment_map",
+        "segment_unmap",
+        "oom",
+        "snapshot",
+        "workspace_snapshot",
+        "future_action",
+    ]);
+    (actions, 0u64..64, 1u64..8, any::<u8>()).prop_map(|(action, slot, mib, drop)| {
+        let mut fields: Vec<(&str, P)> = vec![("action", s(action))];
+        let keep = |bit: u8| drop & (1 << bit) == 0;
+        if keep(0) {
+            fields.push(("addr", P::Int((0x7f00_0000_0000 + slot * (8 << 20)) as i64)));
+        }
+        if keep(1) {
+            fields.push(("size", P::Int((mib << 20) as i64)));
+        }
+        if keep(2) {
+            fields.push(("stream", P::Int(0)));
+        }
+        if keep(3) {
+            fields.push(("time_us", P::Int(1_795_321_078_558_603)));
+        }
+        if keep(4) {
+            fields.push((
+                "frames",
+                P::List(vec![support::frame("train.py", 7, "step")]),
+            ));
+        }
+        if keep(5) && action == "oom" {
+            fields.push(("device_free", P::Int(1 << 30)));
+        }
+        dict(fields)
+    })
+}
+
+proptest! {
+    #![proptest_config(config(150))]
+
+    /// Any prefix of a trace, any unknown action, any missing field: the snapshot loads
+    /// (skipped entries counted, each notice one line), and every policy replays it (or
+    /// says why in one line), never a panic.
+    #[test]
+    fn any_entries_load_and_replay(entries in vec(entry(), 0..40), cut in 0usize..40) {
+        let entries: Vec<_> = entries.into_iter().take(cut).collect();
+        let bytes = support::pickle(&support::snapshot(Vec::new(), vec![entries]));
+        let t = trace::from_bytes(&bytes, &LoadOptions::default())
+            .unwrap_or_else(|e| panic!("a snapshot with odd entries must load: {e}"));
+        for notice in t.notices() {
+            prop_assert!(!notice.contains('\n'), "{notice}");
+        }
+        let opts = trace::replay::plan_capacity(&t, None);
+        match trace::replay::report(&t, &vramtop::alloc::PolicyKind::ALL, opts) {
+            Ok(rows) => prop_assert_eq!(rows.len(), vramtop::alloc::PolicyKind::ALL.len()),
+            Err(e) => prop_assert!(!e.to_string().contains('\n')),
+        }
+        let _ = trace::ooms::trace_ooms(&t);
+    }
+}

@@ -119,13 +119,17 @@ enum NodeKind {
 /// An open container. It is frozen into a `Value` the first time it is put into another
 /// container (or returned): the pickler writes a container whole before using it, so
 /// nothing can be added to it afterwards, and freezing then needs no second pass.
-struct Node {
-    kind: NodeKind,
-    /// Items; a dict's are flattened key, value, key, value.
-    items: Vec<Value>,
-    /// Deepest item nesting so far.
-    depth: u32,
-    frozen: Option<(Value, u32)>,
+/// Kept small (a snapshot has millions of containers, each with a node for as long as the
+/// memo may name it): a frozen node holds only its value and depth.
+enum Node {
+    Open {
+        kind: NodeKind,
+        /// Items; a dict's are flattened key, value, key, value.
+        items: Vec<Value>,
+        /// Deepest item nesting so far.
+        depth: u32,
+    },
+    Frozen(Value, u32),
 }
 
 struct Machine<'r, S> {
@@ -179,15 +183,14 @@ fn close_node(
     let Some(node) = nodes.get_mut(id) else {
         return fail(at, PickleErrorKind::Malformed("unknown container"));
     };
-    if let Some((v, d)) = &node.frozen {
-        return Ok((v.clone(), *d));
-    }
-    let depth = node.depth + 1;
+    let (kind, items, depth) = match node {
+        Node::Frozen(v, d) => return Ok((v.clone(), *d)),
+        Node::Open { kind, items, depth } => (*kind, std::mem::take(items), *depth + 1),
+    };
     if depth as usize > max_depth {
         return fail(at, PickleErrorKind::LimitExceeded("nesting depth"));
     }
-    let items = std::mem::take(&mut node.items);
-    let value = match node.kind {
+    let value = match kind {
         NodeKind::List => match reducer.as_mut().and_then(|r| r(Finished::List(&items))) {
             Some(reduced) => reduced,
             None => Value::List(Rc::new(items)),
@@ -200,7 +203,7 @@ fn close_node(
             }
         }
     };
-    node.frozen = Some((value.clone(), depth));
+    *node = Node::Frozen(value.clone(), depth);
     Ok((value, depth))
 }
 
@@ -352,12 +355,7 @@ impl<'r, S: Source> Machine<'r, S> {
             Ok(id) if (id as usize) < self.limit(self.limits.max_items) => id,
             _ => return self.err(PickleErrorKind::LimitExceeded("number of containers")),
         };
-        self.nodes.push(Node {
-            kind,
-            items,
-            depth,
-            frozen: None,
-        });
+        self.nodes.push(Node::Open { kind, items, depth });
         self.push(Slot::Open(id))
     }
 
@@ -382,7 +380,16 @@ impl<'r, S: Source> Machine<'r, S> {
             None => return self.err(PickleErrorKind::Malformed("nothing to add items to")),
         };
         let id = match target {
-            Slot::Open(id) if self.nodes[id as usize].kind == want => id as usize,
+            Slot::Open(id) => match &self.nodes[id as usize] {
+                Node::Open { kind, .. } if *kind == want => id as usize,
+                Node::Frozen(..) => return self.err(PickleErrorKind::Recursive),
+                Node::Open { .. } => {
+                    return self.err(PickleErrorKind::Malformed(match want {
+                        NodeKind::Dict => "SETITEM on something that is not a dict",
+                        NodeKind::List => "APPEND on something that is not a list",
+                    }))
+                }
+            },
             _ => {
                 return self.err(PickleErrorKind::Malformed(match want {
                     NodeKind::Dict => "SETITEM on something that is not a dict",
@@ -391,15 +398,20 @@ impl<'r, S: Source> Machine<'r, S> {
             }
         };
         // Fill the node's own buffer: no second copy of the items.
-        let items = std::mem::take(&mut self.nodes[id].items);
-        let (items, depth) = self.drain_into(from, items)?;
-        let node = &mut self.nodes[id];
-        if node.frozen.is_some() {
-            return self.err(PickleErrorKind::Recursive);
+        let items = match &mut self.nodes[id] {
+            Node::Open { items, .. } => std::mem::take(items),
+            Node::Frozen(..) => return self.err(PickleErrorKind::Recursive),
+        };
+        let (filled, item_depth) = self.drain_into(from, items)?;
+        match &mut self.nodes[id] {
+            Node::Open { items, depth, .. } => {
+                *depth = (*depth).max(item_depth);
+                *items = filled;
+                Ok(())
+            }
+            // The container was put inside one of its own items: a cycle.
+            Node::Frozen(..) => self.err(PickleErrorKind::Recursive),
         }
-        node.depth = node.depth.max(depth);
-        node.items = items;
-        Ok(())
     }
 
     fn memo_put(&mut self, index: u64) -> Step<()> {

@@ -1,0 +1,114 @@
+//! The trace's own OOMs, on real snapshots taken right after a "CUDA out of memory" on an
+//! H100 (tests/fixtures, see its README): they load, each OOM is explained with the traced
+//! allocator's state, the capacity is inferred from them, and each policy says whether it
+//! fails on the same request.
+
+use std::path::PathBuf;
+
+use vramtop::alloc::PolicyKind;
+use vramtop::trace::ooms::{inferred_capacity, trace_ooms};
+use vramtop::trace::replay::{self, CapacitySource};
+use vramtop::trace::{self, TraceEventKind};
+
+const MIB: u64 = 1 << 20;
+
+fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures")).join(name)
+}
+
+#[test]
+fn an_oom_snapshot_loads_and_explains_each_oom_with_pytorchs_figures() {
+    let t = trace::load(&fixture("oom_cap.pickle.gz")).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(t.events.len(), 4053);
+    let ooms = trace_ooms(&t);
+    assert_eq!(ooms.len(), 2);
+    assert!(ooms
+        .iter()
+        .all(|o| t.events[o.event].kind == TraceEventKind::Oom));
+    // The fill loop's last 6 MiB tensor needed a new 20 MiB segment past the cap.
+    assert_eq!(ooms[0].requested_bytes, 6 * MIB);
+    assert_eq!(ooms[0].reserved_bytes, 8100 * MIB);
+    // The 1 GiB request: PyTorch said 3.55 GiB allocated and 7.89 GiB reserved
+    // (3,812,622,336 and 8,472,494,080 bytes, read in the job).
+    let big = &ooms[1];
+    assert_eq!(big.requested_bytes, 1 << 30);
+    assert_eq!(big.reserved_bytes, 8_472_494_080);
+    assert_eq!(big.allocated_bytes, 3_812_622_336);
+    assert_eq!(big.free_bytes, big.reserved_bytes - big.allocated_bytes);
+    assert!(big.largest_free_bytes < big.requested_bytes);
+    assert!(
+        big.free_bytes > big.requested_bytes,
+        "free memory, no room: {big:?}"
+    );
+    assert!(big
+        .explain()
+        .starts_with("needed 1.0 GiB contiguous; 4.3 GiB free in "));
+    // The device had room: a cap was in force, so the capacity is what PyTorch held.
+    assert_eq!(inferred_capacity(&t, &ooms), Some(8100 * MIB));
+}
+
+#[test]
+fn caching_fails_where_pytorch_did_and_expandable_fits() {
+    let t = trace::load(&fixture("oom_cap.pickle.gz")).unwrap_or_else(|e| panic!("{e}"));
+    let opts = replay::plan_capacity(&t, None);
+    assert_eq!(opts.source, CapacitySource::Inferred);
+    assert_eq!(opts.capacity, 8100 * MIB);
+    let rows = replay::report(&t, &[PolicyKind::Caching, PolicyKind::Expandable], opts)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let caching = &rows[0];
+    assert_eq!(caching.capacity_bytes, Some(8100 * MIB));
+    assert_eq!(caching.trace_ooms.len(), 2);
+    assert!(
+        caching.trace_ooms.iter().all(|c| c.fails),
+        "{:?}",
+        caching.trace_ooms
+    );
+    // PyTorch's own reserved peak, to the byte.
+    assert_eq!(caching.peak_reserved_bytes, 8100 * MIB);
+    let expandable = &rows[1];
+    assert!(
+        !expandable.trace_ooms[1].fails,
+        "{:?}",
+        expandable.trace_ooms
+    );
+    // Given a capacity, it is used and said so.
+    let given = replay::plan_capacity(&t, Some(80 << 30));
+    assert_eq!(given.source, CapacitySource::Given);
+}
+
+#[test]
+fn pytorch_with_expandable_segments_failed_too_and_pytorch_expandable_agrees() {
+    let t = trace::load(&fixture("oom_cap_expandable.pickle.gz")).unwrap_or_else(|e| panic!("{e}"));
+    assert!(t.settings.expandable_segments);
+    let ooms = trace_ooms(&t);
+    assert_eq!(ooms.len(), 2);
+    // PyTorch: 3.95 GiB allocated, 7.91 GiB reserved (4,240,441,344 and 8,493,465,600).
+    assert_eq!(ooms[1].allocated_bytes, 4_240_441_344);
+    assert_eq!(ooms[1].reserved_bytes, 8_493_465_600);
+    let opts = replay::plan_capacity(&t, None);
+    let rows = replay::report(&t, &[PolicyKind::PytorchExpandable], opts)
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(rows[0].trace_ooms[1].fails, "{:?}", rows[0].trace_ooms);
+}
+
+#[test]
+fn the_report_shows_the_traces_ooms_and_the_inferred_capacity() {
+    let out = assert_cmd::Command::cargo_bin("vramtop")
+        .expect("binary")
+        .args(["replay", "--report", "--policy", "caching,expandable"])
+        .arg(fixture("oom_cap.pickle.gz"))
+        .output()
+        .expect("runs");
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("capacity 7.9 GiB inferred from the trace's 2 OOM(s)"),
+        "{err}"
+    );
+    assert!(text.contains("the trace's own OOMs (2):"), "{text}");
+    assert!(
+        text.contains("caching fails too, expandable fits"),
+        "{text}"
+    );
+}
