@@ -71,8 +71,10 @@ fn resnet_caching_lands_near_pytorch() {
         "caching peak reserved {reserved:.1} MiB: {:+.2} % vs PyTorch",
         off * 100.0
     );
+    // Issue 14's bar: within 1 % of PyTorch's own peak (it lands on it: blocks live at
+    // the start are placed where PyTorch had them, in the segments it held then).
     assert!(
-        off.abs() <= 0.05,
+        off.abs() <= 0.01,
         "caching reserved {reserved:.1} MiB, {off:+.3} off"
     );
     assert_eq!((row.ooms, row.counts.unknown_frees), (0, 0));
