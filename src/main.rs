@@ -433,6 +433,7 @@ fn live(args: cli::LiveArgs, config: ConfigFile) -> Result<ExitCode> {
     if let Some(sort) = config.from_file.sort {
         app.sort = sort;
     }
+    app.columns = config.from_file.columns.clone();
     app.settings = Some(Saver::new(config, &args));
     // The file is opened before the terminal is taken over, so a bad path is one line.
     let recorder = match (

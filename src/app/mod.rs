@@ -102,6 +102,8 @@ pub struct App {
     pub focus_pid: Option<u32>,
     /// Where F12 saves the current settings (the event loop does the writing).
     pub settings: Option<crate::config::Saver>,
+    /// Process-table columns to show (the settings file's `columns`); None: all that fit.
+    pub columns: Option<Vec<SortKey>>,
     /// A signal asked for and awaiting the user's confirmation.
     pub pending_signal: Option<signal::KillRequest>,
     /// Sends signals: kill(2), or a fake in tests of refusals.
@@ -140,6 +142,7 @@ impl App {
             run: None,
             focus_pid: None,
             settings: None,
+            columns: None,
             pending_signal: None,
             signals: Box::new(signal::KernelSignals::default()),
             status: None,

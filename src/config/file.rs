@@ -27,6 +27,8 @@ pub struct Settings {
     pub backing: Option<BackingChoice>,
     /// Most memory a probe may hold, in bytes.
     pub probe_limit: Option<u64>,
+    /// Columns the process table shows (by their sort names), when narrower than all.
+    pub columns: Option<Vec<SortKey>>,
 }
 
 /// The file as written: plain strings and numbers, checked field by field after parsing
@@ -40,6 +42,7 @@ struct RawSettings {
     policy: Option<Spanned<String>>,
     backing: Option<Spanned<String>>,
     probe_limit: Option<Spanned<SizeValue>>,
+    columns: Option<Spanned<Vec<String>>>,
 }
 
 /// `probe_limit = "512MiB"` or `probe_limit = 536870912`.
@@ -154,6 +157,17 @@ pub fn parse(text: &str) -> Result<Settings, FileError> {
             .map_err(|_| "not a backing; use auto, host, cuda or bookkeeping".to_string());
         settings.backing = Some(backing.map_err(|e| field_error(text, "backing", v, e))?);
     }
+    if let Some(v) = &raw.columns {
+        let mut columns = Vec::new();
+        for name in v.get_ref() {
+            let key = SortKey::from_name(name).ok_or_else(|| {
+                let names: Vec<&str> = SortKey::ALL.iter().map(|k| k.name()).collect();
+                format!("no column '{name}'; columns: {}", names.join(", "))
+            });
+            columns.push(key.map_err(|e| field_error(text, "columns", v, e))?);
+        }
+        settings.columns = Some(columns);
+    }
     if let Some(v) = &raw.probe_limit {
         let text_value = match v.get_ref() {
             SizeValue::Bytes(n) => n.to_string(),
@@ -196,6 +210,8 @@ struct SavedSettings {
     backing: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     probe_limit: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    columns: Option<Vec<&'static str>>,
 }
 
 fn value_name(value: impl clap::ValueEnum) -> Option<String> {
@@ -211,6 +227,10 @@ pub fn render(settings: &Settings) -> Result<String, String> {
         policy: settings.policy.map(PolicyKind::name),
         backing: settings.backing.and_then(value_name),
         probe_limit: settings.probe_limit,
+        columns: settings
+            .columns
+            .as_ref()
+            .map(|c| c.iter().map(|k| k.name()).collect()),
     };
     let body = toml::to_string(&saved).map_err(|e| format!("could not write settings: {e}"))?;
     Ok(format!(
@@ -292,6 +312,12 @@ mod tests {
                 "unknown field `intervall`",
             ),
             ("interval = = 1", 1, Some("interval"), ""),
+            (
+                "interval = 1\ncolumns = [\"pid\", \"nope\"]\n",
+                2,
+                Some("columns"),
+                "no column 'nope'",
+            ),
         ];
         for (text, line, field, says) in cases {
             let e = parse(text).unwrap_err();
@@ -313,6 +339,7 @@ mod tests {
             policy: Some(PolicyKind::BestFit),
             backing: Some(BackingChoice::Bookkeeping),
             probe_limit: Some(1 << 30),
+            columns: Some(vec![SortKey::Pid, SortKey::Memory, SortKey::Command]),
         };
         let text = render(&settings).unwrap();
         assert_eq!(parse(&text).unwrap(), settings, "{text}");

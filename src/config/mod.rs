@@ -102,6 +102,7 @@ impl Saver {
             policy: Some(o.policy),
             backing: Some(o.backing),
             probe_limit: o.probe_limit,
+            columns: config.from_file.columns.clone(),
         };
         Saver { config, base }
     }

@@ -75,7 +75,11 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App) {
         return;
     }
     let any_group = app.rows.iter().any(|r| r.group().is_some());
-    let shown = columns_for(area.width.saturating_sub(2), any_group);
+    let shown = columns_for(
+        area.width.saturating_sub(2),
+        any_group,
+        app.columns.as_deref(),
+    );
     let header = Row::new(shown.iter().map(|c| {
         let cell = Cell::from(c.header);
         if c.key == app.sort {
@@ -124,10 +128,14 @@ fn title(app: &App) -> Line<'static> {
 }
 
 /// The columns that fit `width`, dropping the most droppable first.
-fn columns_for(width: u16, any_group: bool) -> Vec<&'static Column> {
+/// The columns that fit `width`: the ones `wanted` names (the settings file's `columns`;
+/// None or empty: all), least useful dropped first when they do not fit.
+fn columns_for(width: u16, any_group: bool, wanted: Option<&[SortKey]>) -> Vec<&'static Column> {
+    let wanted = wanted.filter(|w| !w.is_empty());
     let mut shown: Vec<&Column> = COLUMNS
         .iter()
         .filter(|c| any_group || c.key != SortKey::Group)
+        .filter(|c| wanted.is_none_or(|w| w.contains(&c.key)))
         .collect();
     let needed = |cols: &[&Column]| -> u16 {
         cols.iter()
@@ -248,14 +256,30 @@ mod tests {
 
     #[test]
     fn narrow_tables_drop_the_least_useful_columns_first() {
-        let wide: Vec<_> = columns_for(200, true).iter().map(|c| c.header).collect();
+        let wide: Vec<_> = columns_for(200, true, None)
+            .iter()
+            .map(|c| c.header)
+            .collect();
         assert_eq!(wide.len(), COLUMNS.len());
-        let narrow: Vec<_> = columns_for(78, false).iter().map(|c| c.header).collect();
+        let narrow: Vec<_> = columns_for(78, false, None)
+            .iter()
+            .map(|c| c.header)
+            .collect();
         assert!(narrow.contains(&"PID") && narrow.contains(&"GPU MEM"));
         assert!(narrow.contains(&"TREND") && narrow.contains(&"COMMAND"));
         assert!(!narrow.contains(&"RSS"), "{narrow:?}");
         assert!(!narrow.contains(&"GROUP"), "no group known: no column");
-        let tiny: Vec<_> = columns_for(30, true).iter().map(|c| c.header).collect();
+        let tiny: Vec<_> = columns_for(30, true, None)
+            .iter()
+            .map(|c| c.header)
+            .collect();
         assert_eq!(tiny, ["PID", "GPU MEM", "COMMAND"]);
+        // The settings file's `columns` keeps only those named, in the table's order.
+        let chosen = [SortKey::Command, SortKey::Pid];
+        let picked: Vec<_> = columns_for(200, true, Some(&chosen))
+            .iter()
+            .map(|c| c.header)
+            .collect();
+        assert_eq!(picked, ["PID", "COMMAND"]);
     }
 }
