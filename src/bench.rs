@@ -129,7 +129,7 @@ pub fn replay(
     let trace = crate::trace::load(path).map_err(|e| e.to_string())?;
     let load_s = start.elapsed().as_secs_f64();
     let rss_after_load_bytes = peak_rss_bytes();
-    let opts = replay::plan_capacity(&trace, None);
+    let opts = replay::plan_capacity(&trace, None, &crate::trace::ooms::trace_ooms(&trace));
     let start = std::time::Instant::now();
     replay::report(&trace, policies, opts).map_err(|e| format!("{}: {e}", path.display()))?;
     let replay_s = start.elapsed().as_secs_f64();

@@ -50,7 +50,7 @@ fn an_oom_snapshot_loads_and_explains_each_oom_with_pytorchs_figures() {
 #[test]
 fn caching_fails_where_pytorch_did_and_expandable_fits() {
     let t = trace::load(&fixture("oom_cap.pickle.gz")).unwrap_or_else(|e| panic!("{e}"));
-    let opts = replay::plan_capacity(&t, None);
+    let opts = replay::plan_capacity(&t, None, &trace_ooms(&t));
     assert_eq!(opts.source, CapacitySource::Inferred);
     assert_eq!(opts.capacity, 8100 * MIB);
     let rows = replay::report(&t, &[PolicyKind::Caching, PolicyKind::Expandable], opts)
@@ -72,7 +72,7 @@ fn caching_fails_where_pytorch_did_and_expandable_fits() {
         expandable.trace_ooms
     );
     // Given a capacity, it is used and said so.
-    let given = replay::plan_capacity(&t, Some(80 << 30));
+    let given = replay::plan_capacity(&t, Some(80 << 30), &[]);
     assert_eq!(given.source, CapacitySource::Given);
 }
 
@@ -85,7 +85,7 @@ fn pytorch_with_expandable_segments_failed_too_and_pytorch_expandable_agrees() {
     // PyTorch: 3.95 GiB allocated, 7.91 GiB reserved (4,240,441,344 and 8,493,465,600).
     assert_eq!(ooms[1].allocated_bytes, 4_240_441_344);
     assert_eq!(ooms[1].reserved_bytes, 8_493_465_600);
-    let opts = replay::plan_capacity(&t, None);
+    let opts = replay::plan_capacity(&t, None, &ooms);
     let rows = replay::report(&t, &[PolicyKind::PytorchExpandable], opts)
         .unwrap_or_else(|e| panic!("{e}"));
     assert!(rows[0].trace_ooms[1].fails, "{:?}", rows[0].trace_ooms);

@@ -175,11 +175,11 @@ proptest! {
         for notice in t.notices() {
             prop_assert!(!notice.contains('\n'), "{notice}");
         }
-        let opts = trace::replay::plan_capacity(&t, None);
+        let ooms = trace::ooms::trace_ooms(&t);
+        let opts = trace::replay::plan_capacity(&t, None, &ooms);
         match trace::replay::report(&t, &vramtop::alloc::PolicyKind::ALL, opts) {
             Ok(rows) => prop_assert_eq!(rows.len(), vramtop::alloc::PolicyKind::ALL.len()),
             Err(e) => prop_assert!(!e.to_string().contains('\n')),
         }
-        let _ = trace::ooms::trace_ooms(&t);
     }
 }

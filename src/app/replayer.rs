@@ -58,8 +58,8 @@ impl<'t> ReplayerState<'t> {
         policy: PolicyKind,
         capacity: Option<u64>,
     ) -> std::result::Result<Self, replay::ReplayError> {
-        let opts = replay::plan_capacity(trace, capacity);
         let trace_ooms = crate::trace::ooms::trace_ooms(trace);
+        let opts = replay::plan_capacity(trace, capacity, &trace_ooms);
         let mut notices = trace.notices();
         if opts.source == replay::CapacitySource::Inferred {
             notices.insert(0, capacity_inferred_line(opts.capacity, trace_ooms.len()));
@@ -346,10 +346,13 @@ pub fn replay_command(path: &Path, args: &ReplayArgs) -> Result<u8> {
         args.policies.clone()
     };
     if args.report || args.json || !std::io::stdout().is_terminal() {
-        let opts = replay::plan_capacity(&trace, args.capacity);
+        let ooms = crate::trace::ooms::trace_ooms(&trace);
+        let opts = replay::plan_capacity(&trace, args.capacity, &ooms);
         if opts.source == replay::CapacitySource::Inferred && !args.json {
-            let ooms = crate::trace::ooms::trace_ooms(&trace).len();
-            eprintln!("vramtop: {}", capacity_inferred_line(opts.capacity, ooms));
+            eprintln!(
+                "vramtop: {}",
+                capacity_inferred_line(opts.capacity, ooms.len())
+            );
         }
         let rows = match replay::report(&trace, &policies, opts) {
             Ok(rows) => rows,
@@ -362,10 +365,7 @@ pub fn replay_command(path: &Path, args: &ReplayArgs) -> Result<u8> {
             println!("{}", serde_json::to_string_pretty(&rows)?);
         } else {
             print!("{}", replay::table(&name, &TraceFigures::of(&trace), &rows));
-            print!(
-                "{}",
-                replay::report::oom_table(&crate::trace::ooms::trace_ooms(&trace), &rows)
-            );
+            print!("{}", replay::report::oom_table(&ooms, &rows));
             match replay::what_if(&trace, &rows, opts) {
                 Ok(w) => print!("\n{}", replay::what_if_text(&w)),
                 Err(e) => eprintln!("vramtop: {}: what-if replay: {e}", path.display()),

@@ -593,15 +593,20 @@ pub fn report(
 }
 
 /// The capacity to replay under: the one given, else the one the trace's OOMs show
-/// (`ooms::inferred_capacity`), else none.
-pub fn plan_capacity(trace: &Trace, given: Option<u64>) -> ReplayOptions {
+/// (`ooms::inferred_capacity`; `ooms` is `ooms::trace_ooms(trace)`, which callers also
+/// show), else none.
+pub fn plan_capacity(
+    trace: &Trace,
+    given: Option<u64>,
+    ooms: &[super::ooms::TraceOom],
+) -> ReplayOptions {
     if let Some(capacity) = given {
         return ReplayOptions {
             capacity,
             source: CapacitySource::Given,
         };
     }
-    match super::ooms::inferred_capacity(trace, &super::ooms::trace_ooms(trace)) {
+    match super::ooms::inferred_capacity(trace, ooms) {
         Some(capacity) if capacity > 0 => ReplayOptions {
             capacity,
             source: CapacitySource::Inferred,
