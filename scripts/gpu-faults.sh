@@ -8,6 +8,7 @@
 #   STALL_SO      a prebuilt scripts/faults/nvml_stall.c, used when this machine has no C
 #                 compiler ("-" or empty: build it here with cc)
 #   SOAK_SECONDS  length of the soak (default 120; the issue's full soak is 600)
+# env:  FAULT_CASES  the cases to run, by name (default all): nonroot ns stall missing kill soak
 # Run as root (the non-root case drops to uid 65534 with setpriv; the namespace case uses
 # unshare). Logs, screens included, go to $OUT/gpu-faults.log (default ./gpu-check-out).
 # Besides the table it prints "FAULT|case|result|details" lines, which gpu-check.sh reads.
@@ -43,6 +44,8 @@ result() {
   echo "[$2] $1: $3" >> "$LOG"
 }
 say() { echo "== $*" >> "$LOG"; }
+# FAULT_CASES picks cases by name (default all), so the 10-minute soak can have a run of its own.
+want() { [ -z "${FAULT_CASES:-}" ] || [[ " $FAULT_CASES " == *" $1 "* ]]; }
 log_file() { { echo "-- $1"; cat "$2" 2>/dev/null; echo; } >> "$LOG"; }
 cleanup() {
   # Jobs started in command substitutions are not ours to `wait`; their pids are listed.
@@ -86,6 +89,7 @@ say "machine"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv >> "$LOG" 2>&1
 echo "torch: $HAVE_TORCH; kernel $(uname -r)" >> "$LOG"
 
+if want nonroot; then
 # 1. Non-root: root's job holds memory; vramtop runs as nobody.
 say "non-root"
 job=$(hold_job 2048 60 nonroot-job)
@@ -122,6 +126,9 @@ else
   kill "$job" 2>/dev/null
 fi
 
+fi
+
+if want ns; then
 # 2. A new PID namespace: a job outside, a job inside, vramtop inside.
 say "pid namespace"
 outside=$(hold_job 1024 90 outside-job)
@@ -161,6 +168,9 @@ else
   kill "$outside" "$nsjob" 2>/dev/null; wait "$nsjob" 2>/dev/null
 fi
 
+fi
+
+if want stall; then
 # 3. A hung driver call: nvmlDeviceGetMemoryInfo_v2 stalls 10 s once (nvml_stall.c says
 #    how the interposer reaches calls that nvml-wrapper resolves with dlopen/dlsym).
 say "hung NVML call"
@@ -204,6 +214,9 @@ else
   fi
 fi
 
+fi
+
+if want missing; then
 # 4. A GPU CUDA cannot see: CUDA_VISIBLE_DEVICES naming none, and --gpu past the last one.
 say "missing GPUs"
 count=$(nvidia-smi -L | grep -c '^GPU ')
@@ -228,6 +241,9 @@ env CUDA_VISIBLE_DEVICES=99 "$BIN" --once --json --device nvml > "$WORK/cvd.json
 n=$(python3 -c 'import json,sys; print(len(json.load(open(sys.argv[1]))["devices"]))' "$WORK/cvd.json" 2>/dev/null || echo "?")
 result "CUDA_VISIBLE_DEVICES=99 monitor" "$([ "$n" = "$count" ] && echo ok || echo FAIL)" "--once lists $n device(s); nvidia-smi $count"
 
+fi
+
+if want kill; then
 # 5. A job SIGKILLed while vramtop polls every 0.05 s: no error, its row goes.
 say "job killed mid-poll"
 victim=$(hold_job 1024 60 victim)
@@ -253,6 +269,9 @@ else
   fi
 fi
 
+fi
+
+if want soak; then
 # 6. Soak: the live view at 0.1 s with a cuda probe churning inside it, RSS every 10 s;
 #    a headless probe of the same churn beside it counts verification mismatches.
 say "soak ${SOAK_S} s"
@@ -295,6 +314,8 @@ if [ "$flat" = yes ] && [ "$probe_shown" -ge 1 ] && [ "$mismatch_screen" = 0 ] &
   result "soak ${SOAK_S} s at 0.1 s, cuda churn" ok "$detail"
 else
   result "soak ${SOAK_S} s at 0.1 s, cuda churn" FAIL "$detail"
+fi
+
 fi
 
 echo
