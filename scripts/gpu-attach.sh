@@ -6,6 +6,7 @@
 # usage: scripts/gpu-attach.sh PATH/TO/vramtop
 # Writes $OUT/gpu-attach.log (default ./gpu-attach-out) and the results as
 # "check|verdict|detail" lines in $OUT/gpu-attach-results.txt; prints a table last.
+# env: ATTACH_CHECKS  the checks to run, by name (default all): gpt2 oom leak ranks cpu
 # Checks: (1) GPT-2 training: vramtop's totals, read off the segments and from the hook's
 # stats, equal memory_reserved()/memory_allocated() read in the job while it holds still;
 # (2) an OOM under set_per_process_memory_fraction(0.1): vramtop's free/allocated agree
@@ -30,6 +31,8 @@ result() {
   echo "$1|$2|$3" >> "$OUT/gpu-attach-results.txt"
 }
 say() { echo "== $*" | tee -a "$LOG"; }
+# ATTACH_CHECKS picks checks by name (default all), for a short rerun of one.
+want() { [ -z "${ATTACH_CHECKS:-}" ] || [[ " $ATTACH_CHECKS " == *" $1 "* ]]; }
 
 # Runs `vramtop run [FLAGS] -- python3 JOB ARGS` with `vramtop attach --json` beside it.
 # usage: watched NAME "RUN FLAGS" JOB ARGS...   -> $WORK/NAME.out (job), NAME.jsonl (attach)
@@ -54,6 +57,7 @@ say "machine"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >> "$LOG" 2>&1
 python3 -c 'import torch; print("torch", torch.__version__)' >> "$LOG" 2>&1
 
+if want gpt2; then
 # 1. GPT-2 training loop: totals.
 say "gpt2 totals"
 watched gpt2 "" python3 "$JOBS/train_gpt2.py" --steps 40 --hold 5
@@ -75,6 +79,9 @@ PY
 )
 result "gpt2: totals = memory_reserved/allocated" "${line%% *}" "${line#* }"
 
+fi
+
+if want oom; then
 # 2. OOM under a 10 % cap.
 say "oom under a cap"
 watched oom "" python3 "$JOBS/oom_cap.py" --hold 4
@@ -105,6 +112,9 @@ PY
 )
 result "oom: line vs PyTorch (1 MiB), expandable" "${line%% *}" "${line#* }"
 
+fi
+
+if want leak; then
 # 3. A leak, with --history.
 say "leak with --history"
 LEAK_INTERVAL=0.25 watched leak "--history" python3 "$JOBS/leak_list.py" --steps 60 --period 0.25
@@ -131,6 +141,9 @@ PY
 )
 result "leak: suspect at file:line (--history)" "${line%% *}" "${line#* }"
 
+fi
+
+if want ranks; then
 # 4. Two ranks on one GPU under torchrun: both hooked, children of the launcher.
 say "torchrun, two ranks"
 watched ranks "" python3 -m torch.distributed.run --nproc-per-node 2 "$JOBS/leak_list.py" --steps 20 --period 0.25
@@ -147,6 +160,9 @@ PY
 )
 result "torchrun: both ranks attached" "${line%% *}" "${line#* }"
 
+fi
+
+if want cpu; then
 # 5. vramtop's CPU share: `vramtop run` in a 200x60 terminal at 1 s, the job selected and
 #    its block map drawn, measured from /proc over 30 s (the job's own CPU not counted).
 say "cpu share with an attached job"
@@ -169,6 +185,8 @@ if [ "$attached" -ge 1 ]; then
   result "cpu share, vramtop run + attached job" info "${share%% *} % of a core at 1 s (nvtop's bar: 0.85 %), peak RSS ${share#* } KiB"
 else
   result "cpu share, vramtop run + attached job" FAIL "no attached job seen (share ${share:-?})"
+fi
+
 fi
 
 echo

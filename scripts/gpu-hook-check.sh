@@ -5,6 +5,7 @@
 #   With a binary, the hook it ships (`vramtop hook-path`) is checked; else assets/hook.
 # Writes one log, $OUT/gpu-hook-check.log (default ./gpu-hook-out), and the results as
 # "check|verdict|detail" lines in $OUT/gpu-hook-results.txt; prints a table last.
+# env: HOOK_CHECKS  the checks to run, by name (default all): overhead oom leak two
 # Checks: state totals = the job's memory_reserved()/memory_allocated(); the OOM message's
 # figures; history sites name leak_list.py's line; the hook's step-time overhead.
 set -uo pipefail
@@ -24,6 +25,8 @@ result() {
   echo "$1|$2|$3" >> "$OUT/gpu-hook-results.txt"
 }
 say() { echo "== $*" | tee -a "$LOG"; }
+# HOOK_CHECKS picks checks by name (default all), for a short rerun of one.
+want() { [ -z "${HOOK_CHECKS:-}" ] || [[ " $HOOK_CHECKS " == *" $1 "* ]]; }
 
 HOOK="$REPO/assets/hook"
 if [ $# -ge 1 ] && [ -x "$1" ]; then
@@ -50,6 +53,7 @@ hooked() {
   return $rc
 }
 
+if want overhead; then
 # 1. Overhead and totals: train_gpt2.py with no hook / hook / viewer / history.
 say "overhead (train_gpt2.py, 5 runs)"
 timeout 300 python3 "$JOBS/overhead.py" --hook-dir "$HOOK" --steps 150 --log "$LOG" > "$WORK/overhead.jsonl" 2>> "$LOG"
@@ -76,9 +80,15 @@ for r in rows:
         share = 100.0 * v["collect_ms_median"] / 1000.0
         print("collect cost: %s|info|%s states, median %s ms, max %s ms: about %.2f %% of the job's time at 1 s" % (
             r["run"], v.get("states"), v.get("collect_ms_median"), v.get("collect_ms_max"), share))
+        recorded = (v.get("last_state") or {}).get("history_share")
+        if recorded is not None:
+            print("history share: %s|info|allocations' stacks recorded %.0f %% of each second (1.0 = all)" % (r["run"], 100.0 * recorded))
 PY
 while IFS='|' read -r name verdict detail; do result "$name" "$verdict" "$detail"; done < "$WORK/overhead.rows"
 
+fi
+
+if want oom; then
 # 2. OOM with memory free under a 10 % cap.
 say "oom_cap.py"
 hooked oom 0.5 python3 "$JOBS/oom_cap.py" --hold 4
@@ -115,6 +125,9 @@ print("oom: request, cap, free runs|%s|requested %d, cap %s (job %d), %d free in
 PY
 while IFS='|' read -r name verdict detail; do result "$name" "$verdict" "$detail"; done < "$WORK/oom.rows"
 
+fi
+
+if want leak; then
 # 3. A leak, with history: the site must name leak_list.py's line.
 say "leak_list.py with history"
 hooked leak 0.5 env VRAMTOP_HISTORY=1 python3 "$JOBS/leak_list.py" --steps 30 --period 0.2
@@ -134,6 +147,9 @@ print("history: leak site|%s|top site %s (want %s); bytes %s; >= 3 leaked tensor
 PY
 while IFS='|' read -r name verdict detail; do result "$name" "$verdict" "$detail"; done < "$WORK/leak.rows"
 
+fi
+
+if want two; then
 # 4. Two hooked processes on one GPU at once: each its own socket and state.
 say "two processes"
 hooked two_a 0.5 python3 "$JOBS/leak_list.py" --steps 15 &
@@ -147,6 +163,8 @@ ok = a.get("states", 0) > 2 and b.get("states", 0) > 2 and len(pids) == 2
 print("two processes, one GPU|%s|%s and %s states from pids %s" % ("ok" if ok else "FAIL", a.get("states"), b.get("states"), sorted(pids)))
 PY
 while IFS='|' read -r name verdict detail; do result "$name" "$verdict" "$detail"; done < "$WORK/two.rows"
+
+fi
 
 rm -rf "$WORK"
 echo

@@ -32,14 +32,23 @@ MAX_VIEWERS = 32
 INTERVAL_RANGE = (0.05, 3600.0)
 POLL_S = 0.25  # how often to look for torch / CUDA before they are there
 # A viewer that takes nothing for this long is dropped. Tests shorten it.
-def _env_seconds(name, default):
+def _env_float(name, default):
     try:
         return float(os.environ.get(name, "") or default)
     except ValueError:
         return default
 
 
-STALL_S = _env_seconds("VRAMTOP_HOOK_STALL_S", 10.0)
+STALL_S = _env_float("VRAMTOP_HOOK_STALL_S", 10.0)
+# History's price is PyTorch's: every allocation it records gathers the job's Python stack,
+# about 4 us on the H100 for a GPT-2 training step's stacks (13.6 % of a 30 ms step when
+# all were recorded). To keep the job within 5 %, the hook records allocations for a share
+# of each HISTORY_PERIOD_S, the share chosen each period so that at most HISTORY_RATE
+# allocations per second are recorded. A job that allocates less than that (where a leak
+# is easiest to miss in the noise) is recorded whole.
+HISTORY_PERIOD_S = 1.0
+HISTORY_RATE = _env_float("VRAMTOP_HISTORY_RATE", 8000.0)
+HISTORY_MIN_SHARE = 0.02
 
 _said = set()
 
@@ -273,6 +282,34 @@ class TorchAllocator:
             return
         self.history_on = True
 
+    def set_recording(self, on):
+        """Turn the recording of new allocations' stacks on or off. Blocks already live
+        keep the stack they were recorded with; those allocated while it is off have none."""
+        try:
+            if on:
+                self._record(enabled="state", context="state", stacks="python")
+            else:
+                self._record(enabled=None)
+            return True
+        except Exception as err:
+            say_once("history-duty", "cannot switch history on and off (%r): recording all" % (err,))
+            return False
+
+    def allocation_count(self):
+        """How many allocations the job has made so far, on all its devices (None if
+        unknown). The raw nested stats: memory_stats() would flatten ~100 keys per call."""
+        raw = getattr(getattr(self.torch, "_C", None), "_cuda_memoryStats", None)
+        try:
+            total = 0
+            for device in range(self.torch.cuda.device_count()):
+                if raw is not None:
+                    total += int(raw(device)["allocation"]["all"]["allocated"])
+                else:
+                    total += int(self._stats(device).get("allocation.all.allocated", 0))
+            return total
+        except Exception:
+            return None
+
     def collect(self, device=None):
         """The allocator's state for one device: stats, settings, segments with blocks."""
         raw_segments, raw_settings = [], None
@@ -441,6 +478,51 @@ class Viewer:
         self.events = selectors.EVENT_READ  # what the selector watches it for
 
 
+class HistoryDuty:
+    """Records allocation stacks for a share of each period (see HISTORY_RATE).
+
+    At each period's start the job's allocation rate over the last period sets the share:
+    HISTORY_RATE / rate, at least HISTORY_MIN_SHARE, at most all. A leak that allocates
+    every step is still recorded in most periods when steps are short, and in every period
+    when the job allocates slowly; what is not recorded shows as memory with no site.
+    """
+
+    def __init__(self, alloc):
+        self.alloc = alloc
+        self.share = 1.0
+        self.recording = True
+        now = time.monotonic()
+        self.period_start = now
+        self.next_switch = now + HISTORY_PERIOD_S
+        self.last_count = alloc.allocation_count()
+        self.broken = False
+
+    def tick(self, now):
+        if self.broken or now < self.next_switch:
+            return
+        if self.recording and now < self.period_start + HISTORY_PERIOD_S:
+            self.switch(False)  # the share of this period is over
+            self.next_switch = self.period_start + HISTORY_PERIOD_S
+            return
+        count = self.alloc.allocation_count()
+        elapsed = max(now - self.period_start, 1e-3)
+        if count is not None and self.last_count is not None and count >= self.last_count:
+            rate = (count - self.last_count) / elapsed
+            self.share = 1.0 if rate <= HISTORY_RATE else max(HISTORY_RATE / rate, HISTORY_MIN_SHARE)
+        self.last_count = count
+        self.period_start = now
+        if not self.recording:
+            self.switch(True)
+        self.next_switch = now + (HISTORY_PERIOD_S * self.share if self.share < 1.0 else HISTORY_PERIOD_S)
+
+    def switch(self, on):
+        if self.alloc.set_recording(on):
+            self.recording = on
+        else:
+            self.broken = True  # leave it as it is, recording
+            self.share = 1.0
+
+
 class Hook:
     """The server of one process. A forked child gets a fresh one (see _after_fork)."""
 
@@ -463,6 +545,8 @@ class Hook:
         self.cuda_ready = False
         self.seq = 0
         self.next_collect = 0.0
+        self.last_cpu_cost = 0.0  # seconds of CPU the previous read took
+        self.duty = None  # HistoryDuty once history is on
         self.kept = {}  # "oom"/"error" -> frame replayed to later viewers
         self.uncaught = False
         self.prepare_lock = threading.Lock()
@@ -551,6 +635,8 @@ class Hook:
         now = time.monotonic()
         if not self.cuda_ready and self.alloc.cuda_initialised():
             self.on_cuda_ready()
+        if self.duty is not None:
+            self.duty.tick(now)
         self.send_due_states(now)
         with self.lock:
             self.drop_stalled(now)
@@ -566,6 +652,8 @@ class Hook:
         limit = 1.0 if any(v.pending or v.owed for v in self.viewers) else 5.0
         if due:
             limit = min(limit, max(min(due), self.next_collect) - now)
+        if self.duty is not None:
+            limit = min(limit, self.duty.next_switch - now)
         return max(0.0, limit)
 
     def on_event(self, key, mask):
@@ -776,6 +864,8 @@ class Hook:
             self.alloc.attach_oom_observer(on_oom)
             if self.history_wanted:
                 self.alloc.start_history()
+                if self.alloc.history_on:
+                    self.duty = HistoryDuty(self.alloc)
 
     def on_cuda_ready(self):
         self.cuda_ready = True
@@ -802,22 +892,30 @@ class Hook:
 
     def state_frame(self):
         started = time.monotonic()
+        cpu_started = time.thread_time()
         try:
             state = self.alloc.collect()
         except Exception as err:
             say_once("collect", "reading the allocator failed: %r" % (err,))
             state = None
         cost = time.monotonic() - started
-        # Pace ourselves so collecting costs the job at most 1 % (5 % with history) of its
-        # time whatever the viewers ask: a large history ring makes snapshots slow.
-        budget = 0.05 if self.alloc.history_on else 0.01
-        self.next_collect = started + cost / budget
+        # Pace ourselves so collecting costs the job at most 1 % of its time whatever the
+        # viewers ask, on our thread's CPU time (waiting for the GIL costs the job nothing).
+        # One slow read is not a pace: with history, PyTorch's first snapshot after some
+        # allocations spent 4.9 s of CPU once (on the H100, 2.11, GIL released; the next
+        # ones 0.4 ms), and pacing on it stopped all states for minutes. So the pace is the
+        # cheaper of the last two reads: a read that is always slow still slows the states.
+        cpu_cost = time.thread_time() - cpu_started
+        self.next_collect = started + min(cpu_cost, self.last_cpu_cost) / 0.01
+        self.last_cpu_cost = cpu_cost
         if state is None:
             return None
         self.seq += 1
         message = {"type": "state", "seq": self.seq, "time_s": time.time()}
         message.update(state)
         message["collect_ms"] = round(cost * 1000.0, 3)
+        if self.duty is not None:
+            message["history_share"] = round(self.duty.share, 3)
         return encode_fitting(message)
 
     # ----- the end -----------------------------------------------------------------------

@@ -45,6 +45,7 @@ def main():
         print(json.dumps({
             "step": step, "seq": seq, "step_s": step_s, "loss": float(loss),
             "reserved": torch.cuda.memory_reserved(), "allocated": torch.cuda.memory_allocated(),
+            "allocations": torch.cuda.memory_stats().get("allocation.all.allocated"),
         }), flush=True)
     del ids, loss
     torch.cuda.synchronize()

@@ -104,6 +104,7 @@ def summarise(messages, interval):
             "segments_total": sum(s["total_size"] for s in last["segments"]),
             "allocated_in_blocks": sum(b["size"] for s in last["segments"] for b in s["blocks"] if b["state"] == "active_allocated"),
             "truncated": last["truncated"],
+            "history_share": last.get("history_share"),
         }
     costs = sorted(c for c in summary.pop("collect_ms") if isinstance(c, (int, float)))
     if costs:

@@ -99,6 +99,7 @@ pub struct JobFrame {
     pub settings: AllocatorSettings,
     pub truncated: bool,
     pub collect_ms: Option<f64>,
+    pub history_share: Option<f64>,
     pub map: MapView,
     pub site_usage: Vec<(String, u64, u64)>,
 }
@@ -113,6 +114,7 @@ impl JobFrame {
             settings: state.settings.clone(),
             truncated: state.truncated,
             collect_ms: state.collect_ms,
+            history_share: state.history_share,
             map: map_of(&state.segments),
             site_usage: site_usage(&state.segments),
         }
@@ -492,6 +494,7 @@ mod tests {
                 segments: vec![checker_segment(0x1000_0000), leaking],
                 truncated: false,
                 collect_ms: None,
+                history_share: None,
             };
             job.on_frame(JobFrame::from_state(&state));
         }

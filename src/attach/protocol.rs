@@ -221,6 +221,10 @@ pub struct JobState {
     /// What reading the allocator cost the job, in milliseconds.
     #[serde(default)]
     pub collect_ms: Option<f64>,
+    /// With history: the share of allocations whose stacks the hook has PyTorch record
+    /// (1.0 = all; less when the job allocates faster than the hook's budget allows).
+    #[serde(default)]
+    pub history_share: Option<f64>,
 }
 
 /// The allocator's state at an out-of-memory, before the exception unwound the job.

@@ -17,6 +17,9 @@ pub struct JobReport {
     pub hook_version: Option<String>,
     pub cuda_ready: bool,
     pub history: bool,
+    /// The share of allocations whose sites were recorded at the last state (see
+    /// PROTOCOL.md, `history_share`); null without history.
+    pub history_share: Option<f64>,
     pub missing: Vec<String>,
     pub connected: bool,
     pub ended: bool,
@@ -85,6 +88,7 @@ impl JobReport {
             hook_version: hello.map(|h| h.hook_version.clone()),
             cuda_ready: hello.is_some_and(|h| h.cuda_ready) || frame.is_some(),
             history: hello.is_some_and(|h| h.history),
+            history_share: frame.and_then(|f| f.history_share),
             missing: hello.map(|h| h.missing.clone()).unwrap_or_default(),
             connected: view.connected,
             ended: view.ended,

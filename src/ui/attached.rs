@@ -88,7 +88,14 @@ fn title(job: &JobView) -> Line<'static> {
         spans.push(Span::raw(format!("· torch {torch} ")));
     }
     if job.hello.as_ref().is_some_and(|h| h.history) {
-        spans.push(Span::raw("· history "));
+        // A fast allocator is recorded for part of each second (PROTOCOL.md): say so, as
+        // sites then hold only the recorded share of their blocks.
+        match job.frame.as_ref().and_then(|f| f.history_share) {
+            Some(share) if share < 1.0 => {
+                spans.push(Span::raw(format!("· history {:.0}% sampled ", share * 100.0)))
+            }
+            _ => spans.push(Span::raw("· history ")),
+        }
     }
     spans.push(Span::styled(
         format!("{HOOKED} hooked "),

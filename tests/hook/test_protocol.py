@@ -111,6 +111,72 @@ class FormatTest(unittest.TestCase):
         self.assertEqual(conf["max_split_size_mb"], "64")
 
 
+class FakeAlloc:
+    """What HistoryDuty uses of TorchAllocator: an allocation counter and the switch."""
+
+    def __init__(self, refuse=False):
+        self.count = 0
+        self.switches = []
+        self.refuse = refuse
+
+    def allocation_count(self):
+        return self.count
+
+    def set_recording(self, on):
+        if self.refuse:
+            return False
+        self.switches.append(on)
+        return True
+
+
+class HistoryDutyTest(unittest.TestCase):
+    def duty(self, alloc):
+        duty = hook.HistoryDuty(alloc)
+        duty.period_start, duty.next_switch, duty.last_count = 0.0, hook.HISTORY_PERIOD_S, 0
+        return duty
+
+    def test_a_job_that_allocates_slowly_is_recorded_whole(self):
+        alloc = FakeAlloc()
+        duty = self.duty(alloc)
+        for second in range(1, 6):
+            alloc.count += int(hook.HISTORY_RATE / 2)
+            duty.tick(float(second))
+        self.assertEqual(duty.share, 1.0)
+        self.assertEqual(alloc.switches, [])  # never turned off
+
+    def test_a_fast_allocator_is_recorded_for_a_share_of_each_period(self):
+        alloc = FakeAlloc()
+        duty = self.duty(alloc)
+        alloc.count += int(hook.HISTORY_RATE * 5)  # five times the rate: a fifth recorded
+        duty.tick(1.0)
+        self.assertAlmostEqual(duty.share, 0.2)
+        self.assertAlmostEqual(duty.next_switch, 1.2)
+        duty.tick(1.1)
+        self.assertEqual(alloc.switches, [])  # still inside its share
+        duty.tick(1.2)
+        self.assertEqual(alloc.switches, [False])
+        self.assertAlmostEqual(duty.next_switch, 2.0)
+        alloc.count += int(hook.HISTORY_RATE * 5)
+        duty.tick(2.0)
+        self.assertEqual(alloc.switches, [False, True])
+        # However fast the job, a sliver of each period is still recorded.
+        alloc.count += int(hook.HISTORY_RATE * 1000)
+        duty.tick(2.2)
+        duty.tick(3.0)
+        self.assertEqual(duty.share, hook.HISTORY_MIN_SHARE)
+
+    def test_a_torch_that_refuses_the_switch_is_left_recording(self):
+        alloc = FakeAlloc(refuse=True)
+        duty = self.duty(alloc)
+        alloc.count += int(hook.HISTORY_RATE * 10)
+        duty.tick(1.0)
+        duty.tick(1.1)
+        self.assertTrue(duty.recording)
+        self.assertEqual(duty.share, 1.0)
+        duty.tick(5.0)  # broken: no more switching
+        self.assertTrue(duty.recording)
+
+
 class AllocatorTranslationTest(unittest.TestCase):
     """TorchAllocator against the stub torch loaded in this process."""
 
