@@ -134,7 +134,7 @@ for n, l in enumerate(lines):
 if first is None:
     print(f"FAIL no suspect; wanted {want}"); sys.exit()
 n, tags, states = first
-steps = [json.loads(l)["step"] for l in open(sys.argv[1]) if '"step"' in l]
+steps = [r["step"] for r in (json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")) if "step" in r]
 print("ok" if tags[0].startswith(want) else "FAIL",
       f"first suspect after {states} states at 0.25 s ({len(steps)} steps in all): {tags[0]}; wanted {want}")
 PY

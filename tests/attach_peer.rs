@@ -387,3 +387,28 @@ fn once_json_and_attach_json_include_the_hooked_job() {
     let _ = job.kill();
     let _ = job.wait();
 }
+
+/// Each publish wakes the live view for a redraw: scans of an idle directory publish
+/// nothing after the first, and a new job still does.
+#[test]
+fn an_idle_directory_publishes_once_and_a_new_job_wakes_it() {
+    let dir = temp_dir("idle");
+    let mut attacher = Attacher::spawn(dir.clone(), Duration::from_millis(10)).expect("attacher");
+    wait_for(&attacher, Duration::from_secs(10), "the first scan", |j| {
+        j.scans > 0
+    });
+    attacher.jobs.borrow_and_update();
+    std::thread::sleep(Duration::from_millis(300)); // about 30 scans
+    assert!(
+        !attacher.jobs.has_changed().expect("attacher alive"),
+        "an unchanged directory was published again"
+    );
+    let mut job = sleeper();
+    let _listener = listen(&dir, job.id());
+    wait_for(&attacher, Duration::from_secs(10), "the new job", |j| {
+        j.jobs.len() == 1
+    });
+    let _ = job.kill();
+    let _ = job.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -120,9 +120,12 @@ impl State {
         let mut next_scan = Instant::now();
         loop {
             if Instant::now() >= next_scan {
+                let before = self.fingerprint();
                 self.scan();
                 next_scan = Instant::now() + interval;
-                if !self.publish(out) {
+                // Publish only what a scan changed: every publish wakes the screen for a
+                // redraw, and an idle directory at 0.1 s doubled the live view's frames.
+                if (self.scans == 1 || self.fingerprint() != before) && !self.publish(out) {
                     return;
                 }
             }
@@ -148,6 +151,23 @@ impl State {
                 return;
             }
         }
+    }
+
+    /// What a scan can change: jobs known, connections, ended jobs, drops, the error.
+    fn fingerprint(&self) -> (usize, usize, usize, Vec<Option<String>>, Option<String>) {
+        let ended = self.jobs.values().filter(|j| j.view.ended).count();
+        let drops = self
+            .jobs
+            .values()
+            .map(|j| j.view.last_drop.clone())
+            .collect();
+        (
+            self.jobs.len(),
+            self.peers.len(),
+            ended,
+            drops,
+            self.scan_error.clone(),
+        )
     }
 
     fn job(&mut self, pid: u32) -> &mut AttachedJob {

@@ -91,9 +91,10 @@ fn title(job: &JobView) -> Line<'static> {
         // A fast allocator is recorded for part of each second (PROTOCOL.md): say so, as
         // sites then hold only the recorded share of their blocks.
         match job.frame.as_ref().and_then(|f| f.history_share) {
-            Some(share) if share < 1.0 => {
-                spans.push(Span::raw(format!("· history {:.0}% sampled ", share * 100.0)))
-            }
+            Some(share) if share < 1.0 => spans.push(Span::raw(format!(
+                "· history {:.0}% sampled ",
+                share * 100.0
+            ))),
             _ => spans.push(Span::raw("· history ")),
         }
     }
