@@ -10,6 +10,9 @@
 #                       overflows, stack overflows, hangs and memory blow-ups)
 #       FUZZ_JOBS       parallel libFuzzer workers per target (default 1)
 #       FUZZ_LOG        where the summary rows go (default fuzz/fuzz-summary.txt)
+#       FUZZ_TIMEOUT    seconds one input may take before it counts as a hang (default 10;
+#                       raise it when the machine is busy: a starved fuzzer reports its
+#                       slowest ordinary inputs as hangs, and libFuzzer stops at the first)
 #
 # Needs `cargo +nightly` and cargo-fuzz (`cargo install cargo-fuzz --locked`).
 # The corpus lives in fuzz/corpus/TARGET (git-ignored), seeded from fuzz/seeds/TARGET,
@@ -27,6 +30,7 @@ TARGETS=("$@")
 SANITIZER=${FUZZ_SANITIZER:-none}
 JOBS=${FUZZ_JOBS:-1}
 SUMMARY=${FUZZ_LOG:-$ROOT/fuzz/fuzz-summary.txt}
+TIMEOUT=${FUZZ_TIMEOUT:-10}
 
 if ! [[ "$SECONDS_EACH" =~ ^[0-9]+$ ]] || [ "$SECONDS_EACH" -lt 1 ]; then
   echo "fuzz.sh: SECONDS_PER_TARGET must be a whole number of seconds, 1 or more (got '$SECONDS_EACH')" >&2
@@ -67,7 +71,7 @@ for t in "${TARGETS[@]}"; do
   # -timeout: one input taking longer than this is a hang.
   # -max_len: the seeds are at most ~20 KB; longer inputs only slow the search down.
   cargo +nightly fuzz run -a --sanitizer "$SANITIZER" --jobs "$JOBS" "$t" "corpus/$t" -- \
-    -max_total_time="$SECONDS_EACH" -rss_limit_mb=2048 -timeout=10 -max_len=65536 \
+    -max_total_time="$SECONDS_EACH" -rss_limit_mb=2048 -timeout="$TIMEOUT" -max_len=65536 \
     -print_final_stats=1 > "$log" 2>&1
   rc=$?
   # -print_final_stats gives the executions; the last status line ("#N DONE cov: C
