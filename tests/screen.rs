@@ -330,7 +330,8 @@ fn an_attached_job_shows_its_segments_and_its_oom() {
         hook_version: "test".into(),
         torch_version: Some("2.11.0".into()),
         cuda_ready: true,
-        history: false,
+        // With history, sampled: the header says what share of allocations has sites.
+        history: true,
         capabilities: Vec::new(),
         missing: Vec::new(),
     });
@@ -343,6 +344,7 @@ fn an_attached_job_shows_its_segments_and_its_oom() {
         segments: segments.clone(),
         truncated: false,
         collect_ms: None,
+        history_share: Some(0.25),
     }));
     job.on_oom(OomExplained::from_oom(&OomState {
         time_s: 2.0,
