@@ -48,7 +48,6 @@ def reader():
             parts.clear()
             w, c = time.monotonic(), time.thread_time()
             state = alloc.collect()
-            frames = [len(b.get("frames") or []) for s in (alloc._last_raw or []) for b in s.get("blocks", [])] if hasattr(alloc, "_last_raw") else []
             print(json.dumps({"read_ms": round((time.monotonic() - w) * 1e3, 3), "cpu_ms": round((time.thread_time() - c) * 1e3, 3),
                               "parts_ms_wall_cpu": dict(parts), "kept": len(kept), "history": alloc.history_on,
                               "blocks": sum(len(s["blocks"]) for s in state["segments"]),
