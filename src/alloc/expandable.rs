@@ -75,15 +75,19 @@ impl Range {
     /// mapped and unmapped pages.
     fn pieces(&self, addr: u64, size: u64, mut f: impl FnMut(u64, u64, bool)) {
         let end = addr + size;
+        let last = ((end - 1 - self.base) / self.page) as usize;
         let mut cur = addr;
         while cur < end {
-            let mut p = ((cur - self.base) / self.page) as usize;
+            let p = ((cur - self.base) / self.page) as usize;
             let mapped = self.mapped[p];
-            let mut stop = end.min(self.page_addr(p + 1));
-            while stop < end && self.mapped[p + 1] == mapped {
-                p += 1;
-                stop = end.min(self.page_addr(p + 1));
-            }
+            // The run's last page, found by scanning the flags alone: stats walk every free
+            // run, and a run over the unmapped rest of the range is tens of thousands of
+            // pages (a replay asks for stats at each new peak).
+            let run_last = self.mapped[p + 1..=last]
+                .iter()
+                .position(|&m| m != mapped)
+                .map_or(last, |n| p + n);
+            let stop = end.min(self.page_addr(run_last + 1));
             f(cur, stop - cur, mapped);
             cur = stop;
         }
