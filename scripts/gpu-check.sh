@@ -2,6 +2,10 @@
 # All GPU checks of vramtop in one go, on a machine with an NVIDIA GPU (../shared/gpu.md).
 # usage: scripts/gpu-check.sh PATH/TO/vramtop     (logs go to $OUT, or ./gpu-check-out)
 # Prints a table of results last. Takes device memory with plain allocations only.
+# The whole run takes longer than one `device` command may (10 minutes): there, run its
+# parts as separate calls, each with the binary carried: sections 1-8 here, then
+# gpu-hook-check.sh with gpu-attach.sh, gpu-check-monitor.sh with gpu-faults.sh
+# (FAULT_CASES without soak), and the soak alone (FAULT_CASES=soak, SOAK_SECONDS 560).
 set -uo pipefail
 BIN=$(readlink -f "${1:?usage: scripts/gpu-check.sh PATH/TO/vramtop}")
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -177,7 +181,7 @@ cat "$WORK/attach/gpu-attach.log" >> "$LOG" 2>/dev/null
 if [ -s "$WORK/attach/gpu-attach-results.txt" ]; then
   while IFS='|' read -r name verdict detail; do result "attach: $name" "$verdict" "$detail"; done < "$WORK/attach/gpu-attach-results.txt"
 else result "live attach" FAIL "gpu-attach.sh gave no results (see gpu-check.log)"; fi
-# 9. Issue 15, the monitor beside nvtop and nvidia-smi: screen at 200x60 with a busy
+# 11. Issue 15, the monitor beside nvtop and nvidia-smi: screen at 200x60 with a busy
 #    PyTorch process, --once wall time (10 runs) vs nvidia-smi, the CUDA checkerboard
 #    compare screen, CPU share at 1 s and 0.1 s beside nvtop, two GPUs when present.
 #    Its screens and timings go to $OUT/monitor.log.
@@ -185,7 +189,7 @@ say "monitor (issue 15)"
 while IFS='|' read -r tag name status details; do
   [ "$tag" = RESULT ] && result "$name" "$status" "$details"
 done < <(OUT="$OUT" "$HERE/gpu-check-monitor.sh" "$BIN" 2>>"$LOG")
-# 9. Faults: non-root, a PID namespace, a hung NVML call, GPUs CUDA cannot see, a job
+# 12. Faults: non-root, a PID namespace, a hung NVML call, GPUs CUDA cannot see, a job
 #    killed mid-poll, and a soak (scripts/gpu-faults.sh; its log is $OUT/gpu-faults.log).
 #    STALL_SO: a prebuilt scripts/faults/nvml_stall.c where this machine has no cc;
 #    SOAK_S: the soak's length in seconds (default 120).
