@@ -50,6 +50,10 @@ STALL_S = _env_float("VRAMTOP_HOOK_STALL_S", 10.0)
 HISTORY_PERIOD_S = 1.0
 HISTORY_RATE = _env_float("VRAMTOP_HISTORY_RATE", 5000.0)
 HISTORY_MIN_SHARE = 0.02
+# A state read that costs ten times the one before is not paced on, once per this many
+# seconds (Hook.state_frame says why): at most one such read per 10 minutes is spent
+# beyond the 1 % budget.
+FORGIVE_S = 600.0
 
 _said = set()
 
@@ -207,6 +211,7 @@ class TorchAllocator:
         # The settings string in force now, runtime changes included (recent PyTorch).
         self._settings_string = getattr(getattr(torch, "_C", None), "_accelerator_getAllocatorSettings", None)
         self.history_on = False
+        self._record_on = self._record_off = None  # the form start_history found to work
         self.settings_from_torch = False
         self.last_device = 0
         self.internal_prefixes = self._internal_prefixes()
@@ -270,30 +275,38 @@ class TorchAllocator:
         if self._record is None:
             self.missing.append("no torch.cuda.memory._record_memory_history: no allocation sites")
             return
-        try:
-            self._record(enabled="state", context="state", stacks="python")
-        except TypeError:
-            try:  # the boolean form of older releases
-                self._record(True, record_context=True, trace_alloc_max_entries=1)
+        record = self._record
+        forms = (
+            (lambda: record(enabled="state", context="state", stacks="python"), lambda: record(enabled=None)),
+            # the boolean form of older releases
+            (lambda: record(True, record_context=True, trace_alloc_max_entries=1), lambda: record(False)),
+        )
+        for turn_on, turn_off in forms:
+            try:
+                turn_on()
+            except TypeError:
+                continue
             except Exception as err:
                 self.missing.append("history refused: %r" % (err,))
                 return
-        except Exception as err:
-            self.missing.append("history refused: %r" % (err,))
+            # Later switches (HistoryDuty) use the form that worked.
+            self._record_on, self._record_off = turn_on, turn_off
+            self.history_on = True
             return
-        self.history_on = True
+        self.missing.append("history refused: no form of _record_memory_history was accepted")
 
     def set_recording(self, on):
         """Turn the recording of new allocations' stacks on or off. Blocks already live
         keep the stack they were recorded with; those allocated while it is off have none."""
         try:
-            if on:
-                self._record(enabled="state", context="state", stacks="python")
-            else:
-                self._record(enabled=None)
+            (self._record_on if on else self._record_off)()
             return True
         except Exception as err:
-            say_once("history-duty", "cannot switch history on and off (%r): recording all" % (err,))
+            say_once(
+                "history-duty",
+                "cannot switch history %s (%r): it stays %s from now on"
+                % ("on" if on else "off", err, "off" if on else "on"),
+            )
             return False
 
     def allocation_count(self):
@@ -499,11 +512,11 @@ class HistoryDuty:
         self.broken = False
 
     def tick(self, now):
-        if self.broken or now < self.next_switch:
+        if now < self.next_switch:  # also when broken: next_switch is then infinite
             return
         if self.recording and now < self.period_start + HISTORY_PERIOD_S:
-            self.switch(False)  # the share of this period is over
             self.next_switch = self.period_start + HISTORY_PERIOD_S
+            self.switch(False)  # the share of this period is over
             return
         count = self.alloc.allocation_count()
         elapsed = max(now - self.period_start, 1e-3)
@@ -512,16 +525,20 @@ class HistoryDuty:
             self.share = 1.0 if rate <= HISTORY_RATE else max(HISTORY_RATE / rate, HISTORY_MIN_SHARE)
         self.last_count = count
         self.period_start = now
+        self.next_switch = now + (HISTORY_PERIOD_S * self.share if self.share < 1.0 else HISTORY_PERIOD_S)
         if not self.recording:
             self.switch(True)
-        self.next_switch = now + (HISTORY_PERIOD_S * self.share if self.share < 1.0 else HISTORY_PERIOD_S)
 
     def switch(self, on):
         if self.alloc.set_recording(on):
             self.recording = on
-        else:
-            self.broken = True  # leave it as it is, recording
-            self.share = 1.0
+            return
+        # Stop switching, with no further wake-ups (Hook.timeout reads next_switch), and
+        # say truly what is recorded from now on: all if it could not be turned off,
+        # nothing if it could not be turned back on.
+        self.broken = True
+        self.next_switch = float("inf")
+        self.share = 0.0 if on else 1.0
 
 
 class Hook:
@@ -547,6 +564,7 @@ class Hook:
         self.seq = 0
         self.next_collect = 0.0
         self.last_cpu_cost = 0.0  # seconds of CPU the previous read took
+        self.forgiven_until = 0.0  # no slow read is forgiven before this (monotonic)
         self.duty = None  # HistoryDuty once history is on
         self.kept = {}  # "oom"/"error" -> frame replayed to later viewers
         self.uncaught = False
@@ -902,12 +920,20 @@ class Hook:
         cost = time.monotonic() - started
         # Pace ourselves so collecting costs the job at most 1 % of its time whatever the
         # viewers ask, on our thread's CPU time (waiting for the GIL costs the job nothing).
-        # One slow read is not a pace: with history, PyTorch's first snapshot after some
-        # allocations spent 4.9 s of CPU once (on the H100, 2.11, GIL released; the next
-        # ones 0.4 ms), and pacing on it stopped all states for minutes. So the pace is the
-        # cheaper of the last two reads: a read that is always slow still slows the states.
+        # One slow read is forgiven, once per FORGIVE_S: with history, PyTorch's snapshot
+        # once spent 4.9 s of CPU symbolising (on the H100, 2.11, GIL released; the reads
+        # before and after took 0.4 ms), and pacing on it stopped all states for minutes.
+        # Reads that are slow again and again are paced on what they cost.
         cpu_cost = time.thread_time() - cpu_started
-        self.next_collect = started + min(cpu_cost, self.last_cpu_cost) / 0.01
+        pace = cpu_cost
+        if cpu_cost > 10 * self.last_cpu_cost and started >= self.forgiven_until:
+            # Paced as the read before it (a first read: as a 5 ms one), which a viewer
+            # that attaches late to a long job needs: its first read is the slow one.
+            relief = max(self.last_cpu_cost, 0.005)
+            if cpu_cost > relief:
+                pace = relief
+                self.forgiven_until = started + FORGIVE_S
+        self.next_collect = started + pace / 0.01
         self.last_cpu_cost = cpu_cost
         if state is None:
             return None

@@ -74,6 +74,9 @@ impl Range {
     /// Calls `f(addr, len, mapped)` for the maximal pieces of a free run that lie on
     /// mapped and unmapped pages.
     fn pieces(&self, addr: u64, size: u64, mut f: impl FnMut(u64, u64, bool)) {
+        if size == 0 {
+            return;
+        }
         let end = addr + size;
         let last = ((end - 1 - self.base) / self.page) as usize;
         let mut cur = addr;

@@ -280,6 +280,11 @@ impl Probe {
                 if slots.len() == slots.capacity() && slots.len() >= 64 {
                     let live = &self.live;
                     slots.retain(|s| live.contains_key(s));
+                    // Mostly live still: grow now, or the next push would compact again
+                    // (a compaction per allocation).
+                    if slots.len() * 2 > slots.capacity() {
+                        slots.reserve(slots.len());
+                    }
                 }
                 slots.push(slot);
                 self.live.insert(slot, block);

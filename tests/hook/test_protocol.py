@@ -114,16 +114,17 @@ class FormatTest(unittest.TestCase):
 class FakeAlloc:
     """What HistoryDuty uses of TorchAllocator: an allocation counter and the switch."""
 
-    def __init__(self, refuse=False):
+    def __init__(self, refuse=False, refuse_on=False):
         self.count = 0
         self.switches = []
         self.refuse = refuse
+        self.refuse_on = refuse_on
 
     def allocation_count(self):
         return self.count
 
     def set_recording(self, on):
-        if self.refuse:
+        if self.refuse or (on and self.refuse_on):
             return False
         self.switches.append(on)
         return True
@@ -172,9 +173,55 @@ class HistoryDutyTest(unittest.TestCase):
         duty.tick(1.0)
         duty.tick(1.1)
         self.assertTrue(duty.recording)
-        self.assertEqual(duty.share, 1.0)
-        duty.tick(5.0)  # broken: no more switching
+        self.assertEqual(duty.share, 1.0)  # it could not be turned off: all recorded
+        # No more switching, and no wake-up owed (a past next_switch spun the thread).
+        self.assertEqual(duty.next_switch, float("inf"))
+        duty.tick(5.0)
         self.assertTrue(duty.recording)
+
+    def test_a_torch_that_refuses_to_turn_back_on_says_nothing_is_recorded(self):
+        alloc = FakeAlloc(refuse_on=True)
+        duty = self.duty(alloc)
+        alloc.count += int(hook.HISTORY_RATE * 10)
+        duty.tick(1.0)
+        duty.tick(1.1)  # off: accepted
+        self.assertFalse(duty.recording)
+        alloc.count += int(hook.HISTORY_RATE * 10)
+        duty.tick(2.0)  # on: refused
+        self.assertFalse(duty.recording)
+        self.assertEqual(duty.share, 0.0)
+        self.assertEqual(duty.next_switch, float("inf"))
+
+
+def spin(seconds):
+    """Burns this thread's CPU for `seconds` (thread_time is what the hook paces on)."""
+    until = time.thread_time() + seconds
+    while time.thread_time() < until:
+        pass
+
+
+class PacingTest(unittest.TestCase):
+    def test_one_slow_read_is_forgiven_and_the_next_slow_one_is_paced(self):
+        costs = iter([0.002, 0.06, 0.002, 0.06])
+
+        class SlowOnce:
+            history_on = False
+
+            def collect(self):
+                spin(next(costs))
+                return {"device": 0, "stats": None, "settings": {}, "segments": [], "truncated": False}
+
+        paced = hook.Hook(False, forked=False)
+        paced.alloc = SlowOnce()
+        gaps = []
+        for _ in range(4):
+            started = time.monotonic()
+            self.assertIsNotNone(paced.state_frame())
+            gaps.append(paced.next_collect - started)
+        # 2 ms of CPU is 1 % of 0.2 s. The 60 ms read is forgiven (paced as the 2 ms one
+        # before it); the next 60 ms read within FORGIVE_S is paced on its cost: 6 s.
+        self.assertLess(gaps[1], 1.0)
+        self.assertGreater(gaps[3], 4.0)
 
 
 class AllocatorTranslationTest(unittest.TestCase):
