@@ -110,6 +110,33 @@ struct Inner {
     next_id: u64,
 }
 
+impl Inner {
+    /// The policy, its window on the backing (counters and the event ring included) and
+    /// the ledger, borrowed apart: every call into the policy needs them at once.
+    fn split<'a>(
+        &'a mut self,
+        events: &'a EventRing,
+        now_ns: u64,
+        stream: StreamId,
+    ) -> (&'a mut dyn Policy, BackingCx<'a>, &'a mut Ledger) {
+        let Inner {
+            policy,
+            backing,
+            counters,
+            ledger,
+            ..
+        } = self;
+        let cx = BackingCx {
+            backing: backing.as_mut(),
+            counters,
+            events,
+            now_ns,
+            stream,
+        };
+        (policy.as_mut(), cx, ledger)
+    }
+}
+
 pub struct Allocator {
     owner: u64,
     kind: PolicyKind,
@@ -289,20 +316,7 @@ impl Allocator {
             ));
             inner.next_id += 1;
         }
-        let Inner {
-            policy,
-            backing,
-            counters,
-            ledger,
-            ..
-        } = inner;
-        let mut cx = BackingCx {
-            backing: backing.as_mut(),
-            counters,
-            events: &self.ring,
-            now_ns,
-            stream,
-        };
+        let (policy, mut cx, ledger) = inner.split(&self.ring, now_ns, stream);
         let addr = match cx.alloc_segment(size) {
             Ok(addr) => addr,
             Err(BackingError::Exhausted { .. }) => {
@@ -316,7 +330,7 @@ impl Allocator {
         let mut out = Vec::with_capacity(placed.len());
         for (p, (_, _, live)) in placed.iter().zip(&lives) {
             ledger.tags.add(live.tag, p.size);
-            counters.add_live(p.size, live.requested);
+            cx.counters.add_live(p.size, live.requested);
             self.announce(
                 EventKind::Alloc,
                 p.addr,
@@ -347,19 +361,7 @@ impl Allocator {
         live: LiveInfo,
         now_ns: u64,
     ) -> Result<Placement, Shortfall> {
-        let Inner {
-            policy,
-            backing,
-            counters,
-            ..
-        } = inner;
-        let mut cx = BackingCx {
-            backing: backing.as_mut(),
-            counters,
-            events: &self.ring,
-            now_ns,
-            stream: live.stream,
-        };
+        let (policy, mut cx, _) = inner.split(&self.ring, now_ns, live.stream);
         match policy.alloc(size, live, &mut cx) {
             Err(Shortfall::Exhausted) if policy.release_cached(&mut cx) > 0 => {
                 let placed = policy.alloc(size, live, &mut cx)?;
@@ -434,25 +436,12 @@ impl Allocator {
     }
 
     fn complete_free(&self, inner: &mut Inner, block: LiveRef, now_ns: u64) {
-        let Inner {
-            policy,
-            backing,
-            counters,
-            ledger,
-            ..
-        } = inner;
-        let mut cx = BackingCx {
-            backing: backing.as_mut(),
-            counters,
-            events: &self.ring,
-            now_ns,
-            stream: block.live.stream,
-        };
+        let (policy, mut cx, ledger) = inner.split(&self.ring, now_ns, block.live.stream);
         policy.free(block.slot, &mut cx);
-        counters.remove_live(block.size, block.live.requested);
+        cx.counters.remove_live(block.size, block.live.requested);
         ledger.tags.remove(block.live.tag, block.size);
         if block.pending {
-            counters.pending_blocks -= 1;
+            cx.counters.pending_blocks -= 1;
         }
         let LiveInfo {
             id, tag, stream, ..
@@ -524,19 +513,7 @@ impl Allocator {
     pub fn empty_cache(&self) {
         let mut guard = self.lock();
         let now_ns = self.now_ns();
-        let Inner {
-            policy,
-            backing,
-            counters,
-            ..
-        } = &mut *guard;
-        let mut cx = BackingCx {
-            backing: backing.as_mut(),
-            counters,
-            events: &self.ring,
-            now_ns,
-            stream: 0,
-        };
+        let (policy, mut cx, _) = guard.split(&self.ring, now_ns, 0);
         policy.release_cached(&mut cx);
     }
 
