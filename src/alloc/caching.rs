@@ -26,6 +26,23 @@ pub(crate) const MIN_LARGE_ALLOC: u64 = 10 * MIB;
 /// Rounding of such segments (kRoundLarge).
 pub(crate) const ROUND_LARGE: u64 = 2 * MIB;
 
+/// The pool a rounded request is served from (PyTorch: small up to 1 MiB, else large).
+pub(crate) fn pool_of(size: u64) -> Pool {
+    if size <= SMALL_SIZE {
+        Pool::Small
+    } else {
+        Pool::Large
+    }
+}
+
+/// PyTorch's `max_split_size` rules in get_free_block: a cached block of `found` bytes is
+/// refused to a request of `size` when it is oversize and the request is not, or when both
+/// are oversize and the block is larger by a large buffer (20 MiB) or more.
+pub(crate) fn oversize_refused(size: u64, found: u64, max_split_size: u64) -> bool {
+    (size < max_split_size && found >= max_split_size)
+        || (size >= max_split_size && found >= size.saturating_add(LARGE_BUFFER))
+}
+
 /// Segment size PyTorch asks cudaMalloc for, given a rounded request.
 pub(crate) fn allocation_size(size: u64) -> u64 {
     if size <= SMALL_SIZE {
@@ -135,15 +152,7 @@ impl Caching {
     fn find(&self, home: u32, size: u64) -> Option<u32> {
         let slot = self.heap.index.subs[home as usize].find(&self.heap.arena, size)?;
         let found = self.heap.arena.get(slot).size;
-        // Do not hand an oversize block to a request below max_split_size...
-        if size < self.max_split_size && found >= self.max_split_size {
-            return None;
-        }
-        // ...nor waste a much larger oversize block on an oversize request.
-        if size >= self.max_split_size && found >= size.saturating_add(LARGE_BUFFER) {
-            return None;
-        }
-        Some(slot)
+        (!oversize_refused(size, found, self.max_split_size)).then_some(slot)
     }
 
     /// should_split: small pool keeps remainders >= 512 B, large pool > 1 MiB, and
@@ -173,11 +182,7 @@ impl Policy for Caching {
         live: LiveInfo,
         cx: &mut BackingCx<'_>,
     ) -> Result<Placement, Shortfall> {
-        let pool = if size <= SMALL_SIZE {
-            Pool::Small
-        } else {
-            Pool::Large
-        };
+        let pool = pool_of(size);
         let home = self.heap.index.home(pool, live.stream);
         if let Some(slot) = self.find(home, size) {
             return Ok(self.take(slot, pool, size, live));

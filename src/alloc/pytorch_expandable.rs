@@ -52,7 +52,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::arena::{plain_run, Arena, LiveInfo, NodeState, NIL};
-use super::caching::{LARGE_BUFFER, SMALL_BUFFER, SMALL_SIZE};
+use super::caching::{oversize_refused, pool_of, LARGE_BUFFER, SMALL_BUFFER};
 use super::metrics::{FreeSummary, FreeTally};
 use super::policy::{BackingCx, Placement, Policy, Shortfall};
 use super::size_index::GRAIN;
@@ -188,14 +188,7 @@ impl PytorchExpandable {
                 break;
             }
         }
-        let found = best.0;
-        if size < self.max_split_size && found >= self.max_split_size {
-            return None;
-        }
-        if size >= self.max_split_size && found >= size.saturating_add(LARGE_BUFFER) {
-            return None;
-        }
-        Some(best.2)
+        (!oversize_refused(size, best.0, self.max_split_size)).then_some(best.2)
     }
 
     /// Folds free mapped neighbours into `slot` (free, mapped, not indexed); returns the
@@ -431,11 +424,7 @@ impl Policy for PytorchExpandable {
         live: LiveInfo,
         cx: &mut BackingCx<'_>,
     ) -> Result<Placement, Shortfall> {
-        let pool = if size <= SMALL_SIZE {
-            Pool::Small
-        } else {
-            Pool::Large
-        };
+        let pool = pool_of(size);
         let home = self.home(pool, live.stream);
         let slot = match self.get_free_block(home, size) {
             Some(slot) => {
