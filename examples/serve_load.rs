@@ -11,44 +11,17 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
+
+#[path = "common/keep_alive.rs"]
+mod keep_alive;
+use keep_alive::get;
 
 fn rss_kib(pid: u32) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
     line.split_whitespace().nth(1)?.parse().ok()
-}
-
-/// One GET on a keep-alive connection; the status once the body is read.
-async fn get(conn: &mut BufReader<TcpStream>, path: &str) -> std::io::Result<u16> {
-    let request = format!("GET {path} HTTP/1.1\r\nHost: load\r\n\r\n");
-    conn.get_mut().write_all(request.as_bytes()).await?;
-    let mut line = String::new();
-    conn.read_line(&mut line).await?;
-    let status = line
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let mut length = 0usize;
-    loop {
-        line.clear();
-        if conn.read_line(&mut line).await? == 0 {
-            return Err(std::io::ErrorKind::UnexpectedEof.into());
-        }
-        if line == "\r\n" {
-            break;
-        }
-        if let Some((name, value)) = line.split_once(':') {
-            if name.eq_ignore_ascii_case("content-length") {
-                length = value.trim().parse().unwrap_or(0);
-            }
-        }
-    }
-    let mut body = vec![0u8; length];
-    conn.read_exact(&mut body).await?;
-    Ok(status)
 }
 
 async fn connect(addr: &str) -> std::io::Result<BufReader<TcpStream>> {

@@ -8,54 +8,22 @@
 #[path = "serve_support.rs"]
 mod support;
 
+#[path = "../examples/common/keep_alive.rs"]
+mod keep_alive;
+
 use std::io::Read;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 
 use support::{get, start_serve, wait_for, ChildGuard};
 
 const BUSY_CLIENTS: usize = 500;
 const SLOW_CLIENTS: usize = 200;
-
-/// One GET on a keep-alive connection: the status, after reading the whole body.
-async fn keep_alive_get(
-    conn: &mut BufReader<TcpStream>,
-    addr: &str,
-    path: &str,
-) -> std::io::Result<u16> {
-    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\n\r\n");
-    conn.get_mut().write_all(request.as_bytes()).await?;
-    let mut line = String::new();
-    conn.read_line(&mut line).await?;
-    let status = line
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let mut length = 0usize;
-    loop {
-        line.clear();
-        if conn.read_line(&mut line).await? == 0 {
-            return Err(std::io::ErrorKind::UnexpectedEof.into());
-        }
-        if line == "\r\n" {
-            break;
-        }
-        if let Some((name, value)) = line.split_once(':') {
-            if name.eq_ignore_ascii_case("content-length") {
-                length = value.trim().parse().unwrap_or(0);
-            }
-        }
-    }
-    let mut body = vec![0u8; length];
-    conn.read_exact(&mut body).await?;
-    Ok(status)
-}
 
 #[test]
 fn a_scrape_answers_while_500_clients_and_200_slowloris_hold_connections() {
@@ -84,7 +52,7 @@ fn a_scrape_answers_while_500_clients_and_200_slowloris_hold_connections() {
                 };
                 let mut conn = BufReader::new(stream);
                 while !stop.load(Ordering::Relaxed) {
-                    if let Ok(200) = keep_alive_get(&mut conn, &addr, "/metrics").await {
+                    if let Ok(200) = keep_alive::get(&mut conn, "/metrics").await {
                         answered.fetch_add(1, Ordering::Relaxed);
                     } else {
                         failed.fetch_add(1, Ordering::Relaxed);
