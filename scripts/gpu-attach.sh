@@ -33,6 +33,9 @@ result() {
 say() { echo "== $*" | tee -a "$LOG"; }
 # ATTACH_CHECKS picks checks by name (default all), for a short rerun of one.
 want() { [ -z "${ATTACH_CHECKS:-}" ] || [[ " $ATTACH_CHECKS " == *" $1 "* ]]; }
+for name in ${ATTACH_CHECKS:-}; do
+  [[ " gpt2 oom leak ranks cpu " == *" $name "* ]] || { echo "$(basename "$0"): unknown name '$name' in ATTACH_CHECKS; names: gpt2 oom leak ranks cpu" >&2; exit 2; }
+done
 
 # Runs `vramtop run [FLAGS] -- python3 JOB ARGS` with `vramtop attach --json` beside it.
 # usage: watched NAME "RUN FLAGS" JOB ARGS...   -> $WORK/NAME.out (job), NAME.jsonl (attach)

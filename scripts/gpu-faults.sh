@@ -30,6 +30,10 @@ if ! [[ "$SOAK_S" =~ ^[0-9]+$ ]] || [ "$SOAK_S" -lt 20 ]; then
   exit 2
 fi
 
+for name in ${FAULT_CASES:-}; do
+  [[ " nonroot ns stall missing kill soak " == *" $name "* ]] || { echo "$(basename "$0"): unknown name '$name' in FAULT_CASES; names: nonroot ns stall missing kill soak" >&2; exit 2; }
+done
+
 # The binary must be readable and runnable by nobody (uid 65534): a copy in its own folder.
 TDIR=$(mktemp -d /tmp/vramtop-faults.XXXXXX)
 chmod 755 "$TDIR"

@@ -29,6 +29,9 @@ result() {
 say() { echo "== $*" | tee -a "$LOG"; }
 # HOOK_CHECKS picks checks by name (default all), for a short rerun of one.
 want() { [ -z "${HOOK_CHECKS:-}" ] || [[ " $HOOK_CHECKS " == *" $1 "* ]]; }
+for name in ${HOOK_CHECKS:-}; do
+  [[ " overhead oom leak two " == *" $name "* ]] || { echo "$(basename "$0"): unknown name '$name' in HOOK_CHECKS; names: overhead oom leak two" >&2; exit 2; }
+done
 
 HOOK="$REPO/assets/hook"
 if [ $# -ge 1 ] && [ -x "$1" ]; then

@@ -33,10 +33,18 @@ INTERVAL_RANGE = (0.05, 3600.0)
 POLL_S = 0.25  # how often to look for torch / CUDA before they are there
 # A viewer that takes nothing for this long is dropped. Tests shorten it.
 def _env_float(name, default):
-    try:
-        return float(os.environ.get(name, "") or default)
-    except ValueError:
+    """A positive, finite number from the environment; else the default, said once."""
+    text = os.environ.get(name, "")
+    if not text:
         return default
+    try:
+        value = float(text)
+    except ValueError:
+        value = None
+    if value is None or not (0.0 < value < float("inf")):
+        sys.stderr.write("vramtop hook: %s=%r is not a positive number; using %g\n" % (name, text, default))
+        return default
+    return value
 
 
 STALL_S = _env_float("VRAMTOP_HOOK_STALL_S", 10.0)

@@ -200,6 +200,20 @@ def spin(seconds):
         pass
 
 
+class EnvironmentTest(unittest.TestCase):
+    def test_a_rate_that_is_not_a_positive_number_is_said_and_the_default_kept(self):
+        import subprocess
+
+        for text in ("abc", "nan", "-3", "0"):
+            env = dict(os.environ, VRAMTOP_HISTORY_RATE=text, PYTHONPATH=HOOK_DIR)
+            done = subprocess.run(
+                [sys.executable, "-c", "import vramtop_hook as h; print(h.HISTORY_RATE)"],
+                env=env, capture_output=True, text=True, timeout=30,
+            )
+            self.assertEqual(done.stdout.strip(), "5000.0", text)
+            self.assertIn("VRAMTOP_HISTORY_RATE=%r is not a positive number" % text, done.stderr)
+
+
 class PacingTest(unittest.TestCase):
     def test_one_slow_read_is_forgiven_and_the_next_slow_one_is_paced(self):
         costs = iter([0.002, 0.06, 0.002, 0.06])
