@@ -10,6 +10,8 @@ memory_allocated.
 With --rounds N the five runs are made N times, each round in a rotated order, and each
 configuration's figure is the mean of its rounds: GPU clocks drift between runs by several
 per cent (8.7 % between the two no-hook runs once), more than the 1 % to be told apart.
+A first no-hook run is made before the rounds and not counted (the cold machine's first
+process runs slower), and the comparison lists every run's mean, so drift can be seen.
 
 usage: overhead.py --hook-dir DIR [--steps 80] [--warmup 10] [--rounds 1] [--log FILE]
 """
@@ -72,7 +74,7 @@ def run_one(name, hooked, viewed, history, args, log):
     if viewer is not None:
         vout, verr = viewer.communicate(timeout=120)
         summary = json.loads(vout) if vout.strip().startswith("{") else {"viewer_error": verr[-500:]}
-        result["viewer"] = {k: summary.get(k) for k in ("states", "collect_ms_median", "collect_ms_max", "last_state", "viewer_error")}
+        result["viewer"] = {k: summary.get(k) for k in ("states", "collect_ms_median", "collect_ms_max", "last_state", "history_shares", "viewer_error")}
         if history:
             result["viewer"]["history"] = any(h.get("history") for h in summary.get("hellos", []))
     log.write("== %s\n%s\n-- stderr --\n%s\n" % (name, json.dumps(result), err[-4000:]))
@@ -90,6 +92,9 @@ def main():
     results = {}  # name -> the last round's result (viewer figures, totals)
     means = {name: [] for name, *_ in RUNS}
     with open(args.log, "a") as log:
+        # A first run that counts for nothing: the first process on a cold machine loads
+        # kernels and ramps clocks, and that must not land on one configuration.
+        print(json.dumps({"warm_up": run_one("warm-up (not counted)", False, False, False, args, log)["mean_step_ms"]}), flush=True)
         for round_index in range(max(args.rounds, 1)):
             shift = round_index % len(RUNS)
             for name, hooked, viewed, history in RUNS[shift:] + RUNS[:shift]:
@@ -101,7 +106,7 @@ def main():
                 print(json.dumps(result), flush=True)
     base = means["no hook"] + means["no hook (again)"]
     base_ms = sum(base) / len(base) if base else None
-    comparison = {"baseline_ms": base_ms, "rounds": max(args.rounds, 1),
+    comparison = {"baseline_ms": base_ms, "rounds": max(args.rounds, 1), "means_ms": means,
                   "drift_pct": round(100 * (max(base) / min(base) - 1), 2) if len(base) >= 2 else None}
     for name in ("hook, no viewer", "hook, viewer at 1 s", "hook + history, viewer at 1 s"):
         ms = sum(means[name]) / len(means[name]) if means[name] else None

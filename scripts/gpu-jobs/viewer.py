@@ -64,7 +64,8 @@ def site_bytes(state):
 
 
 def summarise(messages, interval):
-    summary = {"states": 0, "hellos": [], "ooms": [], "errors": [], "bye": None, "collect_ms": []}
+    summary = {"states": 0, "hellos": [], "ooms": [], "errors": [], "bye": None, "collect_ms": [],
+               "history_shares": []}
     series = []  # (seq, {site: bytes})
     last = None
     for message in messages:
@@ -75,6 +76,10 @@ def summarise(messages, interval):
             summary["states"] += 1
             last = message
             summary["collect_ms"].append(message.get("collect_ms"))
+            # Each state's share of the last second's allocations whose stacks were kept:
+            # the last state alone is read while the job idles, when the share is back at 1.
+            if message.get("history_share") is not None:
+                summary["history_shares"].append(message["history_share"])
             if any(b.get("site") for s in message["segments"] for b in s["blocks"]):
                 series.append((message["seq"], site_bytes(message)))
         elif kind == "oom":
