@@ -7,7 +7,10 @@ mod support;
 use std::io::Write;
 use std::path::PathBuf;
 
-use support::{block, dict, event, pickle, s, segment, small_snapshot, snapshot, P};
+use support::{
+    block, dict, event, frame, pickle, pickle_unmemoized_containers, s, segment, small_snapshot,
+    snapshot, P,
+};
 use vramtop::alloc::BlockState;
 use vramtop::trace::record::{self, RecordWriter};
 use vramtop::trace::{self, LiveAtStart, LoadOptions, TraceEvent, TraceEventKind, TraceFormat};
@@ -144,6 +147,36 @@ fn small_snapshot_imports_with_initial_state_tags_and_counts() {
     let notices = t.notices().join("\n");
     assert!(notices.contains("unknown actions") && notices.contains("mystery_action"));
     assert!(!notices.contains("not live"), "{notices}");
+}
+
+#[test]
+fn each_entry_keeps_its_own_site_when_frames_are_not_memoized() {
+    // Without memo entries a frame dict is dropped once its list is read, and the next
+    // one may be allocated at its address: the reader must not take it for the old one.
+    let entries: Vec<P> = (0..200)
+        .map(|i| {
+            let site = frame("train.py", 100 + i, "step");
+            event("alloc", 0x1000 * (i + 1), 512, vec![site])
+        })
+        .collect();
+    for (name, bytes) in [
+        (
+            "unmemoized.pickle",
+            pickle_unmemoized_containers(&snapshot(vec![], vec![entries.clone()])),
+        ),
+        ("memoized.pickle", pickle(&snapshot(vec![], vec![entries]))),
+    ] {
+        let t = trace::load(&temp_file(name, &bytes)).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let tags: Vec<Option<&str>> = t.events.iter().map(|e| e.tag.as_deref()).collect();
+        let want: Vec<String> = (0..200)
+            .map(|i| format!("train.py:{} step", 100 + i))
+            .collect();
+        assert_eq!(
+            tags,
+            want.iter().map(|w| Some(w.as_str())).collect::<Vec<_>>(),
+            "{name}"
+        );
+    }
 }
 
 #[test]

@@ -164,6 +164,30 @@ fn limits_are_enforced() {
 }
 
 #[test]
+fn a_container_named_while_open_is_the_same_value_everywhere() {
+    // [l, l, l] where l = [1] is fetched by GET from two memo entries while still open.
+    let v = from_slice(b"\x80\x04(]q\x00q\x01K\x01ah\x00h\x01l.").unwrap_or(Value::None);
+    let items = v.as_seq().unwrap_or_default();
+    assert_eq!(items.len(), 3);
+    for item in items {
+        assert_eq!(item.as_seq().map(|l| l.to_vec()), Some(vec![Value::Int(1)]));
+    }
+    // [d, d] where d = {'a': 1} is copied by DUP while open.
+    let v = from_slice(b"\x80\x04(}\x8c\x01aK\x01s2l.").unwrap_or(Value::None);
+    let items = v.as_seq().unwrap_or_default();
+    assert_eq!(items.len(), 2);
+    assert!(items.iter().all(|d| d.get("a") == Some(&Value::Int(1))));
+    // A memo entry read after its container was finished gives the finished container:
+    // outer = []; inner = [7]; outer.append(inner); outer.append(<memo 0: inner>)
+    let v = from_slice(b"\x80\x04]]\x94K\x07aah\x00a.").unwrap_or(Value::None);
+    let inner = Value::List(Rc::new(vec![Value::Int(7)]));
+    assert_eq!(
+        v.as_seq().map(|l| l.to_vec()),
+        Some(vec![inner.clone(), inner])
+    );
+}
+
+#[test]
 fn batched_appends_and_repeated_keys() {
     let big = pickle(&P::List((0..2500).map(P::Int).collect()));
     let v = from_slice(&big).unwrap_or(Value::None);

@@ -33,14 +33,27 @@ pub struct Encoder {
     out: Vec<u8>,
     memo: u32,
     strings: HashMap<String, u32>,
+    /// MEMOIZE after lists, dicts and tuples too (Python's pickler does).
+    memo_containers: bool,
 }
 
 /// Pickles `value` with protocol 4, one FRAME, MEMOIZE after every string and container.
 pub fn pickle(value: &P) -> Vec<u8> {
+    encode(value, true)
+}
+
+/// As `pickle`, but containers are not memoized: what `pickletools.optimize` leaves of a
+/// pickle whose containers are each used once.
+pub fn pickle_unmemoized_containers(value: &P) -> Vec<u8> {
+    encode(value, false)
+}
+
+fn encode(value: &P, memo_containers: bool) -> Vec<u8> {
     let mut enc = Encoder {
         out: Vec::new(),
         memo: 0,
         strings: HashMap::new(),
+        memo_containers,
     };
     enc.value(value);
     let body = std::mem::take(&mut enc.out);
@@ -55,6 +68,12 @@ impl Encoder {
     fn memoize(&mut self) {
         self.out.push(0x94);
         self.memo += 1;
+    }
+
+    fn memoize_container(&mut self) {
+        if self.memo_containers {
+            self.memoize();
+        }
     }
 
     fn get(&mut self, index: u32) {
@@ -125,7 +144,7 @@ impl Encoder {
             }
             P::List(items) => {
                 self.out.push(b']');
-                self.memoize();
+                self.memoize_container();
                 for batch in items.chunks(1000) {
                     if batch.len() == 1 {
                         self.value(&batch[0]);
@@ -156,11 +175,11 @@ impl Encoder {
                         self.out.push(b't');
                     }
                 }
-                self.memoize();
+                self.memoize_container();
             }
             P::Dict(pairs) => {
                 self.out.push(b'}');
-                self.memoize();
+                self.memoize_container();
                 if pairs.len() == 1 {
                     self.value(&pairs[0].0);
                     self.value(&pairs[0].1);

@@ -8,16 +8,19 @@
 //! snapshot's millions of trace entries are turned into compact events as they are read
 //! instead of being built as a tree first. Depends on nothing else in the crate.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::io::Read;
 use std::rc::Rc;
 
 mod error;
+mod memo;
 mod opcodes;
 mod source;
 mod value;
 
 pub use error::{PickleError, PickleErrorKind};
+use memo::Memo;
 pub use opcodes::opcode_name;
 use source::{ReadSource, SliceSource, Source};
 pub use value::{Dict, Value};
@@ -119,17 +122,70 @@ enum NodeKind {
 /// An open container. It is frozen into a `Value` the first time it is put into another
 /// container (or returned): the pickler writes a container whole before using it, so
 /// nothing can be added to it afterwards, and freezing then needs no second pass.
-/// Kept small (a snapshot has millions of containers, each with a node for as long as the
-/// memo may name it): a frozen node holds only its value and depth.
-enum Node {
-    Open {
-        kind: NodeKind,
-        /// Items; a dict's are flattened key, value, key, value.
-        items: Vec<Value>,
-        /// Deepest item nesting so far.
-        depth: u32,
-    },
-    Frozen(Value, u32),
+struct Node {
+    kind: NodeKind,
+    /// Items; a dict's are flattened key, value, key, value.
+    items: Vec<Value>,
+    /// Deepest item nesting so far.
+    depth: u32,
+    /// The memo entry that names it (MEMOIZE right after EMPTY_DICT, the usual case).
+    memo_at: Option<u64>,
+    /// Named by more than its own stack slot and `memo_at` (GET or DUP while open, or a
+    /// second PUT): its frozen value must stay findable by its id.
+    shared: bool,
+}
+
+/// Hashes keys our own code makes (container ids, addresses) with one multiply instead of
+/// SipHash. Never for keys taken from the file: those could be chosen to collide.
+#[derive(Default)]
+pub(crate) struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+
+    fn write_u32(&mut self, n: u32) {
+        self.write_u64(u64::from(n));
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+
+    fn write_usize(&mut self, n: usize) {
+        self.write_u64(n as u64);
+    }
+}
+
+type IdMap<V> = HashMap<u32, V, BuildHasherDefault<IdHasher>>;
+
+/// The containers of one pickle, by id. A snapshot has millions; only the few open at a
+/// time are held here. When one is frozen its value goes to the memo entry that names it,
+/// and only a shared one (see `Node::shared`) keeps its value here by id.
+#[derive(Default)]
+struct Nodes {
+    open: IdMap<Node>,
+    frozen_shared: IdMap<(Value, u32)>,
+    /// Containers made so far: the next id.
+    made: u32,
+}
+
+impl Nodes {
+    /// Notes one more name for container `id` when `slot` is it, still open.
+    fn note_shared(&mut self, slot: &Slot) {
+        if let Slot::Open(id) = slot {
+            if let Some(node) = self.open.get_mut(id) {
+                node.shared = true;
+            }
+        }
+    }
 }
 
 struct Machine<'r, S> {
@@ -140,11 +196,10 @@ struct Machine<'r, S> {
     stack: Vec<Slot>,
     /// Stack heights at each MARK.
     marks: Vec<usize>,
-    /// Dense memo (indices 0..len, the usual case) and a sparse overflow for odd BINPUTs.
-    memo: Vec<Option<Slot>>,
-    memo_sparse: HashMap<u64, Slot>,
-    memo_len: usize,
-    nodes: Vec<Node>,
+    memo: Memo<Slot>,
+    nodes: Nodes,
+    /// Short strings read so far, shared (see `push_str`).
+    short_strs: HashSet<Rc<str>>,
     items: usize,
     /// The stack and item limits as last computed (they grow with the input).
     stack_cap: usize,
@@ -152,6 +207,10 @@ struct Machine<'r, S> {
 }
 
 type Step<T> = Result<T, PickleError>;
+
+/// Strings up to this many bytes are shared (`push_str`), up to this many of them.
+const SHARED_STR_MAX_LEN: usize = 48;
+const SHARED_STR_MAX_COUNT: usize = 1 << 16;
 
 fn fail<T>(offset: usize, kind: PickleErrorKind) -> Step<T> {
     Err(PickleError { offset, kind })
@@ -161,7 +220,8 @@ fn fail<T>(offset: usize, kind: PickleErrorKind) -> Step<T> {
 /// dict the reducer takes over is replaced by what it returns.
 #[inline]
 fn close(
-    nodes: &mut [Node],
+    nodes: &mut Nodes,
+    memo: &mut Memo<Slot>,
     reducer: &mut Option<Reducer<'_>>,
     slot: Slot,
     max_depth: usize,
@@ -169,24 +229,33 @@ fn close(
 ) -> Step<(Value, u32)> {
     match slot {
         Slot::Val(v, d) => Ok((v, d)),
-        Slot::Open(id) => close_node(nodes, reducer, id as usize, max_depth, at),
+        Slot::Open(id) => close_node(nodes, memo, reducer, id, max_depth, at),
     }
 }
 
 fn close_node(
-    nodes: &mut [Node],
+    nodes: &mut Nodes,
+    memo: &mut Memo<Slot>,
     reducer: &mut Option<Reducer<'_>>,
-    id: usize,
+    id: u32,
     max_depth: usize,
     at: usize,
 ) -> Step<(Value, u32)> {
-    let Some(node) = nodes.get_mut(id) else {
+    if let Some((v, d)) = nodes.frozen_shared.get(&id) {
+        return Ok((v.clone(), *d));
+    }
+    // Not open and not shared: nothing else could still name it (see `Node::shared`).
+    let Some(node) = nodes.open.remove(&id) else {
         return fail(at, PickleErrorKind::Malformed("unknown container"));
     };
-    let (kind, items, depth) = match node {
-        Node::Frozen(v, d) => return Ok((v.clone(), *d)),
-        Node::Open { kind, items, depth } => (*kind, std::mem::take(items), *depth + 1),
-    };
+    let Node {
+        kind,
+        items,
+        depth,
+        memo_at,
+        shared,
+    } = node;
+    let depth = depth + 1;
     if depth as usize > max_depth {
         return fail(at, PickleErrorKind::LimitExceeded("nesting depth"));
     }
@@ -203,7 +272,14 @@ fn close_node(
             }
         }
     };
-    *node = Node::Frozen(value.clone(), depth);
+    if let Some(entry) = memo_at.and_then(|i| memo.get_mut(i)) {
+        if matches!(entry, Slot::Open(named) if *named == id) {
+            *entry = Slot::Val(value.clone(), depth);
+        }
+    }
+    if shared {
+        nodes.frozen_shared.insert(id, (value.clone(), depth));
+    }
     Ok((value, depth))
 }
 
@@ -216,10 +292,9 @@ impl<'r, S: Source> Machine<'r, S> {
             limits,
             stack: Vec::new(),
             marks: Vec::new(),
-            memo: Vec::new(),
-            memo_sparse: HashMap::new(),
-            memo_len: 0,
-            nodes: Vec::new(),
+            memo: Memo::new(),
+            nodes: Nodes::default(),
+            short_strs: HashSet::new(),
             items: 0,
             stack_cap: limits.max_stack,
             items_cap: limits.max_items,
@@ -343,7 +418,14 @@ impl<'r, S: Source> Machine<'r, S> {
         let mut depth = 0;
         values.reserve(self.stack.len() - from);
         for slot in self.stack.drain(from..) {
-            let (v, d) = close(&mut self.nodes, &mut self.reducer, slot, max_depth, at)?;
+            let (v, d) = close(
+                &mut self.nodes,
+                &mut self.memo,
+                &mut self.reducer,
+                slot,
+                max_depth,
+                at,
+            )?;
             depth = depth.max(d);
             values.push(v);
         }
@@ -351,11 +433,19 @@ impl<'r, S: Source> Machine<'r, S> {
     }
 
     fn new_node(&mut self, kind: NodeKind, items: Vec<Value>, depth: u32) -> Step<()> {
-        let id = match u32::try_from(self.nodes.len()) {
-            Ok(id) if (id as usize) < self.limit(self.limits.max_items) => id,
-            _ => return self.err(PickleErrorKind::LimitExceeded("number of containers")),
+        let id = self.nodes.made;
+        if id == u32::MAX || id as usize >= self.limit(self.limits.max_items) {
+            return self.err(PickleErrorKind::LimitExceeded("number of containers"));
+        }
+        self.nodes.made += 1;
+        let node = Node {
+            kind,
+            items,
+            depth,
+            memo_at: None,
+            shared: false,
         };
-        self.nodes.push(Node::Open { kind, items, depth });
+        self.nodes.open.insert(id, node);
         self.push(Slot::Open(id))
     }
 
@@ -380,10 +470,11 @@ impl<'r, S: Source> Machine<'r, S> {
             None => return self.err(PickleErrorKind::Malformed("nothing to add items to")),
         };
         let id = match target {
-            Slot::Open(id) => match &self.nodes[id as usize] {
-                Node::Open { kind, .. } if *kind == want => id as usize,
-                Node::Frozen(..) => return self.err(PickleErrorKind::Recursive),
-                Node::Open { .. } => {
+            Slot::Open(id) => match self.nodes.open.get(&id) {
+                Some(node) if node.kind == want => id,
+                // Frozen already: it was put inside something it contains.
+                None => return self.err(PickleErrorKind::Recursive),
+                Some(_) => {
                     return self.err(PickleErrorKind::Malformed(match want {
                         NodeKind::Dict => "SETITEM on something that is not a dict",
                         NodeKind::List => "APPEND on something that is not a list",
@@ -398,19 +489,19 @@ impl<'r, S: Source> Machine<'r, S> {
             }
         };
         // Fill the node's own buffer: no second copy of the items.
-        let items = match &mut self.nodes[id] {
-            Node::Open { items, .. } => std::mem::take(items),
-            Node::Frozen(..) => return self.err(PickleErrorKind::Recursive),
+        let items = match self.nodes.open.get_mut(&id) {
+            Some(node) => std::mem::take(&mut node.items),
+            None => return self.err(PickleErrorKind::Recursive),
         };
         let (filled, item_depth) = self.drain_into(from, items)?;
-        match &mut self.nodes[id] {
-            Node::Open { items, depth, .. } => {
-                *depth = (*depth).max(item_depth);
-                *items = filled;
+        match self.nodes.open.get_mut(&id) {
+            Some(node) => {
+                node.depth = node.depth.max(item_depth);
+                node.items = filled;
                 Ok(())
             }
             // The container was put inside one of its own items: a cycle.
-            Node::Frozen(..) => self.err(PickleErrorKind::Recursive),
+            None => self.err(PickleErrorKind::Recursive),
         }
     }
 
@@ -420,38 +511,51 @@ impl<'r, S: Source> Machine<'r, S> {
         if index >= max_memo as u64 {
             return self.err(PickleErrorKind::LimitExceeded("memo size"));
         }
-        let i = index as usize;
-        if i < self.memo.len() {
-            if self.memo[i].replace(slot).is_none() {
-                self.memo_len += 1;
-            }
-        } else if i == self.memo.len() {
-            self.memo.push(Some(slot));
-            self.memo_len += 1;
-        } else {
-            if self.memo_sparse.len() >= max_memo {
-                return self.err(PickleErrorKind::LimitExceeded("memo size"));
-            }
-            if self.memo_sparse.insert(index, slot).is_none() {
-                self.memo_len += 1;
+        if self.memo.is_sparse(index) && self.memo.sparse_len() >= max_memo {
+            return self.err(PickleErrorKind::LimitExceeded("memo size"));
+        }
+        if let Slot::Open(id) = slot {
+            if let Some(node) = self.nodes.open.get_mut(&id) {
+                match node.memo_at {
+                    None => node.memo_at = Some(index),
+                    Some(_) => node.shared = true,
+                }
             }
         }
+        self.memo.put(index, slot);
         Ok(())
     }
 
     fn memo_get(&mut self, index: u64) -> Step<()> {
-        let found = match usize::try_from(index) {
-            Ok(i) if i < self.memo.len() => self.memo[i].clone(),
-            _ => self.memo_sparse.get(&index).cloned(),
-        };
-        match found {
-            Some(slot) => self.push(slot),
+        match self.memo.get(index).cloned() {
+            Some(slot) => {
+                self.nodes.note_shared(&slot);
+                self.push(slot)
+            }
             None => self.err(PickleErrorKind::MemoMissing(index)),
         }
     }
 
     fn push_str(&mut self, n: usize) -> Step<()> {
-        let s: Rc<str> = String::from_utf8_lossy(self.take(n)?).into();
+        // A snapshot writes some short strings afresh in every trace entry ('N/A' as each
+        // one's compile_context: 2 million in a 2-million-event trace), and the memo keeps
+        // each: one shared copy of each short string saves an allocation per entry.
+        // (`source.take` rather than `take`: the borrow of the bytes is then only of `source`.)
+        let Some(bytes) = self.source.take(n) else {
+            return fail(self.op_at, PickleErrorKind::Truncated);
+        };
+        let text = String::from_utf8_lossy(bytes);
+        let s: Rc<str> = if n > SHARED_STR_MAX_LEN {
+            text.into()
+        } else if let Some(shared) = self.short_strs.get(&*text) {
+            shared.clone()
+        } else {
+            let fresh: Rc<str> = text.into();
+            if self.short_strs.len() < SHARED_STR_MAX_COUNT {
+                self.short_strs.insert(fresh.clone());
+            }
+            fresh
+        };
         self.push_val(Value::Str(s))
     }
 
@@ -473,7 +577,15 @@ impl<'r, S: Source> Machine<'r, S> {
             if op == b'.' {
                 let top = self.pop()?;
                 let (limit, at) = (self.limits.max_depth, self.op_at);
-                return close(&mut self.nodes, &mut self.reducer, top, limit, at).map(|(v, _)| v);
+                return close(
+                    &mut self.nodes,
+                    &mut self.memo,
+                    &mut self.reducer,
+                    top,
+                    limit,
+                    at,
+                )
+                .map(|(v, _)| v);
             }
             // Memo opcodes are the most frequent in snapshots (900k of 1.6M in resnet50).
             if !self.control(op)? && !self.scalar(op)? && !self.container(op)? {
@@ -625,6 +737,7 @@ impl<'r, S: Source> Machine<'r, S> {
             }
             b'2' => {
                 let top = self.top()?;
+                self.nodes.note_shared(&top);
                 self.push(top)?;
             }
             b'h' => {
@@ -643,7 +756,7 @@ impl<'r, S: Source> Machine<'r, S> {
                 let i = self.u32_le()?;
                 self.memo_put(u64::from(i))?;
             }
-            0x94 => self.memo_put(self.memo_len as u64)?,
+            0x94 => self.memo_put(self.memo.len() as u64)?,
             _ => return Ok(false),
         }
         Ok(true)
@@ -667,4 +780,39 @@ fn decode_long(bytes: &[u8]) -> Value {
     let n = bytes.len().min(8);
     a[..n].copy_from_slice(&bytes[..n]);
     Value::Int(i64::from_le_bytes(a))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finished_containers_are_held_by_the_memo_alone() {
+        // [{'k': 'N/A'}, ...] with every dict and string memoized, as a snapshot is.
+        let mut bytes = b"\x80\x04]\x94(".to_vec();
+        for _ in 0..1000 {
+            bytes.extend_from_slice(b"}\x94\x8c\x01k\x94\x8c\x03N/A\x94s");
+        }
+        bytes.extend_from_slice(b"e.");
+        let mut machine = Machine::new(SliceSource::new(&bytes), Limits::default(), None);
+        let value = machine.run().unwrap_or(Value::None);
+        assert_eq!(value.as_seq().map(<[Value]>::len), Some(1000));
+        assert_eq!(machine.nodes.made, 1001);
+        assert!(machine.nodes.open.is_empty() && machine.nodes.frozen_shared.is_empty());
+        // Each finished dict's memo entry now holds the dict itself.
+        assert!(matches!(
+            machine.memo.get(1),
+            Some(Slot::Val(Value::Dict(_), 1))
+        ));
+        // The 1000 'N/A' strings are one.
+        let strs: Vec<&Value> = value
+            .as_seq()
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|d| d.get("k"))
+            .collect();
+        assert!(strs
+            .windows(2)
+            .all(|w| matches!((w[0], w[1]), (Value::Str(a), Value::Str(b)) if Rc::ptr_eq(a, b))));
+    }
 }

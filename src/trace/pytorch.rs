@@ -9,11 +9,12 @@
 //! unreadable. Knows nothing of files or of other formats.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
+use std::hash::BuildHasherDefault;
 use std::io::Read;
+use std::rc::Rc;
 use std::sync::Arc;
 
-use super::pickle::{self, Dict, Finished, Value};
+use super::pickle::{self, Dict, Finished, IdHasher, Value};
 use super::{
     AllocatorSettings, LoadOptions, SnapshotBlock, SnapshotSegment, StreamIds, Trace,
     TraceErrorKind, TraceEvent, TraceEventKind, TraceFormat, TraceStats,
@@ -151,6 +152,9 @@ enum Skipped {
     Bad(String),
 }
 
+/// A frame dict, held, and the call-site tag it gives.
+type FrameTag = (Rc<Dict>, Option<Arc<str>>);
+
 /// `Value::Reduced` numbers with this bit set are call-site tags (a frame list), the
 /// others trace entries.
 const TAG_BIT: u32 = 1 << 31;
@@ -168,8 +172,10 @@ struct EntryReader {
     /// Call-site tags by number: the innermost user frame of a frame list, or None.
     tags: Vec<Option<Arc<str>>>,
     tag_ids: HashMap<Option<Arc<str>>, u32>,
-    /// The user frame of each frame dict (shared by every list that holds it).
-    by_frame: HashMap<*const Dict, Option<Arc<str>>, BuildHasherDefault<AddrHasher>>,
+    /// The user frame of each frame dict (shared by every list that holds it), by address.
+    /// The dict is held here too: one the memo does not hold would otherwise be freed,
+    /// and a later frame at its address would take its tag.
+    by_frame: HashMap<*const Dict, FrameTag, BuildHasherDefault<IdHasher>>,
 }
 
 impl EntryReader {
@@ -209,13 +215,13 @@ impl EntryReader {
     /// The innermost frame outside torch itself, as "file:line function".
     fn user_frame(&mut self, frames: &[Value]) -> Option<Arc<str>> {
         for frame in frames {
-            let Some(dict) = frame.as_dict() else {
+            let Value::Dict(dict) = frame else {
                 continue;
             };
-            let tag = self
+            let (_, tag) = self
                 .by_frame
-                .entry(dict as *const Dict)
-                .or_insert_with(|| user_frame_tag(dict).map(Arc::from));
+                .entry(Rc::as_ptr(dict))
+                .or_insert_with(|| (dict.clone(), user_frame_tag(dict).map(Arc::from)));
             if tag.is_some() {
                 return tag.clone();
             }
@@ -353,27 +359,6 @@ const PLACEHOLDER: TraceEvent = TraceEvent {
     tag: None,
     time_us: None,
 };
-
-/// Hashes a pointer key (frame dicts) with one multiply instead of SipHash: the keys
-/// come from our own reader, not from the file.
-#[derive(Default)]
-struct AddrHasher(u64);
-
-impl Hasher for AddrHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        }
-    }
-
-    fn write_usize(&mut self, n: usize) {
-        self.0 = (n as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    }
-}
 
 /// A non-empty list of frame dicts (the first has a 'filename'; a frame list is
 /// uniform, and `user_frame` skips anything else).
