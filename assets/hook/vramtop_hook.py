@@ -629,18 +629,30 @@ class Hook:
         if directory is None:
             return False
         path = os.path.join(directory, "vramtop-%d.sock" % self.pid)
-        if len(path.encode()) > 100:
+        # Bound under a name viewers do not look for, and renamed once listening: a viewer
+        # that finds `path` can connect (between bind and listen it would be refused).
+        unready = os.path.join(directory, ".vramtop-%d.sock.new" % self.pid)
+        if len(unready.encode()) > 100:
             say_once("path", "socket path %s is too long for a Unix socket" % path)
             return False
+        listener = None
         try:
-            if os.path.lexists(path):
-                os.unlink(path)  # left by an earlier process with our pid
+            for stale in (path, unready):
+                if os.path.lexists(stale):
+                    os.unlink(stale)  # left by an earlier process with our pid
             listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            listener.bind(path)
-            os.chmod(path, 0o600)
+            listener.bind(unready)
+            os.chmod(unready, 0o600)
             listener.listen(8)
             listener.setblocking(False)
+            os.rename(unready, path)
         except OSError as err:
+            if listener is not None:
+                listener.close()
+                try:
+                    os.unlink(unready)
+                except OSError:
+                    pass
             say_once("listen", "cannot listen on %s (%s)" % (path, err))
             return False
         self.listener, self.path = listener, path

@@ -5,6 +5,7 @@ the OOM observer, the excepthook chain, fork safety, history sites, bye."""
 import os
 import signal
 import socket
+import stat
 import struct
 import time
 import unittest
@@ -343,6 +344,26 @@ class LiveTest(unittest.TestCase):
         lines = [line for line in err.splitlines() if line.startswith("vramtop hook:")]
         self.assertEqual(len(lines), 1, err)
         self.assertIn("_cuda_attach_out_of_memory_observer", lines[0])
+
+    def test_the_socket_appears_only_when_it_accepts_and_stale_ones_are_replaced(self):
+        for _ in range(5):
+            job = self.job()
+            # Left by an earlier process with this pid: a socket path and a half-made one.
+            for name in ("vramtop-%d.sock" % job.proc.pid, ".vramtop-%d.sock.new" % job.proc.pid):
+                with open(os.path.join(job.dir, name), "w"):
+                    pass
+            job.do("import")
+            # Connect the moment the (new) socket is there: never refused.
+            def is_socket():
+                try:
+                    return stat.S_ISSOCK(os.stat(job.socket_path).st_mode)
+                except FileNotFoundError:  # the stale one removed, the new one not yet there
+                    return False
+            self.assertTrue(wait_for(is_socket, timeout=10, step=0.001))
+            viewer = Viewer(job.socket_path)
+            self.assertEqual(viewer.recv_type("hello")["type"], "hello")
+            self.assertEqual(sorted(os.listdir(job.dir)), ["vramtop-%d.sock" % job.proc.pid])
+            job.finish()
 
     def test_an_open_socket_directory_is_refused_in_one_line_and_the_job_runs(self):
         job = self.job()
