@@ -91,11 +91,12 @@ for r in rows:
         share = 100.0 * v["collect_ms_median"] / 1000.0
         print("collect cost: %s|info|%s states, median %s ms, max %s ms: about %.2f %% of the job's time at 1 s" % (
             r["run"], v.get("states"), v.get("collect_ms_median"), v.get("collect_ms_max"), share))
-        shares = v.get("history_shares") or []
+        shares = sorted(v.get("history_shares") or [])
         if shares:
-            # The last states are read while the job holds still, when the share is back at 1.
-            print("history share: %s|info|stacks recorded for %.0f %% to %.0f %% of each second while it ran (%d states)" % (
-                r["run"], 100.0 * min(shares), 100.0 * max(shares), len(shares)))
+            # States read while the job starts or holds still say 100 %: the least and the
+            # median are what the running steps got.
+            print("history share: %s|info|stacks recorded for %.0f %% (least) and %.0f %% (median) of each second, over %d states (idle ones read 100 %%)" % (
+                r["run"], 100.0 * shares[0], 100.0 * shares[len(shares) // 2], len(shares)))
 PY
 while IFS='|' read -r name verdict detail; do result "$name" "$verdict" "$detail"; done < "$WORK/overhead.rows"
 

@@ -121,6 +121,13 @@ fn structural_errors_are_reported() {
     assert!(error_of(b"\x80\x04e.").contains("MARK"));
     // A list that contains itself: l = []; l.append(l)
     assert!(error_of(b"\x80\x04]\x94h\x00a.").contains("contains itself"));
+    // ... and through another: a = []; b = [a]; a.append(b), a fetched after it was finished.
+    let cycle = hex("80025d71005d71016800613068006801612e");
+    assert!(
+        error_of(&cycle).contains("contains itself"),
+        "{}",
+        error_of(&cycle)
+    );
     // BINUNICODE8 claiming 2^63 bytes: an error, not an allocation.
     let mut huge = b"\x80\x04\x8d".to_vec();
     huge.extend_from_slice(&(1u64 << 63).to_le_bytes());

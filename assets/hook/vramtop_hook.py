@@ -629,12 +629,13 @@ class Hook:
         if directory is None:
             return False
         path = os.path.join(directory, "vramtop-%d.sock" % self.pid)
-        # Bound under a name viewers do not look for, and renamed once listening: a viewer
-        # that finds `path` can connect (between bind and listen it would be refused).
-        unready = os.path.join(directory, ".vramtop-%d.sock.new" % self.pid)
-        if len(unready.encode()) > 100:
+        if len(path.encode()) > 100:
             say_once("path", "socket path %s is too long for a Unix socket" % path)
             return False
+        # Bound under a name viewers do not look for (shorter than `path`; vramtop clears
+        # one a dead job left), and renamed once listening: a viewer that finds `path` can
+        # connect (between bind and listen it would be refused).
+        unready = os.path.join(directory, ".vt-%d.new" % self.pid)
         listener = None
         try:
             for stale in (path, unready):

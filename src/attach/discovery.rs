@@ -75,7 +75,18 @@ pub fn pid_of_socket(name: &str) -> Option<u32> {
         .filter(|&pid| pid > 0)
 }
 
-/// Sockets in `dir`, by pid. Stale ones (their pid is gone) are removed and left out.
+/// The pid of a socket the hook has bound but not yet renamed into place: `.vt-<pid>.new`
+/// (the hook's `listen`). One is left behind when its job dies in between.
+fn pid_of_unready_socket(name: &str) -> Option<u32> {
+    name.strip_prefix(".vt-")?
+        .strip_suffix(".new")?
+        .parse()
+        .ok()
+        .filter(|&pid| pid > 0)
+}
+
+/// Sockets in `dir`, by pid. Stale ones (their pid is gone) are removed and left out, and
+/// so are half-made ones of jobs that are gone.
 /// A missing directory is no jobs, not an error; another user's directory is refused
 /// (its sockets could pose as our jobs).
 pub fn scan(dir: &Path) -> io::Result<Vec<JobSocket>> {
@@ -96,7 +107,16 @@ pub fn scan(dir: &Path) -> io::Result<Vec<JobSocket>> {
     let mut sockets = Vec::new();
     for entry in entries.flatten() {
         let name = entry.file_name();
-        let Some(pid) = name.to_str().and_then(pid_of_socket) else {
+        let Some(name) = name.to_str() else {
+            continue;
+        };
+        if let Some(pid) = pid_of_unready_socket(name) {
+            if !pid_alive(pid) {
+                let _ = fs::remove_file(entry.path());
+            }
+            continue;
+        }
+        let Some(pid) = pid_of_socket(name) else {
             continue;
         };
         let path = entry.path();
@@ -131,6 +151,9 @@ mod tests {
         assert_eq!(pid_of_socket("vramtop-0.sock"), None);
         assert_eq!(pid_of_socket("vramtop-x.sock"), None);
         assert_eq!(pid_of_socket("other-1.sock"), None);
+        assert_eq!(pid_of_socket(".vt-123.new"), None);
+        assert_eq!(pid_of_unready_socket(".vt-123.new"), Some(123));
+        assert_eq!(pid_of_unready_socket("vramtop-123.sock"), None);
     }
 
     #[test]
@@ -146,9 +169,14 @@ mod tests {
         fs::write(dir.join(format!("vramtop-{me}.sock")), "").unwrap();
         fs::write(dir.join(format!("vramtop-{dead}.sock")), "").unwrap();
         fs::write(dir.join("notes.txt"), "").unwrap();
+        // Half-made sockets: a live job's is its business, a dead one's is cleared.
+        fs::write(dir.join(format!(".vt-{me}.new")), "").unwrap();
+        fs::write(dir.join(format!(".vt-{dead}.new")), "").unwrap();
         let found = scan(&dir).unwrap();
         assert_eq!(found.iter().map(|s| s.pid).collect::<Vec<_>>(), vec![me]);
         assert!(!dir.join(format!("vramtop-{dead}.sock")).exists());
+        assert!(dir.join(format!(".vt-{me}.new")).exists());
+        assert!(!dir.join(format!(".vt-{dead}.new")).exists());
         let _ = fs::remove_dir_all(&dir);
     }
 }

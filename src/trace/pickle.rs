@@ -136,13 +136,16 @@ struct Node {
 }
 
 /// Hashes keys our own code makes (container ids, addresses) with one multiply instead of
-/// SipHash. Never for keys taken from the file: those could be chosen to collide.
+/// SipHash. Never for strings or numbers read from the file. A file still picks which ids
+/// stay held, so `finish` brings the product's high bits down: the table places keys by
+/// the low bits, and those of `id * odd` depend only on the id's own low bits (ids 8192
+/// apart would all land on one spot).
 #[derive(Default)]
 pub(crate) struct IdHasher(u64);
 
 impl Hasher for IdHasher {
     fn finish(&self) -> u64 {
-        self.0
+        self.0.rotate_left(26)
     }
 
     fn write(&mut self, bytes: &[u8]) {
@@ -481,6 +484,11 @@ impl<'r, S: Source> Machine<'r, S> {
                     }))
                 }
             },
+            // A finished list or dict (its memo entry holds the value once it is frozen):
+            // as above, the pickler only adds to one it is still writing.
+            Slot::Val(Value::List(_) | Value::Dict(_) | Value::Reduced(_), _) => {
+                return self.err(PickleErrorKind::Recursive)
+            }
             _ => {
                 return self.err(PickleErrorKind::Malformed(match want {
                     NodeKind::Dict => "SETITEM on something that is not a dict",

@@ -349,7 +349,7 @@ class LiveTest(unittest.TestCase):
         for _ in range(5):
             job = self.job()
             # Left by an earlier process with this pid: a socket path and a half-made one.
-            for name in ("vramtop-%d.sock" % job.proc.pid, ".vramtop-%d.sock.new" % job.proc.pid):
+            for name in ("vramtop-%d.sock" % job.proc.pid, ".vt-%d.new" % job.proc.pid):
                 with open(os.path.join(job.dir, name), "w"):
                     pass
             job.do("import")
