@@ -5,13 +5,14 @@
 #   With a binary, the hook it ships (`vramtop hook-path`) is checked; else assets/hook.
 # Writes one log, $OUT/gpu-hook-check.log (default ./gpu-hook-out), and the results as
 # "check|verdict|detail" lines in $OUT/gpu-hook-results.txt; prints a table last.
-# env: HOOK_CHECKS  the checks to run, by name (default all): overhead oom leak two
+# env: HOOK_CHECKS  the checks to run, by name (default all): overhead ab oom leak two
 #      OVERHEAD_ROUNDS  rounds of the five overhead runs, averaged (default 1). One run took
 #                       25 to 65 s on the H100 (a cold machine's imports are slow), and
 #                       run-to-run drift of the same job there reached 22 %
 #      OVERHEAD_STEPS   training steps per overhead run (default 150, 27 ms each on the H100)
 # Checks: state totals = the job's memory_reserved()/memory_allocated(); the OOM message's
-# figures; history sites name leak_list.py's line; the hook's step-time overhead.
+# figures; history sites name leak_list.py's line; the hook's step-time overhead; history's
+# cost inside one process (ab: history_ab.py, free of the drift between processes).
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(dirname "$HERE")
@@ -32,7 +33,7 @@ say() { echo "== $*" | tee -a "$LOG"; }
 # HOOK_CHECKS picks checks by name (default all), for a short rerun of one.
 want() { [ -z "${HOOK_CHECKS:-}" ] || [[ " $HOOK_CHECKS " == *" $1 "* ]]; }
 for name in ${HOOK_CHECKS:-}; do
-  [[ " overhead oom leak two " == *" $name "* ]] || { echo "$(basename "$0"): unknown name '$name' in HOOK_CHECKS; names: overhead oom leak two" >&2; exit 2; }
+  [[ " overhead ab oom leak two " == *" $name "* ]] || { echo "$(basename "$0"): unknown name '$name' in HOOK_CHECKS; names: overhead ab oom leak two" >&2; exit 2; }
 done
 
 HOOK="$REPO/assets/hook"
@@ -99,6 +100,29 @@ for r in rows:
                 r["run"], 100.0 * shares[0], 100.0 * shares[len(shares) // 2], len(shares)))
 PY
 while IFS='|' read -r name verdict detail; do result "$name" "$verdict" "$detail"; done < "$WORK/overhead.rows"
+
+fi
+
+if want ab; then
+# 1b. History's cost inside one process (history_ab.py: blocks of steps with history off
+#     and on), free of the drift between processes, and what the hook's share makes of it.
+say "history on/off in one process (history_ab.py)"
+timeout 200 python3 "$JOBS/history_ab.py" > "$WORK/ab.json" 2>> "$LOG"
+cat "$WORK/ab.json" >> "$LOG"
+python3 - "$WORK/ab.json" "${VRAMTOP_HISTORY_RATE:-5000}" > "$WORK/ab.rows" <<'PY'
+import json, sys
+try:
+    r = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
+except Exception:
+    print("history cost in one process|FAIL|history_ab.py printed nothing (see log)"); sys.exit()
+rate = float(sys.argv[2])
+share = min(1.0, rate / r["allocs_per_s"]) if r["allocs_per_s"] else 1.0
+# Recording a share of each second costs that share of full recording's cost.
+pct = share * max(r["full_history_pct"], 0.0)
+print("history cost in one process|%s|full recording %.2f %% of %.2f ms/step (%.2f us per recorded allocation, %d allocations/s); at %d/s the hook records %.0f %% of each second: about %.2f %% (budget 5 %%)" % (
+    "ok" if pct <= 5.0 else "FAIL", r["full_history_pct"], r["off_ms"], r["cost_per_recorded_alloc_us"] or 0, r["allocs_per_s"], rate, 100 * share, pct))
+PY
+while IFS='|' read -r name verdict detail; do result "$name" "$verdict" "$detail"; done < "$WORK/ab.rows"
 
 fi
 

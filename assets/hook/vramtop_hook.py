@@ -15,6 +15,7 @@ Python 3.8+, stdlib only. Optional torch APIs are found by feature (hasattr), no
 import atexit
 import json
 import os
+import random
 import selectors
 import socket
 import stat
@@ -504,17 +505,23 @@ class HistoryDuty:
     """Records allocation stacks for a share of each period (see HISTORY_RATE).
 
     At each period's start the job's allocation rate over the last period sets the share:
-    HISTORY_RATE / rate, at least HISTORY_MIN_SHARE, at most all. A leak that allocates
-    every step is still recorded in most periods when steps are short, and in every period
-    when the job allocates slowly; what is not recorded shows as memory with no site.
+    HISTORY_RATE / rate, at least HISTORY_MIN_SHARE, at most all. The recorded window sits
+    at a random place in each period: a job whose step divides the period would otherwise
+    be recorded at the same point of its step every time, and a leak made elsewhere in the
+    step would never get a site. A leak that allocates every step is still recorded in most
+    periods when steps are short, and in every period when the job allocates slowly; what
+    is not recorded shows as memory with no site.
     """
 
-    def __init__(self, alloc):
+    def __init__(self, alloc, offset=None):
         self.alloc = alloc
+        # offset(room) -> where in [0, room] this period's window starts.
+        self.offset = offset or (lambda room: random.uniform(0.0, room))
         self.share = 1.0
         self.recording = True
         now = time.monotonic()
         self.period_start = now
+        self.window = (now, now + HISTORY_PERIOD_S)  # this period's recorded span
         self.next_switch = now + HISTORY_PERIOD_S
         self.last_count = alloc.allocation_count()
         self.broken = False
@@ -522,9 +529,16 @@ class HistoryDuty:
     def tick(self, now):
         if now < self.next_switch:  # also when broken: next_switch is then infinite
             return
-        if self.recording and now < self.period_start + HISTORY_PERIOD_S:
-            self.next_switch = self.period_start + HISTORY_PERIOD_S
-            self.switch(False)  # the share of this period is over
+        period_end = self.period_start + HISTORY_PERIOD_S
+        if now < period_end:
+            opens, closes = self.window
+            if not self.recording and opens <= now < closes:
+                self.next_switch = closes
+                self.switch(True)
+            else:
+                self.next_switch = period_end
+                if self.recording and now >= closes:
+                    self.switch(False)  # the share of this period is over
             return
         count = self.alloc.allocation_count()
         elapsed = max(now - self.period_start, 1e-3)
@@ -533,9 +547,17 @@ class HistoryDuty:
             self.share = 1.0 if rate <= HISTORY_RATE else max(HISTORY_RATE / rate, HISTORY_MIN_SHARE)
         self.last_count = count
         self.period_start = now
-        self.next_switch = now + (HISTORY_PERIOD_S * self.share if self.share < 1.0 else HISTORY_PERIOD_S)
-        if not self.recording:
-            self.switch(True)
+        span = HISTORY_PERIOD_S * self.share
+        opens = now if self.share >= 1.0 else now + self.offset(HISTORY_PERIOD_S - span)
+        self.window = (opens, opens + span)
+        if opens <= now:
+            self.next_switch = now + span
+            if not self.recording:
+                self.switch(True)
+        else:
+            self.next_switch = opens
+            if self.recording:
+                self.switch(False)
 
     def switch(self, on):
         if self.alloc.set_recording(on):

@@ -131,8 +131,9 @@ class FakeAlloc:
 
 
 class HistoryDutyTest(unittest.TestCase):
-    def duty(self, alloc):
-        duty = hook.HistoryDuty(alloc)
+    def duty(self, alloc, offset=lambda room: 0.0):
+        """A duty whose first period began at 0; each window opens `offset(room)` in."""
+        duty = hook.HistoryDuty(alloc, offset=offset)
         duty.period_start, duty.next_switch, duty.last_count = 0.0, hook.HISTORY_PERIOD_S, 0
         return duty
 
@@ -165,6 +166,30 @@ class HistoryDutyTest(unittest.TestCase):
         duty.tick(2.2)
         duty.tick(3.0)
         self.assertEqual(duty.share, hook.HISTORY_MIN_SHARE)
+
+    def test_the_recorded_window_can_sit_anywhere_in_the_period(self):
+        # A step that divides the period must not be seen at the same point every time.
+        alloc = FakeAlloc()
+        duty = self.duty(alloc, offset=lambda room: room / 2)
+        alloc.count += int(hook.HISTORY_RATE * 5)
+        duty.tick(1.0)  # share 0.2: the window is [1.4, 1.6)
+        self.assertEqual(alloc.switches, [False])
+        self.assertAlmostEqual(duty.next_switch, 1.4)
+        duty.tick(1.4)
+        self.assertEqual(alloc.switches, [False, True])
+        self.assertAlmostEqual(duty.next_switch, 1.6)
+        duty.tick(1.6)
+        self.assertEqual(alloc.switches, [False, True, False])
+        self.assertAlmostEqual(duty.next_switch, 2.0)
+        # At most two switches a period: one that opens at the period's start needs one.
+        alloc.count += int(hook.HISTORY_RATE * 5)
+        duty.offset = lambda room: 0.0
+        duty.tick(2.0)
+        self.assertEqual(alloc.switches, [False, True, False, True])
+        # The default places it at random, inside the room the share leaves.
+        starts = [hook.HistoryDuty(FakeAlloc()).offset(0.8) for _ in range(200)]
+        self.assertTrue(all(0.0 <= x <= 0.8 for x in starts))
+        self.assertGreater(max(starts) - min(starts), 0.4)
 
     def test_a_torch_that_refuses_the_switch_is_left_recording(self):
         alloc = FakeAlloc(refuse=True)
