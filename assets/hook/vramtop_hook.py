@@ -15,7 +15,6 @@ Python 3.8+, stdlib only. Optional torch APIs are found by feature (hasattr), no
 import atexit
 import json
 import os
-import random
 import selectors
 import socket
 import stat
@@ -515,8 +514,13 @@ class HistoryDuty:
 
     def __init__(self, alloc, offset=None):
         self.alloc = alloc
-        # offset(room) -> where in [0, room] this period's window starts.
-        self.offset = offset or (lambda room: random.uniform(0.0, room))
+        # offset(room) -> where in [0, room] this period's window starts. From a generator
+        # of our own: drawing from `random`'s shared one would change the job's own random
+        # numbers (a seeded training run would no longer repeat).
+        import random  # here, not at the top: every Python process of the job imports us
+
+        rng = random.Random()
+        self.offset = offset or (lambda room: rng.uniform(0.0, room))
         self.share = 1.0
         self.recording = True
         now = time.monotonic()

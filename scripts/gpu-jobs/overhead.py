@@ -8,8 +8,9 @@ a viewer, that the viewer's last state equals the job's own final memory_reserve
 memory_allocated.
 
 With --rounds N the five runs are made N times, each round in a rotated order, and each
-configuration's figure is the mean of its rounds: GPU clocks drift between runs by several
-per cent (8.7 % between the two no-hook runs once), more than the 1 % to be told apart.
+configuration's figure is the mean of its rounds: the same job drifts between processes
+by 5 to 22 % on the H100, more than the 1 % to be told apart (history_ab.py measures
+history's cost inside one process instead).
 A first no-hook run is made before the rounds and not counted (the cold machine's first
 process runs slower), and the comparison lists every run's mean, so drift can be seen.
 
