@@ -13,7 +13,8 @@ import json
 import time
 
 import torch
-from transformers import GPT2Config, GPT2LMHeadModel
+
+from train_gpt2 import build, train_step  # the overhead check's own loop, beside this file
 
 
 def main():
@@ -23,9 +24,7 @@ def main():
     parser.add_argument("--budget-pct", type=float, default=5.0)
     args = parser.parse_args()
     torch.manual_seed(0)
-    config = GPT2Config(n_layer=8, n_embd=768, n_head=12, n_positions=1024)
-    model = GPT2LMHeadModel(config).cuda()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    config, model, optimizer = build(8)
     ids = torch.randint(0, config.vocab_size, (8, 384), device="cuda")
     record = torch.cuda.memory._record_memory_history
 
@@ -33,15 +32,7 @@ def main():
         return torch.cuda.memory_stats().get("allocation.all.allocated", 0)
 
     def step():
-        torch.cuda.synchronize()
-        started = time.perf_counter()
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = model(input_ids=ids, labels=ids).loss
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        torch.cuda.synchronize()
-        return time.perf_counter() - started
+        return train_step(model, optimizer, ids)[1]
 
     for _ in range(20):  # warm-up: kernels, the allocator's pools
         step()

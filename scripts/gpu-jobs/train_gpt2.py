@@ -18,6 +18,27 @@ import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
 
+def build(layers):
+    """GPT-2 with random weights on the GPU, and its AdamW: (config, model, optimizer)."""
+    config = GPT2Config(n_layer=layers, n_embd=768, n_head=12, n_positions=1024)
+    model = GPT2LMHeadModel(config).cuda()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    return config, model, optimizer
+
+
+def train_step(model, optimizer, ids):
+    """One step, timed between two synchronizes: (loss, seconds)."""
+    torch.cuda.synchronize()
+    started = time.perf_counter()
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        loss = model(input_ids=ids, labels=ids).loss
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    torch.cuda.synchronize()
+    return loss, time.perf_counter() - started
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=100)
@@ -27,21 +48,11 @@ def main():
     args = parser.parse_args()
     torch.manual_seed(0)
     lengths = random.Random(0)
-    config = GPT2Config(n_layer=args.layers, n_embd=768, n_head=12, n_positions=1024)
-    model = GPT2LMHeadModel(config).cuda()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    config, model, optimizer = build(args.layers)
     for step in range(args.steps):
         seq = lengths.choice([128, 256, 384, 512])
         ids = torch.randint(0, config.vocab_size, (args.batch, seq), device="cuda")
-        torch.cuda.synchronize()
-        started = time.perf_counter()
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = model(input_ids=ids, labels=ids).loss
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        torch.cuda.synchronize()
-        step_s = time.perf_counter() - started
+        loss, step_s = train_step(model, optimizer, ids)
         print(json.dumps({
             "step": step, "seq": seq, "step_s": step_s, "loss": float(loss),
             "reserved": torch.cuda.memory_reserved(), "allocated": torch.cuda.memory_allocated(),
