@@ -169,7 +169,8 @@ result "bench render 200x60" info "$(cat "$WORK/bench-render.txt")"
 # 9. The job hook inside real PyTorch jobs (python only; scripts/gpu-hook-check.sh).
 say "job hook (gpu-hook-check.sh)"
 mkdir -p "$WORK/hook"
-OUT="$WORK/hook" timeout 420 "$HERE/gpu-hook-check.sh" "$BIN" > /dev/null 2>&1
+# Six overhead runs of 25 to 65 s each, history_ab.py, then the OOM, leak and two-process jobs.
+OUT="$WORK/hook" timeout 900 "$HERE/gpu-hook-check.sh" "$BIN" > /dev/null 2>&1
 cat "$WORK/hook/gpu-hook-check.log" >> "$LOG" 2>/dev/null
 if [ -s "$WORK/hook/gpu-hook-results.txt" ]; then
   while IFS='|' read -r name verdict detail; do result "hook: $name" "$verdict" "$detail"; done < "$WORK/hook/gpu-hook-results.txt"
