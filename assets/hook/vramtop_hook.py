@@ -49,12 +49,12 @@ def _env_float(name, default):
 
 STALL_S = _env_float("VRAMTOP_HOOK_STALL_S", 10.0)
 # History's price is PyTorch's: every allocation it records gathers the job's Python stack.
-# On the H100 a GPT-2 training step (transformers, 8 layers) made 959 allocations in 30 ms
-# and recording them all cost 13.6 % of the step: about 4.2 us each. To keep the job within
-# 5 %, the hook records allocations for a share of each HISTORY_PERIOD_S, chosen each
-# period so that at most HISTORY_RATE allocations per second are recorded (5,000: about
-# 2 % at that price). A job that allocates less (where a leak is easiest to miss in the
-# noise) is recorded whole.
+# On the H100 a GPT-2 training step (transformers, 8 layers) makes 958 allocations in 28 ms,
+# and recording them all cost it 4.3 to 8.8 % (1.2 to 2.6 us each; history_ab.py, in one
+# process). To keep the job well within 5 %, the hook records allocations for a share of
+# each HISTORY_PERIOD_S, chosen each period so that at most HISTORY_RATE allocations per
+# second are recorded (5,000: 19 % of that job's second, 1 to 2 % of its time). A job that
+# allocates less (where a leak is easiest to miss in the noise) is recorded whole.
 HISTORY_PERIOD_S = 1.0
 HISTORY_RATE = _env_float("VRAMTOP_HISTORY_RATE", 5000.0)
 HISTORY_MIN_SHARE = 0.02

@@ -68,18 +68,19 @@ pub struct JobSocket {
 
 /// The pid a socket name stands for: `vramtop-<pid>.sock`.
 pub fn pid_of_socket(name: &str) -> Option<u32> {
-    name.strip_prefix("vramtop-")?
-        .strip_suffix(".sock")?
-        .parse()
-        .ok()
-        .filter(|&pid| pid > 0)
+    pid_between(name, "vramtop-", ".sock")
 }
 
 /// The pid of a socket the hook has bound but not yet renamed into place: `.vt-<pid>.new`
 /// (the hook's `listen`). One is left behind when its job dies in between.
 fn pid_of_unready_socket(name: &str) -> Option<u32> {
-    name.strip_prefix(".vt-")?
-        .strip_suffix(".new")?
+    pid_between(name, ".vt-", ".new")
+}
+
+/// The positive pid written between `prefix` and `suffix` in `name`.
+fn pid_between(name: &str, prefix: &str, suffix: &str) -> Option<u32> {
+    name.strip_prefix(prefix)?
+        .strip_suffix(suffix)?
         .parse()
         .ok()
         .filter(|&pid| pid > 0)
