@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Builds fuzz/corpus/TARGET for each TARGET given (default: all) from the small seeds kept
 # in fuzz/seeds/, the scenario and story files in assets/, and the real PyTorch traces in
-# ../shared/traces (or $VRAMTOP_TRACES) when present. Existing corpus files are kept, so
-# a longer run goes on from what earlier runs found.
+# tests/fixtures (or $VRAMTOP_TRACES, e.g. a folder of GPU-made traces) when present.
+# Existing corpus files are kept, so a longer run goes on from what earlier runs found.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-TRACES=${VRAMTOP_TRACES:-../shared/traces}
+TRACES=${VRAMTOP_TRACES:-tests/fixtures}
 TARGETS=("$@")
 [ ${#TARGETS[@]} -gt 0 ] || TARGETS=(pickle pytorch rmm record scenario story remote)
 for t in "${TARGETS[@]}"; do

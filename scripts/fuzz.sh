@@ -16,7 +16,7 @@
 #
 # Needs `cargo +nightly` and cargo-fuzz (`cargo install cargo-fuzz --locked`).
 # The corpus lives in fuzz/corpus/TARGET (git-ignored), seeded from fuzz/seeds/TARGET,
-# assets/ and the real traces in ../shared/traces when that folder exists. A crash leaves
+# assets/ and the real traces in tests/fixtures (or $VRAMTOP_TRACES). A crash leaves
 # its input in fuzz/artifacts/TARGET/ and makes this script exit 1; keep each one as a
 # regression test under tests/ (beside tests/reader_limits.rs).
 set -uo pipefail

@@ -60,6 +60,7 @@ pub fn render(
             ops_per_s: 200.0,
             done: false,
             recording: None,
+            tour: None,
         });
     }
     let mut terminal = Terminal::new(TestBackend::new(width, height))?;

@@ -22,7 +22,7 @@ pub const MAX_INTERVAL_S: f64 = 3600.0;
     after_long_help = "Files:\n  \
         $XDG_CONFIG_HOME/vramtop/config.toml (else ~/.config/vramtop/config.toml), or the \
         file named by --config or VRAMTOP_CONFIG: settings (interval, sort, policy, \
-        backing, probe_limit, theme). Flags beat VRAMTOP_* variables, which beat the file, \
+        backing, probe_limit, theme, columns, tour). Flags beat VRAMTOP_* variables, which beat the file, \
         which beats the defaults. F12 in the live view saves the current settings there.\n\n\
         Shell completions: vramtop completions bash|zsh|fish|elvish|powershell. \
         This manual: vramtop man."
@@ -110,6 +110,11 @@ pub struct LiveArgs {
     /// Run a probe workload in the background and show its block map
     #[arg(long, value_name = "SCENARIO")]
     pub probe: Option<String>,
+
+    /// On the simulated device, do not play the built-in scenarios one after another
+    /// (the tour; settings key `tour = false`). A real GPU never plays it
+    #[arg(long)]
+    pub no_tour: bool,
 
     /// Run the probe through two or more policies side by side, e.g. caching,expandable
     #[arg(long, value_name = "POLICY,POLICY", value_delimiter = ',', value_parser = parse_policy, requires = "probe")]

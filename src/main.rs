@@ -5,7 +5,7 @@ use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use color_eyre::eyre::{Result, WrapErr};
+use color_eyre::eyre::{eyre, Result, WrapErr};
 
 use vramtop::alloc::PolicyKind;
 use vramtop::app::replayer::{self, ReplayArgs};
@@ -18,6 +18,7 @@ use vramtop::config::{ConfigFile, Saver};
 use vramtop::export::auth::BearerToken;
 use vramtop::probe::live::LiveProbe;
 use vramtop::probe::record::Recorder;
+use vramtop::probe::tour::Tour;
 use vramtop::probe::{setup, Scenario};
 use vramtop::telemetry::nvml::NvmlOptions;
 use vramtop::telemetry::open::{open, open_with};
@@ -425,6 +426,19 @@ fn live(args: cli::LiveArgs, config: ConfigFile) -> Result<ExitCode> {
             }
         }
     };
+    // With no GPU the first screen would be empty charts: the simulated device plays the
+    // built-in scenarios instead, on bookkeeping memory. A real GPU never gets a probe
+    // that was not asked for.
+    let tour = if opened.simulated
+        && probe_set.is_none()
+        && !args.no_tour
+        && config.from_file.tour != Some(false)
+    {
+        let tour = Tour::new(args.probe_opts.policy, args.seed);
+        Some(tour.map_err(|e| eyre!("the simulated device's tour: {e}"))?)
+    } else {
+        None
+    };
     let poller = Poller::spawn(opened.source, Duration::from_secs_f64(args.interval))?;
     let mut app = App::new(args.interval);
     app.notice = probe_notice
@@ -450,8 +464,16 @@ fn live(args: cli::LiveArgs, config: ConfigFile) -> Result<ExitCode> {
     let attacher = Attacher::spawn(socket_dir(), Duration::from_secs_f64(args.interval))?;
     let mut terminal = ratatui::try_init().wrap_err("cannot take over the terminal")?;
     let result = rt.block_on(async {
-        let probe =
-            probe_set.map(|set| LiveProbe::spawn(set.probes, Some(workload), ops_per_s, recorder));
+        let probe = match (probe_set, tour) {
+            (Some(set), _) => Some(LiveProbe::spawn(
+                set.probes,
+                Some(workload),
+                ops_per_s,
+                recorder,
+            )),
+            (None, Some(tour)) => Some(LiveProbe::spawn_tour(tour, Some(workload), ops_per_s)),
+            (None, None) => None,
+        };
         let sources = Sources {
             poller,
             probe,

@@ -21,11 +21,11 @@ const PROBE_CAPACITY: u64 = 1 << 30;
 fn linear_leak() -> Trace {
     let path = concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../shared/traces/linear_leak.pickle.gz"
+        "/tests/fixtures/linear_leak.pickle.gz"
     );
     assert!(
         Path::new(path).exists(),
-        "{path} is missing: these tests need the shared traces next to the crate"
+        "{path} is missing: these tests read the real traces in tests/fixtures"
     );
     match trace::load(Path::new(path)) {
         Ok(t) => t,
@@ -384,7 +384,7 @@ fn process_watch_follows_snapshots() {
 fn resnet_training_with_random_batches_has_no_suspect() {
     let path = concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../shared/traces/resnet50_varbatch_train.pickle.gz"
+        "/tests/fixtures/resnet50_varbatch_train.pickle.gz"
     );
     let trace = trace::load(Path::new(path)).unwrap_or_else(|e| panic!("{e}"));
     for windows in [10, 20, 40] {

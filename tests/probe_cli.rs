@@ -98,7 +98,7 @@ fn no_cuda_here_is_a_clear_error() {
 fn replay_leaks_points_at_the_kept_output() {
     let trace = concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../shared/traces/linear_leak.pickle.gz"
+        "/tests/fixtures/linear_leak.pickle.gz"
     );
     let out = vramtop()
         .args(["replay", trace, "--leaks", "--json"])
@@ -115,7 +115,7 @@ fn replay_leaks_points_at_the_kept_output() {
     assert!(list[0]["growth_bytes_per_window"].as_u64().unwrap_or(0) > 0);
     let resnet = concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../shared/traces/resnet50_varbatch_train.pickle.gz"
+        "/tests/fixtures/resnet50_varbatch_train.pickle.gz"
     );
     vramtop()
         .args(["replay", resnet, "--leaks", "--json"])

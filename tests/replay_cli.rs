@@ -13,7 +13,7 @@ use support::{block, pickle, segment, small_snapshot, snapshot, P};
 
 const LEAK: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
-    "/../shared/traces/linear_leak.pickle.gz"
+    "/tests/fixtures/linear_leak.pickle.gz"
 );
 
 fn vramtop() -> Command {

@@ -1,4 +1,4 @@
-//! Replays of the two real PyTorch snapshots in ../shared/traces (see its README)
+//! Replays of the two real PyTorch snapshots in tests/fixtures (see its README)
 //! through vramtop's policies: fidelity of `caching` to what PyTorch reserved, and the
 //! trace-only live peak the README quotes.
 
@@ -16,15 +16,15 @@ const PYTORCH_RESERVED_MIB: f64 = 3940.0;
 fn traces_dir() -> PathBuf {
     std::env::var_os("VRAMTOP_TRACES")
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/traces")))
+        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures")))
 }
 
 fn real(name: &str) -> Trace {
     let path = traces_dir().join(name);
     assert!(
         path.exists(),
-        "real trace {} is missing: these tests need the shared traces next to the crate \
-         (../shared/traces); do not skip them",
+        "real trace {} is missing: these tests read the real traces in tests/fixtures \
+         (see its README); do not skip them",
         path.display()
     );
     trace::load(&path).unwrap_or_else(|e| panic!("{e}"))

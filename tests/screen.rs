@@ -172,6 +172,7 @@ fn finished_probe_view(policies: &[vramtop::alloc::PolicyKind]) -> vramtop::prob
         ops_per_s: 200.0,
         done: true,
         recording: None,
+        tour: None,
     }
 }
 

@@ -35,7 +35,7 @@ fn leak() -> &'static [u8] {
     BYTES.get_or_init(|| {
         let path = concat!(
             env!("CARGO_MANIFEST_DIR"),
-            "/../shared/traces/linear_leak.pickle.gz"
+            "/tests/fixtures/linear_leak.pickle.gz"
         );
         let file = std::fs::File::open(path)
             .unwrap_or_else(|e| panic!("real trace {path} is missing ({e}); do not skip"));

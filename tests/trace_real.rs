@@ -1,4 +1,4 @@
-//! The trace readers on the two real PyTorch snapshots in ../shared/traces (see its
+//! The trace readers on the two real PyTorch snapshots in tests/fixtures (see its
 //! README). Expected numbers were computed once with python3:
 //!
 //! ```text
@@ -19,11 +19,11 @@ use vramtop::trace::{self, Trace, TraceEventKind, TraceFormat};
 const MIB: f64 = 1024.0 * 1024.0;
 
 fn real(name: &str) -> Trace {
-    let path = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/traces")).join(name);
+    let path = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures")).join(name);
     assert!(
         path.exists(),
-        "real trace {} is missing: these tests need the shared traces next to the crate \
-         (../shared/traces); do not skip them",
+        "real trace {} is missing: these tests read the real traces in tests/fixtures \
+         (see its README); do not skip them",
         path.display()
     );
     match trace::load(&path) {
@@ -153,7 +153,7 @@ fn leak_trace_survives_the_recording_format() {
 fn resnet_load_time() {
     let dir = std::env::var_os("VRAMTOP_TRACES")
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/traces")));
+        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures")));
     let path = dir.join("resnet50_varbatch_train.pickle.gz");
     let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let opts = trace::LoadOptions::default();

@@ -29,6 +29,8 @@ pub struct Settings {
     pub probe_limit: Option<u64>,
     /// Columns the process table shows (by their sort names), when narrower than all.
     pub columns: Option<Vec<SortKey>>,
+    /// Whether the simulated device plays the built-in scenarios when no probe is asked for.
+    pub tour: Option<bool>,
 }
 
 /// The file as written: plain strings and numbers, checked field by field after parsing
@@ -43,6 +45,7 @@ struct RawSettings {
     backing: Option<Spanned<String>>,
     probe_limit: Option<Spanned<SizeValue>>,
     columns: Option<Spanned<Vec<String>>>,
+    tour: Option<bool>,
 }
 
 /// `probe_limit = "512MiB"` or `probe_limit = 536870912`.
@@ -131,7 +134,10 @@ pub fn parse(text: &str) -> Result<Settings, FileError> {
             message,
         }
     })?;
-    let mut settings = Settings::default();
+    let mut settings = Settings {
+        tour: raw.tour,
+        ..Settings::default()
+    };
     if let Some(v) = &raw.interval {
         let checked = crate::cli::parse_interval(&v.get_ref().to_string());
         settings.interval = Some(checked.map_err(|e| field_error(text, "interval", v, e))?);
@@ -212,6 +218,8 @@ struct SavedSettings {
     probe_limit: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     columns: Option<Vec<&'static str>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tour: Option<bool>,
 }
 
 fn value_name(value: impl clap::ValueEnum) -> Option<String> {
@@ -231,6 +239,7 @@ pub fn render(settings: &Settings) -> Result<String, String> {
             .columns
             .as_ref()
             .map(|c| c.iter().map(|k| k.name()).collect()),
+        tour: settings.tour,
     };
     let body = toml::to_string(&saved).map_err(|e| format!("could not write settings: {e}"))?;
     Ok(format!(
@@ -318,6 +327,7 @@ mod tests {
                 Some("columns"),
                 "no column 'nope'",
             ),
+            ("\ntour = \"no\"\n", 2, Some("tour"), "invalid type"),
         ];
         for (text, line, field, says) in cases {
             let e = parse(text).unwrap_err();
@@ -340,8 +350,10 @@ mod tests {
             backing: Some(BackingChoice::Bookkeeping),
             probe_limit: Some(1 << 30),
             columns: Some(vec![SortKey::Pid, SortKey::Memory, SortKey::Command]),
+            tour: Some(false),
         };
         let text = render(&settings).unwrap();
+        assert!(text.contains("tour = false"), "{text}");
         assert_eq!(parse(&text).unwrap(), settings, "{text}");
         assert_eq!(
             parse(&render(&Settings::default()).unwrap()).unwrap(),

@@ -103,6 +103,7 @@ impl Saver {
             backing: Some(o.backing),
             probe_limit: o.probe_limit,
             columns: config.from_file.columns.clone(),
+            tour: config.from_file.tour,
         };
         Saver { config, base }
     }

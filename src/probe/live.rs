@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::record::Recorder;
 use super::runner::{Probe, ProbeReport};
+use super::tour::{Tour, TourStep};
 use crate::alloc::{Layout, LiveBlock, Stats};
 use crate::leaks::{
     usage_samples, Baseline, BlockRecord, DetectorConfig, LeakDetector, SiteDiff, SiteTrend,
@@ -115,6 +116,8 @@ pub struct ProbeView {
     pub paused: bool,
     pub ops_per_s: f64,
     pub done: bool,
+    /// Where the simulated device's tour is, when the probe is the tour's.
+    pub tour: Option<TourStep>,
 }
 
 pub struct LiveProbe {
@@ -133,6 +136,23 @@ impl LiveProbe {
         ops_per_s: f64,
         recorder: Option<(Recorder, String)>,
     ) -> LiveProbe {
+        Self::spawn_task(probes, None, gauge, ops_per_s, recorder)
+    }
+
+    /// Start the simulated device's tour: its stories one after another, each held on
+    /// screen for the tour's hold once it is done.
+    pub fn spawn_tour(tour: Tour, gauge: Option<WorkloadGauge>, ops_per_s: f64) -> LiveProbe {
+        let first = tour.probe();
+        Self::spawn_task(vec![first], Some(tour), gauge, ops_per_s, None)
+    }
+
+    fn spawn_task(
+        probes: Vec<Probe>,
+        tour: Option<Tour>,
+        gauge: Option<WorkloadGauge>,
+        ops_per_s: f64,
+        recorder: Option<(Recorder, String)>,
+    ) -> LiveProbe {
         let initial = Control {
             paused: false,
             ops_per_s: ops_per_s.clamp(MIN_OPS_PER_S, MAX_OPS_PER_S),
@@ -142,14 +162,13 @@ impl LiveProbe {
         let (control_tx, control_rx) = watch::channel(initial);
         let (view_tx, view_rx) = watch::channel(Arc::new(ProbeView::default()));
         let cancel = CancellationToken::new();
-        tokio::spawn(run(
+        let task = Task {
             probes,
+            tour,
             gauge,
             recorder,
-            control_rx,
-            view_tx,
-            cancel.clone(),
-        ));
+        };
+        tokio::spawn(run(task, control_rx, view_tx, cancel.clone()));
         LiveProbe {
             control: control_tx,
             views: view_rx,
@@ -189,16 +208,32 @@ impl Drop for LiveProbe {
     }
 }
 
-async fn run(
-    mut probes: Vec<Probe>,
+/// What the runner task steps: the probes, and the tour that replaces them when they are
+/// done, if they are the tour's.
+struct Task {
+    probes: Vec<Probe>,
+    tour: Option<Tour>,
     gauge: Option<WorkloadGauge>,
-    mut recorder: Option<(Recorder, String)>,
+    recorder: Option<(Recorder, String)>,
+}
+
+async fn run(
+    task: Task,
     mut control: watch::Receiver<Control>,
     views: watch::Sender<Arc<ProbeView>>,
     cancel: CancellationToken,
 ) {
+    let Task {
+        mut probes,
+        mut tour,
+        gauge,
+        mut recorder,
+    } = task;
     let mut histories: Vec<Vec<u64>> = vec![Vec::new(); probes.len()];
     let mut watches: Vec<LeakWatch> = probes.iter().map(|_| LeakWatch::new()).collect();
+    // When the tour's story finished: it is held on screen for the tour's hold from then.
+    let mut done_at: Option<tokio::time::Instant> = None;
+    let mut tour_shown: Option<TourStep> = None;
     let mut marks_seen = control.borrow().mark_presses;
     let mut credit = 0.0f64;
     let mut steps_done = control.borrow().steps_requested;
@@ -217,6 +252,24 @@ async fn run(
             },
         }
         let c = *control.borrow();
+        if let Some(t) = tour.as_mut() {
+            // A paused tour stays on its story, however long its hold has run.
+            if probes.iter().all(Probe::is_done) && !c.paused {
+                let since = *done_at.get_or_insert_with(tokio::time::Instant::now);
+                if since.elapsed() >= t.hold() {
+                    probes = vec![t.advance()];
+                    histories = vec![Vec::new()];
+                    watches = vec![LeakWatch::new()];
+                    done_at = None;
+                }
+            }
+            // The countdown in the title moves once a second: publish only then.
+            let step = t.step(done_at.map(|d| t.hold().saturating_sub(d.elapsed())));
+            if tour_shown != Some(step) {
+                tour_shown = Some(step);
+                publish = true;
+            }
+        }
         if c.mark_presses != marks_seen {
             marks_seen = c.mark_presses;
             for (w, p) in watches.iter_mut().zip(&probes) {
@@ -269,6 +322,7 @@ async fn run(
         if progressed || publish {
             let mut view = snapshot(&probes, &mut histories, &watches, c);
             view.recording = recording;
+            view.tour = tour_shown;
             if let (Some(g), Some(first)) = (&gauge, view.policies.first()) {
                 g.set(first.stats.reserved_bytes);
             }
@@ -313,5 +367,6 @@ fn snapshot(
         ops_per_s: control.ops_per_s,
         done: probes.iter().all(Probe::is_done),
         recording: None,
+        tour: None,
     }
 }

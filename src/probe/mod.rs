@@ -8,6 +8,7 @@ pub mod record;
 pub mod runner;
 pub mod scenario;
 pub mod setup;
+pub mod tour;
 
 pub use runner::{Probe, ProbeReport};
 pub use scenario::Scenario;

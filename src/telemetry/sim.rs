@@ -14,7 +14,7 @@ use crate::rng::Rng;
 
 pub const SIM_NAME: &str = "simulated H100 80GB";
 pub const SIM_SOURCE: &str = "simulated (no NVIDIA driver found)";
-/// Figures of an idle H100 80GB HBM3 (../shared/traces/h100-nvidia-smi-q.xml).
+/// Figures of an idle H100 80GB HBM3 (tests/fixtures/h100-nvidia-smi-q.xml).
 const TOTAL_BYTES: u64 = 81_559 << 20;
 const RESERVED_BYTES: u64 = 480 << 20;
 /// What a CUDA context costs on an H100 before any allocation: shown only while a

@@ -100,6 +100,19 @@ fn title(view: &ProbeView, first: &PolicyView) -> Line<'static> {
         .iter()
         .map(|p| p.report.policy.as_str())
         .collect();
+    // The tour plays only on the simulated device, on bookkeeping memory: say so.
+    let tour = view
+        .tour
+        .map(|t| {
+            let next = t
+                .next_in_s
+                .map_or_else(String::new, |s| format!(" · next in {s} s"));
+            Span::styled(
+                format!(" tour {}/{}{next} (--no-tour) ", t.number, t.count),
+                Style::new().black().on_cyan(),
+            )
+        })
+        .unwrap_or_default();
     let recording = view
         .recording
         .as_ref()
@@ -116,6 +129,7 @@ fn title(view: &ProbeView, first: &PolicyView) -> Line<'static> {
             Style::new().bold(),
         ),
         state,
+        tour,
         recording,
     ])
 }
