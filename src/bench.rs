@@ -6,8 +6,8 @@ use ratatui::backend::TestBackend;
 use ratatui::Terminal;
 
 use crate::app::App;
-use crate::telemetry::sim::{SimSource, WorkloadGauge};
-use crate::telemetry::TelemetrySource;
+use vramtop_telemetry::sim::{SimSource, WorkloadGauge};
+use vramtop_telemetry::TelemetrySource;
 
 #[derive(Debug, serde::Serialize)]
 pub struct RenderFigures {
@@ -93,7 +93,7 @@ pub struct ReplayFigures {
     pub load_s: f64,
     pub rss_after_load_bytes: Option<u64>,
     pub replay_s: f64,
-    pub policies: Vec<crate::alloc::PolicyKind>,
+    pub policies: Vec<vramtop_alloc::PolicyKind>,
     /// Events per second of the replay, over all policies together: events x policies /
     /// replay time.
     pub events_per_s: f64,
@@ -102,7 +102,7 @@ pub struct ReplayFigures {
 
 impl ReplayFigures {
     pub fn table(&self) -> String {
-        use crate::trace::replay::report::thousands;
+        use vramtop_trace::replay::report::thousands;
         let mib = |b: Option<u64>| b.map_or("N/A".to_string(), |b| format!("{} MiB", b >> 20));
         format!(
             "{}: {} events\nload {:.2} s (peak RSS {})\nreplay through {} policies {:.2} s \
@@ -123,14 +123,14 @@ impl ReplayFigures {
 /// Loads `path` and replays it through `policies`; the error is one line.
 pub fn replay(
     path: &std::path::Path,
-    policies: &[crate::alloc::PolicyKind],
+    policies: &[vramtop_alloc::PolicyKind],
 ) -> Result<ReplayFigures, String> {
-    use crate::trace::replay;
+    use vramtop_trace::replay;
     let start = std::time::Instant::now();
-    let trace = crate::trace::load(path).map_err(|e| e.to_string())?;
+    let trace = vramtop_trace::load(path).map_err(|e| e.to_string())?;
     let load_s = start.elapsed().as_secs_f64();
     let rss_after_load_bytes = peak_rss_bytes();
-    let opts = replay::plan_capacity(&trace, None, &crate::trace::ooms::trace_ooms(&trace));
+    let opts = replay::plan_capacity(&trace, None, &vramtop_trace::ooms::trace_ooms(&trace));
     let start = std::time::Instant::now();
     replay::report(&trace, policies, opts).map_err(|e| format!("{}: {e}", path.display()))?;
     let replay_s = start.elapsed().as_secs_f64();

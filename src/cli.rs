@@ -3,9 +3,12 @@
 //! `Defaulted` tells it what it may fill); every bad value gets one line that names the
 //! flag and the accepted range.
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
+use clap::{Args, Parser, Subcommand};
+use vramtop_alloc::backing::BackingChoice;
+use vramtop_telemetry::DeviceChoice;
 
-use crate::alloc::PolicyKind;
+use vramtop_alloc::PolicyKind;
 
 pub const MIN_INTERVAL_S: f64 = 0.05;
 pub const MAX_INTERVAL_S: f64 = 3600.0;
@@ -86,7 +89,7 @@ pub struct LiveArgs {
     pub seed: u64,
 
     /// Where telemetry comes from
-    #[arg(long, value_enum, default_value = "auto", env = "VRAMTOP_DEVICE")]
+    #[arg(long, value_parser = device_parser(), default_value = "auto", env = "VRAMTOP_DEVICE")]
     pub device: DeviceChoice,
 
     /// Print one snapshot and exit
@@ -146,7 +149,7 @@ pub struct ProbeOptions {
     pub policy: PolicyKind,
 
     /// Where probe memory comes from: auto (cuda when libcuda loads, else host)
-    #[arg(long, value_enum, default_value = "auto", env = "VRAMTOP_BACKING")]
+    #[arg(long, value_parser = backing_parser(), default_value = "auto", env = "VRAMTOP_BACKING")]
     pub backing: BackingChoice,
 
     /// Most memory a probe may hold, e.g. 512MiB or 4GiB (default 512 MiB, the size the
@@ -164,26 +167,30 @@ pub struct ProbeOptions {
     pub ops_per_s: f64,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum BackingChoice {
-    /// The GPU through CUDA when libcuda loads, else host memory
-    Auto,
-    /// Real host memory
-    Host,
-    /// Real device memory through CUDA (cuMemAlloc, or cuMemCreate pages for expandable)
-    Cuda,
-    /// Address ranges only, no memory behind them (fastest; nothing to verify)
-    Bookkeeping,
+/// `--backing`'s values, with the help each shows; they parse into `BackingChoice`.
+fn backing_parser() -> impl clap::builder::TypedValueParser<Value = BackingChoice> {
+    PossibleValuesParser::new([
+        PossibleValue::new("auto")
+            .help("The GPU through CUDA when libcuda loads, else host memory"),
+        PossibleValue::new("host").help("Real host memory"),
+        PossibleValue::new("cuda").help(
+            "Real device memory through CUDA (cuMemAlloc, or cuMemCreate pages for expandable)",
+        ),
+        PossibleValue::new("bookkeeping")
+            .help("Address ranges only, no memory behind them (fastest; nothing to verify)"),
+    ])
+    .try_map(|name| name.parse::<BackingChoice>())
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum DeviceChoice {
-    /// NVML when libnvidia-ml.so.1 loads, else the simulated device
-    Auto,
-    /// NVML only: exit 1 when it cannot be loaded
-    Nvml,
-    /// The simulated device, labelled as such
-    Sim,
+/// `--device`'s values, with the help each shows; they parse into `DeviceChoice`.
+fn device_parser() -> impl clap::builder::TypedValueParser<Value = DeviceChoice> {
+    PossibleValuesParser::new([
+        PossibleValue::new("auto")
+            .help("NVML when libnvidia-ml.so.1 loads, else the simulated device"),
+        PossibleValue::new("nvml").help("NVML only: exit 1 when it cannot be loaded"),
+        PossibleValue::new("sim").help("The simulated device, labelled as such"),
+    ])
+    .try_map(|name| name.parse::<DeviceChoice>())
 }
 
 #[derive(Debug, Subcommand)]
@@ -394,7 +401,7 @@ pub struct ServeArgs {
     pub seed: u64,
 
     /// Where telemetry comes from
-    #[arg(long, value_enum, default_value = "auto", env = "VRAMTOP_DEVICE")]
+    #[arg(long, value_parser = device_parser(), default_value = "auto", env = "VRAMTOP_DEVICE")]
     pub device: DeviceChoice,
 
     /// Run a probe workload in the background and export its allocator metrics

@@ -9,19 +9,20 @@ use color_eyre::eyre::{eyre, Result, WrapErr};
 
 use vramtop::alloc::PolicyKind;
 use vramtop::app::replayer::{self, ReplayArgs};
-use vramtop::app::runtime::{self, Poller, Sources};
+use vramtop::app::runtime::{self, Sources};
 use vramtop::app::viewer;
 use vramtop::app::App;
 use vramtop::attach::Attacher;
 use vramtop::cli::{self, BenchCommand, Cli, Command};
 use vramtop::config::{ConfigFile, Saver};
-use vramtop::export::auth::BearerToken;
 use vramtop::probe::live::LiveProbe;
 use vramtop::probe::record::Recorder;
 use vramtop::probe::tour::Tour;
 use vramtop::probe::{setup, Scenario};
+use vramtop::telemetry::auth::BearerToken;
 use vramtop::telemetry::nvml::NvmlOptions;
 use vramtop::telemetry::open::{open, open_with};
+use vramtop::telemetry::poller::Poller;
 use vramtop::telemetry::sim::WorkloadGauge;
 use vramtop::telemetry::timing::Laps;
 

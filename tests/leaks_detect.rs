@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use vramtop::alloc::PolicyKind;
-use vramtop::cli::BackingChoice;
+use vramtop::backing::BackingChoice;
 use vramtop::leaks::{
     suspects_in_trace, usage_samples, Baseline, BlockRecord, DetectorConfig, LeakDetector,
     ProcessTrend, ProcessWatch, SiteDiff, Suspect, TraceLeakConfig, TrendConfig, UnattributedTrend,

@@ -4,8 +4,8 @@
 use std::sync::Arc;
 
 use vramtop::alloc::{AllocConfig, Allocator, Event, PolicyKind};
+use vramtop::backing::BackingChoice;
 use vramtop::backing::BookkeepingBacking;
-use vramtop::cli::BackingChoice;
 use vramtop::probe::scenario::names;
 use vramtop::probe::{setup, Probe, Scenario};
 

@@ -317,7 +317,7 @@ fn remote_answers_too_deep_or_too_large_mark_the_host_down() {
 
 /// A 30 KiB pickle of 1,000 references to one segment, whose 1,000 blocks share one
 /// list of 10,000 frames, all inside torch: 10^10 frame visits to find that no block has
-/// a user frame. Found while probing the readers for amplification (src/trace/pytorch.rs,
+/// a user frame. Found while probing the readers for amplification (crates/vramtop-trace/src/pytorch.rs,
 /// `TagCache::tag`): `vramtop snapshot` on it ran past 120 s. Bounded here at 60 s so a
 /// regression fails instead of hanging.
 #[test]

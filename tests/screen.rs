@@ -138,7 +138,7 @@ fn many_devices_compact_to_one_row_each() {
 }
 
 fn finished_probe_view(policies: &[vramtop::alloc::PolicyKind]) -> vramtop::probe::live::ProbeView {
-    use vramtop::cli::BackingChoice;
+    use vramtop::backing::BackingChoice;
     use vramtop::probe::live::{PolicyView, ProbeView};
     use vramtop::probe::{setup, Scenario};
     let scenario = Scenario::load("checkerboard").expect("built-in");

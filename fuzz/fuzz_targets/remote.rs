@@ -1,5 +1,5 @@
 //! The `--remote` decoder: a host's `/api/snapshot` body into a `SystemSnapshot`, then the
-//! figures the live view derives from it. src/telemetry/remote.rs decodes with exactly
+//! figures the live view derives from it. crates/vramtop-telemetry/src/remote.rs decodes with exactly
 //! this call; if it gains its own decode function, point the one line below at it.
 #![no_main]
 use libfuzzer_sys::fuzz_target;

@@ -60,7 +60,7 @@ impl Default for ChartHistory {
 }
 
 impl ChartHistory {
-    pub fn push(&mut self, device: &crate::telemetry::DeviceSnapshot) {
+    pub fn push(&mut self, device: &vramtop_telemetry::DeviceSnapshot) {
         self.memory
             .push((device.memory_used_bytes, device.memory_reserved_bytes));
         self.util.push((device.gpu_util_pct.map(u64::from), None));

@@ -5,9 +5,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use super::{App, Exit, ProcessRow, View};
-use crate::alloc::Layout;
-use crate::attach::{AttachedJobs, JobView};
-use crate::telemetry::{HostView, ProcessKind, ProcessSnapshot};
+use vramtop_alloc::Layout;
+use vramtop_attach::{AttachedJobs, JobView};
+use vramtop_telemetry::{HostView, ProcessKind, ProcessSnapshot};
 
 /// The command `vramtop run` started, as the screen shows it.
 #[derive(Clone, Debug, PartialEq)]

@@ -17,16 +17,16 @@ use std::sync::Arc;
 
 use ratatui::widgets::TableState;
 
-use crate::attach::AttachedJobs;
-use crate::leaks::{ProcessTrend, ProcessWatch, TrendConfig};
 use crate::probe::live::ProbeView;
-use crate::telemetry::{DeviceHealth, SystemSnapshot};
 use action::Action;
 pub use history::ChartHistory;
 use history::History;
 pub use jobs::RunView;
 pub use process_table::{ProcessRow, SortKey};
 pub use views::{View, ViewStack};
+use vramtop_attach::AttachedJobs;
+use vramtop_telemetry::trend::{ProcessTrend, ProcessWatch, TrendConfig};
+use vramtop_telemetry::{DeviceHealth, SystemSnapshot};
 
 /// Samples kept per device: ten minutes at the default 1 s interval.
 pub const HISTORY_SAMPLES: usize = 600;
@@ -434,8 +434,8 @@ impl App {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::telemetry::sim::{SimSource, WorkloadGauge};
-    use crate::telemetry::TelemetrySource;
+    use vramtop_telemetry::sim::{SimSource, WorkloadGauge};
+    use vramtop_telemetry::TelemetrySource;
 
     fn busy_snapshot() -> SystemSnapshot {
         let w = WorkloadGauge::default();

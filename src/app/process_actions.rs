@@ -6,7 +6,7 @@ use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 
 use super::signal::{self, KillError, KillRequest, Signal};
 use super::App;
-use crate::telemetry::HostView;
+use vramtop_telemetry::HostView;
 
 /// One line for the footer after an action: what was done, or why not.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -3,8 +3,8 @@
 
 use std::cmp::Ordering;
 
-use crate::leaks::ProcessTrend;
-use crate::telemetry::{HostView, ProcessSnapshot, SystemSnapshot};
+use vramtop_telemetry::trend::ProcessTrend;
+use vramtop_telemetry::{HostView, ProcessSnapshot, SystemSnapshot};
 
 /// A column the table can be sorted by, in the order the table shows them (the sort key
 /// cycles through them in this order).
@@ -208,8 +208,8 @@ fn known<T: PartialOrd>(a: Option<T>, b: Option<T>, descending: bool) -> Orderin
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::telemetry::cgroup::CgroupOrigin;
-    use crate::telemetry::ProcessKind;
+    use vramtop_telemetry::cgroup::CgroupOrigin;
+    use vramtop_telemetry::ProcessKind;
 
     fn row(pid: u32, mem: Option<u64>, command: &str, trend: Option<f64>) -> ProcessRow {
         ProcessRow {

@@ -14,9 +14,9 @@ use ratatui::Frame;
 use super::screen::Screen;
 use super::viewer::{self, MapNav, MapView, ViewerAction};
 use super::Exit;
-use crate::alloc::PolicyKind;
-use crate::trace::replay::{self, Replay, ReplayCounts, ReplayOptions, TraceFigures};
-use crate::trace::{Trace, TraceEvent};
+use vramtop_alloc::PolicyKind;
+use vramtop_trace::replay::{self, Replay, ReplayCounts, ReplayOptions, TraceFigures};
+use vramtop_trace::{Trace, TraceEvent};
 
 /// Fragmentation samples over a whole trace (the panel's history).
 pub const HISTORY_SAMPLES: usize = 600;
@@ -35,7 +35,7 @@ pub struct ReplayerState<'t> {
     pub capacity: Option<u64>,
     pub capacity_source: replay::CapacitySource,
     /// The trace's own OOMs with the traced allocator's state at each.
-    pub trace_ooms: Vec<crate::trace::ooms::TraceOom>,
+    pub trace_ooms: Vec<vramtop_trace::ooms::TraceOom>,
     replay: Replay<'t>,
     opts: ReplayOptions,
     pub view: MapView,
@@ -58,7 +58,7 @@ impl<'t> ReplayerState<'t> {
         policy: PolicyKind,
         capacity: Option<u64>,
     ) -> std::result::Result<Self, replay::ReplayError> {
-        let trace_ooms = crate::trace::ooms::trace_ooms(trace);
+        let trace_ooms = vramtop_trace::ooms::trace_ooms(trace);
         let opts = replay::plan_capacity(trace, capacity, &trace_ooms);
         let mut notices = trace.notices();
         if opts.source == replay::CapacitySource::Inferred {
@@ -166,7 +166,7 @@ impl<'t> ReplayerState<'t> {
     }
 
     /// The trace OOM at the current event, with this policy's answer to it.
-    pub fn oom_here(&self) -> Option<(&crate::trace::ooms::TraceOom, Option<&replay::OomCheck>)> {
+    pub fn oom_here(&self) -> Option<(&vramtop_trace::ooms::TraceOom, Option<&replay::OomCheck>)> {
         let at = self.position().checked_sub(1)?;
         let oom = self.trace_ooms.iter().find(|o| o.event == at)?;
         let check = self.replay.oom_checks().iter().find(|c| c.event == at);
@@ -285,8 +285,8 @@ pub struct ReplayArgs {
 }
 
 /// Suspects as people read them: one line each, with the evidence.
-fn leak_table(name: &str, suspects: &[crate::leaks::Suspect]) -> String {
-    use crate::alloc::human_bytes;
+fn leak_table(name: &str, suspects: &[vramtop_alloc::leaks::Suspect]) -> String {
+    use vramtop_alloc::human_bytes;
     if suspects.is_empty() {
         return format!("{name}: no leak suspects: no allocation site kept growing\n");
     }
@@ -313,7 +313,7 @@ pub fn capacity_inferred_line(capacity: u64, ooms: usize) -> String {
     format!(
         "capacity {} inferred from the trace's {ooms} OOM(s): what PyTorch held when it gave up \
          (give --capacity to choose another)",
-        crate::alloc::human_bytes(capacity)
+        vramtop_alloc::human_bytes(capacity)
     )
 }
 
@@ -331,8 +331,10 @@ pub fn replay_command(path: &Path, args: &ReplayArgs) -> Result<u8> {
     }
     let name = viewer::display_name(path);
     if args.leaks {
-        let suspects =
-            crate::leaks::suspects_in_trace(&trace, &crate::leaks::TraceLeakConfig::default());
+        let suspects = vramtop_trace::leaks::suspects_in_trace(
+            &trace,
+            &vramtop_trace::leaks::TraceLeakConfig::default(),
+        );
         if args.json {
             println!("{}", serde_json::to_string_pretty(&suspects)?);
         } else {
@@ -346,7 +348,7 @@ pub fn replay_command(path: &Path, args: &ReplayArgs) -> Result<u8> {
         args.policies.clone()
     };
     if args.report || args.json || !std::io::stdout().is_terminal() {
-        let ooms = crate::trace::ooms::trace_ooms(&trace);
+        let ooms = vramtop_trace::ooms::trace_ooms(&trace);
         let opts = replay::plan_capacity(&trace, args.capacity, &ooms);
         if opts.source == replay::CapacitySource::Inferred && !args.json {
             eprintln!(
@@ -390,7 +392,7 @@ pub fn replay_command(path: &Path, args: &ReplayArgs) -> Result<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::trace::{TraceEventKind, TraceFormat, TraceStats};
+    use vramtop_trace::{TraceEventKind, TraceFormat, TraceStats};
 
     fn trace(n: usize) -> Trace {
         let events = (0..n)

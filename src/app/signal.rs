@@ -106,7 +106,7 @@ impl SignalSender for KernelSignals {
     fn start_ticks(&self, pid: u32) -> Option<u64> {
         let stat =
             std::fs::read_to_string(self.proc_root.join(pid.to_string()).join("stat")).ok()?;
-        crate::telemetry::procfs::parse_stat_start(&stat)
+        vramtop_telemetry::procfs::parse_stat_start(&stat)
     }
 }
 

@@ -13,10 +13,10 @@ use ratatui::{DefaultTerminal, Frame};
 
 use super::screen::{self, Screen};
 use super::Exit;
-use crate::alloc::metrics::layout_stats;
-use crate::alloc::Layout;
-pub use crate::alloc::MapView;
-use crate::trace::{self, snapshot, Trace, TraceFormat};
+use vramtop_alloc::metrics::layout_stats;
+use vramtop_alloc::Layout;
+pub use vramtop_alloc::MapView;
+use vramtop_trace::{self as trace, snapshot, Trace, TraceFormat};
 
 /// Replay clock ticks per second while it plays; an idle viewer redraws only on input.
 pub const FPS: f64 = 30.0;

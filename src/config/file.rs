@@ -7,10 +7,10 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use toml::Spanned;
 
-use crate::alloc::PolicyKind;
 use crate::app::SortKey;
-use crate::cli::BackingChoice;
 use crate::ui::screen_theme::ScreenTheme;
+use vramtop_alloc::backing::BackingChoice;
+use vramtop_alloc::PolicyKind;
 
 /// What the settings file may set. `None` is "not in the file": the default applies.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -159,8 +159,7 @@ pub fn parse(text: &str) -> Result<Settings, FileError> {
         settings.policy = Some(policy.map_err(|e| field_error(text, "policy", v, e))?);
     }
     if let Some(v) = &raw.backing {
-        let backing = <BackingChoice as clap::ValueEnum>::from_str(v.get_ref(), true)
-            .map_err(|_| "not a backing; use auto, host, cuda or bookkeeping".to_string());
+        let backing = v.get_ref().parse::<BackingChoice>();
         settings.backing = Some(backing.map_err(|e| field_error(text, "backing", v, e))?);
     }
     if let Some(v) = &raw.columns {
@@ -233,7 +232,7 @@ pub fn render(settings: &Settings) -> Result<String, String> {
         theme: settings.theme.and_then(value_name),
         sort: settings.sort.map(SortKey::name),
         policy: settings.policy.map(PolicyKind::name),
-        backing: settings.backing.and_then(value_name),
+        backing: settings.backing.map(|b| b.name().to_string()),
         probe_limit: settings.probe_limit,
         columns: settings
             .columns

@@ -4,10 +4,10 @@
 //! `DemoView` snapshots to draw; no terminal and no wall clock here, so a run is the same
 //! under the same seed, on a screen or in a test.
 
-use crate::alloc::{FreeForRequests, Layout, OomReport, PolicyKind, Stats};
-use crate::cli::BackingChoice;
 use crate::probe::scenario::Pacing;
 use crate::probe::{setup, Probe};
+use vramtop_alloc::backing::BackingChoice;
+use vramtop_alloc::{FreeForRequests, Layout, OomReport, PolicyKind, Stats};
 
 use super::story::{Story, StoryBacking};
 

@@ -7,10 +7,10 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-use crate::alloc::PolicyKind;
 use crate::probe::scenario::{
     check_phases, read_toml_file, toml_error_line, Phase, Scenario, Size,
 };
+use vramtop_alloc::PolicyKind;
 
 /// The built-in stories, embedded so the binary works from any directory.
 pub const BUILTIN: &[(&str, &str)] = &[(

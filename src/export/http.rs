@@ -23,7 +23,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::auth::BearerToken;
+use vramtop_telemetry::auth::BearerToken;
 
 /// What one connection may take.
 #[derive(Clone, Copy, Debug)]

@@ -8,8 +8,8 @@
 
 use prometheus::{Encoder, GaugeVec, IntCounterVec, Opts, Registry, TextEncoder};
 
-use crate::alloc::Stats;
-use crate::telemetry::{DeviceHealth, DeviceSnapshot, SystemSnapshot};
+use vramtop_alloc::Stats;
+use vramtop_telemetry::{DeviceHealth, DeviceSnapshot, SystemSnapshot};
 
 /// The Content-Type of the text format this module writes.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -356,8 +356,8 @@ pub fn command_label(command: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::alloc::PolicyKind;
-    use crate::telemetry::{HostView, ProcessKind, ProcessSnapshot};
+    use vramtop_alloc::PolicyKind;
+    use vramtop_telemetry::{HostView, ProcessKind, ProcessSnapshot};
 
     fn snapshot() -> SystemSnapshot {
         let mut d = DeviceSnapshot::unknown(0, "Test GPU", false);

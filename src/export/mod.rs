@@ -2,7 +2,6 @@
 //! Prometheus and JSON endpoints of `vramtop serve`, and drawn screens as asciicast
 //! recordings and SVG pictures.
 
-pub mod auth;
 pub mod cast;
 pub mod http;
 pub mod metrics;

@@ -2,10 +2,10 @@
 
 use std::fmt::Write as _;
 
-use crate::attach::{JobReport, JobView};
-use crate::telemetry::{HostView, SystemSnapshot};
 use crate::ui::devices::title;
 use crate::ui::format::{bytes, celsius, pct, power, NA};
+use vramtop_attach::{JobReport, JobView};
+use vramtop_telemetry::{HostView, SystemSnapshot};
 
 pub fn json(snapshot: &SystemSnapshot) -> String {
     // Serialising plain data with string keys cannot fail; fall back to an error object
@@ -38,7 +38,7 @@ pub fn attached_table(attached: &[JobView]) -> String {
     }
     let mut out = String::from("\nHOOKED JOBS\n");
     for job in attached {
-        let _ = writeln!(out, "{}", crate::attach::headless::summary(job));
+        let _ = writeln!(out, "{}", vramtop_attach::headless::summary(job));
     }
     out
 }

@@ -15,17 +15,17 @@ use serde::Serialize;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::watch;
 
-use super::auth::BearerToken;
 use super::http::{self, Reply, Server, LIMITS};
 use super::metrics;
-use crate::alloc::Stats;
-use crate::app::runtime::Poller;
 use crate::cli::ServeArgs;
 use crate::probe::live::{LiveProbe, ProbeView};
 use crate::probe::{setup, Scenario};
-use crate::telemetry::open::open;
-use crate::telemetry::sim::WorkloadGauge;
-use crate::telemetry::{now_ms, DeviceHealth, SystemSnapshot};
+use vramtop_alloc::Stats;
+use vramtop_telemetry::auth::BearerToken;
+use vramtop_telemetry::open::open;
+use vramtop_telemetry::poller::Poller;
+use vramtop_telemetry::sim::WorkloadGauge;
+use vramtop_telemetry::{now_ms, DeviceHealth, SystemSnapshot};
 
 /// Where the server reads its figures: the latest telemetry poll and the latest probe view.
 #[derive(Clone)]
@@ -264,8 +264,8 @@ fn usage_error(msg: impl std::fmt::Display) -> Result<ExitCode> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::telemetry::sim::SimSource;
-    use crate::telemetry::TelemetrySource;
+    use vramtop_telemetry::sim::SimSource;
+    use vramtop_telemetry::TelemetrySource;
 
     fn feeds_with(
         snapshot: Option<SystemSnapshot>,

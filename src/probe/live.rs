@@ -12,12 +12,12 @@ use tokio_util::sync::CancellationToken;
 use super::record::Recorder;
 use super::runner::{Probe, ProbeReport};
 use super::tour::{Tour, TourStep};
-use crate::alloc::{Layout, LiveBlock, Stats};
-use crate::leaks::{
+use vramtop_alloc::leaks::{
     usage_samples, Baseline, BlockRecord, DetectorConfig, LeakDetector, SiteDiff, SiteTrend,
     Suspect,
 };
-use crate::telemetry::sim::WorkloadGauge;
+use vramtop_alloc::{Layout, LiveBlock, Stats};
+use vramtop_telemetry::sim::WorkloadGauge;
 
 /// How often the runner wakes to do work and publish.
 const TICK: Duration = Duration::from_millis(50);

@@ -6,7 +6,7 @@
 use std::collections::VecDeque;
 
 use super::scenario::{Phase, Scenario, SizeRange};
-use crate::rng::Rng;
+use vramtop_alloc::rng::Rng;
 
 /// A handle to one planned allocation, so a later free can name it before it exists.
 pub type Slot = u32;

@@ -9,9 +9,9 @@ use std::io::{self, BufWriter};
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::alloc::{Allocator, Event, EventKind, EventReceiver, TagId};
-use crate::trace::record::RecordWriter;
-use crate::trace::{TraceEvent, TraceEventKind, TraceFormat};
+use vramtop_alloc::{Allocator, Event, EventKind, EventReceiver, TagId};
+use vramtop_trace::record::RecordWriter;
+use vramtop_trace::{TraceEvent, TraceEventKind, TraceFormat};
 
 pub struct Recorder {
     allocator: Arc<Allocator>,
@@ -107,9 +107,9 @@ impl Drop for Recorder {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::alloc::{AllocConfig, PolicyKind};
-    use crate::backing::BookkeepingBacking;
     use crate::probe::{Probe, Scenario};
+    use vramtop_alloc::backing::BookkeepingBacking;
+    use vramtop_alloc::{AllocConfig, PolicyKind};
 
     #[test]
     fn a_recorded_probe_replays_to_the_same_peak() {
@@ -130,7 +130,7 @@ mod tests {
         let written = recorder.written;
         assert_eq!(recorder.missed, 0);
         drop(recorder);
-        let trace = crate::trace::load(&path).expect("our own recording loads");
+        let trace = vramtop_trace::load(&path).expect("our own recording loads");
         assert_eq!(trace.events.len() as u64, written);
         let allocs = trace
             .events

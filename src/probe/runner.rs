@@ -11,8 +11,8 @@ use serde::Serialize;
 
 use super::plan::{plan, Op, Slot};
 use super::scenario::{Scenario, SizeRange};
-use crate::alloc::{AllocError, Allocator, Block, OomReport, Stats};
-use crate::rng::Rng;
+use vramtop_alloc::rng::Rng;
+use vramtop_alloc::{AllocError, Allocator, Block, OomReport, Stats};
 
 /// What a probe run did, for `vramtop probe --json` and the live view.
 #[derive(Clone, Debug, Default, Serialize)]
@@ -334,7 +334,7 @@ impl Probe {
 /// The report as a few lines for people: what ran, the allocator's figures, OOMs and
 /// verification.
 pub fn summary(r: &ProbeReport) -> String {
-    use crate::alloc::human_bytes;
+    use vramtop_alloc::human_bytes;
     let s = &r.stats;
     let mut out = format!(
         "probe {} · policy {} · backing {} · seed {}\n\
@@ -400,8 +400,8 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::alloc::{AllocConfig, PolicyKind};
-    use crate::backing::BookkeepingBacking;
+    use vramtop_alloc::backing::BookkeepingBacking;
+    use vramtop_alloc::{AllocConfig, PolicyKind};
 
     /// A long churn keeps its per-tag slot lists near its live blocks, not its history.
     #[test]

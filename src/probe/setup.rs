@@ -5,9 +5,9 @@ use std::sync::Arc;
 
 use super::runner::Probe;
 use super::scenario::Scenario;
-use crate::alloc::{AllocConfig, Allocator, PolicyKind};
-use crate::backing::{cuda, Backing, BookkeepingBacking, HostBacking};
-use crate::cli::BackingChoice;
+use vramtop_alloc::backing::BackingChoice;
+use vramtop_alloc::backing::{cuda, Backing, BookkeepingBacking, HostBacking};
+use vramtop_alloc::{AllocConfig, Allocator, PolicyKind};
 
 /// Default probe capacity, on host memory and on the GPU alike: the size the built-in
 /// scenarios are drawn for, large enough for every one of them, small enough to fill and
@@ -41,7 +41,7 @@ fn make_backing(
     limit: Option<u64>,
     gpu: usize,
 ) -> Result<(Box<dyn Backing>, String), String> {
-    use crate::alloc::human_bytes;
+    use vramtop_alloc::human_bytes;
     match choice {
         BackingChoice::Bookkeeping => {
             let cap = limit.unwrap_or(HOST_DEFAULT_LIMIT);
@@ -84,7 +84,7 @@ fn make_backing(
 /// (NVRTC missing or failing) are refused: a probe that cannot check itself could hide
 /// corruption.
 fn cuda_backing(limit: Option<u64>, gpu: usize) -> Result<(Box<dyn Backing>, String), String> {
-    use crate::alloc::human_bytes;
+    use vramtop_alloc::human_bytes;
     let (free, total) =
         cuda::device_memory_checked(gpu).map_err(|e| format!("--backing cuda: {e}"))?;
     let default = cuda::default_probe_limit(free, total).min(HOST_DEFAULT_LIMIT);

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use super::runner::Probe;
 use super::scenario::Scenario;
-use crate::alloc::{human_bytes, AllocConfig, Allocator, PolicyKind};
-use crate::backing::BookkeepingBacking;
+use vramtop_alloc::backing::BookkeepingBacking;
+use vramtop_alloc::{human_bytes, AllocConfig, Allocator, PolicyKind};
 
 /// The order the stories play in: the OOM with memory free first, then what else a
 /// caching allocator does (churn, a training loop, a leak, streams, a steady baseline).

@@ -20,9 +20,9 @@ use ratatui::Frame;
 
 use super::blockmap::{needs_overview, BlockMap, BlockOverview, SegmentTable};
 use super::fragmentation::FragmentationPanel;
-use crate::alloc::human_bytes;
 use crate::app::{App, View};
 use crate::probe::live::{PolicyView, ProbeView};
+use vramtop_alloc::human_bytes;
 
 /// Width of the fragmentation panel beside a single block map.
 const PANEL_WIDTH: u16 = 42;

@@ -21,10 +21,10 @@ use ratatui::widgets::{Block, Borders, Paragraph, Wrap};
 use ratatui::Frame;
 
 use super::viewer::{caption_line, draw_map_region};
-use crate::alloc::human_bytes;
 use crate::app::viewer::MapNav;
 use crate::app::{App, RunView, View};
-use crate::attach::JobView;
+use vramtop_alloc::human_bytes;
+use vramtop_attach::JobView;
 
 /// Rows PyTorch's own message may take under the OOM line.
 const PYTORCH_ROWS: u16 = 2;

@@ -23,8 +23,8 @@ use ratatui::layout::Rect;
 use ratatui::style::Style;
 use ratatui::widgets::{Block, Widget};
 
-use crate::alloc::{BlockState, Layout, SegmentLayout, TagId};
 use crate::ui::theme;
+use vramtop_alloc::{BlockState, Layout, SegmentLayout, TagId};
 
 mod legend;
 mod overview;

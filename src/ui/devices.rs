@@ -23,7 +23,7 @@ use super::format::{self, bytes, celsius, mhz, pct};
 use super::history_chart::HistoryChart;
 use super::membar::{MemoryBar, FREE_COLOR, RESERVED_COLOR, USED_COLOR};
 use crate::app::{App, ChartHistory};
-use crate::telemetry::{DeviceHealth, DeviceSnapshot};
+use vramtop_telemetry::{DeviceHealth, DeviceSnapshot};
 
 /// Rows of a device drawn in full, borders included.
 const FULL_ROWS: u16 = 5;

@@ -8,12 +8,12 @@ use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
 use ratatui::widgets::Widget;
 
-use crate::alloc::{
-    BlockState, Layout, LayoutRun, PolicyKind, Pool, SegmentLayout, Stats, TagId, HIST_BUCKETS,
-};
-use crate::rng::Rng;
 use crate::ui::blockmap::BlockMap;
 use crate::ui::fragmentation::FragmentationPanel;
+use vramtop_alloc::rng::Rng;
+use vramtop_alloc::{
+    BlockState, Layout, LayoutRun, PolicyKind, Pool, SegmentLayout, Stats, TagId, HIST_BUCKETS,
+};
 
 const MIB: u64 = 1 << 20;
 /// Block sizes are rounded to this, as in PyTorch's caching allocator.

@@ -1,6 +1,6 @@
 //! How figures read on screen: N/A for what a device cannot report, never 0.
 
-use crate::alloc::human_bytes;
+use vramtop_alloc::human_bytes;
 
 pub const NA: &str = "N/A";
 

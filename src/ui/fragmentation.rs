@@ -28,8 +28,8 @@ use ratatui::style::{Color, Modifier, Style};
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Sparkline, Widget};
 
-use crate::alloc::{human_bytes, Stats};
 use crate::ui::theme;
+use vramtop_alloc::{human_bytes, Stats};
 
 pub const LABEL_WIDTH: u16 = 10;
 /// Labels are dropped before a bar gets narrower than this.

@@ -30,10 +30,11 @@ use ratatui::layout::Rect;
 use ratatui::style::{Color, Modifier, Style};
 use ratatui::widgets::{Block, Widget};
 
-use crate::alloc::{human_bytes, LiveBlock};
-use crate::leaks::{ProcessTrend, SiteDiff, SiteTrend, Suspect, UnattributedTrend};
 use crate::ui::format::{truncate, NA};
 use crate::ui::theme;
+use vramtop_alloc::leaks::{SiteDiff, SiteTrend, Suspect};
+use vramtop_alloc::{human_bytes, LiveBlock};
+use vramtop_telemetry::trend::{ProcessTrend, UnattributedTrend};
 
 /// Rows of the since-mark section at most.
 pub const MARK_MAX_ROWS: u16 = 3;

@@ -180,14 +180,14 @@ fn draw_leaks(frame: &mut Frame, area: Rect, app: &App) {
         .processes(&trends)
         .unattributed(
             unattributed.as_ref(),
-            crate::leaks::TrendConfig::default().unattributed_bytes,
+            vramtop_telemetry::trend::TrendConfig::default().unattributed_bytes,
         )
         .block(Block::new().borders(Borders::ALL).title(title));
     frame.render_widget(view, area);
 }
 
 /// The leaks view of an attached job: its sites (with `--history`) and process trends.
-fn draw_job_leaks(frame: &mut Frame, area: Rect, app: &App, job: &crate::attach::JobView) {
+fn draw_job_leaks(frame: &mut Frame, area: Rect, app: &App, job: &vramtop_attach::JobView) {
     use ratatui::widgets::{Block, Borders};
     let trends: Vec<_> = app.process_watch.iter().flat_map(|w| w.trends()).collect();
     let history = job.hello.as_ref().is_some_and(|h| h.history);

@@ -36,9 +36,9 @@ use super::bigdigits::{BigText, GLYPH_ROWS};
 use super::blockmap::{BlockMap, LEGEND_ROWS};
 use super::screen_theme::Palette;
 use super::theme;
-use crate::alloc::{human_bytes, Layout as AllocLayout, Pool, SegmentLayout};
 use crate::demo::keys::DEMO_BINDINGS;
 use crate::demo::player::{DemoView, PlayState, RequestOutcome};
+use vramtop_alloc::{human_bytes, Layout as AllocLayout, Pool, SegmentLayout};
 
 pub const TITLE_ROWS: u16 = 1;
 pub const GAP_ROWS: u16 = 1;

@@ -17,7 +17,7 @@ use ratatui::Frame;
 
 use super::format::{bytes, pct, NA};
 use crate::app::{App, ProcessRow, SortKey};
-use crate::telemetry::HostView;
+use vramtop_telemetry::HostView;
 
 /// A column: its header, its width, and how readily it is left out when space is short
 /// (higher goes first; 0 never).

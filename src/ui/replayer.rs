@@ -19,10 +19,10 @@ use ratatui::widgets::{Block, Borders, Paragraph};
 use ratatui::Frame;
 
 use super::viewer::{caption_line, draw_footer, draw_map_region, too_small, FOOTER_ROWS};
-use crate::alloc::human_bytes;
 use crate::app::replayer::ReplayerState;
-use crate::trace::replay::report::thousands;
-use crate::trace::{TraceEvent, TraceEventKind};
+use vramtop_alloc::human_bytes;
+use vramtop_trace::replay::report::thousands;
+use vramtop_trace::{TraceEvent, TraceEventKind};
 
 pub const PROGRESS_ROWS: u16 = 1;
 pub const EVENT_ROWS: u16 = 1;
@@ -73,7 +73,7 @@ fn title(state: &ReplayerState<'_>) -> Line<'static> {
         Style::new().bold(),
     )];
     if let Some(capacity) = state.capacity {
-        let how = if state.capacity_source == crate::trace::replay::CapacitySource::Inferred {
+        let how = if state.capacity_source == vramtop_trace::replay::CapacitySource::Inferred {
             " (inferred from the trace's OOM)"
         } else {
             ""
@@ -189,11 +189,11 @@ pub fn event_summary(event: &TraceEvent) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::alloc::PolicyKind;
     use crate::app::viewer::ViewerAction;
-    use crate::trace::{Trace, TraceFormat, TraceStats};
     use ratatui::backend::TestBackend;
     use ratatui::Terminal;
+    use vramtop_alloc::PolicyKind;
+    use vramtop_trace::{Trace, TraceFormat, TraceStats};
 
     fn screen_text(state: &ReplayerState<'_>) -> String {
         let mut terminal = Terminal::new(TestBackend::new(120, 30)).expect("test backend");

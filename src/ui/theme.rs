@@ -4,7 +4,7 @@
 
 use ratatui::style::{Color, Modifier, Style};
 
-use crate::alloc::TagId;
+use vramtop_alloc::TagId;
 
 /// Left-eighths, indexed by eighths filled: a partly used cell shows its used fraction
 /// at 1/8 resolution, so a cell standing for 2 MiB still tells 256 KiB from 1.75 MiB.

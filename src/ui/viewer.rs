@@ -21,9 +21,9 @@ use ratatui::Frame;
 
 use super::blockmap::{BlockMap, SegmentTable};
 use super::fragmentation::FragmentationPanel;
-use crate::alloc::human_bytes;
 use crate::app::viewer::{MapNav, MapView, SnapshotViewer, VIEWER_BINDINGS};
-use crate::trace::replay::report::thousands;
+use vramtop_alloc::human_bytes;
+use vramtop_trace::replay::report::thousands;
 
 /// Width of the fragmentation panel beside the map.
 pub const PANEL_WIDTH: u16 = 42;
@@ -189,11 +189,11 @@ pub fn draw_footer(frame: &mut Frame, area: Rect, replay: bool, notice: Option<&
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::alloc::{BlockState, Pool};
     use crate::app::viewer::ViewerAction;
-    use crate::trace::{SnapshotBlock, SnapshotSegment, Trace, TraceFormat, TraceStats};
     use ratatui::backend::TestBackend;
     use ratatui::Terminal;
+    use vramtop_alloc::{BlockState, Pool};
+    use vramtop_trace::{SnapshotBlock, SnapshotSegment, Trace, TraceFormat, TraceStats};
 
     fn snapshot_trace() -> Trace {
         let block = |addr: u64, size: u64, state| SnapshotBlock {

@@ -15,8 +15,8 @@ use ratatui::layout::Rect;
 use ratatui::widgets::Widget;
 
 use super::{largest_free_run, CellAcc, LEGEND_ROWS, MAX_CELL_EXP};
-use crate::alloc::Layout;
 use crate::ui::theme;
+use vramtop_alloc::Layout;
 
 /// Segments per map row past which the overview replaces one band per segment. A few
 /// more segments than rows scroll legibly with their addresses; hundreds do not.

@@ -19,8 +19,8 @@ use ratatui::layout::{Constraint, Rect};
 use ratatui::style::{Modifier, Style};
 use ratatui::widgets::{Block, HighlightSpacing, Row, StatefulWidget, Table, TableState, Widget};
 
-use crate::alloc::{human_bytes, BlockState, LayoutRun, SegmentLayout};
 use crate::ui::theme;
+use vramtop_alloc::{human_bytes, BlockState, LayoutRun, SegmentLayout};
 
 pub const HEADER: [&str; 6] = ["address", "size", "requested", "state", "tag", "age"];
 /// Column widths; the tag takes what is left because site labels are long.

@@ -1,0 +1,283 @@
+//! The `caching` policy, after PyTorch's CUDA caching allocator
+//! (c10/cuda/CUDACachingAllocator.cpp): a small pool (requests <= 1 MiB, 2 MiB
+//! segments) and a large pool (20 MiB segments below 10 MiB, else the request rounded
+//! to 2 MiB), best fit keyed by (stream, size), split rules and `max_split_size` as
+//! there, coalescing only within a segment, segments cached until `empty_cache`.
+//!
+//! Deviation: among free blocks of exactly equal size PyTorch takes the lowest address;
+//! here the most recently freed one (LIFO class lists keep best fit O(1)).
+
+use super::arena::{Arena, LiveInfo};
+use super::heap::{FreeIndex, Heap};
+use super::metrics::FreeSummary;
+use super::policy::{BackingCx, Placement, Policy, Shortfall};
+use super::size_index::SizeIndex;
+use super::types::GRAIN;
+use super::types::{Pool, SegmentLayout, StreamId};
+
+const MIB: u64 = 1 << 20;
+/// Largest request served from the small pool (kSmallSize).
+pub(crate) const SMALL_SIZE: u64 = MIB;
+/// Segment size of the small pool (kSmallBuffer).
+pub(crate) const SMALL_BUFFER: u64 = 2 * MIB;
+/// Segment size for large requests under `MIN_LARGE_ALLOC` (kLargeBuffer).
+pub(crate) const LARGE_BUFFER: u64 = 20 * MIB;
+/// Requests from here on get a segment of their own size (kMinLargeAlloc).
+pub(crate) const MIN_LARGE_ALLOC: u64 = 10 * MIB;
+/// Rounding of such segments (kRoundLarge).
+pub(crate) const ROUND_LARGE: u64 = 2 * MIB;
+
+/// The pool a rounded request is served from (PyTorch: small up to 1 MiB, else large).
+pub(crate) fn pool_of(size: u64) -> Pool {
+    if size <= SMALL_SIZE {
+        Pool::Small
+    } else {
+        Pool::Large
+    }
+}
+
+/// PyTorch's `max_split_size` rules in get_free_block: a cached block of `found` bytes is
+/// refused to a request of `size` when it is oversize and the request is not, or when both
+/// are oversize and the block is larger by a large buffer (20 MiB) or more.
+pub(crate) fn oversize_refused(size: u64, found: u64, max_split_size: u64) -> bool {
+    (size < max_split_size && found >= max_split_size)
+        || (size >= max_split_size && found >= size.saturating_add(LARGE_BUFFER))
+}
+
+/// Segment size PyTorch asks cudaMalloc for, given a rounded request.
+pub(crate) fn allocation_size(size: u64) -> u64 {
+    if size <= SMALL_SIZE {
+        SMALL_BUFFER
+    } else if size < MIN_LARGE_ALLOC {
+        LARGE_BUFFER
+    } else {
+        size.div_ceil(ROUND_LARGE).saturating_mul(ROUND_LARGE)
+    }
+}
+
+/// One best-fit index per (pool, stream); a node's `home` names its index.
+#[derive(Debug, Default)]
+pub(crate) struct PoolIndex {
+    keys: Vec<(Pool, StreamId)>,
+    subs: Vec<SizeIndex>,
+}
+
+impl PoolIndex {
+    fn home(&mut self, pool: Pool, stream: StreamId) -> u32 {
+        if let Some(i) = self.keys.iter().position(|&k| k == (pool, stream)) {
+            return i as u32;
+        }
+        // Nodes keep `home` in 30 bits; a billion (pool, stream) indexes would take
+        // 32 TB of bitmaps first.
+        self.keys.push((pool, stream));
+        self.subs.push(SizeIndex::default());
+        (self.keys.len() - 1) as u32
+    }
+}
+
+impl FreeIndex for PoolIndex {
+    fn insert(&mut self, arena: &mut Arena, slot: u32) {
+        let home = arena.get(slot).home() as usize;
+        self.subs[home].insert(arena, slot);
+    }
+
+    fn remove(&mut self, arena: &mut Arena, slot: u32) {
+        let home = arena.get(slot).home() as usize;
+        self.subs[home].remove(arena, slot);
+    }
+
+    fn summary(&self, arena: &Arena) -> FreeSummary {
+        let mut total = FreeSummary::default();
+        for sub in &self.subs {
+            total.merge(&sub.summary(arena));
+        }
+        total
+    }
+}
+
+#[derive(Debug)]
+pub(crate) struct Caching {
+    heap: Heap<PoolIndex>,
+    /// Blocks at least this large are never split (u64::MAX: unlimited).
+    max_split_size: u64,
+    /// roundup_power2_divisions per interval (all 0: plain 512 B rounding).
+    divisions: [u32; 16],
+}
+
+/// PyTorch's round_size: 512 B granules, or with `roundup_power2_divisions` the next of
+/// `divisions` equal steps between two powers of two (CUDACachingAllocator.cpp
+/// `round_size`, `roundup_power2_next_division`, `CUDAAllocatorConfig::
+/// roundup_power2_divisions`: 16 intervals from 1 MiB up).
+pub(crate) fn round_size(size: u64, divisions: &[u32; 16]) -> Option<u64> {
+    if size < GRAIN {
+        return Some(GRAIN);
+    }
+    let log_size = 63 - u64::from(size.leading_zeros());
+    let index = (log_size.saturating_sub(20) as usize).min(divisions.len() - 1);
+    let d = u64::from(divisions[index]);
+    if d > 1 && size > GRAIN.saturating_mul(d) {
+        if size.is_power_of_two() {
+            return Some(size);
+        }
+        let floor = 1u64 << log_size;
+        let step = floor >> (63 - d.leading_zeros());
+        if step == 0 {
+            return floor.checked_mul(2);
+        }
+        let down = size & !(step - 1);
+        return if down == size {
+            Some(size)
+        } else {
+            down.checked_add(step)
+        };
+    }
+    size.checked_next_multiple_of(GRAIN)
+}
+
+impl Caching {
+    pub fn new(max_split_size: Option<u64>) -> Self {
+        Caching {
+            heap: Heap::default(),
+            max_split_size: max_split_size.unwrap_or(u64::MAX),
+            divisions: [0; 16],
+        }
+    }
+
+    pub fn with_roundup(mut self, divisions: [u32; 16]) -> Self {
+        self.divisions = divisions;
+        self
+    }
+
+    /// get_free_block: the smallest cached block of this stream and pool that fits,
+    /// unless max_split_size rules it out.
+    fn find(&self, home: u32, size: u64) -> Option<u32> {
+        let slot = self.heap.index.subs[home as usize].find(&self.heap.arena, size)?;
+        let found = self.heap.arena.get(slot).size;
+        (!oversize_refused(size, found, self.max_split_size)).then_some(slot)
+    }
+
+    /// should_split: small pool keeps remainders >= 512 B, large pool > 1 MiB, and
+    /// requests of max_split_size or more never split.
+    fn should_split(&self, pool: Pool, size: u64, found: u64) -> bool {
+        let remaining = found - size;
+        match pool {
+            Pool::Small => remaining >= GRAIN,
+            _ => size < self.max_split_size && remaining > SMALL_SIZE,
+        }
+    }
+
+    fn take(&mut self, slot: u32, pool: Pool, size: u64, live: LiveInfo) -> Placement {
+        let split = self.should_split(pool, size, self.heap.arena.get(slot).size);
+        self.heap.take(slot, 0, size, split, live)
+    }
+}
+
+impl Policy for Caching {
+    fn round(&self, size: u64) -> Option<u64> {
+        round_size(size, &self.divisions)
+    }
+
+    fn alloc(
+        &mut self,
+        size: u64,
+        live: LiveInfo,
+        cx: &mut BackingCx<'_>,
+    ) -> Result<Placement, Shortfall> {
+        let pool = pool_of(size);
+        let home = self.heap.index.home(pool, live.stream);
+        if let Some(slot) = self.find(home, size) {
+            return Ok(self.take(slot, pool, size, live));
+        }
+        let segment = allocation_size(size);
+        let addr = cx.alloc_segment(segment)?;
+        let slot = self
+            .heap
+            .add_segment(addr, segment, pool, Some(live.stream), home);
+        Ok(self.take(slot, pool, size, live))
+    }
+
+    fn free(&mut self, node: u32, _cx: &mut BackingCx<'_>) {
+        self.heap.give_back(node);
+    }
+
+    fn set_pending(&mut self, node: u32) {
+        self.heap.set_pending(node);
+    }
+
+    fn release_cached(&mut self, cx: &mut BackingCx<'_>) -> u64 {
+        self.heap.release_free_segments(cx)
+    }
+
+    fn free_summary(&self) -> FreeSummary {
+        self.heap.free_summary()
+    }
+
+    fn layout(&self, out: &mut Vec<SegmentLayout>) {
+        self.heap.segments.layout(&self.heap.arena, out);
+    }
+
+    fn adopt(
+        &mut self,
+        addr: u64,
+        size: u64,
+        pool: Pool,
+        stream: StreamId,
+        blocks: &[(u64, u64, LiveInfo)],
+    ) -> Option<Vec<Placement>> {
+        let home = self.heap.index.home(pool, stream);
+        Some(
+            self.heap
+                .adopt(addr, size, pool, Some(stream), home, blocks),
+        )
+    }
+
+    fn can_adopt(&self) -> bool {
+        true
+    }
+
+    fn arena(&self) -> &Arena {
+        &self.heap.arena
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn segment_sizes_follow_pytorch() {
+        assert_eq!(allocation_size(512), SMALL_BUFFER);
+        assert_eq!(allocation_size(MIB), SMALL_BUFFER);
+        assert_eq!(allocation_size(MIB + 512), LARGE_BUFFER);
+        assert_eq!(allocation_size(10 * MIB - 512), LARGE_BUFFER);
+        assert_eq!(allocation_size(10 * MIB), 10 * MIB);
+        assert_eq!(allocation_size(11 * MIB), 12 * MIB);
+    }
+
+    #[test]
+    fn rounding_follows_pytorch() {
+        let plain = [0; 16];
+        assert_eq!(round_size(1, &plain), Some(512));
+        assert_eq!(round_size(1000, &plain), Some(1024));
+        let four = [4; 16];
+        // 1.3 MiB with 4 divisions between 1 and 2 MiB: the next quarter, 1.5 MiB.
+        assert_eq!(round_size(1_363_148, &four), Some(MIB + MIB / 2));
+        assert_eq!(round_size(MIB + MIB / 4, &four), Some(MIB + MIB / 4));
+        assert_eq!(round_size(2 * MIB, &four), Some(2 * MIB));
+        // At or below 512 B x divisions the plain rule holds.
+        assert_eq!(round_size(1500, &four), Some(1536));
+        assert_eq!(round_size(3000, &four), Some(3072));
+    }
+
+    #[test]
+    fn split_rules_follow_pytorch() {
+        let unlimited = Caching::new(None);
+        assert!(unlimited.should_split(Pool::Small, 512, 1024));
+        assert!(!unlimited.should_split(Pool::Small, 512, 512));
+        assert!(!unlimited.should_split(Pool::Large, 2 * MIB, 3 * MIB));
+        assert!(unlimited.should_split(Pool::Large, 2 * MIB, 3 * MIB + 512));
+        let capped = Caching::new(Some(8 * MIB));
+        assert!(!capped.should_split(Pool::Large, 8 * MIB, 20 * MIB));
+        assert!(capped.should_split(Pool::Large, 4 * MIB, 20 * MIB));
+    }
+}

@@ -1,0 +1,505 @@
+//! One hooked job as vramtop keeps it: its last state drawn as a block map (through the
+//! snapshot viewer's layout code: the hook's segments become `SnapshotSegment`s), its
+//! fragmentation history, its last OOM explained the way a probe's is, what PyTorch
+//! said, leak suspects by allocation site, and whether it has ended.
+
+use std::sync::Arc;
+
+use serde::Serialize;
+
+use vramtop_alloc::whatif::{expandable_fits, LiveSpan};
+
+use super::protocol::{
+    AllocatorSettings, Bye, ErrorReport, Hello, HookSegment, JobState, OomState, TorchStats,
+};
+use vramtop_alloc::leaks::{DetectorConfig, LeakDetector, SiteTrend, Suspect};
+use vramtop_alloc::metrics::layout_stats;
+use vramtop_alloc::{round_size, BlockState, Layout, MapView, OomReport, Pool};
+use vramtop_trace::{snapshot, SnapshotBlock, SnapshotSegment};
+
+/// Fragmentation samples kept per job (five minutes at 1 s).
+pub const FRAG_HISTORY: usize = 300;
+/// Seconds of states per leak window, and the fewest states a window holds: a site is a
+/// suspect when its floor (the least it held in a window) rose across the detector's
+/// windows, and a floor of one sample would follow every transient tensor.
+pub const LEAK_WINDOW_S: f64 = 1.0;
+pub const LEAK_WINDOW_MIN_STATES: u64 = 2;
+/// Page size of expandable segments (PyTorch maps 2 MiB pages).
+pub const EXPANDABLE_PAGE: u64 = 2 << 20;
+
+/// The hook's segments as the snapshot importer would have read them.
+pub fn snapshot_segments(segments: &[HookSegment]) -> Vec<SnapshotSegment> {
+    segments
+        .iter()
+        .map(|s| SnapshotSegment {
+            addr: s.address,
+            total_size: s.total_size,
+            stream: u32::try_from(s.stream).unwrap_or(u32::MAX),
+            pool: if s.segment_type == "small" {
+                Pool::Small
+            } else {
+                Pool::Large
+            },
+            is_expandable: s.is_expandable,
+            blocks: s
+                .blocks
+                .iter()
+                .map(|b| SnapshotBlock {
+                    addr: b.address,
+                    size: b.size,
+                    requested_size: b.requested_size,
+                    state: match b.state.as_str() {
+                        "active_allocated" => BlockState::Allocated,
+                        "active_pending_free" => BlockState::PendingFree,
+                        _ => BlockState::Free,
+                    },
+                    tag: b.site.as_deref().map(Into::into),
+                })
+                .collect(),
+        })
+        .collect()
+}
+
+/// A block map of the hook's segments, with its stats.
+pub fn map_of(segments: &[HookSegment]) -> MapView {
+    let layout = snapshot::layout_of(&snapshot_segments(segments));
+    MapView {
+        stats: layout_stats(&layout),
+        layout,
+        frag_history: Vec::new(),
+    }
+}
+
+/// Live bytes and blocks per allocation site (blocks without a site are left out).
+pub fn site_usage(segments: &[HookSegment]) -> Vec<(String, u64, u64)> {
+    let mut usage: std::collections::BTreeMap<&str, (u64, u64)> = Default::default();
+    for block in segments.iter().flat_map(|s| &s.blocks) {
+        if block.state != "active_allocated" {
+            continue;
+        }
+        if let Some(site) = &block.site {
+            let entry = usage.entry(site.as_str()).or_default();
+            entry.0 = entry.0.saturating_add(block.size);
+            entry.1 += 1;
+        }
+    }
+    usage
+        .into_iter()
+        .map(|(site, (bytes, blocks))| (site.to_string(), bytes, blocks))
+        .collect()
+}
+
+/// One `state`, converted off the UI task.
+#[derive(Clone, Debug)]
+pub struct JobFrame {
+    pub seq: u64,
+    pub time_s: f64,
+    pub device: i64,
+    pub torch: Option<TorchStats>,
+    pub settings: AllocatorSettings,
+    pub truncated: bool,
+    pub collect_ms: Option<f64>,
+    pub history_share: Option<f64>,
+    pub map: MapView,
+    pub site_usage: Vec<(String, u64, u64)>,
+}
+
+impl JobFrame {
+    pub fn from_state(state: &JobState) -> Self {
+        JobFrame {
+            seq: state.seq,
+            time_s: state.time_s,
+            device: state.device,
+            torch: state.stats.clone(),
+            settings: state.settings.clone(),
+            truncated: state.truncated,
+            collect_ms: state.collect_ms,
+            history_share: state.history_share,
+            map: map_of(&state.segments),
+            site_usage: site_usage(&state.segments),
+        }
+    }
+}
+
+/// Whether `expandable_segments:True` would have served a request: the job's live blocks
+/// and the request placed by `pytorch-expandable` (what PyTorch would do) within what the
+/// job reserved plus its room to grow, with the ideal page-mapped bound beside it
+/// (`alloc::whatif`).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ExpandableVerdict {
+    /// PyTorch's expandable segments would fit it.
+    pub would_fit: bool,
+    /// An ideal page-mapped allocator (the lower bound) would fit it.
+    pub ideal_would_fit: bool,
+    pub needed_bytes: u64,
+    /// Whole 2 MiB pages inside the free runs of the reserved segments.
+    pub free_page_bytes: u64,
+    /// Room to grow beyond what is reserved, when known (else 0: conservative).
+    pub headroom_bytes: u64,
+}
+
+/// The one place this verdict is computed.
+pub fn expandable_would_fit(layout: &Layout, needed: u64, headroom: u64) -> ExpandableVerdict {
+    let free_page_bytes = layout
+        .segments
+        .iter()
+        .flat_map(|s| &s.runs)
+        .filter(|r| r.state == BlockState::Free)
+        .map(|r| {
+            let first = r.addr.next_multiple_of(EXPANDABLE_PAGE);
+            let end = (r.addr.saturating_add(r.size)) / EXPANDABLE_PAGE * EXPANDABLE_PAGE;
+            end.saturating_sub(first)
+        })
+        .sum::<u64>();
+    let live: Vec<LiveSpan> = layout
+        .segments
+        .iter()
+        .flat_map(|s| &s.runs)
+        .filter(|r| r.state != BlockState::Free)
+        .map(|r| LiveSpan {
+            addr: r.addr,
+            size: r.size,
+            stream: 0,
+        })
+        .collect();
+    let reserved: u64 = layout.segments.iter().map(|s| s.size).sum();
+    let what_if = expandable_fits(&live, needed, 0, reserved.saturating_add(headroom));
+    ExpandableVerdict {
+        would_fit: what_if.faithful.fits,
+        ideal_would_fit: what_if.ideal.fits,
+        needed_bytes: needed,
+        free_page_bytes,
+        headroom_bytes: headroom,
+    }
+}
+
+/// An `oom` explained as vramtop explains a probe's: the same `OomReport` line.
+#[derive(Clone, Debug)]
+pub struct OomExplained {
+    pub time_s: f64,
+    pub device: i64,
+    pub report: OomReport,
+    pub expandable: ExpandableVerdict,
+    pub device_free_bytes: Option<u64>,
+    pub device_total_bytes: Option<u64>,
+    pub torch: Option<TorchStats>,
+    pub truncated: bool,
+    /// PyTorch's own figures in its words, when the hook caught them.
+    pub summary: Option<String>,
+    pub map: MapView,
+}
+
+impl OomExplained {
+    pub fn from_oom(oom: &OomState) -> Self {
+        let map = map_of(&oom.segments);
+        let stats = &map.stats;
+        // PyTorch rounds a request up to 512 B; that block had to be contiguous.
+        let rounded = round_size(oom.requested_bytes).unwrap_or(oom.requested_bytes);
+        let report = OomReport {
+            requested_bytes: oom.requested_bytes,
+            rounded_bytes: rounded,
+            total_free_bytes: stats.total_free_bytes,
+            largest_free_bytes: stats.largest_free_bytes,
+            free_runs: stats.free_runs,
+            reserved_bytes: stats.reserved_bytes,
+            capacity_bytes: oom.device_total_bytes.unwrap_or(0),
+            stream: 0,
+        };
+        // Room to grow: up to the allowed maximum (the per-process cap when one is set)
+        // and no further than the device has free. Unknown figures count as no room.
+        let headroom = match (oom.device_free_bytes, oom.device_total_bytes) {
+            (Some(free), Some(allowed)) => free.min(allowed.saturating_sub(stats.reserved_bytes)),
+            _ => 0,
+        };
+        let expandable = expandable_would_fit(&map.layout, rounded, headroom);
+        OomExplained {
+            time_s: oom.time_s,
+            device: oom.device,
+            report,
+            expandable,
+            device_free_bytes: oom.device_free_bytes,
+            device_total_bytes: oom.device_total_bytes,
+            torch: oom.stats.clone(),
+            truncated: oom.truncated,
+            summary: oom.summary.clone(),
+            map,
+        }
+    }
+
+    /// "needed 1.0 GiB contiguous; 4.3 GiB free in 306 runs, largest 6.0 MiB"
+    pub fn line(&self) -> String {
+        self.report.to_string()
+    }
+
+    /// "expandable_segments:True would fit it (4.1 GiB of free pages)" or why not.
+    pub fn expandable_line(&self) -> String {
+        let v = &self.expandable;
+        let free = vramtop_alloc::human_bytes(v.free_page_bytes);
+        let ideal = if v.ideal_would_fit {
+            "fits"
+        } else {
+            "does not fit"
+        };
+        if v.would_fit {
+            format!(
+                "expandable_segments:True would fit it ({free} of free 2 MiB pages; ideal bound {ideal})"
+            )
+        } else {
+            format!(
+                "expandable_segments:True would not fit it either ({free} of free pages; ideal bound {ideal})"
+            )
+        }
+    }
+}
+
+/// Per-site leak watch over an attached job's states.
+#[derive(Debug)]
+struct LeakWatch {
+    detector: LeakDetector,
+    states_per_window: u64,
+    states: u64,
+}
+
+impl LeakWatch {
+    fn new(interval_s: f64) -> Self {
+        LeakWatch {
+            detector: LeakDetector::new(DetectorConfig::default()),
+            states_per_window: ((LEAK_WINDOW_S / interval_s.max(0.01)).ceil() as u64)
+                .max(LEAK_WINDOW_MIN_STATES),
+            states: 0,
+        }
+    }
+
+    fn observe(&mut self, usage: &[(String, u64, u64)]) {
+        let window = self.states / self.states_per_window + 1;
+        self.states += 1;
+        let samples: Vec<(&str, u64, u64)> = usage
+            .iter()
+            .map(|(site, bytes, blocks)| (site.as_str(), *bytes, *blocks))
+            .collect();
+        self.detector.observe(window, &samples);
+    }
+}
+
+/// What the screen and JSON show of one job; cheap to clone (the maps are shared).
+#[derive(Clone, Debug, Default)]
+pub struct JobView {
+    pub pid: u32,
+    pub hello: Option<Hello>,
+    /// A viewer connection is up now.
+    pub connected: bool,
+    /// The job has exited (said bye, or its process is gone).
+    pub ended: bool,
+    pub exit_code: Option<i64>,
+    /// Why the last connection was dropped, in one line.
+    pub last_drop: Option<String>,
+    /// The last message skipped for a bad field.
+    pub last_skip: Option<String>,
+    pub frame: Option<Arc<JobFrame>>,
+    pub oom: Option<Arc<OomExplained>>,
+    pub error: Option<ErrorReport>,
+    pub suspects: Vec<Suspect>,
+    pub sites: Vec<SiteTrend>,
+    /// States taken in.
+    pub states: u64,
+}
+
+impl JobView {
+    /// The block map on screen: the last state, with its fragmentation history.
+    pub fn map(&self) -> Option<&MapView> {
+        self.frame.as_ref().map(|f| &f.map)
+    }
+
+    /// "python train.py" from the hello's argv.
+    pub fn command(&self) -> Option<String> {
+        self.hello
+            .as_ref()
+            .filter(|h| !h.argv.is_empty())
+            .map(|h| h.argv.join(" "))
+    }
+}
+
+/// A job and its bookkeeping: what the attacher updates as messages arrive.
+#[derive(Debug)]
+pub struct AttachedJob {
+    pub view: JobView,
+    leaks: LeakWatch,
+    frag_history: std::collections::VecDeque<u64>,
+}
+
+impl AttachedJob {
+    pub fn new(pid: u32, interval_s: f64) -> Self {
+        AttachedJob {
+            view: JobView {
+                pid,
+                ..JobView::default()
+            },
+            leaks: LeakWatch::new(interval_s),
+            frag_history: Default::default(),
+        }
+    }
+
+    pub fn on_hello(&mut self, hello: Hello) {
+        self.view.connected = true;
+        self.view.last_drop = None;
+        self.view.hello = Some(hello);
+    }
+
+    pub fn on_frame(&mut self, mut frame: JobFrame) {
+        let permille = (frame.map.stats.external_fragmentation * 1000.0).round() as u64;
+        if self.frag_history.len() == FRAG_HISTORY {
+            self.frag_history.pop_front();
+        }
+        self.frag_history.push_back(permille);
+        frame.map.frag_history = self.frag_history.iter().copied().collect();
+        // The fragmentation panel's counters come from PyTorch, not from the layout.
+        let torch = frame.torch.clone().unwrap_or_default();
+        frame.map.stats.ooms = torch.num_ooms.unwrap_or(0);
+        frame.map.stats.retries = torch.num_alloc_retries.unwrap_or(0);
+        frame.map.stats.last_oom = self.view.oom.as_ref().map(|o| o.report.clone());
+        self.leaks.observe(&frame.site_usage);
+        self.view.suspects = self.leaks.detector.suspects();
+        self.view.sites = self.leaks.detector.sites();
+        self.view.states += 1;
+        self.view.frame = Some(Arc::new(frame));
+    }
+
+    pub fn on_oom(&mut self, oom: OomExplained) {
+        if let Some(frame) = &self.view.frame {
+            // The map on screen says it too, until the next state does.
+            let mut frame = JobFrame::clone(frame);
+            frame.map.stats.ooms = frame.map.stats.ooms.max(1);
+            frame.map.stats.last_oom = Some(oom.report.clone());
+            self.view.frame = Some(Arc::new(frame));
+        }
+        self.view.oom = Some(Arc::new(oom));
+    }
+
+    pub fn on_error(&mut self, error: ErrorReport) {
+        self.view.error = Some(error);
+    }
+
+    pub fn on_bye(&mut self, bye: Bye) {
+        self.view.ended = true;
+        self.view.exit_code = bye.exit_code;
+    }
+
+    pub fn on_skipped(&mut self, why: String) {
+        self.view.last_skip = Some(why);
+    }
+
+    /// The connection ended: a job that said bye, or whose process is gone, has ended;
+    /// otherwise the reason is kept and the next scan reconnects.
+    pub fn on_dropped(&mut self, reason: String, process_alive: bool) {
+        self.view.connected = false;
+        if !process_alive {
+            self.view.ended = true;
+        }
+        if !self.view.ended {
+            self.view.last_drop = Some(reason);
+        }
+    }
+
+    pub fn set_exit_code(&mut self, code: i64) {
+        self.view.ended = true;
+        self.view.exit_code = Some(code);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::HookBlock;
+
+    const MIB: u64 = 1 << 20;
+
+    fn block(address: u64, size: u64, state: &str, site: Option<&str>) -> HookBlock {
+        HookBlock {
+            address,
+            size,
+            requested_size: size,
+            state: state.into(),
+            site: site.map(str::to_string),
+        }
+    }
+
+    /// A 20 MiB segment holding 6 MiB tensors at 0 and 12 MiB, free at 6 and 18.
+    fn checker_segment(base: u64) -> HookSegment {
+        HookSegment {
+            address: base,
+            total_size: 20 * MIB,
+            stream: 0,
+            segment_type: "large".into(),
+            is_expandable: false,
+            blocks: vec![
+                block(base, 6 * MIB, "active_allocated", Some("t.py:9 f")),
+                block(base + 6 * MIB, 6 * MIB, "inactive", None),
+                block(
+                    base + 12 * MIB,
+                    6 * MIB,
+                    "active_allocated",
+                    Some("t.py:9 f"),
+                ),
+                block(base + 18 * MIB, 2 * MIB, "inactive", None),
+            ],
+        }
+    }
+
+    #[test]
+    fn an_oom_is_explained_like_a_probe_and_expandable_would_fit() {
+        let segments: Vec<HookSegment> = (0..4)
+            .map(|i| checker_segment(0x7f00_0000_0000 + i * 20 * MIB))
+            .collect();
+        let oom = OomState {
+            time_s: 1.0,
+            device: 0,
+            requested_bytes: 16 * MIB,
+            device_free_bytes: Some(0),
+            device_total_bytes: Some(80 << 30),
+            stats: None,
+            segments,
+            truncated: false,
+            summary: None,
+        };
+        let explained = OomExplained::from_oom(&oom);
+        // 6 MiB and 2 MiB holes are separate runs: 4 segments x 2 runs, 32 MiB in all.
+        assert_eq!(
+            explained.line(),
+            "needed 16.0 MiB contiguous; 32.0 MiB free in 8 runs, largest 6.0 MiB"
+        );
+        assert!(explained.expandable.would_fit);
+        assert_eq!(explained.expandable.free_page_bytes, 32 * MIB);
+        let too_big = expandable_would_fit(&explained.map.layout, 40 * MIB, 0);
+        assert!(!too_big.would_fit);
+    }
+
+    #[test]
+    fn sites_feed_the_leak_detector() {
+        let mut job = AttachedJob::new(7, 1.0);
+        for step in 1..=12u64 {
+            // One more live 1 MiB block at the leaking site each state.
+            let mut leaking = checker_segment(0x2000_0000);
+            leaking.blocks = (0..step)
+                .map(|i| {
+                    let addr = 0x2000_0000 + i * MIB;
+                    block(addr, MIB, "active_allocated", Some("leak.py:12 step"))
+                })
+                .collect();
+            let state = JobState {
+                seq: step,
+                time_s: step as f64,
+                device: 0,
+                stats: None,
+                settings: AllocatorSettings::default(),
+                segments: vec![checker_segment(0x1000_0000), leaking],
+                truncated: false,
+                collect_ms: None,
+                history_share: None,
+            };
+            job.on_frame(JobFrame::from_state(&state));
+        }
+        let tags: Vec<&str> = job.view.suspects.iter().map(|s| s.tag.as_str()).collect();
+        assert_eq!(tags, vec!["leak.py:12 step"]);
+        assert_eq!(job.view.map().map(|m| m.frag_history.len()), Some(12));
+    }
+}

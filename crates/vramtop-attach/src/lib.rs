@@ -1,0 +1,23 @@
+//! vramtop-attach: live attach to PyTorch jobs. The protocol spoken with the Python hook
+//! inside a job (the hook's files are in this crate's `hook/` and ship inside the binary),
+//! discovery of hooked jobs by their sockets, one connection per job on a thread of its
+//! own, the state kept per job (a block map through the snapshot reader's layout code, the
+//! OOM explained as a probe's, leak suspects by site), `vramtop run`'s launcher and the
+//! headless `vramtop attach`.
+//!
+//! Depends on `vramtop-alloc` and `vramtop-trace` only: no ratatui, no clap, nothing of
+//! the application.
+
+pub mod client;
+pub mod discovery;
+pub mod headless;
+pub mod hook_files;
+pub mod job;
+pub mod launch;
+pub mod protocol;
+pub mod report;
+pub mod watcher;
+
+pub use job::JobView;
+pub use report::JobReport;
+pub use watcher::{collect_once, AttachedJobs, Attacher};

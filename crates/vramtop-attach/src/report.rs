@@ -1,0 +1,141 @@
+//! What `--once --json` and `vramtop attach --json` say of a hooked job: plain data,
+//! built from a `JobView`.
+
+use serde::Serialize;
+
+use super::job::{ExpandableVerdict, JobView};
+use super::protocol::{AllocatorSettings, ErrorReport, TorchStats};
+use vramtop_alloc::leaks::Suspect;
+
+/// The `attached` entry of `--once --json` and `vramtop attach --json`.
+#[derive(Clone, Debug, Serialize)]
+pub struct JobReport {
+    pub pid: u32,
+    pub ppid: Option<u32>,
+    pub argv: Vec<String>,
+    pub torch_version: Option<String>,
+    pub hook_version: Option<String>,
+    pub cuda_ready: bool,
+    pub history: bool,
+    /// The share of allocations whose sites were recorded at the last state (see
+    /// PROTOCOL.md, `history_share`); null without history.
+    pub history_share: Option<f64>,
+    pub missing: Vec<String>,
+    pub connected: bool,
+    pub ended: bool,
+    pub exit_code: Option<i64>,
+    pub last_drop: Option<String>,
+    pub states: u64,
+    pub device: Option<i64>,
+    /// The hook's `memory_stats()` figures, as PyTorch counts them.
+    pub stats: Option<TorchStats>,
+    pub settings: Option<AllocatorSettings>,
+    pub segments: usize,
+    pub blocks: u64,
+    /// Read off the segments, as the block map shows them.
+    pub reserved_bytes: u64,
+    pub allocated_bytes: u64,
+    pub free_bytes: u64,
+    pub free_runs: u64,
+    pub largest_free_bytes: u64,
+    pub external_fragmentation: f64,
+    pub truncated: bool,
+    pub last_oom: Option<OomJson>,
+    pub last_error: Option<ErrorReport>,
+    pub leak_suspects: Vec<Suspect>,
+    /// The sites holding most now (with history), largest first.
+    pub top_sites: Vec<SiteJson>,
+}
+
+/// Sites listed in JSON.
+const TOP_SITES: usize = 5;
+
+#[derive(Clone, Debug, Serialize)]
+pub struct SiteJson {
+    pub site: String,
+    pub live_bytes: u64,
+    pub live_blocks: u64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct OomJson {
+    pub time_s: f64,
+    pub line: String,
+    pub requested_bytes: u64,
+    pub rounded_bytes: u64,
+    pub free_bytes: u64,
+    pub free_runs: u64,
+    pub largest_free_bytes: u64,
+    pub reserved_bytes: u64,
+    pub allocated_bytes: u64,
+    pub device_free_bytes: Option<u64>,
+    pub device_total_bytes: Option<u64>,
+    pub expandable: ExpandableVerdict,
+    pub expandable_line: String,
+    pub pytorch_summary: Option<String>,
+}
+
+impl JobReport {
+    pub fn of(view: &JobView) -> Self {
+        let hello = view.hello.as_ref();
+        let frame = view.frame.as_deref();
+        let stats = frame.map(|f| &f.map.stats);
+        JobReport {
+            pid: view.pid,
+            ppid: hello.and_then(|h| h.ppid),
+            argv: hello.map(|h| h.argv.clone()).unwrap_or_default(),
+            torch_version: hello.and_then(|h| h.torch_version.clone()),
+            hook_version: hello.map(|h| h.hook_version.clone()),
+            cuda_ready: hello.is_some_and(|h| h.cuda_ready) || frame.is_some(),
+            history: hello.is_some_and(|h| h.history),
+            history_share: frame.and_then(|f| f.history_share),
+            missing: hello.map(|h| h.missing.clone()).unwrap_or_default(),
+            connected: view.connected,
+            ended: view.ended,
+            exit_code: view.exit_code,
+            last_drop: view.last_drop.clone(),
+            states: view.states,
+            device: frame.map(|f| f.device),
+            stats: frame.and_then(|f| f.torch.clone()),
+            settings: frame.map(|f| f.settings.clone()),
+            segments: frame.map_or(0, |f| f.map.layout.segments.len()),
+            blocks: stats.map_or(0, |s| s.live_blocks),
+            reserved_bytes: stats.map_or(0, |s| s.reserved_bytes),
+            allocated_bytes: stats.map_or(0, |s| s.allocated_bytes),
+            free_bytes: stats.map_or(0, |s| s.total_free_bytes),
+            free_runs: stats.map_or(0, |s| s.free_runs),
+            largest_free_bytes: stats.map_or(0, |s| s.largest_free_bytes),
+            external_fragmentation: stats.map_or(0.0, |s| s.external_fragmentation),
+            truncated: frame.is_some_and(|f| f.truncated),
+            last_oom: view.oom.as_deref().map(|o| OomJson {
+                time_s: o.time_s,
+                line: o.line(),
+                requested_bytes: o.report.requested_bytes,
+                rounded_bytes: o.report.rounded_bytes,
+                free_bytes: o.report.total_free_bytes,
+                free_runs: o.report.free_runs,
+                largest_free_bytes: o.report.largest_free_bytes,
+                reserved_bytes: o.map.stats.reserved_bytes,
+                allocated_bytes: o.map.stats.allocated_bytes,
+                device_free_bytes: o.device_free_bytes,
+                device_total_bytes: o.device_total_bytes,
+                expandable: o.expandable.clone(),
+                expandable_line: o.expandable_line(),
+                pytorch_summary: o.summary.clone(),
+            }),
+            last_error: view.error.clone(),
+            leak_suspects: view.suspects.clone(),
+            top_sites: view
+                .sites
+                .iter()
+                .filter(|s| s.live_bytes > 0)
+                .take(TOP_SITES)
+                .map(|s| SiteJson {
+                    site: s.tag.clone(),
+                    live_bytes: s.live_bytes,
+                    live_blocks: s.live_blocks,
+                })
+                .collect(),
+        }
+    }
+}

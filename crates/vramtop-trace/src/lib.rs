@@ -1,0 +1,604 @@
+//! vramtop-trace: allocation logs in and out. PyTorch CUDA memory snapshots (the pickle
+//! `torch.cuda.memory._snapshot()` returns, read by a streaming pickle reader of our own,
+//! since no Rust crate reads them), RMM logging-adaptor CSV and vramtop's own JSON-lines
+//! recordings, all read into one `Trace` (an initial state plus an event stream); the
+//! replay of a trace through vramtop's allocator policies (`replay`), a snapshot's final
+//! state as a block-map `Layout` (`snapshot`), the trace's own OOMs (`ooms`) and leak
+//! suspects by call site (`leaks`).
+//!
+//! Depends on `vramtop-alloc` only: no tokio, no ratatui, no clap, no CUDA.
+//!
+//! ```no_run
+//! use std::path::Path;
+//! use vramtop_alloc::PolicyKind;
+//! use vramtop_trace::replay::{self, ReplayOptions};
+//!
+//! // A file written by `pickle.dump(torch.cuda.memory._snapshot(), f)` (gzipped or not).
+//! let trace = vramtop_trace::load(Path::new("snapshot.pickle")).map_err(|e| e.to_string())?;
+//! println!("{} events on device {}", trace.events.len(), trace.device);
+//! // Would PyTorch's expandable segments have fitted what the caching allocator did?
+//! let policies = [PolicyKind::Caching, PolicyKind::PytorchExpandable];
+//! let rows = replay::report(&trace, &policies, ReplayOptions::default())
+//!     .map_err(|e| e.to_string())?;
+//! for row in &rows {
+//!     println!(
+//!         "{}: peak reserved {} B, {} OOMs, largest free at the peak {} B",
+//!         row.policy.name(),
+//!         row.peak_reserved_bytes,
+//!         row.ooms,
+//!         row.largest_free_at_peak_bytes
+//!     );
+//! }
+//! # Ok::<(), String>(())
+//! ```
+
+mod initial;
+pub mod leaks;
+pub mod ooms;
+pub mod pickle;
+mod pytorch;
+pub mod record;
+pub mod replay;
+mod rmm;
+pub mod snapshot;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fmt;
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use vramtop_alloc::{BlockState, Pool, StreamId};
+
+/// Where a trace came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TraceFormat {
+    /// `torch.cuda.memory._snapshot()`, pickled (optionally gzipped).
+    PytorchSnapshot,
+    /// RMM `logging_resource_adaptor` CSV.
+    RmmCsv,
+    /// vramtop's JSON-lines recording (`record`).
+    VramtopRecord,
+}
+
+impl fmt::Display for TraceFormat {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            TraceFormat::PytorchSnapshot => "PyTorch memory snapshot",
+            TraceFormat::RmmCsv => "RMM log",
+            TraceFormat::VramtopRecord => "vramtop recording",
+        })
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TraceEventKind {
+    Alloc,
+    /// The caller freed the block; its memory may still be in use by a stream.
+    FreeRequested,
+    /// The memory is really released. RMM frees are immediate and appear only as this.
+    FreeCompleted,
+    SegmentAlloc,
+    SegmentFree,
+    SegmentMap,
+    SegmentUnmap,
+    /// An allocation failed: `size` is the request; `addr` holds the device's free bytes
+    /// (PyTorch's `device_free`), since an OOM has no address.
+    Oom,
+    /// A snapshot was taken at this point (no memory change).
+    Snapshot,
+}
+
+/// One entry of the event stream, in the order the source logged it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TraceEvent {
+    pub kind: TraceEventKind,
+    pub addr: u64,
+    pub size: u64,
+    /// Streams are numbered by first appearance; the default stream (0) stays 0.
+    pub stream: StreamId,
+    /// The call site of this event ("file:line function"), when the source has one.
+    /// Interned: every event of one site shares the string.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tag: Option<Arc<str>>,
+    /// Microseconds. PyTorch: since the epoch. RMM: since the epoch, or since the
+    /// midnight before the log began when it has times of day (what the adaptor writes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_us: Option<i64>,
+}
+
+/// A block that was live before the trace began (a model's parameters, typically).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LiveAtStart {
+    pub addr: u64,
+    pub size: u64,
+    pub stream: StreamId,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tag: Option<Arc<str>>,
+}
+
+/// A segment as the snapshot saw it when it was taken (the end of the trace).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SnapshotSegment {
+    pub addr: u64,
+    pub total_size: u64,
+    pub stream: StreamId,
+    pub pool: Pool,
+    pub is_expandable: bool,
+    pub blocks: Vec<SnapshotBlock>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SnapshotBlock {
+    pub addr: u64,
+    pub size: u64,
+    pub requested_size: u64,
+    /// `active_allocated` is Allocated, `active_pending_free` PendingFree, the rest Free.
+    pub state: BlockState,
+    pub tag: Option<Arc<str>>,
+}
+
+/// A segment the traced allocator held before the trace began (its address is never
+/// allocated by a `segment_alloc` before it is used or freed), with the blocks live in it
+/// then, in address order. PyTorch snapshots only.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InitialSegment {
+    pub addr: u64,
+    pub size: u64,
+    pub pool: Pool,
+    pub stream: StreamId,
+    pub blocks: Vec<LiveAtStart>,
+}
+
+/// The traced allocator's settings, from the snapshot's `allocator_settings`
+/// (`PYTORCH_CUDA_ALLOC_CONF`); `Default` is PyTorch's defaults.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct AllocatorSettings {
+    /// `max_split_size_mb`, in bytes; None: unlimited.
+    pub max_split_size: Option<u64>,
+    /// `roundup_power2_divisions` per size interval: index 0 is sizes up to 2 MiB, then
+    /// one power of two per index, up to 32 GiB and beyond (PyTorch's 16 intervals);
+    /// 0 or 1: plain 512 B rounding.
+    pub roundup_power2_divisions: [u32; 16],
+    /// `garbage_collection_threshold`; PyTorch acts on it only under a memory fraction.
+    pub garbage_collection_threshold: Option<f64>,
+    pub expandable_segments: bool,
+    /// The configuration string as the job set it, when the snapshot has it.
+    pub conf: Option<String>,
+}
+
+/// What the importer counted while reading; the replayer and the UI report it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TraceStats {
+    /// Events per action, as the source spells it ("alloc", "free_completed", "free").
+    pub actions: BTreeMap<String, u64>,
+    /// Events whose action is unknown to us, per action: counted in `actions` too, and
+    /// left out of `events`.
+    pub unknown_actions: BTreeMap<String, u64>,
+    /// FreeCompleted events for an address that was not live at that point.
+    pub unknown_frees: u64,
+    /// Alloc events at an address that was already live (the earlier block is replaced).
+    pub allocs_over_live: u64,
+    pub initial_live_bytes: u64,
+    /// Trace entries skipped as malformed (a required field missing or mistyped).
+    pub malformed: u64,
+    /// Where the first malformed entry is and what is wrong with it.
+    pub first_malformed: Option<String>,
+    /// Devices whose snapshot trace is not empty (PyTorch only).
+    pub devices_with_traces: Vec<i64>,
+    /// A snapshot without allocation history: segments only, no events.
+    pub no_history: bool,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Trace {
+    pub source: TraceFormat,
+    /// CUDA device ordinal the events belong to (0 where the source does not say).
+    pub device: i64,
+    pub initial: Vec<LiveAtStart>,
+    /// PyTorch only: the segments held before the trace began, with the blocks of
+    /// `initial` that lie in them at their places (a replay can start from them).
+    pub initial_segments: Vec<InitialSegment>,
+    pub events: Vec<TraceEvent>,
+    /// PyTorch only: segments and blocks when the snapshot was taken.
+    pub segments_at_end: Vec<SnapshotSegment>,
+    /// PyTorch only: the allocator settings the trace was recorded under.
+    pub settings: AllocatorSettings,
+    pub stats: TraceStats,
+}
+
+impl Trace {
+    /// Peak of live bytes over the trace's own events: Alloc adds a block, FreeCompleted
+    /// removes it, sizes rounded up to `round_to` (0 or 1: no rounding). Blocks live
+    /// from the start are not counted: this is the figure the shared traces' README
+    /// quotes ("summing live bytes over the trace alone"); see `live_bytes_peak_with_initial`.
+    pub fn live_bytes_peak(&self, round_to: u64) -> u64 {
+        self.peak_from(&[], round_to)
+    }
+
+    /// As `live_bytes_peak`, starting from the blocks live before the trace began:
+    /// what the device really held for live blocks at the peak.
+    pub fn live_bytes_peak_with_initial(&self, round_to: u64) -> u64 {
+        self.peak_from(&self.initial, round_to)
+    }
+
+    fn peak_from(&self, initial: &[LiveAtStart], round_to: u64) -> u64 {
+        let round = |size: u64| match round_to {
+            0 | 1 => size,
+            r => size.div_ceil(r).saturating_mul(r),
+        };
+        let mut live: HashMap<u64, u64> = HashMap::with_capacity(initial.len() + 1024);
+        let mut current: u64 = 0;
+        for block in initial {
+            let size = round(block.size);
+            if let Some(old) = live.insert(block.addr, size) {
+                current = current.saturating_sub(old);
+            }
+            current = current.saturating_add(size);
+        }
+        let mut peak = current;
+        for event in &self.events {
+            match event.kind {
+                TraceEventKind::Alloc => {
+                    let size = round(event.size);
+                    if let Some(old) = live.insert(event.addr, size) {
+                        current = current.saturating_sub(old);
+                    }
+                    current = current.saturating_add(size);
+                    peak = peak.max(current);
+                }
+                TraceEventKind::FreeCompleted => {
+                    if let Some(old) = live.remove(&event.addr) {
+                        current = current.saturating_sub(old);
+                    }
+                }
+                _ => {}
+            }
+        }
+        peak
+    }
+
+    /// One line per thing a user should know about this trace (empty when all is well).
+    pub fn notices(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        let s = &self.stats;
+        if s.no_history {
+            out.push(
+                "no allocation history in this snapshot: showing its segments only; record one \
+                 with torch.cuda.memory._record_memory_history() before taking the snapshot"
+                    .to_string(),
+            );
+        }
+        if s.devices_with_traces.len() > 1 {
+            let list: Vec<String> = s
+                .devices_with_traces
+                .iter()
+                .map(|d| d.to_string())
+                .collect();
+            out.push(format!(
+                "snapshot has traces for devices {}; showing device {}",
+                list.join(", "),
+                self.device
+            ));
+        }
+        if !s.unknown_actions.is_empty() {
+            let total: u64 = s.unknown_actions.values().sum();
+            let names: Vec<&str> = s.unknown_actions.keys().map(String::as_str).collect();
+            out.push(format!(
+                "{total} event(s) with unknown actions were skipped ({})",
+                names.join(", ")
+            ));
+        }
+        if s.malformed > 0 {
+            out.push(format!(
+                "{} malformed trace entr{} skipped; the first: {}",
+                s.malformed,
+                if s.malformed == 1 {
+                    "y was"
+                } else {
+                    "ies were"
+                },
+                s.first_malformed.as_deref().unwrap_or("?")
+            ));
+        }
+        if s.unknown_frees > 0 {
+            out.push(format!(
+                "{} free(s) of addresses not live at the time (allocated before the trace began?)",
+                s.unknown_frees
+            ));
+        }
+        out
+    }
+
+    /// Fills `unknown_frees`, `allocs_over_live` and `initial_live_bytes` by walking
+    /// the events once; every importer calls it last.
+    fn tally(&mut self) {
+        let mut live: HashSet<u64> = self.initial.iter().map(|b| b.addr).collect();
+        let (mut unknown_frees, mut over_live) = (0, 0);
+        for event in &self.events {
+            let (addr, kind) = (event.addr, event.kind);
+            if kind == TraceEventKind::Alloc && !live.insert(addr) {
+                over_live += 1;
+            } else if kind == TraceEventKind::FreeCompleted && !live.remove(&addr) {
+                unknown_frees += 1;
+            }
+        }
+        self.stats.unknown_frees = unknown_frees;
+        self.stats.allocs_over_live = over_live;
+        self.stats.initial_live_bytes = self.initial.iter().map(|b| b.size).sum();
+    }
+}
+
+impl TraceStats {
+    pub(crate) fn note_malformed(&mut self, what: String) {
+        self.malformed += 1;
+        self.first_malformed.get_or_insert(what);
+    }
+}
+
+/// Adds one to `counts[name]`.
+pub(crate) fn bump(counts: &mut BTreeMap<String, u64>, name: &str) {
+    match counts.get_mut(name) {
+        Some(n) => *n += 1,
+        None => {
+            counts.insert(name.to_string(), 1);
+        }
+    }
+}
+
+/// Raw stream handles (CUDA stream pointers) to small ids, in order of first appearance.
+#[derive(Default)]
+pub(crate) struct StreamIds {
+    ids: HashMap<u64, StreamId>,
+}
+
+impl StreamIds {
+    pub(crate) fn id(&mut self, raw: u64) -> StreamId {
+        if raw == 0 {
+            return 0;
+        }
+        let next = StreamId::try_from(self.ids.len() + 1).unwrap_or(StreamId::MAX);
+        *self.ids.entry(raw).or_insert(next)
+    }
+}
+
+/// How much `load` reads, and which device it picks.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LoadOptions {
+    /// Bytes read from the file, and bytes after gunzip.
+    pub max_bytes: u64,
+    /// PyTorch: the device to read; None picks the first device with a trace.
+    pub device: Option<i64>,
+    pub pickle_limits: pickle::Limits,
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        LoadOptions {
+            max_bytes: 512 << 20,
+            device: None,
+            pickle_limits: pickle::Limits::default(),
+        }
+    }
+}
+
+/// A trace that could not be read: which file, and why in one line.
+#[derive(Debug)]
+pub struct TraceError {
+    pub path: Option<PathBuf>,
+    pub kind: TraceErrorKind,
+}
+
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum TraceErrorKind {
+    Io(std::io::Error),
+    Empty,
+    TooLarge {
+        limit: u64,
+    },
+    GzipTruncated,
+    GzipCorrupt(String),
+    UnknownFormat,
+    Pickle(pickle::PickleError),
+    /// A pickle, but not of a memory snapshot (or a snapshot with a malformed part).
+    NotASnapshot(String),
+    Csv {
+        row: usize,
+        message: String,
+    },
+    Record {
+        line: usize,
+        message: String,
+    },
+}
+
+impl fmt::Display for TraceErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TraceErrorKind::Io(e) => write!(f, "cannot read the file: {e}"),
+            TraceErrorKind::Empty => f.write_str(
+                "the file is empty; pass a snapshot from torch.cuda.memory._dump_snapshot(), \
+                 an RMM log or a vramtop recording",
+            ),
+            TraceErrorKind::TooLarge { limit } => write!(
+                f,
+                "the trace is larger than {} (the reader's limit); record a shorter history",
+                vramtop_alloc::human_bytes(*limit)
+            ),
+            TraceErrorKind::GzipTruncated => f.write_str(
+                "the gzip stream is cut short (was the file copied while being written?); \
+                 copy it again",
+            ),
+            TraceErrorKind::GzipCorrupt(e) => write!(f, "corrupt gzip data ({e}); copy it again"),
+            TraceErrorKind::UnknownFormat => f.write_str(
+                "not a trace vramtop knows: expected a PyTorch memory snapshot \
+                 (.pickle or .pickle.gz), an RMM logging_resource_adaptor CSV \
+                 or a vramtop recording",
+            ),
+            TraceErrorKind::Pickle(e) => write!(f, "{e}"),
+            TraceErrorKind::NotASnapshot(what) => f.write_str(what),
+            TraceErrorKind::Csv { row, message } => {
+                write!(f, "RMM log row {row}: {message}; fix or delete that row")
+            }
+            TraceErrorKind::Record { line, message } => {
+                write!(f, "recording line {line}: {message}")
+            }
+        }
+    }
+}
+
+impl fmt::Display for TraceError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.path {
+            Some(path) => write!(f, "{}: {}", path.display(), self.kind),
+            None => write!(f, "{}", self.kind),
+        }
+    }
+}
+
+impl std::error::Error for TraceError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match &self.kind {
+            TraceErrorKind::Io(e) => Some(e),
+            TraceErrorKind::Pickle(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+/// Reads a trace of any supported format with the default options.
+pub fn load(path: &Path) -> Result<Trace, TraceError> {
+    load_with(path, &LoadOptions::default())
+}
+
+/// Reads a trace file, streaming it: a gzipped pickle is unzipped and unpickled as it is
+/// read, never held whole.
+pub fn load_with(path: &Path, opts: &LoadOptions) -> Result<Trace, TraceError> {
+    let with_path = |kind| TraceError {
+        path: Some(path.to_path_buf()),
+        kind,
+    };
+    let file = std::fs::File::open(path).map_err(|e| with_path(TraceErrorKind::Io(e)))?;
+    let size = file.metadata().map(|m| m.len()).unwrap_or(0);
+    if size > opts.max_bytes {
+        return Err(with_path(TraceErrorKind::TooLarge {
+            limit: opts.max_bytes,
+        }));
+    }
+    parse_reader(BufReader::new(file.take(opts.max_bytes)), opts).map_err(with_path)
+}
+
+/// Reads a trace held in memory (the file's bytes, gzipped or not).
+pub fn from_bytes(bytes: &[u8], opts: &LoadOptions) -> Result<Trace, TraceError> {
+    if bytes.len() as u64 > opts.max_bytes {
+        return Err(TraceError {
+            path: None,
+            kind: TraceErrorKind::TooLarge {
+                limit: opts.max_bytes,
+            },
+        });
+    }
+    parse_reader(bytes, opts).map_err(|kind| TraceError { path: None, kind })
+}
+
+fn read_bounded(mut reader: impl Read, limit: u64) -> Result<Vec<u8>, TraceErrorKind> {
+    let mut out = Vec::new();
+    (&mut reader)
+        .take(limit.saturating_add(1))
+        .read_to_end(&mut out)
+        .map_err(TraceErrorKind::Io)?;
+    if out.len() as u64 > limit {
+        return Err(TraceErrorKind::TooLarge { limit });
+    }
+    Ok(out)
+}
+
+const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
+const PICKLE_PROTO: u8 = 0x80;
+
+/// The first bytes of a buffered stream, without consuming them (fewer at its end).
+fn peek(reader: &mut impl BufRead, n: usize) -> Result<Vec<u8>, std::io::Error> {
+    let buf = reader.fill_buf()?;
+    Ok(buf[..buf.len().min(n)].to_vec())
+}
+
+fn parse_reader(mut reader: impl BufRead, opts: &LoadOptions) -> Result<Trace, TraceErrorKind> {
+    let head = peek(&mut reader, 2).map_err(TraceErrorKind::Io)?;
+    if head.is_empty() {
+        return Err(TraceErrorKind::Empty);
+    }
+    if head == GZIP_MAGIC {
+        // Unzipped bytes are bounded by max_bytes too: a small bomb stops there.
+        let inner = flate2::bufread::MultiGzDecoder::new(reader);
+        let mut inner = BufReader::with_capacity(1 << 16, GzipErrors(inner));
+        let head = peek(&mut inner, 2).map_err(gzip_error)?;
+        if head.is_empty() {
+            return Err(TraceErrorKind::Empty);
+        }
+        if head == GZIP_MAGIC {
+            return Err(TraceErrorKind::UnknownFormat);
+        }
+        return parse_plain(inner, opts).map_err(|e| match e {
+            TraceErrorKind::Io(e) => gzip_error(e),
+            other => other,
+        });
+    }
+    parse_plain(reader, opts)
+}
+
+/// Marks the unzipper's errors so they are told apart from the file's own.
+struct GzipErrors<R>(R);
+
+impl<R: Read> Read for GzipErrors<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.0.read(buf)
+    }
+}
+
+fn gzip_error(e: std::io::Error) -> TraceErrorKind {
+    if e.kind() == std::io::ErrorKind::UnexpectedEof {
+        TraceErrorKind::GzipTruncated
+    } else {
+        TraceErrorKind::GzipCorrupt(e.to_string())
+    }
+}
+
+fn parse_plain(mut reader: impl BufRead, opts: &LoadOptions) -> Result<Trace, TraceErrorKind> {
+    let head = peek(&mut reader, 1).map_err(TraceErrorKind::Io)?;
+    if head.first() == Some(&PICKLE_PROTO) {
+        return pytorch::import_reader(reader, opts);
+    }
+    let bytes = read_bounded(reader, opts.max_bytes)?;
+    parse_text(&bytes)
+}
+
+fn parse_text(bytes: &[u8]) -> Result<Trace, TraceErrorKind> {
+    if bytes.is_empty() {
+        return Err(TraceErrorKind::Empty);
+    }
+    let text = bytes.strip_prefix(b"\xef\xbb\xbf").unwrap_or(bytes);
+    let first_line = text.split(|&b| b == b'\n').next().unwrap_or(&[]);
+    let first_line = String::from_utf8_lossy(first_line);
+    if record::is_header(&first_line) {
+        let text = std::str::from_utf8(text).map_err(|e| TraceErrorKind::Record {
+            line: 1 + text[..e.valid_up_to()]
+                .iter()
+                .filter(|&&b| b == b'\n')
+                .count(),
+            message: "not UTF-8 text".to_string(),
+        })?;
+        return record::read(text);
+    }
+    if rmm::is_header(&first_line) {
+        return rmm::import(text);
+    }
+    if first_line.trim().is_empty() && text.iter().all(u8::is_ascii_whitespace) {
+        return Err(TraceErrorKind::Empty);
+    }
+    Err(TraceErrorKind::UnknownFormat)
+}

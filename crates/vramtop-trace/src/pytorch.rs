@@ -1,0 +1,684 @@
+//! Import of a PyTorch memory snapshot (`torch.cuda.memory._snapshot()`), streamed
+//! through `pickle`: trace entries are turned into compact events the moment the reader
+//! finishes each one (`EntryReader`), so a snapshot of millions of events is never held
+//! as a tree; frame lists become one interned call-site tag each. One device's
+//! `device_traces` become the event stream, its `segments` the state at the end, and
+//! blocks live before the trace began the initial state. Every action PyTorch writes is
+//! read (`oom` has no address: it carries the device's free bytes); an unknown action or
+//! a malformed entry is skipped and counted, so a newer PyTorch never makes a file
+//! unreadable. Knows nothing of files or of other formats.
+
+use std::collections::HashMap;
+use std::hash::BuildHasherDefault;
+use std::io::Read;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use super::pickle::{self, Dict, Finished, IdHasher, Value};
+use super::{
+    AllocatorSettings, LoadOptions, SnapshotBlock, SnapshotSegment, StreamIds, Trace,
+    TraceErrorKind, TraceEvent, TraceEventKind, TraceFormat, TraceStats,
+};
+use vramtop_alloc::{BlockState, Pool};
+
+const WHAT_TO_DO: &str = "expected a dict from torch.cuda.memory._snapshot() with 'segments' \
+                          and 'device_traces'; write one with torch.cuda.memory._dump_snapshot()";
+
+fn not_a_snapshot(what: String) -> TraceErrorKind {
+    TraceErrorKind::NotASnapshot(what)
+}
+
+/// Reads a pickled snapshot from `reader` (already gunzipped).
+pub(super) fn import_reader(
+    reader: impl Read,
+    opts: &LoadOptions,
+) -> Result<Trace, TraceErrorKind> {
+    let mut entries = EntryReader::default();
+    let root = {
+        let mut reduce = |finished: Finished<'_>| entries.reduce(finished);
+        pickle::from_reader(
+            reader,
+            opts.max_bytes,
+            opts.pickle_limits,
+            Some(&mut reduce),
+        )
+    }
+    .map_err(|e| match e {
+        pickle::ReadError::Io(e) => TraceErrorKind::Io(e),
+        pickle::ReadError::TooLarge => TraceErrorKind::TooLarge {
+            limit: opts.max_bytes,
+        },
+        pickle::ReadError::Pickle(e) => TraceErrorKind::Pickle(e),
+    })?;
+    import(&root, entries, opts.device)
+}
+
+fn import(
+    root: &Value,
+    mut entries: EntryReader,
+    device: Option<i64>,
+) -> Result<Trace, TraceErrorKind> {
+    let (traces, segments) = top_level(root)?;
+    let devices_with_traces: Vec<i64> = traces
+        .iter()
+        .enumerate()
+        .filter(|(_, t)| t.as_seq().is_some_and(|events| !events.is_empty()))
+        .map(|(i, _)| i as i64)
+        .collect();
+    // Unless told, the first device with a trace; failing that, the first with segments.
+    let chosen = match device {
+        Some(d) => d,
+        None => devices_with_traces
+            .first()
+            .copied()
+            .or_else(|| segments.first().and_then(|s| int_field(s, "device")))
+            .unwrap_or(0),
+    };
+    let device_trace: &[Value] = usize::try_from(chosen)
+        .ok()
+        .and_then(|i| traces.get(i))
+        .and_then(Value::as_seq)
+        .unwrap_or(&[]);
+
+    let mut stats = TraceStats {
+        devices_with_traces,
+        no_history: device_trace.is_empty(),
+        ..TraceStats::default()
+    };
+    let events = entries.events_of(device_trace, chosen, &mut stats);
+    let segments_at_end = import_segments(segments, chosen, &mut entries)?;
+    if device.is_some() && device_trace.is_empty() && segments_at_end.is_empty() {
+        return Err(not_a_snapshot(format!(
+            "device {chosen} has neither a trace nor segments in this snapshot; \
+             pick another device"
+        )));
+    }
+    let (initial, initial_segments) = super::initial::infer(&segments_at_end, &events);
+    let mut trace = Trace {
+        source: TraceFormat::PytorchSnapshot,
+        device: chosen,
+        initial,
+        initial_segments,
+        events,
+        segments_at_end,
+        settings: settings_of(root.get("allocator_settings")),
+        stats,
+    };
+    trace.tally();
+    Ok(trace)
+}
+
+/// `device_traces` and `segments`, or why this pickle is not a snapshot.
+fn top_level(root: &Value) -> Result<(&[Value], &[Value]), TraceErrorKind> {
+    let Some(dict) = root.as_dict() else {
+        return Err(not_a_snapshot(format!(
+            "the pickle holds {}, not a memory snapshot; {WHAT_TO_DO}",
+            root.describe()
+        )));
+    };
+    let segments = dict.get("segments");
+    let traces = dict.get("device_traces");
+    if segments.is_none() && traces.is_none() {
+        let keys: Vec<&str> = dict
+            .iter()
+            .filter_map(|(k, _)| k.as_str())
+            .take(8)
+            .collect();
+        return Err(not_a_snapshot(format!(
+            "the pickle holds a dict with keys [{}], not a memory snapshot; {WHAT_TO_DO}",
+            keys.join(", ")
+        )));
+    }
+    Ok((
+        list_or_empty("device_traces", traces)?,
+        list_or_empty("segments", segments)?,
+    ))
+}
+
+fn list_or_empty<'v>(name: &str, value: Option<&'v Value>) -> Result<&'v [Value], TraceErrorKind> {
+    match value {
+        None | Some(Value::None) => Ok(&[]),
+        Some(v) => v
+            .as_seq()
+            .ok_or_else(|| not_a_snapshot(format!("'{name}' is {}, not a list", v.describe()))),
+    }
+}
+
+/// A trace entry the reader could not use: skipped and counted.
+enum Skipped {
+    /// An action this version of vramtop does not know.
+    Unknown(Arc<str>),
+    /// A required field missing or of the wrong type.
+    Bad(String),
+}
+
+/// A frame dict, held, and the call-site tag it gives.
+type FrameTag = (Rc<Dict>, Option<Arc<str>>);
+
+/// `Value::Reduced` numbers with this bit set are call-site tags (a frame list), the
+/// others trace entries.
+const TAG_BIT: u32 = 1 << 31;
+
+/// Turns trace entries and frame lists into compact events and interned tags while the
+/// pickle is read: the reducer `pickle` calls for every list and dict it finishes.
+#[derive(Default)]
+struct EntryReader {
+    /// Every trace entry read, by number; skipped ones hold a placeholder event and
+    /// their reason in `skipped`. Kept as events so one device's trace (the usual
+    /// case) becomes the event stream without a copy.
+    entries: Vec<TraceEvent>,
+    skipped: HashMap<u32, Skipped>,
+    streams: StreamIds,
+    /// Call-site tags by number: the innermost user frame of a frame list, or None.
+    tags: Vec<Option<Arc<str>>>,
+    tag_ids: HashMap<Option<Arc<str>>, u32>,
+    /// The user frame of each frame dict (shared by every list that holds it), by address.
+    /// The dict is held here too: one the memo does not hold would otherwise be freed,
+    /// and a later frame at its address would take its tag.
+    by_frame: HashMap<*const Dict, FrameTag, BuildHasherDefault<IdHasher>>,
+}
+
+impl EntryReader {
+    fn reduce(&mut self, finished: Finished<'_>) -> Option<Value> {
+        match finished {
+            Finished::List(items) if is_frame_list(items) => {
+                let tag = self.user_frame(items);
+                let next = self.tags.len() as u32;
+                if next >= TAG_BIT {
+                    return None;
+                }
+                let id = *self.tag_ids.entry(tag.clone()).or_insert_with(|| {
+                    self.tags.push(tag);
+                    next
+                });
+                Some(Value::Reduced(TAG_BIT | id))
+            }
+            Finished::Dict(dict) => {
+                let action = dict.get("action")?.as_str()?;
+                let index = u32::try_from(self.entries.len())
+                    .ok()
+                    .filter(|&i| i < TAG_BIT)?;
+                let event = match self.entry(action, dict) {
+                    Ok(event) => event,
+                    Err(skipped) => {
+                        self.skipped.insert(index, skipped);
+                        PLACEHOLDER
+                    }
+                };
+                self.entries.push(event);
+                Some(Value::Reduced(index))
+            }
+            Finished::List(_) => None,
+        }
+    }
+
+    /// The innermost frame outside torch itself, as "file:line function".
+    fn user_frame(&mut self, frames: &[Value]) -> Option<Arc<str>> {
+        for frame in frames {
+            let Value::Dict(dict) = frame else {
+                continue;
+            };
+            let (_, tag) = self
+                .by_frame
+                .entry(Rc::as_ptr(dict))
+                .or_insert_with(|| (dict.clone(), user_frame_tag(dict).map(Arc::from)));
+            if tag.is_some() {
+                return tag.clone();
+            }
+        }
+        None
+    }
+
+    /// The tag a `frames` value stands for (a reduced frame list, or a plain one).
+    fn tag_of(&mut self, frames: Option<&Value>) -> Option<Arc<str>> {
+        match frames? {
+            Value::Reduced(n) if n & TAG_BIT != 0 => {
+                self.tags.get((n & !TAG_BIT) as usize).cloned().flatten()
+            }
+            Value::List(items) | Value::Tuple(items) => self.user_frame(items),
+            _ => None,
+        }
+    }
+
+    fn entry(&mut self, action: &str, dict: &Dict) -> Result<TraceEvent, Skipped> {
+        let Some(kind) = kind_of(action) else {
+            return Err(Skipped::Unknown(Arc::from(action)));
+        };
+        let fields = EventFields::of(dict);
+        let number = |key: &str, value: Option<&Value>| -> Result<Option<u64>, String> {
+            match value {
+                None | Some(Value::None) => Ok(None),
+                Some(v) => to_u64(v).map(Some).ok_or_else(|| {
+                    format!("'{key}' is {}, not a non-negative integer", v.describe())
+                }),
+            }
+        };
+        let parsed = (|| -> Result<TraceEvent, String> {
+            let addr = number("addr", fields.addr)?;
+            let size = number("size", fields.size)?;
+            let device_free = number("device_free", fields.device_free)?;
+            let required =
+                |name: &str, v: Option<u64>| v.ok_or_else(|| format!("no '{name}' field"));
+            let (addr, size) = match kind {
+                // PyTorch writes the device's free bytes in 'device_free' (older versions
+                // put them in 'addr'); an OOM has no address of its own.
+                TraceEventKind::Oom => (device_free.or(addr).unwrap_or(0), required("size", size)?),
+                TraceEventKind::Snapshot => (addr.unwrap_or(0), size.unwrap_or(0)),
+                _ => (required("addr", addr)?, required("size", size)?),
+            };
+            Ok(TraceEvent {
+                kind,
+                addr,
+                size,
+                stream: self
+                    .streams
+                    .id(number("stream", fields.stream)?.unwrap_or(0)),
+                tag: None,
+                time_us: fields.time_us.and_then(Value::as_int),
+            })
+        })();
+        let mut event = parsed.map_err(Skipped::Bad)?;
+        event.tag = self.tag_of(fields.frames);
+        Ok(event)
+    }
+
+    /// The events of one device's trace, in order; skipped entries are counted in `stats`.
+    fn events_of(
+        &mut self,
+        trace: &[Value],
+        device: i64,
+        stats: &mut TraceStats,
+    ) -> Vec<TraceEvent> {
+        let in_order = trace.len() == self.entries.len()
+            && trace
+                .iter()
+                .enumerate()
+                .all(|(i, v)| matches!(v, Value::Reduced(n) if *n as usize == i));
+        let mut events = if in_order {
+            // One device and nothing odd: the entries are its events, in order.
+            std::mem::take(&mut self.entries)
+        } else {
+            let mut picked = Vec::with_capacity(trace.len());
+            for value in trace {
+                let event = match value {
+                    Value::Reduced(n) if n & TAG_BIT == 0 => self.entries.get(*n as usize).cloned(),
+                    _ => None,
+                };
+                picked.push(event.unwrap_or(PLACEHOLDER));
+            }
+            picked
+        };
+        // Skipped entries are dropped here, where their position is known.
+        let mut i = 0;
+        events.retain(|_| {
+            let position = i;
+            i += 1;
+            let why = match &trace[position] {
+                Value::Reduced(n) if n & TAG_BIT == 0 => match self.skipped.get(n) {
+                    None if (*n as usize) < self.entries.len() || in_order => return true,
+                    None => Skipped::Bad("is not a trace entry".to_string()),
+                    Some(Skipped::Unknown(action)) => Skipped::Unknown(action.clone()),
+                    Some(Skipped::Bad(why)) => Skipped::Bad(why.clone()),
+                },
+                Value::Dict(_) => Skipped::Bad("no 'action' string".to_string()),
+                other => Skipped::Bad(format!("is {}, not a dict", other.describe())),
+            };
+            match why {
+                Skipped::Unknown(action) => {
+                    super::bump(&mut stats.actions, &action);
+                    super::bump(&mut stats.unknown_actions, &action);
+                }
+                Skipped::Bad(why) => {
+                    stats.note_malformed(format!("device_traces[{device}][{position}]: {why}"))
+                }
+            }
+            false
+        });
+        let mut per_kind = [0u64; KINDS.len()];
+        for event in &events {
+            per_kind[event.kind as usize] += 1;
+        }
+        for (kind, count) in KINDS.iter().zip(per_kind) {
+            if count > 0 {
+                *stats
+                    .actions
+                    .entry(action_name(*kind).to_string())
+                    .or_default() += count;
+            }
+        }
+        events
+    }
+}
+
+/// Stands in for a skipped entry until it is dropped.
+const PLACEHOLDER: TraceEvent = TraceEvent {
+    kind: TraceEventKind::Snapshot,
+    addr: 0,
+    size: 0,
+    stream: 0,
+    tag: None,
+    time_us: None,
+};
+
+/// A non-empty list of frame dicts (the first has a 'filename'; a frame list is
+/// uniform, and `user_frame` skips anything else).
+fn is_frame_list(items: &[Value]) -> bool {
+    items
+        .first()
+        .and_then(Value::as_dict)
+        .is_some_and(|d| d.get("filename").is_some())
+}
+
+/// The snapshot's `allocator_settings`, as PyTorch 2.x writes them; what is missing
+/// or of another shape keeps PyTorch's default.
+fn settings_of(value: Option<&Value>) -> AllocatorSettings {
+    let mut settings = AllocatorSettings::default();
+    let Some(dict) = value.and_then(Value::as_dict) else {
+        return settings;
+    };
+    settings.max_split_size = dict
+        .get("max_split_size")
+        .and_then(Value::as_int)
+        .and_then(|n| u64::try_from(n).ok())
+        .filter(|&n| n > 0 && n < u64::MAX / 2);
+    settings.garbage_collection_threshold = match dict.get("garbage_collection_threshold") {
+        Some(Value::Float(f)) if *f > 0.0 => Some(*f),
+        _ => None,
+    };
+    settings.expandable_segments = dict
+        .get("expandable_segments")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    settings.conf = dict
+        .get("PYTORCH_CUDA_ALLOC_CONF")
+        .and_then(Value::as_str)
+        .filter(|c| !c.is_empty())
+        .map(str::to_string);
+    // {"1": d, "2": d, ..., "32768": d}: divisions per interval, keyed by its MiB start.
+    if let Some(divisions) = dict
+        .get("roundup_power2_divisions")
+        .and_then(Value::as_dict)
+    {
+        for (key, value) in divisions.iter() {
+            let (Some(mib), Some(d)) = (
+                key.as_str().and_then(|k| k.parse::<u64>().ok()),
+                value.as_int(),
+            ) else {
+                continue;
+            };
+            if mib.is_power_of_two() {
+                let index = mib.trailing_zeros() as usize;
+                if let (Some(slot), Ok(d)) = (
+                    settings.roundup_power2_divisions.get_mut(index),
+                    u32::try_from(d),
+                ) {
+                    *slot = d;
+                }
+            }
+        }
+    }
+    settings
+}
+
+/// More blocks than any device holds (a block is at least 512 B: 10 M blocks are 5 GB
+/// of the smallest): past it a snapshot is refused rather than expanded.
+const MAX_BLOCKS: usize = 10_000_000;
+
+fn import_segments(
+    segments: &[Value],
+    device: i64,
+    entries: &mut EntryReader,
+) -> Result<Vec<SnapshotSegment>, TraceErrorKind> {
+    let mut out = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    let mut total_blocks = 0usize;
+    for (i, seg) in segments.iter().enumerate() {
+        let at = || format!("segments[{i}]");
+        if int_field(seg, "device").is_some_and(|d| d != device) {
+            continue;
+        }
+        let addr = u64_field(seg, "address", &at)?;
+        // A pickle can name one segment many times (memo references): it is one segment.
+        if !seen.insert(addr) {
+            continue;
+        }
+        let pool = match seg.get("segment_type").and_then(Value::as_str) {
+            Some("small") => Pool::Small,
+            _ => Pool::Large,
+        };
+        let blocks_value = seg.get("blocks").and_then(Value::as_seq).unwrap_or(&[]);
+        let mut blocks = Vec::with_capacity(blocks_value.len());
+        // Older snapshots give blocks no address: they tile the segment in order.
+        let mut next_addr = addr;
+        for (j, block) in blocks_value.iter().enumerate() {
+            let at = || format!("segments[{i}].blocks[{j}]");
+            let size = u64_field(block, "size", &at)?;
+            let block_addr = opt_u64_field(block, "address", &at)?.unwrap_or(next_addr);
+            // Blocks tile their segment in address order: one that starts before the end
+            // of the last (a repeated reference) is not a block of its own.
+            if j > 0 && block_addr < next_addr {
+                continue;
+            }
+            total_blocks += 1;
+            if total_blocks > MAX_BLOCKS {
+                return Err(not_a_snapshot(format!(
+                    "{}: the segments hold more than {MAX_BLOCKS} blocks; this is not a \
+                     snapshot PyTorch wrote",
+                    at()
+                )));
+            }
+            next_addr = block_addr.saturating_add(size);
+            let state = match block.get("state").and_then(Value::as_str) {
+                Some("active_allocated") => BlockState::Allocated,
+                Some("active_pending_free") => BlockState::PendingFree,
+                _ => BlockState::Free,
+            };
+            blocks.push(SnapshotBlock {
+                addr: block_addr,
+                size,
+                requested_size: opt_u64_field(block, "requested_size", &at)?.unwrap_or(size),
+                state,
+                tag: entries.tag_of(block.get("frames")),
+            });
+        }
+        let stream = opt_u64_field(seg, "stream", &at)?.unwrap_or(0);
+        out.push(SnapshotSegment {
+            addr,
+            total_size: u64_field(seg, "total_size", &at)?,
+            stream: entries.streams.id(stream),
+            pool,
+            is_expandable: seg
+                .get("is_expandable")
+                .and_then(Value::as_bool)
+                .unwrap_or(false),
+            blocks,
+        });
+    }
+    Ok(out)
+}
+
+/// The fields of one trace entry, found in one pass over its dict (the hot loop).
+#[derive(Default)]
+struct EventFields<'v> {
+    addr: Option<&'v Value>,
+    size: Option<&'v Value>,
+    stream: Option<&'v Value>,
+    time_us: Option<&'v Value>,
+    frames: Option<&'v Value>,
+    device_free: Option<&'v Value>,
+}
+
+impl<'v> EventFields<'v> {
+    fn of(dict: &'v Dict) -> Self {
+        let mut fields = EventFields::default();
+        for (key, value) in dict.iter() {
+            let slot = match key.as_str() {
+                Some("addr") => &mut fields.addr,
+                Some("size") => &mut fields.size,
+                Some("stream") => &mut fields.stream,
+                Some("time_us") => &mut fields.time_us,
+                Some("frames") => &mut fields.frames,
+                Some("device_free") => &mut fields.device_free,
+                _ => continue,
+            };
+            *slot = Some(value);
+        }
+        fields
+    }
+}
+
+/// Every kind, in declaration order (`kind as usize` indexes it).
+const KINDS: [TraceEventKind; 9] = [
+    TraceEventKind::Alloc,
+    TraceEventKind::FreeRequested,
+    TraceEventKind::FreeCompleted,
+    TraceEventKind::SegmentAlloc,
+    TraceEventKind::SegmentFree,
+    TraceEventKind::SegmentMap,
+    TraceEventKind::SegmentUnmap,
+    TraceEventKind::Oom,
+    TraceEventKind::Snapshot,
+];
+
+/// The action as PyTorch spells it.
+fn action_name(kind: TraceEventKind) -> &'static str {
+    match kind {
+        TraceEventKind::Alloc => "alloc",
+        TraceEventKind::FreeRequested => "free_requested",
+        TraceEventKind::FreeCompleted => "free_completed",
+        TraceEventKind::SegmentAlloc => "segment_alloc",
+        TraceEventKind::SegmentFree => "segment_free",
+        TraceEventKind::SegmentMap => "segment_map",
+        TraceEventKind::SegmentUnmap => "segment_unmap",
+        TraceEventKind::Oom => "oom",
+        TraceEventKind::Snapshot => "snapshot",
+    }
+}
+
+fn kind_of(action: &str) -> Option<TraceEventKind> {
+    KINDS.into_iter().find(|&k| action_name(k) == action)
+}
+
+fn field<'v>(
+    entry: &'v Value,
+    key: &str,
+    at: &dyn Fn() -> String,
+) -> Result<&'v Value, TraceErrorKind> {
+    if entry.as_dict().is_none() {
+        return Err(not_a_snapshot(format!(
+            "{} is {}, not a dict",
+            at(),
+            entry.describe()
+        )));
+    }
+    entry
+        .get(key)
+        .ok_or_else(|| not_a_snapshot(format!("{}: no '{key}' field", at())))
+}
+
+fn int_field(entry: &Value, key: &str) -> Option<i64> {
+    entry.get(key).and_then(Value::as_int)
+}
+
+fn u64_field(entry: &Value, key: &str, at: &dyn Fn() -> String) -> Result<u64, TraceErrorKind> {
+    let value = field(entry, key, at)?;
+    to_u64(value).ok_or_else(|| {
+        not_a_snapshot(format!(
+            "{}: '{key}' is {}, not a non-negative integer",
+            at(),
+            value.describe()
+        ))
+    })
+}
+
+fn opt_u64_field(
+    entry: &Value,
+    key: &str,
+    at: &dyn Fn() -> String,
+) -> Result<Option<u64>, TraceErrorKind> {
+    match entry.get(key) {
+        None | Some(Value::None) => Ok(None),
+        Some(_) => u64_field(entry, key, at).map(Some),
+    }
+}
+
+fn to_u64(value: &Value) -> Option<u64> {
+    value.as_int().and_then(|i| u64::try_from(i).ok())
+}
+
+/// "file:line function" for a frame the user wrote; None for torch's own frames.
+fn user_frame_tag(frame: &Dict) -> Option<String> {
+    let file = frame.get("filename")?.as_str()?;
+    if is_internal(file) {
+        return None;
+    }
+    let line = frame.get("line").and_then(Value::as_int).unwrap_or(0);
+    let name = frame.get("name").and_then(Value::as_str).unwrap_or("?");
+    Some(format!("{file}:{line} {name}"))
+}
+
+/// Frames the user did not write: torch's own Python, C++ and other native frames,
+/// and generated code ("<frozen runpy>", "<eval_with_key>.3").
+fn is_internal(file: &str) -> bool {
+    const NATIVE: [&str; 9] = [
+        ".cpp", ".cc", ".cxx", ".c", ".cu", ".cuh", ".h", ".hpp", ".so",
+    ];
+    file.is_empty()
+        || file == "??"
+        || file.starts_with('<')
+        || file.starts_with("torch/")
+        || file.starts_with("torch\\")
+        || file.contains("/torch/")
+        || file.contains("\\torch\\")
+        || file.contains(".so.")
+        || NATIVE.iter().any(|ext| file.ends_with(ext))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::rc::Rc;
+
+    fn frame(file: &str, line: i64, name: &str) -> Value {
+        Value::Dict(Rc::new(Dict::from_pairs([
+            (Value::Str("filename".into()), Value::Str(file.into())),
+            (Value::Str("line".into()), Value::Int(line)),
+            (Value::Str("name".into()), Value::Str(name.into())),
+        ])))
+    }
+
+    #[test]
+    fn tag_skips_torch_and_native_frames() {
+        let frames = [
+            frame("??", 0, "c10::cuda::CUDACachingAllocator::malloc"),
+            frame(
+                "/opt/pytorch/aten/src/ATen/native/Linear.cpp",
+                90,
+                "at::linear",
+            ),
+            frame("torch/nn/modules/linear.py", 134, "forward"),
+            frame(
+                "/usr/lib/python3/site-packages/torch/nn/modules/module.py",
+                1790,
+                "_call_impl",
+            ),
+            frame("torch_trace.py", 68, "step"),
+            frame("torch_trace.py", 17, "run"),
+        ];
+        let mut reader = EntryReader::default();
+        let list = |n: usize| Value::List(Rc::new(frames[..n].to_vec()));
+        assert_eq!(
+            reader.tag_of(Some(&list(6))).as_deref(),
+            Some("torch_trace.py:68 step")
+        );
+        assert_eq!(reader.tag_of(Some(&list(3))), None);
+        assert_eq!(reader.tag_of(Some(&Value::List(Rc::new(vec![])))), None);
+        // A frame list read by the pickle reader becomes one interned tag.
+        let reduced = reader.reduce(Finished::List(&frames));
+        assert!(matches!(reduced, Some(Value::Reduced(n)) if n & TAG_BIT != 0));
+        assert_eq!(
+            reader.tag_of(reduced.as_ref()).as_deref(),
+            Some("torch_trace.py:68 step")
+        );
+    }
+}

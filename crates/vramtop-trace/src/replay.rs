@@ -1,0 +1,772 @@
+//! Replays a `Trace` through one of vramtop's allocator policies over a bookkeeping
+//! backing (address ranges, no memory), so policies can be compared on a real workload:
+//! peak reserved, fragmentation at that peak, backing calls, time per event. Drives the
+//! allocator; knows nothing of the UI or of files.
+//!
+//! How events are replayed:
+//! - Blocks live at the start (a model's parameters) are allocated first, in address
+//!   order, before any event: they hold memory the policy has to place around. They are
+//!   the trace's own (live at its end, never allocated in it) and the blocks whose first
+//!   event is a free (allocated before the trace began, freed during it: a model
+//!   deleted at the end), with the size and stream their free gives.
+//! - `Alloc` -> `alloc(size, stream, tag or "?")`, keyed by the trace address. An alloc
+//!   at an address that is still live frees the earlier block first (`allocs_over_live`).
+//! - `FreeCompleted` (the memory is really released) -> `free` of the block allocated
+//!   for that address. Frees of addresses not live then (freed twice) are ignored and
+//!   counted, and so are frees of blocks whose alloc failed (out of memory under
+//!   `--capacity`).
+//! - `FreeRequested` is stream-ordered intent: the block stays in use until its
+//!   `FreeCompleted`, so it changes nothing here and is only counted. (The allocator's
+//!   `free_deferred` would draw the block pending-free, but `process_pending` completes
+//!   every pending free at once, not the one the trace completes.)
+//! - Segment events, `Oom` and `Snapshot` are counted, not replayed: the policy decides
+//!   its own segments, which is the point of the comparison.
+
+mod initial;
+pub mod report;
+pub mod whatif;
+
+use std::collections::{HashMap, HashSet};
+use std::fmt;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+pub use super::ooms::CapacitySource;
+pub use report::{table, TraceFigures};
+pub use whatif::{what_if, what_if_text, ExpandableWhatIf};
+
+use super::{Trace, TraceEvent, TraceEventKind};
+use vramtop_alloc::backing::BookkeepingBacking;
+use vramtop_alloc::{AllocConfig, AllocError, Allocator, Block, PolicyKind, Stats};
+
+/// Default backing capacity: large enough that no real trace runs out, so the peak
+/// reserved is what the policy would ask for, not what a device allowed.
+pub const UNLIMITED_CAPACITY: u64 = 1 << 40;
+/// Granularity the trace-only live figures are rounded to (PyTorch rounds to 512 B).
+pub const TRACE_ROUNDING: u64 = 512;
+/// Tag of events the source gave no call site for.
+pub const UNTAGGED: &str = "?";
+/// Tag of blocks live at the start that have no call site of their own.
+pub const INITIAL_TAG: &str = "live at start";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReplayOptions {
+    /// Bytes the backing may hold at once; past it, allocs fail and are counted.
+    pub capacity: u64,
+    /// Where `capacity` came from.
+    pub source: CapacitySource,
+}
+
+impl Default for ReplayOptions {
+    fn default() -> Self {
+        ReplayOptions {
+            capacity: UNLIMITED_CAPACITY,
+            source: CapacitySource::Unlimited,
+        }
+    }
+}
+
+/// What the replay did with the trace's events.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct ReplayCounts {
+    /// Blocks live at the start, allocated before the first event.
+    pub initial_blocks: u64,
+    /// Of those, the blocks whose first event is a free (allocated before the trace).
+    pub initial_from_frees: u64,
+    pub allocs: u64,
+    pub frees: u64,
+    /// `FreeRequested` events: counted, not replayed (see the module docs).
+    pub free_requests: u64,
+    /// `FreeCompleted` of an address with no live block: ignored.
+    pub unknown_frees: u64,
+    /// `FreeCompleted` of a block whose alloc ran out of memory: ignored.
+    pub frees_after_oom: u64,
+    /// `Alloc` at an address still live: the earlier block was freed first.
+    pub allocs_over_live: u64,
+    /// Allocs (initial blocks included) that failed for want of capacity.
+    pub ooms: u64,
+    /// The trace's own segment alloc/free/map/unmap events: counted, not replayed.
+    pub segment_events: u64,
+    /// OOMs the trace itself recorded.
+    pub trace_ooms: u64,
+    pub snapshots: u64,
+}
+
+/// The allocator refused something no trace should make it refuse (a backing failure).
+#[derive(Debug)]
+pub struct ReplayError {
+    /// Index of the event; `None` while allocating the blocks live at the start.
+    pub event: Option<usize>,
+    pub error: AllocError,
+}
+
+impl fmt::Display for ReplayError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.event {
+            Some(i) => write!(f, "replaying event {}: {}", i + 1, self.error),
+            None => write!(f, "placing the blocks live at the start: {}", self.error),
+        }
+    }
+}
+
+impl std::error::Error for ReplayError {}
+
+/// A replay in progress: one policy, stepped event by event (the TUI) or run to the
+/// end (the report).
+pub struct Replay<'t> {
+    trace: &'t Trace,
+    allocator: Allocator,
+    /// Live blocks by trace address.
+    live: HashMap<u64, Block>,
+    /// Trace addresses whose alloc ran out of memory and was not since replaced.
+    failed: HashSet<u64>,
+    /// Index of the next event to apply.
+    next: usize,
+    counts: ReplayCounts,
+    /// Bytes the allocator holds (after its rounding) for blocks the events allocated.
+    held_bytes: u64,
+    peak_held_bytes: u64,
+    peak_reserved_bytes: u64,
+    /// The allocator's stats at the first moment reserved reached its peak.
+    stats_at_peak: Option<Stats>,
+    /// The trace's own OOMs, each asked of this policy in turn.
+    oom_checks: Vec<OomCheck>,
+}
+
+/// A trace OOM asked of a policy: would it have failed on the same request?
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct OomCheck {
+    /// Index of the trace's `oom` event.
+    pub event: usize,
+    pub requested_bytes: u64,
+    /// True when this policy, in the state the replay had reached, could not place it.
+    pub fails: bool,
+    /// What the policy held when asked.
+    pub reserved_bytes: u64,
+    /// Its largest free run then (inside what it held).
+    pub largest_free_bytes: u64,
+}
+
+impl fmt::Debug for Replay<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Replay")
+            .field("policy", &self.allocator.policy())
+            .field("position", &self.next)
+            .field("events", &self.trace.events.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'t> Replay<'t> {
+    /// A fresh allocator of `policy` with the trace's initial blocks placed.
+    pub fn new(
+        trace: &'t Trace,
+        policy: PolicyKind,
+        opts: ReplayOptions,
+    ) -> Result<Replay<'t>, ReplayError> {
+        let backing = BookkeepingBacking::new(opts.capacity);
+        // The traced allocator's own settings: `caching` models them (PyTorch's
+        // max_split_size_mb and roundup_power2_divisions); the other policies ignore them.
+        let config = AllocConfig {
+            max_split_size: trace.settings.max_split_size,
+            roundup_power2_divisions: trace.settings.roundup_power2_divisions,
+            ..AllocConfig::default()
+        };
+        let mut replay = Replay {
+            trace,
+            allocator: Allocator::new(policy, Box::new(backing), config),
+            live: HashMap::with_capacity(trace.initial.len() + 4096),
+            failed: HashSet::new(),
+            next: 0,
+            counts: ReplayCounts::default(),
+            held_bytes: 0,
+            peak_held_bytes: 0,
+            peak_reserved_bytes: 0,
+            stats_at_peak: None,
+            oom_checks: Vec::new(),
+        };
+        let adopted = replay.adopt_initial_segments()?;
+        // Blocks freed before any alloc in formats whose importer does not infer them
+        // (RMM logs, recordings) join the trace's own; the adopted ones are placed.
+        let (initial, from_frees) = initial::live_before_trace(trace);
+        replay.counts.initial_from_frees = from_frees;
+        let initial: Vec<_> = initial
+            .iter()
+            .filter(|b| !adopted.contains(&b.addr))
+            .collect();
+        for block in initial {
+            let tag = block.tag.as_deref().unwrap_or(INITIAL_TAG);
+            match replay.allocator.alloc(block.size, block.stream, tag) {
+                Ok(placed) => {
+                    replay.counts.initial_blocks += 1;
+                    replay.live.insert(block.addr, placed);
+                    replay.note_reserved();
+                }
+                Err(AllocError::OutOfMemory(_)) => {
+                    replay.counts.ooms += 1;
+                    replay.failed.insert(block.addr);
+                }
+                Err(error) => return Err(ReplayError { event: None, error }),
+            }
+        }
+        // Initial blocks are not the trace's own: its held figure starts from here.
+        replay.held_bytes = 0;
+        Ok(replay)
+    }
+
+    /// Where the policy can (`caching`), books the segments the traced allocator held
+    /// when the trace began, with the blocks live then at their own places: the replay
+    /// starts from PyTorch's state, not from a fresh allocator's. Returns the addresses
+    /// of the blocks placed so.
+    fn adopt_initial_segments(&mut self) -> Result<HashSet<u64>, ReplayError> {
+        let mut adopted = HashSet::new();
+        if self.trace.initial_segments.is_empty() || !self.allocator.can_adopt() {
+            return Ok(adopted);
+        }
+        for seg in &self.trace.initial_segments {
+            let blocks: Vec<(u64, u64, &str)> = seg
+                .blocks
+                .iter()
+                .map(|b| {
+                    let tag = b.tag.as_deref().unwrap_or(INITIAL_TAG);
+                    (b.addr - seg.addr, b.size, tag)
+                })
+                .collect();
+            let placed = match self
+                .allocator
+                .adopt_segment(seg.size, seg.pool, seg.stream, &blocks)
+            {
+                Ok(Some(placed)) => placed,
+                // A layout the policy cannot take: its blocks are placed by alloc.
+                Ok(None) => continue,
+                Err(AllocError::OutOfMemory(_)) => {
+                    self.counts.ooms += 1;
+                    continue;
+                }
+                Err(error) => return Err(ReplayError { event: None, error }),
+            };
+            for (block, placed) in seg.blocks.iter().zip(placed) {
+                adopted.insert(block.addr);
+                self.live.insert(block.addr, placed);
+                self.counts.initial_blocks += 1;
+            }
+            self.note_reserved();
+        }
+        Ok(adopted)
+    }
+
+    pub fn policy(&self) -> PolicyKind {
+        self.allocator.policy()
+    }
+
+    pub fn trace(&self) -> &'t Trace {
+        self.trace
+    }
+
+    pub fn allocator(&self) -> &Allocator {
+        &self.allocator
+    }
+
+    pub fn counts(&self) -> &ReplayCounts {
+        &self.counts
+    }
+
+    /// Events applied so far.
+    pub fn position(&self) -> usize {
+        self.next
+    }
+
+    /// Events in the trace.
+    pub fn len(&self) -> usize {
+        self.trace.events.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.trace.events.is_empty()
+    }
+
+    pub fn is_done(&self) -> bool {
+        self.next >= self.trace.events.len()
+    }
+
+    /// The event applied last.
+    pub fn last_event(&self) -> Option<&'t TraceEvent> {
+        self.next
+            .checked_sub(1)
+            .and_then(|i| self.trace.events.get(i))
+    }
+
+    /// Applies the next event; `None` at the end.
+    pub fn step(&mut self) -> Result<Option<&'t TraceEvent>, ReplayError> {
+        let Some(event) = self.trace.events.get(self.next) else {
+            return Ok(None);
+        };
+        let index = self.next;
+        self.next += 1;
+        self.apply(event).map_err(|error| ReplayError {
+            event: Some(index),
+            error,
+        })?;
+        Ok(Some(event))
+    }
+
+    /// Applies events until `position` of them have been applied (forward only; a
+    /// position behind the current one changes nothing).
+    pub fn run_to(&mut self, position: usize) -> Result<(), ReplayError> {
+        let target = position.min(self.trace.events.len());
+        while self.next < target {
+            self.step()?;
+        }
+        Ok(())
+    }
+
+    fn apply(&mut self, event: &TraceEvent) -> Result<(), AllocError> {
+        match event.kind {
+            TraceEventKind::Alloc => self.alloc(event)?,
+            TraceEventKind::FreeCompleted => self.free(event.addr)?,
+            TraceEventKind::FreeRequested => self.counts.free_requests += 1,
+            TraceEventKind::SegmentAlloc
+            | TraceEventKind::SegmentFree
+            | TraceEventKind::SegmentMap
+            | TraceEventKind::SegmentUnmap => self.counts.segment_events += 1,
+            TraceEventKind::Oom => self.check_oom(event)?,
+            TraceEventKind::Snapshot => self.counts.snapshots += 1,
+        }
+        Ok(())
+    }
+
+    fn alloc(&mut self, event: &TraceEvent) -> Result<(), AllocError> {
+        if self.live.contains_key(&event.addr) {
+            self.counts.allocs_over_live += 1;
+            self.release(event.addr)?;
+        }
+        let tag = event.tag.as_deref().unwrap_or(UNTAGGED);
+        match self.allocator.alloc(event.size, event.stream, tag) {
+            Ok(block) => {
+                self.counts.allocs += 1;
+                self.failed.remove(&event.addr);
+                self.held_bytes += block.size;
+                self.peak_held_bytes = self.peak_held_bytes.max(self.held_bytes);
+                self.live.insert(event.addr, block);
+                self.note_reserved();
+                Ok(())
+            }
+            Err(AllocError::OutOfMemory(_)) => {
+                self.counts.ooms += 1;
+                self.failed.insert(event.addr);
+                Ok(())
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Asks the policy for what the traced allocator refused, then gives it back. Before
+    /// giving up PyTorch released its cached segments (release_cached_blocks), so the
+    /// policy's wholly free segments are released here too, whatever the answer.
+    fn check_oom(&mut self, event: &TraceEvent) -> Result<(), AllocError> {
+        self.counts.trace_ooms += 1;
+        let index = self.next.saturating_sub(1);
+        let stats = self.allocator.stats();
+        let fails = match self.allocator.alloc(event.size, event.stream, "trace oom") {
+            Ok(block) => {
+                self.allocator.free(&block)?;
+                false
+            }
+            Err(AllocError::OutOfMemory(_)) => true,
+            Err(e) => return Err(e),
+        };
+        self.allocator.empty_cache();
+        self.oom_checks.push(OomCheck {
+            event: index,
+            requested_bytes: event.size,
+            fails,
+            reserved_bytes: stats.reserved_bytes,
+            largest_free_bytes: stats.largest_free_bytes,
+        });
+        Ok(())
+    }
+
+    /// The trace's OOMs asked of this policy so far.
+    pub fn oom_checks(&self) -> &[OomCheck] {
+        &self.oom_checks
+    }
+
+    fn free(&mut self, addr: u64) -> Result<(), AllocError> {
+        if self.live.contains_key(&addr) {
+            self.counts.frees += 1;
+            self.release(addr)
+        } else {
+            if self.failed.remove(&addr) {
+                self.counts.frees_after_oom += 1;
+            } else {
+                self.counts.unknown_frees += 1;
+            }
+            Ok(())
+        }
+    }
+
+    fn release(&mut self, addr: u64) -> Result<(), AllocError> {
+        let Some(block) = self.live.remove(&addr) else {
+            return Ok(());
+        };
+        self.allocator.free(&block)?;
+        // Initial blocks were never counted in `held_bytes`.
+        self.held_bytes = self.held_bytes.saturating_sub(block.size);
+        Ok(())
+    }
+
+    /// Keeps the stats of the moment reserved first reached its peak. Only allocs grow
+    /// reserved memory, so this runs after each; full stats are taken only on a new peak.
+    fn note_reserved(&mut self) {
+        let reserved = self.allocator.reserved_bytes();
+        if reserved > self.peak_reserved_bytes {
+            self.peak_reserved_bytes = reserved;
+            self.stats_at_peak = Some(self.allocator.stats());
+        }
+    }
+
+    /// The figures of this run so far; `elapsed` is the time spent applying events.
+    pub fn run_figures(&self, elapsed: Duration) -> PolicyRun {
+        let stats = self.allocator.stats();
+        let events = self.next as u64;
+        let at_peak = self.stats_at_peak.as_ref().unwrap_or(&stats);
+        PolicyRun {
+            policy: self.allocator.policy(),
+            events,
+            peak_held_bytes: self.peak_held_bytes,
+            peak_allocated_bytes: stats.peak_allocated_bytes,
+            peak_requested_bytes: stats.peak_requested_bytes,
+            peak_reserved_bytes: stats.peak_reserved_bytes,
+            external_fragmentation_at_peak: at_peak.external_fragmentation,
+            largest_free_at_peak_bytes: at_peak.largest_free_bytes,
+            ooms: self.counts.ooms,
+            backing_calls: stats.backing_calls(),
+            ns_per_event: if events == 0 {
+                0.0
+            } else {
+                elapsed.as_nanos() as f64 / events as f64
+            },
+            counts: self.counts,
+            oom_checks: self.oom_checks.clone(),
+        }
+    }
+}
+
+/// What one policy did with a whole trace.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct PolicyRun {
+    pub policy: PolicyKind,
+    pub events: u64,
+    /// Peak of the bytes the allocator held (after this policy's rounding) for blocks
+    /// the trace's events allocated; blocks live at the start are left out.
+    pub peak_held_bytes: u64,
+    /// The allocator's peak of allocated bytes, blocks live at the start included.
+    pub peak_allocated_bytes: u64,
+    /// The allocator's peak of requested bytes, blocks live at the start included.
+    pub peak_requested_bytes: u64,
+    pub peak_reserved_bytes: u64,
+    /// External fragmentation (1 - largest free / total free) when reserved peaked.
+    pub external_fragmentation_at_peak: f64,
+    pub largest_free_at_peak_bytes: u64,
+    pub ooms: u64,
+    /// Segment allocs/frees and page maps/unmaps the policy asked of the backing.
+    pub backing_calls: u64,
+    /// Wall time of the event loop divided by the events.
+    pub ns_per_event: f64,
+    pub counts: ReplayCounts,
+    pub oom_checks: Vec<OomCheck>,
+}
+
+/// Replays the whole trace through `policy`, timing the event loop.
+pub fn replay(
+    trace: &Trace,
+    policy: PolicyKind,
+    opts: ReplayOptions,
+) -> Result<PolicyRun, ReplayError> {
+    let mut run = Replay::new(trace, policy, opts)?;
+    let start = Instant::now();
+    while run.step()?.is_some() {}
+    let elapsed = start.elapsed();
+    Ok(run.run_figures(elapsed))
+}
+
+/// One report row: a policy's run beside the trace's own figures. Field names are the
+/// JSON keys of `vramtop replay --report --json`.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ReplayReport {
+    pub policy: PolicyKind,
+    pub events: u64,
+    /// Peak of live bytes over the trace's own events, sizes rounded up to 512 B, blocks
+    /// live at the start left out: the trace-only figure (`Trace::live_bytes_peak`),
+    /// the same for every policy. The allocator's own figures follow.
+    pub peak_live_bytes: u64,
+    /// As `peak_live_bytes`, with the blocks live at the start counted.
+    pub peak_live_bytes_with_initial: u64,
+    pub peak_held_bytes: u64,
+    pub peak_allocated_bytes: u64,
+    pub peak_requested_bytes: u64,
+    pub peak_reserved_bytes: u64,
+    /// Peak reserved / `peak_live_bytes_with_initial`: both count the blocks live at the
+    /// start, which occupy reserved memory too. `None` when nothing was live.
+    pub reserved_over_live: Option<f64>,
+    pub external_fragmentation_at_peak: f64,
+    pub largest_free_at_peak_bytes: u64,
+    pub ooms: u64,
+    pub backing_calls: u64,
+    pub ns_per_event: f64,
+    /// PyTorch snapshots: the sum of segment sizes when the snapshot was taken.
+    pub trace_reserved_at_end_bytes: Option<u64>,
+    /// PyTorch snapshots: the peak of the trace's own reserved bytes (segments at the
+    /// start, plus segment_alloc/map, minus segment_free/unmap).
+    pub trace_reserved_peak_bytes: Option<u64>,
+    /// `peak_reserved_bytes / trace_reserved_peak_bytes`: how near the policy lands to
+    /// what the traced allocator reserved.
+    pub reserved_vs_trace: Option<f64>,
+    /// The capacity the replay ran under, and where it came from.
+    pub capacity_bytes: Option<u64>,
+    pub capacity_source: CapacitySource,
+    /// The trace's own OOMs, each asked of this policy: does it fail on the same request?
+    pub trace_ooms: Vec<OomCheck>,
+    pub counts: ReplayCounts,
+}
+
+impl ReplayReport {
+    pub fn new(run: &PolicyRun, trace: &TraceFigures, opts: ReplayOptions) -> Self {
+        let ratio = |num: u64, den: u64| (den > 0).then(|| num as f64 / den as f64);
+        ReplayReport {
+            policy: run.policy,
+            events: run.events,
+            peak_live_bytes: trace.live_peak_bytes,
+            peak_live_bytes_with_initial: trace.live_peak_with_initial_bytes,
+            peak_held_bytes: run.peak_held_bytes,
+            peak_allocated_bytes: run.peak_allocated_bytes,
+            peak_requested_bytes: run.peak_requested_bytes,
+            peak_reserved_bytes: run.peak_reserved_bytes,
+            reserved_over_live: ratio(run.peak_reserved_bytes, trace.live_peak_with_initial_bytes),
+            external_fragmentation_at_peak: run.external_fragmentation_at_peak,
+            largest_free_at_peak_bytes: run.largest_free_at_peak_bytes,
+            ooms: run.ooms,
+            backing_calls: run.backing_calls,
+            ns_per_event: run.ns_per_event,
+            trace_reserved_at_end_bytes: trace.reserved_at_end_bytes,
+            trace_reserved_peak_bytes: trace.reserved_peak_bytes,
+            reserved_vs_trace: trace
+                .reserved_peak_bytes
+                .and_then(|peak| ratio(run.peak_reserved_bytes, peak)),
+            capacity_bytes: (opts.source != CapacitySource::Unlimited).then_some(opts.capacity),
+            capacity_source: opts.source,
+            trace_ooms: run.oom_checks.clone(),
+            counts: run.counts,
+        }
+    }
+}
+
+/// Replays the trace through each policy, on a thread each (the policies share nothing
+/// but the trace): one report row per policy, in the order asked.
+pub fn report(
+    trace: &Trace,
+    policies: &[PolicyKind],
+    opts: ReplayOptions,
+) -> Result<Vec<ReplayReport>, ReplayError> {
+    let figures = TraceFigures::of(trace);
+    let runs: Vec<Result<PolicyRun, ReplayError>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = policies
+            .iter()
+            .map(|&policy| scope.spawn(move || replay(trace, policy, opts)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join().unwrap_or_else(|_| {
+                    Err(ReplayError {
+                        event: None,
+                        error: AllocError::Backing("a replay thread panicked".to_string()),
+                    })
+                })
+            })
+            .collect()
+    });
+    runs.into_iter()
+        .map(|run| run.map(|run| ReplayReport::new(&run, &figures, opts)))
+        .collect()
+}
+
+/// The capacity to replay under: the one given, else the one the trace's OOMs show
+/// (`ooms::inferred_capacity`; `ooms` is `ooms::trace_ooms(trace)`, which callers also
+/// show), else none.
+pub fn plan_capacity(
+    trace: &Trace,
+    given: Option<u64>,
+    ooms: &[super::ooms::TraceOom],
+) -> ReplayOptions {
+    if let Some(capacity) = given {
+        return ReplayOptions {
+            capacity,
+            source: CapacitySource::Given,
+        };
+    }
+    match super::ooms::inferred_capacity(trace, ooms) {
+        Some(capacity) if capacity > 0 => ReplayOptions {
+            capacity,
+            source: CapacitySource::Inferred,
+        },
+        _ => ReplayOptions::default(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{LiveAtStart, TraceFormat, TraceStats};
+
+    const MIB: u64 = 1 << 20;
+
+    fn event(kind: TraceEventKind, addr: u64, size: u64) -> TraceEvent {
+        TraceEvent {
+            kind,
+            addr,
+            size,
+            stream: 0,
+            tag: Some("t.py:1 f".into()),
+            time_us: None,
+        }
+    }
+
+    fn trace(initial: Vec<LiveAtStart>, events: Vec<TraceEvent>) -> Trace {
+        Trace {
+            source: TraceFormat::VramtopRecord,
+            device: 0,
+            initial,
+            initial_segments: Vec::new(),
+            events,
+            segments_at_end: Vec::new(),
+            settings: Default::default(),
+            stats: TraceStats::default(),
+        }
+    }
+
+    use TraceEventKind::*;
+
+    #[test]
+    fn allocs_and_completed_frees_are_replayed_requests_are_not() {
+        let t = trace(
+            vec![LiveAtStart {
+                addr: 0x9000,
+                size: 3 * MIB,
+                stream: 0,
+                tag: None,
+            }],
+            vec![
+                event(Alloc, 0x1000, 4 * MIB),
+                event(FreeRequested, 0x1000, 4 * MIB),
+                event(Alloc, 0x2000, 1000),
+                event(FreeCompleted, 0x1000, 4 * MIB),
+                event(FreeCompleted, 0x5555, 512),
+                event(SegmentAlloc, 0x1000, 20 * MIB),
+                event(Snapshot, 0, 0),
+            ],
+        );
+        let mut r = Replay::new(&t, PolicyKind::BestFit, ReplayOptions::default()).unwrap();
+        // The trace's initial block, and 0x5555, first seen being freed: allocated
+        // before the trace began.
+        assert_eq!(r.allocator().stats().live_blocks, 2);
+        r.run_to(2).unwrap();
+        // The free was only requested: the block is still held.
+        assert_eq!(r.allocator().stats().allocated_bytes, 7 * MIB + 512);
+        r.run_to(usize::MAX).unwrap();
+        assert!(r.is_done());
+        let c = *r.counts();
+        assert_eq!((c.initial_blocks, c.initial_from_frees), (2, 1));
+        assert_eq!((c.allocs, c.frees), (2, 2));
+        assert_eq!((c.free_requests, c.unknown_frees), (1, 0));
+        assert_eq!((c.segment_events, c.snapshots), (1, 1));
+        let stats = r.allocator().stats();
+        assert_eq!(stats.allocated_bytes, 3 * MIB + 1024);
+        let fig = r.run_figures(Duration::from_micros(7));
+        assert_eq!(fig.peak_held_bytes, 4 * MIB + 1024);
+        assert_eq!(fig.peak_allocated_bytes, 7 * MIB + 1024 + 512);
+        assert!((fig.ns_per_event - 1000.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_capacity_counts_ooms_and_ignores_their_frees() {
+        // first-fit grows in segments of at least 20 MiB: room for one 16 MiB block.
+        let t = trace(
+            Vec::new(),
+            vec![
+                event(Alloc, 0x1000, 16 * MIB),
+                event(Alloc, 0x2000, 16 * MIB),
+                event(FreeCompleted, 0x2000, 16 * MIB),
+                event(FreeCompleted, 0x1000, 16 * MIB),
+                event(Alloc, 0x2000, 16 * MIB),
+            ],
+        );
+        let opts = ReplayOptions {
+            capacity: 30 * MIB,
+            source: CapacitySource::Given,
+        };
+        let run = replay(&t, PolicyKind::FirstFit, opts).unwrap();
+        assert_eq!(run.ooms, 1);
+        assert_eq!(run.counts.frees_after_oom, 1);
+        assert_eq!(run.counts.unknown_frees, 0);
+        assert_eq!(run.counts.allocs, 2);
+        assert!(run.peak_reserved_bytes <= 30 * MIB);
+    }
+
+    #[test]
+    fn an_alloc_over_a_live_address_replaces_the_block() {
+        let t = trace(
+            Vec::new(),
+            vec![event(Alloc, 0x1000, 512), event(Alloc, 0x1000, 1024)],
+        );
+        let run = replay(&t, PolicyKind::Tlsf, ReplayOptions::default()).unwrap();
+        assert_eq!(run.counts.allocs_over_live, 1);
+        assert_eq!(run.peak_held_bytes, 1024);
+    }
+
+    #[test]
+    fn fragmentation_is_taken_when_reserved_peaks() {
+        // Caching: 20 MiB large segment, filled with 4 MiB blocks, every other one freed,
+        // then a 12 MiB request needs a new segment: reserved peaks with holes open.
+        let mut events = Vec::new();
+        for i in 0..5 {
+            events.push(event(Alloc, 0x1000 * (i + 1), 4 * MIB));
+        }
+        for i in [0, 2] {
+            events.push(event(FreeCompleted, 0x1000 * (i + 1), 4 * MIB));
+        }
+        events.push(event(Alloc, 0x9_0000, 12 * MIB));
+        events.push(event(FreeCompleted, 0x9_0000, 12 * MIB));
+        let t = trace(Vec::new(), events);
+        let figures = TraceFigures::of(&t);
+        let rows = report(&t, &PolicyKind::ALL, ReplayOptions::default()).unwrap();
+        assert_eq!(rows.len(), PolicyKind::ALL.len());
+        // PyTorch's expandable segments: the 4 MiB holes cannot take 12 MiB, so the
+        // segment grows by a whole 20 MiB page past the five blocks' first page.
+        let pytorch = rows
+            .iter()
+            .find(|r| r.policy == PolicyKind::PytorchExpandable);
+        assert_eq!(pytorch.map(|r| r.peak_reserved_bytes), Some(40 * MIB));
+        let caching = &rows[0];
+        assert_eq!(caching.policy, PolicyKind::Caching);
+        assert_eq!(caching.peak_reserved_bytes, 32 * MIB);
+        assert_eq!(caching.largest_free_at_peak_bytes, 4 * MIB);
+        assert!((caching.external_fragmentation_at_peak - 0.5).abs() < 1e-9);
+        for row in &rows {
+            assert_eq!(row.peak_live_bytes, figures.live_peak_bytes);
+            assert_eq!(row.events, 9);
+            assert!(row.peak_reserved_bytes >= 20 * MIB, "{row:?}");
+        }
+    }
+
+    #[test]
+    fn an_empty_trace_replays_to_zeroes() {
+        let t = trace(Vec::new(), Vec::new());
+        let run = replay(&t, PolicyKind::Expandable, ReplayOptions::default()).unwrap();
+        assert_eq!(
+            (run.events, run.peak_reserved_bytes, run.ns_per_event),
+            (0, 0, 0.0)
+        );
+    }
+}
