@@ -3,6 +3,10 @@
 //! `Defaulted` tells it what it may fill); every bad value gets one line that names the
 //! flag and the accepted range.
 
+use std::path::PathBuf;
+
+use crate::demo::story::StoryBacking;
+use crate::ui::screen_theme::ScreenTheme;
 use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
 use clap::{Args, Parser, Subcommand};
 use vramtop_alloc::backing::BackingChoice;
@@ -254,7 +258,7 @@ pub enum Command {
         /// Story name, or a path to a story .toml file; leave out to list the stories
         name: Option<String>,
         #[command(flatten)]
-        opts: crate::demo::DemoOptions,
+        opts: DemoOptions,
     },
     /// Run a command with vramtop's PyTorch hook and watch its allocator live
     #[command(
@@ -622,4 +626,28 @@ mod tests {
         use clap::CommandFactory;
         Cli::command().debug_assert();
     }
+}
+
+/// Options of `vramtop demo`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct DemoOptions {
+    /// Seed of the story's random draws
+    #[arg(long, value_name = "N", default_value = "0")]
+    pub seed: u64,
+
+    /// Colours of the presenter screen (NO_COLOR turns colours off whatever the theme)
+    #[arg(long, value_enum, default_value = "dark")]
+    pub theme: ScreenTheme,
+
+    /// Where the story's memory comes from (default: what the story says)
+    #[arg(long, value_enum)]
+    pub backing: Option<StoryBacking>,
+
+    /// Record what is shown as an asciicast v2 file (play it with asciinema)
+    #[arg(long, value_name = "FILE")]
+    pub record_cast: Option<PathBuf>,
+
+    /// Folder the s key saves SVG pictures of the screen into
+    #[arg(long, value_name = "DIR", default_value = ".")]
+    pub svg_dir: PathBuf,
 }

@@ -17,14 +17,15 @@
 //! `vramtop::trace`, ...) for the tests and tools built on this crate.
 
 pub mod app;
-pub mod bench;
 pub mod cli;
 pub mod config;
 pub mod demo;
 pub mod docs;
 pub mod export;
+pub mod modes;
 pub mod probe;
 pub mod ui;
+pub mod units;
 
 pub use vramtop_alloc as alloc;
 pub use vramtop_alloc::{backing, rng};

@@ -7,8 +7,6 @@ pub mod jobs;
 pub mod process_actions;
 pub mod process_table;
 pub mod replayer;
-pub mod runtime;
-pub mod screen;
 pub mod signal;
 pub mod viewer;
 pub mod views;
@@ -100,8 +98,6 @@ pub struct App {
     pub run: Option<RunView>,
     /// A pid to select once it shows in the table (the job `vramtop run` started).
     pub focus_pid: Option<u32>,
-    /// Where F12 saves the current settings (the event loop does the writing).
-    pub settings: Option<crate::config::Saver>,
     /// Process-table columns to show (the settings file's `columns`); None: all that fit.
     pub columns: Option<Vec<SortKey>>,
     /// A signal asked for and awaiting the user's confirmation.
@@ -141,7 +137,6 @@ impl App {
             attached: Arc::default(),
             run: None,
             focus_pid: None,
-            settings: None,
             columns: None,
             pending_signal: None,
             signals: Box::new(signal::KernelSignals::default()),

@@ -1,21 +1,15 @@
 //! `vramtop replay FILE`: the report (`--report`, or when stdout is not a terminal) and
 //! the player, which replays the trace through one policy with play / pause / step /
 //! speed / seek over the viewer's block map. Seeking backwards replays from the start:
-//! a whole trace replays in well under a second. No drawing here (`ui::replayer`).
+//! a whole trace replays in well under a second. State only: no drawing here
+//! (`ui::replayer`), and the command itself is `modes::replay`.
 
-use std::io::IsTerminal;
-use std::path::Path;
 use std::time::Duration;
 
-use color_eyre::eyre::Result;
-use crossterm::event::KeyEvent;
-use ratatui::Frame;
-
-use super::screen::Screen;
-use super::viewer::{self, MapNav, MapView, ViewerAction};
+use super::viewer::{MapNav, MapView, ViewerAction};
 use super::Exit;
 use vramtop_alloc::PolicyKind;
-use vramtop_trace::replay::{self, Replay, ReplayCounts, ReplayOptions, TraceFigures};
+use vramtop_trace::replay::{self, Replay, ReplayCounts, ReplayOptions};
 use vramtop_trace::{Trace, TraceEvent};
 
 /// Fragmentation samples over a whole trace (the panel's history).
@@ -244,70 +238,6 @@ impl<'t> ReplayerState<'t> {
     }
 }
 
-impl Screen for ReplayerState<'_> {
-    type Action = ViewerAction;
-
-    fn action_for(&self, key: KeyEvent) -> Option<ViewerAction> {
-        viewer::viewer_action(key, true)
-    }
-
-    fn draw(&self, frame: &mut Frame) {
-        crate::ui::replayer::draw(frame, self);
-    }
-
-    fn handle(&mut self, action: ViewerAction) {
-        ReplayerState::handle(self, action);
-    }
-
-    fn exit(&self) -> Option<Exit> {
-        self.exit
-    }
-
-    fn tick_period(&self) -> Option<Duration> {
-        self.playing
-            .then(|| Duration::from_secs_f64(1.0 / viewer::FPS))
-    }
-
-    fn tick(&mut self, elapsed: Duration) -> bool {
-        ReplayerState::tick(self, elapsed)
-    }
-}
-
-/// What `vramtop replay` was asked for.
-#[derive(Clone, Debug)]
-pub struct ReplayArgs {
-    pub policies: Vec<PolicyKind>,
-    pub capacity: Option<u64>,
-    pub report: bool,
-    pub json: bool,
-    /// Print the leak suspects found over the whole trace instead of a replay.
-    pub leaks: bool,
-}
-
-/// Suspects as people read them: one line each, with the evidence.
-fn leak_table(name: &str, suspects: &[vramtop_alloc::leaks::Suspect]) -> String {
-    use vramtop_alloc::human_bytes;
-    if suspects.is_empty() {
-        return format!("{name}: no leak suspects: no allocation site kept growing\n");
-    }
-    let mut out = format!("{name}: {} leak suspect(s)\n", suspects.len());
-    for s in suspects {
-        out.push_str(&format!(
-            "  {}  live {} in {} blocks, +{} per window over {} windows, growing since window {}\n",
-            s.tag,
-            human_bytes(s.live_bytes),
-            s.live_blocks,
-            human_bytes(s.growth_bytes_per_window),
-            s.windows_growing,
-            s.first_seen
-        ));
-        for r in &s.retained_with {
-            out.push_str(&format!("    holds {}\n", r.tag));
-        }
-    }
-    out
-}
-
 /// "capacity 8.0 GiB inferred from the trace's 2 OOM(s): what PyTorch held when it gave up".
 pub fn capacity_inferred_line(capacity: u64, ooms: usize) -> String {
     format!(
@@ -315,78 +245,6 @@ pub fn capacity_inferred_line(capacity: u64, ooms: usize) -> String {
          (give --capacity to choose another)",
         vramtop_alloc::human_bytes(capacity)
     )
-}
-
-/// `vramtop replay FILE ...`: the exit code, after printing any one-line error.
-pub fn replay_command(path: &Path, args: &ReplayArgs) -> Result<u8> {
-    let trace = match viewer::load_trace(path) {
-        Ok(t) => t,
-        Err(line) => {
-            eprintln!("vramtop: {line}");
-            return Ok(2);
-        }
-    };
-    for notice in trace.notices() {
-        eprintln!("vramtop: {notice}");
-    }
-    let name = viewer::display_name(path);
-    if args.leaks {
-        let suspects = vramtop_trace::leaks::suspects_in_trace(
-            &trace,
-            &vramtop_trace::leaks::TraceLeakConfig::default(),
-        );
-        if args.json {
-            println!("{}", serde_json::to_string_pretty(&suspects)?);
-        } else {
-            print!("{}", leak_table(&name, &suspects));
-        }
-        return Ok(0);
-    }
-    let policies = if args.policies.is_empty() {
-        vec![PolicyKind::Caching]
-    } else {
-        args.policies.clone()
-    };
-    if args.report || args.json || !std::io::stdout().is_terminal() {
-        let ooms = vramtop_trace::ooms::trace_ooms(&trace);
-        let opts = replay::plan_capacity(&trace, args.capacity, &ooms);
-        if opts.source == replay::CapacitySource::Inferred && !args.json {
-            eprintln!(
-                "vramtop: {}",
-                capacity_inferred_line(opts.capacity, ooms.len())
-            );
-        }
-        let rows = match replay::report(&trace, &policies, opts) {
-            Ok(rows) => rows,
-            Err(e) => {
-                eprintln!("vramtop: {}: {e}", path.display());
-                return Ok(1);
-            }
-        };
-        if args.json {
-            println!("{}", serde_json::to_string_pretty(&rows)?);
-        } else {
-            print!("{}", replay::table(&name, &TraceFigures::of(&trace), &rows));
-            print!("{}", replay::report::oom_table(&ooms, &rows));
-            match replay::what_if(&trace, &rows, opts) {
-                Ok(w) => print!("\n{}", replay::what_if_text(&w)),
-                Err(e) => eprintln!("vramtop: {}: what-if replay: {e}", path.display()),
-            }
-        }
-        return Ok(0);
-    }
-    let mut state = match ReplayerState::new(&name, &trace, policies[0], args.capacity) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("vramtop: {}: {e}", path.display());
-            return Ok(1);
-        }
-    };
-    let mut terminal =
-        color_eyre::eyre::WrapErr::wrap_err(ratatui::try_init(), "cannot take over the terminal")?;
-    let result = viewer::run(&mut terminal, &mut state);
-    ratatui::restore();
-    Ok(result?.code())
 }
 
 #[cfg(test)]

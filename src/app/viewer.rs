@@ -3,15 +3,11 @@
 //! panel, steered by one key table, in the one loop (`screen::run`). No drawing here
 //! (`ui::viewer` draws).
 
-use std::io::IsTerminal;
 use std::path::Path;
 
-use color_eyre::eyre::{Result, WrapErr};
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 use ratatui::widgets::TableState;
-use ratatui::{DefaultTerminal, Frame};
 
-use super::screen::{self, Screen};
 use super::Exit;
 use vramtop_alloc::metrics::layout_stats;
 use vramtop_alloc::Layout;
@@ -226,15 +222,6 @@ pub fn viewer_action(key: KeyEvent, replay: bool) -> Option<ViewerAction> {
         .map(|b| b.action)
 }
 
-/// Runs a viewer in the terminal until it exits; the caller owns init/restore.
-pub fn run(terminal: &mut DefaultTerminal, screen: &mut impl Screen) -> Result<Exit> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .wrap_err("could not start the async runtime")?;
-    rt.block_on(screen::run(terminal, screen))
-}
-
 /// The state of `vramtop snapshot`: the snapshot's final layout and where the user is.
 #[derive(Clone, Debug)]
 pub struct SnapshotViewer {
@@ -291,26 +278,6 @@ impl SnapshotViewer {
     }
 }
 
-impl Screen for SnapshotViewer {
-    type Action = ViewerAction;
-
-    fn action_for(&self, key: KeyEvent) -> Option<ViewerAction> {
-        viewer_action(key, false)
-    }
-
-    fn draw(&self, frame: &mut Frame) {
-        crate::ui::viewer::draw_snapshot(frame, self);
-    }
-
-    fn handle(&mut self, action: ViewerAction) {
-        SnapshotViewer::handle(self, action);
-    }
-
-    fn exit(&self) -> Option<Exit> {
-        self.exit
-    }
-}
-
 /// The file name a title shows.
 pub fn display_name(path: &Path) -> String {
     path.file_name().map_or_else(
@@ -322,39 +289,6 @@ pub fn display_name(path: &Path) -> String {
 /// Loads a trace for a viewer: `Err` carries the one line to print (exit 2).
 pub fn load_trace(path: &Path) -> std::result::Result<Trace, String> {
     trace::load(path).map_err(|e| e.to_string())
-}
-
-/// `vramtop snapshot FILE [--once]`: the exit code, after printing any one-line error.
-pub fn snapshot_command(path: &Path, once: bool) -> Result<u8> {
-    let trace = match load_trace(path) {
-        Ok(t) => t,
-        Err(line) => {
-            eprintln!("vramtop: {line}");
-            return Ok(2);
-        }
-    };
-    if trace.source != TraceFormat::PytorchSnapshot {
-        eprintln!(
-            "vramtop: {}: a {} has no segments to show; play its events with vramtop replay",
-            path.display(),
-            trace.source
-        );
-        return Ok(2);
-    }
-    for notice in trace.notices() {
-        eprintln!("vramtop: {notice}");
-    }
-    let name = display_name(path);
-    let mut viewer = SnapshotViewer::new(&name, &trace);
-    if once || !std::io::stdout().is_terminal() {
-        print!("{}", snapshot::summary(&name, &trace, &viewer.view.layout));
-        return Ok(0);
-    }
-    drop(trace);
-    let mut terminal = ratatui::try_init().wrap_err("cannot take over the terminal")?;
-    let result = run(&mut terminal, &mut viewer);
-    ratatui::restore();
-    Ok(result?.code())
 }
 
 #[cfg(test)]

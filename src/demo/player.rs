@@ -223,7 +223,8 @@ impl StoryPlayer {
                 choice,
                 Some(self.story.capacity),
                 self.seed,
-            )?;
+            )
+            .map_err(|e| e.to_string())?;
             self.backing_label = set.backing_label;
             probes.extend(set.probes);
         }

@@ -2,8 +2,7 @@
 
 use std::fmt::Write as _;
 
-use crate::ui::devices::title;
-use crate::ui::format::{bytes, celsius, pct, power, NA};
+use crate::units::{bytes, celsius, device_title, pct, power, NA};
 use vramtop_attach::{JobReport, JobView};
 use vramtop_telemetry::{HostView, SystemSnapshot};
 
@@ -66,7 +65,7 @@ pub fn table(snapshot: &SystemSnapshot) -> String {
         let _ = writeln!(
             out,
             "{:<52} {:>10} {:>10} {:>10} {:>10} {:>5} {:>5} {:>11}",
-            title(d),
+            device_title(d),
             bytes(d.memory_used_bytes),
             bytes(d.memory_reserved_bytes),
             bytes(d.memory_free_bytes),

@@ -16,6 +16,32 @@ use vramtop_alloc::{AllocConfig, Allocator, PolicyKind};
 /// holes invisible); `--probe-limit` asks for more.
 pub const HOST_DEFAULT_LIMIT: u64 = 512 << 20;
 
+/// Why no probe was built.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SetupError {
+    /// A choice of the user's cannot be met (a limit larger than the memory there, a GPU
+    /// that is not there): theirs to fix, exit 2.
+    Refused(String),
+    /// The GPU cannot run probes (NVRTC missing or failing, so probes could not verify
+    /// their memory): the live view and `serve` go on without one and say why.
+    Disabled(String),
+}
+
+impl std::fmt::Display for SetupError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SetupError::Refused(line) => f.write_str(line),
+            SetupError::Disabled(why) => write!(f, "probes disabled: {why}"),
+        }
+    }
+}
+
+impl From<String> for SetupError {
+    fn from(line: String) -> Self {
+        SetupError::Refused(line)
+    }
+}
+
 pub struct ProbeSet {
     pub probes: Vec<Probe>,
     /// "host 512.0 MiB", "cuda 19.8 GiB": shown in titles and reports.
@@ -40,7 +66,7 @@ fn make_backing(
     choice: BackingChoice,
     limit: Option<u64>,
     gpu: usize,
-) -> Result<(Box<dyn Backing>, String), String> {
+) -> Result<(Box<dyn Backing>, String), SetupError> {
     use vramtop_alloc::human_bytes;
     match choice {
         BackingChoice::Bookkeeping => {
@@ -63,11 +89,11 @@ fn make_backing(
             let cap = limit.unwrap_or(HOST_DEFAULT_LIMIT);
             if let Some(avail) = host_available() {
                 if cap > avail {
-                    return Err(format!(
+                    return Err(SetupError::Refused(format!(
                         "--probe-limit {} is more than the {} of host memory available; give a smaller limit",
                         human_bytes(cap),
                         human_bytes(avail)
-                    ));
+                    )));
                 }
             }
             Ok((
@@ -83,7 +109,7 @@ fn make_backing(
 /// closer than 1 GiB to full. Probes that cannot verify their memory
 /// (NVRTC missing or failing) are refused: a probe that cannot check itself could hide
 /// corruption.
-fn cuda_backing(limit: Option<u64>, gpu: usize) -> Result<(Box<dyn Backing>, String), String> {
+fn cuda_backing(limit: Option<u64>, gpu: usize) -> Result<(Box<dyn Backing>, String), SetupError> {
     use vramtop_alloc::human_bytes;
     let (free, total) =
         cuda::device_memory_checked(gpu).map_err(|e| format!("--backing cuda: {e}"))?;
@@ -91,18 +117,18 @@ fn cuda_backing(limit: Option<u64>, gpu: usize) -> Result<(Box<dyn Backing>, Str
     let cap = match limit {
         None => default,
         Some(l) if l > free.saturating_sub(cuda::PROBE_HEADROOM) => {
-            return Err(format!(
+            return Err(SetupError::Refused(format!(
                 "--probe-limit {} is more than the GPU can spare: {} free, and 1 GiB must stay free; at most {}",
                 human_bytes(l),
                 human_bytes(free),
                 human_bytes(free.saturating_sub(cuda::PROBE_HEADROOM))
-            ))
+            )))
         }
         Some(l) => l,
     };
     let backing = cuda::CudaBacking::open(gpu, cap).map_err(|e| format!("--backing cuda: {e}"))?;
     if !backing.kernels_ready() {
-        return Err(format!("probes disabled: {}", backing.kernel_status()));
+        return Err(SetupError::Disabled(backing.kernel_status().to_string()));
     }
     let label = format!("cuda {} on {}", human_bytes(cap), backing.device_name());
     Ok((Box::new(backing), label))
@@ -116,7 +142,7 @@ pub fn build(
     backing: BackingChoice,
     limit: Option<u64>,
     seed: u64,
-) -> Result<ProbeSet, String> {
+) -> Result<ProbeSet, SetupError> {
     build_on_gpu(scenario, policies, backing, limit, 0, seed)
 }
 
@@ -128,7 +154,7 @@ pub fn build_on_gpu(
     limit: Option<u64>,
     gpu: usize,
     seed: u64,
-) -> Result<ProbeSet, String> {
+) -> Result<ProbeSet, SetupError> {
     let mut probes = Vec::with_capacity(policies.len());
     let mut label = String::new();
     for &policy in policies {

@@ -19,10 +19,10 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Paragraph, Sparkline};
 use ratatui::Frame;
 
-use super::format::{self, bytes, celsius, mhz, pct};
 use super::history_chart::HistoryChart;
 use super::membar::{MemoryBar, FREE_COLOR, RESERVED_COLOR, USED_COLOR};
 use crate::app::{App, ChartHistory};
+use crate::units::{self, bytes, celsius, device_title, mhz, pct};
 use vramtop_telemetry::{DeviceHealth, DeviceSnapshot};
 
 /// Rows of a device drawn in full, borders included.
@@ -236,17 +236,6 @@ fn draw_charts(
 }
 
 /// The device's title, which always says when the device is simulated.
-pub fn title(device: &DeviceSnapshot) -> String {
-    if device.simulated {
-        format!(
-            "sim{}  {}  (no NVIDIA driver found)",
-            device.index, device.name
-        )
-    } else {
-        format!("gpu{}  {}", device.index, device.name)
-    }
-}
-
 fn health_span(device: &DeviceSnapshot) -> Option<Span<'static>> {
     match &device.health {
         DeviceHealth::Ok => None,
@@ -264,7 +253,7 @@ fn health_span(device: &DeviceSnapshot) -> Option<Span<'static>> {
 /// The bordered panel of one device with its title; returns the inside.
 fn panel(frame: &mut Frame, area: Rect, device: &DeviceSnapshot, selected: bool) -> Rect {
     let mut title = vec![Span::styled(
-        format!(" {} ", title(device)),
+        format!(" {} ", device_title(device)),
         Style::new().bold(),
     )];
     title.extend(health_span(device));
@@ -392,13 +381,13 @@ fn gauges_line(device: &DeviceSnapshot, width: u16) -> Line<'static> {
         ("temp", celsius(device.temperature_c)),
         (
             "power",
-            format::power(device.power_mw, device.power_limit_mw),
+            units::power(device.power_mw, device.power_limit_mw),
         ),
         ("sm", mhz(device.sm_clock_mhz)),
         ("mem", mhz(device.memory_clock_mhz)),
         ("fan", pct(device.fan_pct)),
-        ("pcie rx", format::kib_per_s(device.pcie_rx_kib_s)),
-        ("tx", format::kib_per_s(device.pcie_tx_kib_s)),
+        ("pcie rx", units::kib_per_s(device.pcie_rx_kib_s)),
+        ("tx", units::kib_per_s(device.pcie_tx_kib_s)),
     ];
     let mut spans = Vec::new();
     let mut used = 0usize;
@@ -425,7 +414,7 @@ fn history_caption(samples: usize, interval_s: f64) -> String {
 }
 
 fn draw_compact(frame: &mut Frame, area: Rect, device: &DeviceSnapshot) {
-    let name = format::truncate(&title(device), 28);
+    let name = units::truncate(&device_title(device), 28);
     let [label, bar, text] = Layout::horizontal([
         Constraint::Length(30),
         Constraint::Length(COMPACT_BAR),
@@ -446,7 +435,7 @@ fn draw_compact(frame: &mut Frame, area: Rect, device: &DeviceSnapshot) {
         bytes(device.memory_total_bytes),
         pct(device.gpu_util_pct),
         celsius(device.temperature_c),
-        format::power(device.power_mw, device.power_limit_mw),
+        units::power(device.power_mw, device.power_limit_mw),
     ))];
     spans.extend(health_span(device));
     frame.render_widget(Paragraph::new(Line::from(spans)), text);

@@ -10,8 +10,8 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::Paragraph;
 use ratatui::Frame;
 
-use super::format::NA;
 use crate::app::App;
+use crate::units::NA;
 
 pub fn draw(frame: &mut Frame, area: Rect, app: &App) {
     let mut spans = vec![Span::styled(

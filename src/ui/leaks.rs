@@ -30,8 +30,8 @@ use ratatui::layout::Rect;
 use ratatui::style::{Color, Modifier, Style};
 use ratatui::widgets::{Block, Widget};
 
-use crate::ui::format::{truncate, NA};
 use crate::ui::theme;
+use crate::units::{truncate, NA};
 use vramtop_alloc::leaks::{SiteDiff, SiteTrend, Suspect};
 use vramtop_alloc::{human_bytes, LiveBlock};
 use vramtop_telemetry::trend::{ProcessTrend, UnattributedTrend};

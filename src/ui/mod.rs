@@ -24,7 +24,6 @@ pub mod blockmap;
 pub mod devices;
 #[doc(hidden)]
 pub mod fixtures;
-pub mod format;
 pub mod fragmentation;
 pub mod header;
 pub mod help;

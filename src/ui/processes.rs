@@ -15,8 +15,8 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Cell, Paragraph, Row, Table};
 use ratatui::Frame;
 
-use super::format::{bytes, pct, NA};
 use crate::app::{App, ProcessRow, SortKey};
+use crate::units::{bytes, pct, NA};
 use vramtop_telemetry::HostView;
 
 /// A column: its header, its width, and how readily it is left out when space is short

@@ -6,7 +6,7 @@
 //!   as the algorithm.
 //!
 //! Median and 90th percentile over batches. Run it in release
-//! (`cargo run --release --example alloc_bench`); debug figures mean nothing.
+//! (`cargo run --release -p vramtop-alloc --example alloc_bench`); debug figures mean nothing.
 
 use std::time::Instant;
 

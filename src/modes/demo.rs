@@ -1,4 +1,7 @@
-//! Talk mode as a `Screen` for the one loop (`app::screen::run`): the story clock runs
+//! `vramtop demo [NAME]`, talk mode: the story list, or a story played on the presenter
+//! screen, recorded as an asciicast on request, pictures saved as SVG.
+//!
+//! Talk mode as a `Screen` for the one loop (`modes::screen::run`): the story clock runs
 //! only while something moves, status messages expire on a deadline. Each drawn frame
 //! goes to the cast recording when there is one, and is kept for the `s` key's SVG picture.
 //! The story's allocators are small and in memory we hold, so their calls run on this
@@ -9,19 +12,26 @@ use std::io::BufWriter;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use color_eyre::eyre::Result;
+use std::io::IsTerminal;
+use std::process::ExitCode;
+
+use color_eyre::eyre::{Result, WrapErr};
 use crossterm::event::KeyEvent;
 use ratatui::buffer::Buffer;
 use ratatui::{DefaultTerminal, Frame};
 use tokio::time::Instant;
 
-use super::keys::{demo_action_for, DemoAction};
-use super::player::{PlayState, StoryPlayer};
-use crate::app::screen::{self, Screen};
+use super::screen::{self, Screen};
+use super::usage_error;
 use crate::app::Exit;
+use crate::cli::DemoOptions;
+use crate::demo::keys::{demo_action_for, DemoAction};
+use crate::demo::player::{PlayState, StoryPlayer};
+use crate::demo::story::{self, Story};
 use crate::export::cast::CastRecorder;
 use crate::export::svg::buffer_to_svg;
 use crate::ui::presenter::{self, Chrome};
+use crate::ui::screen_theme::{no_color_from_env, Palette};
 
 /// Story clock period while a step runs or holds.
 const TICK: Duration = Duration::from_millis(50);
@@ -209,8 +219,100 @@ impl Screen for Session {
 }
 
 /// Plays the session in the terminal until the presenter quits.
-pub async fn run(terminal: &mut DefaultTerminal, session: &mut Session) -> Result<Exit> {
+pub async fn run_session(terminal: &mut DefaultTerminal, session: &mut Session) -> Result<Exit> {
     screen::run(terminal, session).await
+}
+
+/// `vramtop demo [NAME]`: lists the stories without a name, else plays one.
+pub fn run(name: Option<&str>, opts: &DemoOptions) -> Result<ExitCode> {
+    let Some(name) = name else {
+        print!("{}", story::listing());
+        return Ok(ExitCode::SUCCESS);
+    };
+    let story = match Story::load(name) {
+        Ok(s) => s,
+        Err(e) => return usage_error(e),
+    };
+    if !std::io::stdout().is_terminal() {
+        return usage_error("demo: stdout is not a terminal; run it in one (80x24 or larger)");
+    }
+    if !opts.svg_dir.is_dir() {
+        return usage_error(format!(
+            "--svg-dir {}: not a folder; create it or name another",
+            opts.svg_dir.display()
+        ));
+    }
+    let player = match StoryPlayer::new(story, opts.seed, opts.backing) {
+        Ok(p) => p,
+        Err(e) => return usage_error(e),
+    };
+    let cast_file = match &opts.record_cast {
+        None => None,
+        Some(path) => match std::fs::File::create(path) {
+            Ok(f) => Some(std::io::BufWriter::new(f)),
+            Err(e) => {
+                return usage_error(format!("--record-cast {}: {e}", path.display()));
+            }
+        },
+    };
+    let session = play(player, opts, cast_file, &format!("vramtop demo {name}"))?;
+    report(session, opts)
+}
+
+/// The terminal part: set up, run the loop, restore the terminal whatever happened.
+fn play(
+    player: StoryPlayer,
+    opts: &DemoOptions,
+    cast_file: Option<std::io::BufWriter<std::fs::File>>,
+    title: &str,
+) -> Result<(Session, Exit)> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .wrap_err("could not start the async runtime")?;
+    let chrome = Chrome {
+        palette: Palette::new(opts.theme, no_color_from_env()),
+        message: None,
+    };
+    let mut terminal = ratatui::try_init().wrap_err("cannot take over the terminal")?;
+    let result = (|| {
+        let size = terminal.size().wrap_err("reading the terminal size")?;
+        let recorder = match cast_file {
+            None => None,
+            Some(file) => {
+                let timestamp = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_secs());
+                Some(
+                    CastRecorder::new(file, size.width, size.height, timestamp, title)
+                        .wrap_err("writing the --record-cast file")?,
+                )
+            }
+        };
+        let mut session = Session::new(player, chrome, opts.svg_dir.clone(), recorder);
+        let exit = rt.block_on(run_session(&mut terminal, &mut session))?;
+        Ok((session, exit))
+    })();
+    ratatui::restore();
+    result
+}
+
+/// After the terminal is back: finish the recording and say where things went.
+fn report((mut session, exit): (Session, Exit), opts: &DemoOptions) -> Result<ExitCode> {
+    if let (Some(recorder), Some(path)) = (session.recorder.take(), &opts.record_cast) {
+        recorder
+            .finish()
+            .wrap_err_with(|| format!("writing {}", path.display()))?;
+        eprintln!(
+            "vramtop: recorded {} frames to {}",
+            session.frames_recorded,
+            path.display()
+        );
+    }
+    for path in &session.saved {
+        eprintln!("vramtop: saved {}", path.display());
+    }
+    Ok(ExitCode::from(exit.code()))
 }
 
 #[cfg(test)]

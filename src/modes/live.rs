@@ -1,6 +1,8 @@
-//! The live view's sources for the one loop (`screen::run`): telemetry snapshots, the
-//! probe's views and a staleness watchdog. Telemetry is polled on its own thread so a
-//! slow or hung driver call never freezes the screen.
+//! The live view: its sources (telemetry snapshots, the probe's views, hooked jobs, the
+//! command `vramtop run` started) for the one loop (`screen::run`), a staleness watchdog,
+//! and the side effects of keys (signals to the job, forwarding probe controls, saving
+//! the settings file). Telemetry is polled on its own thread (`Poller`) so a slow or hung
+//! driver call never freezes the screen.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,13 +13,137 @@ use ratatui::{DefaultTerminal, Frame};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::action::{action_for, Action};
+use std::io::IsTerminal;
+use std::process::ExitCode;
+
 use super::screen::{self, Screen};
-use super::{App, Exit};
+use super::{build_probes, in_terminal, once, runtime, socket_dir, usage_error, Probes};
+use crate::app::action::{action_for, Action};
+use crate::app::{App, Exit};
+use crate::cli;
+use crate::config::{ConfigFile, Saver};
 use crate::probe::live::{LiveProbe, ProbeView};
+use crate::probe::record::Recorder;
+use crate::probe::tour::Tour;
+use crate::probe::Scenario;
 use vramtop_attach::launch::{CommandOutput, RunningCommand};
 use vramtop_attach::{AttachedJobs, Attacher};
+use vramtop_telemetry::auth::BearerToken;
+use vramtop_telemetry::open::open;
 use vramtop_telemetry::poller::Poller;
+use vramtop_telemetry::sim::WorkloadGauge;
+
+/// `vramtop` with no subcommand: the live view, or one poll printed (`--once`, or stdout
+/// not a terminal).
+pub fn run(args: cli::LiveArgs, config: ConfigFile) -> Result<ExitCode> {
+    let workload = WorkloadGauge::default();
+    let once = args.once || !std::io::stdout().is_terminal();
+    // A one-shot run has no probe to show, but a misspelt scenario still deserves its line.
+    if let (true, Some(name)) = (once, &args.probe) {
+        if let Err(e) = Scenario::load(name) {
+            return usage_error(e);
+        }
+    }
+    if once && args.record.is_some() {
+        return usage_error("--record needs the live view: run it in a terminal, without --once");
+    }
+    if once {
+        return once::run(&args, workload);
+    }
+    let rt = runtime()?;
+    let opened = if args.remote.is_empty() {
+        open(args.device, args.seed, workload.clone())?
+    } else {
+        let token = match args.token_file.as_deref().map(BearerToken::from_file) {
+            None => None,
+            Some(Ok(token)) => Some(token),
+            Some(Err(e)) => return usage_error(e),
+        };
+        let interval = Duration::from_secs_f64(args.interval);
+        vramtop_telemetry::remote::open(rt.handle(), &args.remote, interval, token, false)?
+    };
+
+    let mut probe_notice = None;
+    let probe_set = match &args.probe {
+        None => None,
+        Some(name) => {
+            let policies = if args.compare.is_empty() {
+                vec![args.probe_opts.policy]
+            } else {
+                args.compare.clone()
+            };
+            match build_probes(name, &policies, &args.probe_opts, args.seed) {
+                Ok(Probes::Built(set)) => Some(set),
+                // A bad limit is the user's to fix; a GPU that cannot run probes is not:
+                // keep monitoring and say why there is no probe.
+                Ok(Probes::Disabled(line)) => {
+                    probe_notice = Some(line);
+                    None
+                }
+                Err(line) => return usage_error(line),
+            }
+        }
+    };
+    // With no GPU the first screen would be empty charts: the simulated device plays the
+    // built-in scenarios instead, on bookkeeping memory. A real GPU never gets a probe
+    // that was not asked for.
+    let tour = if opened.simulated
+        && args.probe.is_none()
+        && !args.no_tour
+        && config.from_file.tour != Some(false)
+    {
+        let tour = Tour::new(args.probe_opts.policy, args.seed);
+        Some(tour.map_err(|e| eyre!("the simulated device's tour: {e}"))?)
+    } else {
+        None
+    };
+    let poller = Poller::spawn(opened.source, Duration::from_secs_f64(args.interval))?;
+    let mut app = App::new(args.interval);
+    app.notice = probe_notice
+        .or_else(|| opened.notice.clone())
+        .or_else(|| config.notice.clone());
+    if let Some(sort) = config.from_file.sort {
+        app.sort = sort;
+    }
+    app.columns = config.from_file.columns.clone();
+    let saver = Saver::new(config, &args);
+    // The file is opened before the terminal is taken over, so a bad path is one line.
+    let recorder = match (
+        &args.record,
+        probe_set.as_ref().and_then(|s| s.probes.first()),
+    ) {
+        (Some(path), Some(first)) => match Recorder::create(path, first.allocator().clone()) {
+            Ok(r) => Some((r, path.display().to_string())),
+            Err(e) => return usage_error(format!("--record {}: {e}", path.display())),
+        },
+        _ => None,
+    };
+    let ops_per_s = args.probe_opts.ops_per_s;
+    let attacher = Attacher::spawn(socket_dir(), Duration::from_secs_f64(args.interval))?;
+    let exit = in_terminal(|terminal| {
+        rt.block_on(async {
+            let probe = match (probe_set, tour) {
+                (Some(set), _) => Some(LiveProbe::spawn(
+                    set.probes,
+                    Some(workload),
+                    ops_per_s,
+                    recorder,
+                )),
+                (None, Some(tour)) => Some(LiveProbe::spawn_tour(tour, Some(workload), ops_per_s)),
+                (None, None) => None,
+            };
+            let sources = Sources {
+                poller,
+                probe,
+                attacher: Some(attacher),
+                command: None,
+                saver: Some(saver),
+            };
+            run_screen(terminal, &mut app, sources).await
+        })
+    })?;
+    Ok(ExitCode::from(exit.code()))
+}
 
 /// What feeds the live view besides the terminal.
 pub struct Sources {
@@ -27,6 +153,9 @@ pub struct Sources {
     pub attacher: Option<Attacher>,
     /// The command `vramtop run` started.
     pub command: Option<RunningCommand>,
+    /// Where F12 saves the current settings; None where there is no settings file to
+    /// speak of (`vramtop run`).
+    pub saver: Option<Saver>,
 }
 
 /// The live view as a `Screen`: the app state plus its sources and the staleness
@@ -42,7 +171,12 @@ struct LiveScreen<'a> {
     stale_after: Duration,
 }
 
-pub async fn run(terminal: &mut DefaultTerminal, app: &mut App, sources: Sources) -> Result<Exit> {
+/// Runs the live view over `sources` until it exits.
+pub async fn run_screen(
+    terminal: &mut DefaultTerminal,
+    app: &mut App,
+    sources: Sources,
+) -> Result<Exit> {
     // A missing source is a channel that never changes: its select arm stays idle.
     let probe_views = sources
         .probe
@@ -115,7 +249,7 @@ impl Screen for LiveScreen<'_> {
             }
         }
         self.app.handle(action);
-        if let (Action::SaveSettings, Some(saver)) = (action, &self.app.settings) {
+        if let (Action::SaveSettings, Some(saver)) = (action, &self.sources.saver) {
             self.app.notice = Some(saver.save(self.app.interval_s, self.app.sort));
         }
     }

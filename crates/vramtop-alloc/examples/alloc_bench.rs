@@ -1,7 +1,7 @@
 //! Prints the allocator benchmark table. Release only:
-//! `cargo run --release --example alloc_bench -- [pairs] [live,live,...] [policy,...]`
+//! `cargo run --release -p vramtop-alloc --example alloc_bench -- [pairs] [live,live,...] [policy,...]`
 
-use vramtop::alloc::{bench, PolicyKind};
+use vramtop_alloc::{bench, PolicyKind};
 
 fn main() {
     let mut args = std::env::args().skip(1);

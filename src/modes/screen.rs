@@ -15,7 +15,7 @@ use ratatui::{DefaultTerminal, Frame};
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::time::Instant;
 
-use super::Exit;
+use crate::app::Exit;
 
 /// Upper bound on redraws per second; input and data are coalesced into frames.
 pub const MAX_FPS: f64 = 30.0;
@@ -124,4 +124,14 @@ pub async fn run<S: Screen>(terminal: &mut DefaultTerminal, screen: &mut S) -> R
             _ = sighup.recv() => return Ok(Exit::Terminated),
         }
     }
+}
+
+/// Runs a screen with no background sources (the trace viewers, talk mode) until it
+/// exits, on a runtime of its own: one thread is enough for input and a clock.
+pub fn run_blocking(terminal: &mut DefaultTerminal, screen: &mut impl Screen) -> Result<Exit> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .wrap_err("could not start the async runtime")?;
+    rt.block_on(run(terminal, screen))
 }

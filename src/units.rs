@@ -1,6 +1,8 @@
-//! How figures read on screen: N/A for what a device cannot report, never 0.
+//! How figures read, on screen and in `--once`'s table alike: N/A for what a device cannot
+//! report, never 0. Below `ui` and `export`, which both use it; imports neither.
 
 use vramtop_alloc::human_bytes;
+use vramtop_telemetry::DeviceSnapshot;
 
 pub const NA: &str = "N/A";
 
@@ -31,6 +33,18 @@ pub fn kib_per_s(value: Option<u32>) -> String {
         || NA.to_string(),
         |v| format!("{}/s", human_bytes(v as u64 * 1024)),
     )
+}
+
+/// A device's name as titles and tables show it, saying when it is the simulated one.
+pub fn device_title(device: &DeviceSnapshot) -> String {
+    if device.simulated {
+        format!(
+            "sim{}  {}  (no NVIDIA driver found)",
+            device.index, device.name
+        )
+    } else {
+        format!("gpu{}  {}", device.index, device.name)
+    }
 }
 
 /// Text cut to `width` characters with an ellipsis, for table cells.

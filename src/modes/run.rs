@@ -1,0 +1,83 @@
+//! `vramtop run [--history] -- COMMAND...`: the command with the job hook injected,
+//! watched in the live view; passed straight through when stdout is not a terminal.
+
+use std::io::IsTerminal;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use color_eyre::eyre::{Result, WrapErr};
+
+use super::live::{self, Sources};
+use super::{error_line, in_terminal, runtime, socket_dir, usage_error};
+use crate::app::App;
+use crate::cli;
+use vramtop_attach::Attacher;
+use vramtop_telemetry::open::open;
+use vramtop_telemetry::poller::Poller;
+use vramtop_telemetry::sim::WorkloadGauge;
+
+/// `vramtop run [--history] -- COMMAND...`: the command with the hook injected, in the
+/// live view; or, when stdout is not a terminal, straight through with its exit code.
+pub fn run(
+    args: cli::LiveArgs,
+    command: &[std::ffi::OsString],
+    history: bool,
+    log: Option<std::path::PathBuf>,
+) -> Result<ExitCode> {
+    use vramtop_attach::launch::{self, Output, RunningCommand};
+    if command.is_empty() {
+        return usage_error("vramtop run needs a command: vramtop run -- python train.py");
+    }
+    let dir = socket_dir();
+    let hook_dir = match vramtop_attach::hook_files::write_hook_files(&dir) {
+        Ok(d) => d,
+        Err(e) => return Ok(ExitCode::from(error_line(e))),
+    };
+    if !std::io::stdout().is_terminal() {
+        // Passthrough: the job's output and exit code, nothing of vramtop's own.
+        let mut child = match launch::spawn(command, &hook_dir, &dir, history, Output::Inherit) {
+            Ok(c) => c,
+            Err(e) => return Ok(ExitCode::from(error_line(e))),
+        };
+        launch::forward_signals_to(&child);
+        let status = child.wait().wrap_err("waiting for the command")?;
+        return Ok(ExitCode::from(launch::exit_code(status)));
+    }
+    let log_path = log.unwrap_or_else(|| dir.join(format!("run-{}.log", std::process::id())));
+    let log_file = match std::fs::File::create(&log_path) {
+        Ok(f) => f,
+        Err(e) => return usage_error(format!("--log {}: {e}", log_path.display())),
+    };
+    // Telemetry is opened before the job starts, so a bad --device costs no job.
+    let opened = open(args.device, args.seed, WorkloadGauge::default())?;
+    let child = match launch::spawn(command, &hook_dir, &dir, history, Output::Log(log_file)) {
+        Ok(c) => c,
+        Err(e) => return Ok(ExitCode::from(error_line(e))),
+    };
+    let pid = child.id();
+    let running =
+        RunningCommand::watch(child, log_path.clone()).wrap_err("could not watch the command")?;
+    let interval = Duration::from_secs_f64(args.interval);
+    let attacher = Attacher::spawn(dir, interval)?;
+    let poller = Poller::spawn(opened.source, interval)?;
+    let mut app = App::new(args.interval);
+    app.notice = opened.notice.clone();
+    app.run = Some(crate::app::RunView::new(pid, log_path.clone()));
+    app.focus_pid = Some(pid);
+    let rt = runtime()?;
+    let sources = Sources {
+        poller,
+        probe: None,
+        attacher: Some(attacher),
+        command: Some(running),
+        saver: None,
+    };
+    let exit = in_terminal(|terminal| rt.block_on(live::run_screen(terminal, &mut app, sources)))?;
+    if app.run.as_ref().is_some_and(|r| r.running()) {
+        eprintln!(
+            "vramtop: job {pid} is still running; its output goes to {}",
+            log_path.display()
+        );
+    }
+    Ok(ExitCode::from(exit.code()))
+}
