@@ -269,7 +269,12 @@ pub enum Command {
             to a log whose last lines show in a pane. Ctrl-C interrupts the job (again: \
             SIGTERM, then SIGKILL); q after it ended exits with its exit code; q while it \
             runs asks first, and a second q leaves it running. When stdout is not a terminal \
-            the output passes straight through and vramtop prints nothing of its own.",
+            (a batch job) the output passes straight through, and after the job vramtop \
+            explains on stderr each OOM it kept (lines starting `vramtop:`).\n\n\
+            Every OOM of the job is kept as a PyTorch memory snapshot (the first 3 and the \
+            latest of each process), viewer or not: beside the log (the file stdout goes to \
+            in a batch job, else --log's folder), or in VRAMTOP_OOM_DIR. Open one with \
+            vramtop snapshot FILE, or PyTorch's python -m torch.cuda._memory_viz.",
         after_help = "Example: vramtop run --history -- python train.py --epochs 3"
     )]
     Run {
@@ -279,6 +284,10 @@ pub enum Command {
         /// Write the command's output to FILE (default: a log beside the hook's sockets)
         #[arg(long, value_name = "FILE")]
         log: Option<std::path::PathBuf>,
+        /// In a batch job (stdout not a terminal), print nothing of vramtop's own after the
+        /// job; OOMs are still kept
+        #[arg(long)]
+        quiet: bool,
         /// The command and its arguments, after --
         #[arg(
             trailing_var_arg = true,

@@ -6,5 +6,6 @@ pub mod cast;
 pub mod http;
 pub mod metrics;
 pub mod once;
+pub mod oom_report;
 pub mod serve;
 pub mod svg;

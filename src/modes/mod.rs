@@ -144,8 +144,9 @@ pub fn run(cli: Cli, config: ConfigFile) -> Result<ExitCode> {
         Some(Command::Run {
             history,
             log,
+            quiet,
             command,
-        }) => run::run(cli.live, &command, history, log),
+        }) => run::run(cli.live, &command, history, log, quiet),
         Some(Command::HookPath) => {
             match vramtop_attach::hook_files::write_hook_files(&socket_dir()) {
                 Ok(dir) => {

@@ -11,18 +11,22 @@ use super::live::{self, Sources};
 use super::{error_line, in_terminal, runtime, socket_dir, usage_error};
 use crate::app::App;
 use crate::cli;
+use crate::export::oom_report;
+use vramtop_attach::oom_files::{self, OomKeeping};
 use vramtop_attach::Attacher;
 use vramtop_telemetry::open::open;
 use vramtop_telemetry::poller::Poller;
 use vramtop_telemetry::sim::WorkloadGauge;
 
 /// `vramtop run [--history] -- COMMAND...`: the command with the hook injected, in the
-/// live view; or, when stdout is not a terminal, straight through with its exit code.
+/// live view; or, when stdout is not a terminal, straight through with its exit code and,
+/// after it, each OOM it kept explained on stderr (unless `quiet`).
 pub fn run(
     args: cli::LiveArgs,
     command: &[std::ffi::OsString],
     history: bool,
     log: Option<std::path::PathBuf>,
+    quiet: bool,
 ) -> Result<ExitCode> {
     use vramtop_attach::launch::{self, Output, RunningCommand};
     if command.is_empty() {
@@ -34,23 +38,47 @@ pub fn run(
         Err(e) => return Ok(ExitCode::from(error_line(e))),
     };
     if !std::io::stdout().is_terminal() {
-        // Passthrough: the job's output and exit code, nothing of vramtop's own.
-        let mut child = match launch::spawn(command, &hook_dir, &dir, history, Output::Inherit) {
+        // Passthrough: the job's output and exit code; vramtop speaks only after the job,
+        // so its lines never interleave with the job's. The hook keeps quiet meanwhile.
+        let stdout_file = oom_files::stdout_file();
+        let keeping = OomKeeping::for_run(
+            oom_files::batch_dir(stdout_file.as_deref()),
+            std::process::id(),
+            true,
+        );
+        let spawned = launch::spawn(command, &hook_dir, &dir, history, &keeping, Output::Inherit);
+        let mut child = match spawned {
             Ok(c) => c,
             Err(e) => return Ok(ExitCode::from(error_line(e))),
         };
         launch::forward_signals_to(&child);
         let status = child.wait().wrap_err("waiting for the command")?;
+        if !quiet {
+            explain_kept_ooms(&keeping);
+        }
         return Ok(ExitCode::from(launch::exit_code(status)));
     }
     let log_path = log.unwrap_or_else(|| dir.join(format!("run-{}.log", std::process::id())));
+    let keeping = OomKeeping::for_run(
+        oom_files::batch_dir(Some(&log_path)),
+        std::process::id(),
+        false,
+    );
     let log_file = match std::fs::File::create(&log_path) {
         Ok(f) => f,
         Err(e) => return usage_error(format!("--log {}: {e}", log_path.display())),
     };
     // Telemetry is opened before the job starts, so a bad --device costs no job.
     let opened = open(args.device, args.seed, WorkloadGauge::default())?;
-    let child = match launch::spawn(command, &hook_dir, &dir, history, Output::Log(log_file)) {
+    let spawned = launch::spawn(
+        command,
+        &hook_dir,
+        &dir,
+        history,
+        &keeping,
+        Output::Log(log_file),
+    );
+    let child = match spawned {
         Ok(c) => c,
         Err(e) => return Ok(ExitCode::from(error_line(e))),
     };
@@ -80,4 +108,23 @@ pub fn run(
         );
     }
     Ok(ExitCode::from(exit.code()))
+}
+
+/// After a batch job: each OOM its hooks kept, explained in a few lines on stderr, each
+/// starting `vramtop:` so `grep vramtop job.log` finds them. A file that cannot be read is
+/// one line too; nothing here changes the job's exit code.
+fn explain_kept_ooms(keeping: &OomKeeping) {
+    for path in keeping.files() {
+        let bytes = std::fs::metadata(&path).map_or(0, |m| m.len());
+        let lines = match vramtop_trace::load(&path) {
+            Ok(trace) => oom_report::explain(&trace, &path, bytes),
+            Err(e) => vec![format!(
+                "{}: kept at an OOM, but unreadable: {e}",
+                path.display()
+            )],
+        };
+        for line in lines {
+            eprintln!("vramtop: {line}");
+        }
+    }
 }

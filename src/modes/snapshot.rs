@@ -12,6 +12,7 @@ use super::in_terminal;
 use super::screen::{self, Screen};
 use crate::app::viewer::{display_name, load_trace, viewer_action, SnapshotViewer, ViewerAction};
 use crate::app::Exit;
+use crate::export::oom_report;
 use vramtop_trace::{snapshot, TraceFormat};
 
 impl Screen for SnapshotViewer {
@@ -56,9 +57,22 @@ pub fn run(path: &Path, once: bool) -> Result<u8> {
     }
     let name = display_name(path);
     let mut viewer = SnapshotViewer::new(&name, &trace);
+    // A snapshot kept at an OOM (by the hook, or by PyTorch with history on) says so.
+    let bytes = std::fs::metadata(path).map_or(0, |m| m.len());
+    let explanation = oom_report::explain(&trace, path, bytes);
     if once || !std::io::stdout().is_terminal() {
         print!("{}", snapshot::summary(&name, &trace, &viewer.view.layout));
+        if !explanation.is_empty() {
+            println!();
+            for line in &explanation {
+                println!("{line}");
+            }
+        }
         return Ok(0);
+    }
+    // The screen has one line for it: the OOM's figures.
+    if let Some(line) = explanation.get(1) {
+        viewer.notices.insert(0, line.trim().to_string());
     }
     drop(trace);
     let exit = in_terminal(|terminal| screen::run_blocking(terminal, &mut viewer))?;

@@ -332,15 +332,21 @@ class TorchAllocator:
         except Exception:
             return None
 
-    def collect(self, device=None):
-        """The allocator's state for one device: stats, settings, segments with blocks."""
-        raw_segments, raw_settings = [], None
+    def raw_snapshot(self):
+        """What torch.cuda.memory._snapshot() returns (segments only where it is missing)."""
         if self._snapshot is not None:
-            snapshot = self._snapshot()
-            raw_segments = snapshot.get("segments") or []
-            raw_settings = snapshot.get("allocator_settings")
-        elif self._memory_snapshot is not None:
-            raw_segments = self._memory_snapshot()
+            return self._snapshot()
+        if self._memory_snapshot is not None:
+            return {"segments": self._memory_snapshot(), "device_traces": []}
+        return None
+
+    def collect(self, device=None, raw=None):
+        """The allocator's state for one device: stats, settings, segments with blocks.
+        `raw` is a snapshot already taken (`raw_snapshot`), else one is taken here."""
+        if raw is None:
+            raw = self.raw_snapshot()
+        raw_segments = (raw or {}).get("segments") or []
+        raw_settings = (raw or {}).get("allocator_settings")
         if device is None:
             device = self.pick_device(raw_segments)
         self.last_device = device
@@ -1138,6 +1144,121 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
+# Every OOM of a hooked job is kept on disk, viewer or not (`OomKeeper`).
+OOM_FIRST_KEPT = 3
+
+
+class OomKeeper:
+    """Keeps the allocator's state at an OOM as a PyTorch memory snapshot (the dict
+    torch.cuda.memory._snapshot() returns, pickled), so PyTorch's own tools read it as well
+    as `vramtop snapshot`. Bounded: the first OOM_FIRST_KEPT OOMs of a process, then the
+    latest one in one file rewritten in place; a file over VRAMTOP_OOM_MAX_MB loses the
+    allocation history first, and is not written if still over.
+
+    Where: VRAMTOP_OOM_DIR (`vramtop run` sets it beside its log), else the hook's socket
+    directory. VRAMTOP_OOM_TAG (set by `vramtop run`) names the run in the file name, so it
+    finds its job's files; VRAMTOP_OOM_QUIET=1 leaves the saying to `vramtop run`. Writing
+    never raises into the job: a full disk or a read-only directory is one line on stderr.
+
+    Added to PyTorch's dict: `vramtop_oom` (the request and the device's figures, which the
+    snapshot alone lacks), and, when the allocation history holds no `oom` entry for this
+    OOM (history off), one `oom` entry as PyTorch writes them, marked `vramtop_added`.
+    """
+
+    def __init__(self):
+        self.count = 0
+        self.write_failed = False
+
+    def directory(self):
+        return os.environ.get("VRAMTOP_OOM_DIR") or socket_dir()
+
+    def path_for(self, n):
+        tag = os.environ.get("VRAMTOP_OOM_TAG", "")
+        which = str(n) if n <= OOM_FIRST_KEPT else "last"
+        name = "vramtop-oom-%s%d-%s.pickle" % (tag + "-" if tag else "", os.getpid(), which)
+        return os.path.join(self.directory(), name)
+
+    def keep(self, raw, oom):
+        """Write the snapshot `raw` with the OOM `oom` (the hook's message); the path or None."""
+        import pickle
+
+        self.count += 1
+        n = self.count
+        snapshot = self.annotated(raw, oom, n)
+        limit = int(_env_float("VRAMTOP_OOM_MAX_MB", 256.0) * 1024 * 1024)
+        data = pickle.dumps(snapshot, protocol=4)
+        if len(data) > limit and snapshot.get("device_traces"):
+            # The history is what grows: keep the state, say what was left out.
+            snapshot["device_traces"] = [[e for e in t if e.get("vramtop_added")] for t in snapshot["device_traces"]]
+            snapshot["vramtop_oom"]["history_left_out"] = True
+            data = pickle.dumps(snapshot, protocol=4)
+        if len(data) > limit:
+            self.say("OOM %d: the allocator state is %d MiB, over VRAMTOP_OOM_MAX_MB; not kept" % (n, len(data) >> 20))
+            return None
+        path = self.path_for(n)
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            partial = path + ".part"
+            with open(partial, "wb") as f:
+                f.write(data)
+            os.replace(partial, path)
+        except OSError as err:
+            if not self.write_failed:
+                self.write_failed = True
+                self.say("could not keep the allocator state at an OOM in %s: %s; the job goes on" % (self.directory(), err.strerror or err))
+            return None
+        if n <= OOM_FIRST_KEPT + 1 and os.environ.get("VRAMTOP_OOM_QUIET") != "1":
+            later = "; later OOMs rewrite it" if n > OOM_FIRST_KEPT else ""
+            self.say("OOM %d: allocator state kept in %s (%s)%s; open it with: vramtop snapshot %s" % (n, path, format_size(len(data)), later, path))
+        return path
+
+    @staticmethod
+    def annotated(raw, oom, n):
+        snapshot = dict(raw)
+        device = oom["device"]
+        snapshot["vramtop_oom"] = {
+            "number": n,
+            "pid": os.getpid(),
+            "argv": list(sys.argv),
+            "time_s": oom["time_s"],
+            "device": device,
+            "requested_bytes": oom["requested_bytes"],
+            "device_free_bytes": oom["device_free_bytes"],
+            "device_total_bytes": oom["device_total_bytes"],
+            "stats": oom["stats"],
+            "summary": oom["summary"],
+            "history_left_out": False,
+        }
+        traces = [list(t) for t in (snapshot.get("device_traces") or [])]
+        while len(traces) <= device:
+            traces.append([])
+        last = traces[device][-1] if traces[device] else None
+        if not (isinstance(last, dict) and last.get("action") == "oom"):
+            traces[device].append({
+                "action": "oom",
+                "addr": 0,
+                "size": oom["requested_bytes"],
+                "stream": 0,
+                "device_free": oom["device_free_bytes"],
+                "time_us": int(oom["time_s"] * 1e6),
+                "frames": [],
+                "vramtop_added": True,
+            })
+        snapshot["device_traces"] = traces
+        return snapshot
+
+    @staticmethod
+    def say(text):
+        try:
+            sys.stderr.write("vramtop: %s\n" % text)
+            sys.stderr.flush()
+        except Exception:
+            pass
+
+
+_oom_keeper = OomKeeper()
+
+
 def on_oom(device, alloc_size, limit_bytes, device_free):
     """PyTorch's OOM observer: sends the allocator's state before the exception unwinds.
 
@@ -1157,7 +1278,8 @@ def on_oom(device, alloc_size, limit_bytes, device_free):
         hook = _hook
         if hook is None or hook.alloc is None or hook.pid != os.getpid():
             return
-        state = hook.alloc.collect(device=int(device))
+        raw = hook.alloc.raw_snapshot()
+        state = hook.alloc.collect(device=int(device), raw=raw)
         stats = state["stats"]
         message = {
             "type": "oom",
@@ -1171,6 +1293,9 @@ def on_oom(device, alloc_size, limit_bytes, device_free):
             "truncated": state["truncated"],
             "summary": oom_summary(alloc_size, stats, device_free),
         }
+        # The file first: a job that dies of this OOM may be gone before a viewer reads.
+        if raw is not None:
+            _oom_keeper.keep(raw, message)
         frame = encode_fitting(message)
         if frame is None:
             return

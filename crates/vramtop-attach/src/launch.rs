@@ -35,12 +35,14 @@ pub enum Output {
     Log(File),
 }
 
-/// Starts `command` with the hook's environment. `Err` is one line.
+/// Starts `command` with the hook's environment, keeping its OOMs as `oom` says.
+/// `Err` is one line.
 pub fn spawn(
     command: &[OsString],
     hook_dir: &Path,
     socket_dir: &Path,
     history: bool,
+    oom: &crate::oom_files::OomKeeping,
     output: Output,
 ) -> Result<Child, String> {
     let Some((program, args)) = command.split_first() else {
@@ -56,6 +58,7 @@ pub fn spawn(
     if history {
         cmd.env("VRAMTOP_HISTORY", "1");
     }
+    cmd.envs(oom.env());
     if let Output::Log(file) = output {
         let err = file
             .try_clone()

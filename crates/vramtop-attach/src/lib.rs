@@ -14,6 +14,7 @@ pub mod headless;
 pub mod hook_files;
 pub mod job;
 pub mod launch;
+pub mod oom_files;
 pub mod protocol;
 pub mod report;
 pub mod watcher;

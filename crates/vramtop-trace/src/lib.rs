@@ -190,8 +190,33 @@ pub struct TraceStats {
     pub first_malformed: Option<String>,
     /// Devices whose snapshot trace is not empty (PyTorch only).
     pub devices_with_traces: Vec<i64>,
-    /// A snapshot without allocation history: segments only, no events.
+    /// A snapshot without allocation history: segments only, no events (an `oom` entry
+    /// the vramtop hook added to such a snapshot does not count as history).
     pub no_history: bool,
+    /// What the vramtop hook added to a snapshot it kept at an OOM (`vramtop_oom`).
+    pub kept_oom: Option<KeptOom>,
+}
+
+/// A snapshot the vramtop hook kept at an OOM says which OOM, of which process, and the
+/// figures PyTorch had then that a snapshot alone does not hold.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct KeptOom {
+    /// 1 for the process's first OOM; the hook keeps the first 3 and the latest.
+    pub number: u64,
+    pub pid: u64,
+    /// The job's command line.
+    pub argv: Vec<String>,
+    pub time_us: i64,
+    pub device: i64,
+    pub requested_bytes: u64,
+    pub device_free_bytes: u64,
+    /// The device's total, or the per-process cap when `set_per_process_memory_fraction`
+    /// was in force (what PyTorch passes its OOM observers).
+    pub device_total_bytes: u64,
+    /// PyTorch's figures in PyTorch's words ("Tried to allocate ...").
+    pub summary: String,
+    /// The allocation history was dropped to keep the file under the hook's size cap.
+    pub history_left_out: bool,
 }
 
 #[derive(Clone, Debug, PartialEq)]

@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use super::pickle::{self, Dict, Finished, IdHasher, Value};
 use super::{
-    AllocatorSettings, LoadOptions, SnapshotBlock, SnapshotSegment, StreamIds, Trace,
+    AllocatorSettings, KeptOom, LoadOptions, SnapshotBlock, SnapshotSegment, StreamIds, Trace,
     TraceErrorKind, TraceEvent, TraceEventKind, TraceFormat, TraceStats,
 };
 use vramtop_alloc::{BlockState, Pool};
@@ -80,9 +80,12 @@ fn import(
         .and_then(Value::as_seq)
         .unwrap_or(&[]);
 
+    // The hook's `oom` entry in a snapshot kept without history is not history.
+    let added_by_hook = |e: &Value| e.get("vramtop_added").and_then(Value::as_bool) == Some(true);
     let mut stats = TraceStats {
         devices_with_traces,
-        no_history: device_trace.is_empty(),
+        no_history: device_trace.iter().all(added_by_hook),
+        kept_oom: root.get("vramtop_oom").and_then(kept_oom),
         ..TraceStats::default()
     };
     let events = entries.events_of(device_trace, chosen, &mut stats);
@@ -574,6 +577,41 @@ fn field<'v>(
     entry
         .get(key)
         .ok_or_else(|| not_a_snapshot(format!("{}: no '{key}' field", at())))
+}
+
+/// The hook's `vramtop_oom` dict; None when it is not one (a hand-made or damaged file).
+fn kept_oom(value: &Value) -> Option<KeptOom> {
+    value.as_dict()?;
+    let uint = |key: &str| int_field(value, key).and_then(|v| u64::try_from(v).ok());
+    let time_us = match value.get("time_s") {
+        Some(Value::Float(s)) if s.is_finite() => (*s * 1e6) as i64,
+        Some(v) => v.as_int().map_or(0, |s| s.saturating_mul(1_000_000)),
+        None => 0,
+    };
+    Some(KeptOom {
+        number: uint("number")?,
+        pid: uint("pid")?,
+        argv: value
+            .get("argv")
+            .and_then(Value::as_seq)
+            .map(|args| {
+                args.iter()
+                    .filter_map(|a| a.as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default(),
+        time_us,
+        device: int_field(value, "device")?,
+        requested_bytes: uint("requested_bytes")?,
+        device_free_bytes: uint("device_free_bytes").unwrap_or(0),
+        device_total_bytes: uint("device_total_bytes").unwrap_or(0),
+        summary: value
+            .get("summary")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string(),
+        history_left_out: value.get("history_left_out").and_then(Value::as_bool) == Some(true),
+    })
 }
 
 fn int_field(entry: &Value, key: &str) -> Option<i64> {

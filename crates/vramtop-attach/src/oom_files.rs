@@ -1,0 +1,140 @@
+//! The files the hook keeps at each OOM of a job (`OomKeeper` in the hook): where they go,
+//! what they are called, and finding a run's files afterwards. The hook writes them, viewer
+//! or not, so an OOM in a job nobody watched is still there to open.
+//!
+//! A file is `vramtop-oom-[TAG-]PID-N.pickle` (N = 1, 2, 3, then `last`, rewritten at each
+//! later OOM): a PyTorch memory snapshot, which `vramtop snapshot` and PyTorch's own
+//! `torch.cuda._memory_viz` read alike.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+/// The hook's environment for keeping OOMs.
+pub const DIR_ENV: &str = "VRAMTOP_OOM_DIR";
+pub const TAG_ENV: &str = "VRAMTOP_OOM_TAG";
+pub const QUIET_ENV: &str = "VRAMTOP_OOM_QUIET";
+
+/// How `vramtop run` asks its job's hook to keep OOMs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OomKeeping {
+    /// Where the files go.
+    pub dir: PathBuf,
+    /// Names this run in the file names, so it finds its own job's files.
+    pub tag: String,
+    /// The hook says nothing at an OOM: `vramtop run` explains it after the job.
+    pub quiet: bool,
+}
+
+impl OomKeeping {
+    /// For the run of vramtop process `run_pid`, keeping files in `dir`.
+    pub fn for_run(dir: PathBuf, run_pid: u32, quiet: bool) -> OomKeeping {
+        OomKeeping {
+            dir,
+            tag: format!("run{run_pid}"),
+            quiet,
+        }
+    }
+
+    /// The variables the job is started with.
+    pub fn env(&self) -> Vec<(&'static str, OsString)> {
+        let mut env = vec![
+            (DIR_ENV, self.dir.clone().into_os_string()),
+            (TAG_ENV, OsString::from(&self.tag)),
+        ];
+        if self.quiet {
+            env.push((QUIET_ENV, OsString::from("1")));
+        }
+        env
+    }
+
+    /// This run's files, oldest first (by the time they were written, then by name).
+    pub fn files(&self) -> Vec<PathBuf> {
+        let prefix = format!("vramtop-oom-{}-", self.tag);
+        let Ok(entries) = std::fs::read_dir(&self.dir) else {
+            return Vec::new();
+        };
+        let mut found: Vec<(std::time::SystemTime, PathBuf)> = entries
+            .filter_map(Result::ok)
+            .filter(|e| {
+                let name = e.file_name();
+                let name = name.to_string_lossy();
+                name.starts_with(&prefix) && name.ends_with(".pickle")
+            })
+            .filter_map(|e| {
+                let modified = e.metadata().ok()?.modified().ok()?;
+                Some((modified, e.path()))
+            })
+            .collect();
+        found.sort();
+        found.into_iter().map(|(_, path)| path).collect()
+    }
+}
+
+/// Where a batch run keeps OOMs when the user did not say (`VRAMTOP_OOM_DIR`): beside the
+/// file its output goes to (`> job.log`), else the current directory.
+pub fn batch_dir(stdout_target: Option<&Path>) -> PathBuf {
+    if let Some(dir) = std::env::var_os(DIR_ENV).filter(|d| !d.is_empty()) {
+        return PathBuf::from(dir);
+    }
+    match stdout_target.and_then(Path::parent) {
+        Some(dir) if !dir.as_os_str().is_empty() => dir.to_path_buf(),
+        _ => PathBuf::from("."),
+    }
+}
+
+/// The regular file our standard output goes to, if it is one (not a pipe or a terminal).
+pub fn stdout_file() -> Option<PathBuf> {
+    let target = std::fs::read_link("/proc/self/fd/1").ok()?;
+    std::fs::metadata(&target)
+        .ok()
+        .filter(|m| m.is_file())
+        .map(|_| target)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_runs_files_are_found_by_tag_and_others_left() {
+        let dir = std::env::temp_dir().join(format!("vramtop-oom-files-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let keep = OomKeeping::for_run(dir.clone(), 77, true);
+        for name in [
+            "vramtop-oom-run77-100-1.pickle",
+            "vramtop-oom-run77-100-last.pickle",
+            "vramtop-oom-run78-100-1.pickle",
+            "vramtop-oom-100-1.pickle",
+            "vramtop-oom-run77-100-2.pickle.part",
+        ] {
+            std::fs::write(dir.join(name), b"x").unwrap();
+        }
+        let names: Vec<String> = keep
+            .files()
+            .iter()
+            .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+            .collect();
+        let mut sorted = names.clone();
+        sorted.sort();
+        assert_eq!(
+            sorted,
+            [
+                "vramtop-oom-run77-100-1.pickle",
+                "vramtop-oom-run77-100-last.pickle"
+            ]
+        );
+        assert!(keep.env().contains(&(QUIET_ENV, OsString::from("1"))));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_batch_run_keeps_beside_its_log() {
+        if std::env::var_os(DIR_ENV).is_none() {
+            assert_eq!(
+                batch_dir(Some(Path::new("/data/jobs/job.log"))),
+                PathBuf::from("/data/jobs")
+            );
+            assert_eq!(batch_dir(None), PathBuf::from("."));
+        }
+    }
+}

@@ -1,0 +1,144 @@
+//! An OOM explained in a few plain lines, from a snapshot the hook kept at it: what
+//! `vramtop run` prints in a batch job's log after the job, and what `vramtop snapshot`
+//! says of such a file. The same figures the live view shows at an OOM (needed, free,
+//! runs, largest), PyTorch's own words, what a replay of that state says, who held the
+//! memory, and how to open the file.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use vramtop_alloc::{human_bytes, BlockState, PolicyKind};
+use vramtop_trace::ooms::trace_ooms;
+use vramtop_trace::replay::{self, plan_capacity};
+use vramtop_trace::Trace;
+
+/// Sites listed among the largest holders.
+const HOLDERS_SHOWN: usize = 3;
+
+/// The lines for the last OOM in `trace` (read from `path`, `file_bytes` long); empty when
+/// the file holds no OOM. A file the hook kept at the OOM also gets who held the memory
+/// and where the file is. No prefix: the caller adds its own.
+pub fn explain(trace: &Trace, path: &Path, file_bytes: u64) -> Vec<String> {
+    let ooms = trace_ooms(trace);
+    let Some(oom) = ooms.last() else {
+        return Vec::new();
+    };
+    let mut lines = Vec::new();
+    lines.push(match &trace.stats.kept_oom {
+        Some(kept) => format!(
+            "OOM {} of pid {} ({}) on device {}",
+            kept.number,
+            kept.pid,
+            command_line(&kept.argv),
+            kept.device
+        ),
+        None => format!(
+            "the trace's last OOM, at event {} of {} on device {}",
+            oom.event + 1,
+            trace.events.len(),
+            trace.device
+        ),
+    });
+    lines.push(format!(
+        "  OOM: {}; PyTorch held {} reserved, {} allocated",
+        oom.explain(),
+        human_bytes(oom.reserved_bytes),
+        human_bytes(oom.allocated_bytes)
+    ));
+    if let Some(kept) = trace
+        .stats
+        .kept_oom
+        .as_ref()
+        .filter(|k| !k.summary.is_empty())
+    {
+        lines.push(format!("  PyTorch: {}", kept.summary));
+    }
+    lines.push(format!("  {}", replay_line(trace, &ooms)));
+    // The segments are the state at the OOM only in a file kept at it: a snapshot taken
+    // later has moved on.
+    if trace.stats.kept_oom.is_none() {
+        return lines;
+    }
+    lines.push(format!("  {}", holders_line(trace)));
+    let open = path.display();
+    lines.push(format!(
+        "  kept in {open} ({}); open it with: vramtop snapshot {open}",
+        human_bytes(file_bytes)
+    ));
+    lines
+}
+
+/// What vramtop's replay of the state says of the failed request, policy by policy, as
+/// `replay --report` says it.
+fn replay_line(trace: &Trace, ooms: &[vramtop_trace::ooms::TraceOom]) -> String {
+    let Some(last) = ooms.last() else {
+        return String::new();
+    };
+    let opts = plan_capacity(trace, None, ooms);
+    let policies = [PolicyKind::Caching, PolicyKind::PytorchExpandable];
+    match replay::report(trace, &policies, opts) {
+        Ok(rows) => {
+            let answers: Vec<String> = rows
+                .iter()
+                .filter_map(|row| {
+                    let check = row.trace_ooms.iter().find(|c| c.event == last.event)?;
+                    let verdict = if check.fails { "fails too" } else { "fits" };
+                    Some(format!("{} {verdict}", row.policy))
+                })
+                .collect();
+            format!("vramtop replay: {}", answers.join(", "))
+        }
+        Err(e) => format!("vramtop replay failed: {e}"),
+    }
+}
+
+/// The call sites holding the most live memory, or the largest blocks without sites.
+fn holders_line(trace: &Trace) -> String {
+    let mut by_site: HashMap<Option<&str>, (u64, u64)> = HashMap::new();
+    let mut largest: Vec<u64> = Vec::new();
+    for block in trace.segments_at_end.iter().flat_map(|s| &s.blocks) {
+        if block.state != BlockState::Allocated {
+            continue;
+        }
+        let held = by_site.entry(block.tag.as_deref()).or_default();
+        held.0 += block.size;
+        held.1 += 1;
+        largest.push(block.size);
+    }
+    let mut sites: Vec<(&str, u64, u64)> = by_site
+        .iter()
+        .filter_map(|(site, &(bytes, blocks))| site.map(|s| (s, bytes, blocks)))
+        .collect();
+    if sites.is_empty() {
+        largest.sort_unstable_by(|a, b| b.cmp(a));
+        let sizes: Vec<String> = largest
+            .iter()
+            .take(HOLDERS_SHOWN)
+            .map(|&b| human_bytes(b))
+            .collect();
+        return format!(
+            "largest live blocks: {} (no call sites: run with --history to see who holds them)",
+            if sizes.is_empty() {
+                "none".to_string()
+            } else {
+                sizes.join(", ")
+            }
+        );
+    }
+    sites.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+    let shown: Vec<String> = sites
+        .iter()
+        .take(HOLDERS_SHOWN)
+        .map(|(site, bytes, blocks)| format!("{site} {} in {blocks} blocks", human_bytes(*bytes)))
+        .collect();
+    format!("largest holders: {}", shown.join("; "))
+}
+
+/// The job's command line as a shell would show it, cut short.
+fn command_line(argv: &[String]) -> String {
+    let text = argv.join(" ");
+    if text.is_empty() {
+        return "command unknown".to_string();
+    }
+    crate::units::truncate(&text, 60)
+}
