@@ -1,0 +1,1368 @@
+"""vramtop's hook inside a PyTorch job: serves the CUDA caching allocator's live state to
+vramtop viewers over a Unix socket (protocol v1, crates/vramtop-attach/hook/PROTOCOL.md).
+
+Entered through sitecustomize.py (beside this file) when the job imports torch, or by hand:
+`import vramtop_hook; vramtop_hook.start()` (a notebook). One daemon thread waits for torch
+and for CUDA to be initialised by the job (it never initialises CUDA itself), listens on
+`vramtop-<pid>.sock`, and sends each subscribed viewer a `state` at its interval.
+
+Rules this file keeps: never raise into the job (every entry point is wrapped); never block
+the job on a viewer (non-blocking sockets; a frame that cannot go out is dropped, only the
+remainder of a frame already begun is kept); say once on stderr what it could not do.
+Python 3.8+, stdlib only. Optional torch APIs are found by feature (hasattr), not version.
+"""
+
+import atexit
+import json
+import os
+import selectors
+import socket
+import stat
+import struct
+import sys
+import threading
+import time
+
+HOOK_VERSION = "1.0.0"
+PROTOCOL_VERSION = 1
+MAX_FRAME = 16 * 1024 * 1024
+# Viewers only ever send `subscribe`; a bigger frame from one is garbage, not a request.
+MAX_VIEWER_FRAME = 64 * 1024
+MAX_VIEWERS = 32
+INTERVAL_RANGE = (0.05, 3600.0)
+POLL_S = 0.25  # how often to look for torch / CUDA before they are there
+# A viewer that takes nothing for this long is dropped. Tests shorten it.
+def _env_float(name, default):
+    """A positive, finite number from the environment; else the default, said once."""
+    text = os.environ.get(name, "")
+    if not text:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        value = None
+    if value is None or not (0.0 < value < float("inf")):
+        sys.stderr.write("vramtop hook: %s=%r is not a positive number; using %g\n" % (name, text, default))
+        return default
+    return value
+
+
+STALL_S = _env_float("VRAMTOP_HOOK_STALL_S", 10.0)
+# History's price is PyTorch's: every allocation it records gathers the job's Python stack.
+# On the H100 a GPT-2 training step (transformers, 8 layers) makes 958 allocations in 28 ms,
+# and recording them all cost it 4.3 to 8.8 % (1.2 to 2.6 us each; history_ab.py, in one
+# process). To keep the job well within 5 %, the hook records allocations for a share of
+# each HISTORY_PERIOD_S, chosen each period so that at most HISTORY_RATE allocations per
+# second are recorded (5,000: 19 % of that job's second, 1 to 2 % of its time). A job that
+# allocates less (where a leak is easiest to miss in the noise) is recorded whole.
+HISTORY_PERIOD_S = 1.0
+HISTORY_RATE = _env_float("VRAMTOP_HISTORY_RATE", 5000.0)
+HISTORY_MIN_SHARE = 0.02
+# A state read that costs ten times the one before is not paced on, once per this many
+# seconds (Hook.state_frame says why): at most one such read per 10 minutes is spent
+# beyond the 1 % budget.
+FORGIVE_S = 600.0
+
+_said = set()
+
+
+def say_once(key, text):
+    """One line on stderr per kind of problem, for the life of the process."""
+    if key in _said:
+        return
+    _said.add(key)
+    try:
+        sys.stderr.write("vramtop hook: %s\n" % text)
+        sys.stderr.flush()
+    except Exception:
+        pass
+
+
+class ProtocolError(Exception):
+    """The peer broke framing; the connection is dropped."""
+
+
+def encode(message):
+    """One frame: 4-byte big-endian length, then compact UTF-8 JSON."""
+    body = json.dumps(message, separators=(",", ":"), allow_nan=False).encode("utf-8")
+    if len(body) > MAX_FRAME:
+        raise ValueError("frame of %d bytes is over the 16 MiB limit" % len(body))
+    return struct.pack(">I", len(body)) + body
+
+
+class FrameReader:
+    """Splits a byte stream into JSON objects; any framing fault raises ProtocolError."""
+
+    def __init__(self, limit=MAX_FRAME):
+        self.limit = limit
+        self.buffer = bytearray()
+
+    def feed(self, data):
+        self.buffer += data
+        messages = []
+        while len(self.buffer) >= 4:
+            (length,) = struct.unpack(">I", bytes(self.buffer[:4]))
+            if length > self.limit:
+                raise ProtocolError("frame of %d bytes is over the limit" % length)
+            if len(self.buffer) < 4 + length:
+                break
+            body = bytes(self.buffer[4 : 4 + length])
+            del self.buffer[: 4 + length]
+            try:
+                message = json.loads(body.decode("utf-8"))
+            except (UnicodeDecodeError, ValueError) as err:
+                raise ProtocolError("bad frame: %s" % err)
+            if not isinstance(message, dict) or not isinstance(message.get("type"), str):
+                raise ProtocolError("a frame is not an object with a string type")
+            messages.append(message)
+        return messages
+
+
+def socket_dir():
+    """Where sockets live (PROTOCOL.md "Where")."""
+    explicit = os.environ.get("VRAMTOP_SOCKET_DIR")
+    if explicit:
+        return explicit
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    if runtime and os.path.isdir(runtime):
+        return os.path.join(runtime, "vramtop")
+    return "/tmp/vramtop-%d" % os.getuid()
+
+
+def private_dir(path):
+    """Create `path` 0700 if needed; None (and one line) if it is not ours alone."""
+    try:
+        os.makedirs(path, mode=0o700, exist_ok=True)
+        info = os.lstat(path)
+    except OSError as err:
+        say_once("dir", "cannot use %s (%s); no live view for this job" % (path, err))
+        return None
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
+        say_once("dir", "%s is not a directory owned by you; no live view" % path)
+        return None
+    if info.st_mode & 0o077:
+        say_once(
+            "dir",
+            "%s can be read or written by others (mode %o); no live view. "
+            "Run: chmod 700 %s" % (path, info.st_mode & 0o777, path),
+        )
+        return None
+    return path
+
+
+STAT_KEYS = (
+    ("allocated_bytes", "allocated_bytes.all.current"),
+    ("reserved_bytes", "reserved_bytes.all.current"),
+    ("active_bytes", "active_bytes.all.current"),
+    ("inactive_split_bytes", "inactive_split_bytes.all.current"),
+    ("requested_bytes", "requested_bytes.all.current"),
+    ("peak_allocated_bytes", "allocated_bytes.all.peak"),
+    ("peak_reserved_bytes", "reserved_bytes.all.peak"),
+    ("num_alloc_retries", "num_alloc_retries"),
+    ("num_ooms", "num_ooms"),
+    ("num_device_alloc", "num_device_alloc"),
+    ("num_device_free", "num_device_free"),
+)
+MAX_BLOCKS = 200000
+BLOCK_STATES = ("active_allocated", "active_pending_free", "inactive")
+
+
+def format_size(size):
+    """c10's format_size, so our figures read exactly as PyTorch's OOM message."""
+    if size <= 1024:
+        return "%d bytes" % size
+    if size <= 1048576:
+        return "%.2f KiB" % (size / 1024.0)
+    if size <= 1073741824:
+        return "%.2f MiB" % (size / 1048576.0)
+    return "%.2f GiB" % (size / 1073741824.0)
+
+
+def parse_alloc_conf(raw):
+    """PYTORCH_CUDA_ALLOC_CONF "k:v,k:v" into a dict; commas inside [..] stay in the value."""
+    items, depth, current = [], 0, ""
+    for ch in raw:
+        depth += {"[": 1, "]": -1}.get(ch, 0)
+        if ch == "," and depth <= 0:
+            items.append(current)
+            current = ""
+        else:
+            current += ch
+    items.append(current)
+    conf = {}
+    for item in items:
+        key, _, value = item.partition(":")
+        if key.strip():
+            conf[key.strip()] = value.strip()
+    return conf
+
+
+class TorchAllocator:
+    """The CUDA caching allocator as this PyTorch exposes it, each API found by feature.
+
+    Nothing here initialises CUDA: every call is made only after torch.cuda.is_initialized()
+    said True (memory_stats returns {} before; the OOM observer's binding would init CUDA).
+    """
+
+    def __init__(self, torch):
+        self.torch = torch
+        cuda = getattr(torch, "cuda", None)
+        memory = getattr(cuda, "memory", None)
+        self._is_initialized = getattr(cuda, "is_initialized", None)
+        # _snapshot() is the dict memory_snapshot() takes "segments" from; it also carries
+        # "allocator_settings" on recent PyTorch, so one call gives both for one price.
+        self._snapshot = getattr(memory, "_snapshot", None)
+        self._memory_snapshot = getattr(cuda, "memory_snapshot", None)
+        self._stats = getattr(cuda, "memory_stats", None)
+        self._attach = getattr(getattr(torch, "_C", None), "_cuda_attach_out_of_memory_observer", None)
+        self._record = getattr(memory, "_record_memory_history", None)
+        # The settings string in force now, runtime changes included (recent PyTorch).
+        self._settings_string = getattr(getattr(torch, "_C", None), "_accelerator_getAllocatorSettings", None)
+        self.history_on = False
+        self._record_on = self._record_off = None  # the form start_history found to work
+        self.settings_from_torch = False
+        self.last_device = 0
+        self.internal_prefixes = self._internal_prefixes()
+        self._internal_cache = {}
+        self.capabilities, self.missing = [], []
+        if self._snapshot or self._memory_snapshot:
+            self.capabilities.append("memory_snapshot")
+        else:
+            self.missing.append("no torch.cuda.memory_snapshot: no segments or blocks")
+        if self._stats:
+            self.capabilities.append("memory_stats")
+        else:
+            self.missing.append("no torch.cuda.memory_stats: no totals")
+        if self._attach:
+            self.capabilities.append("oom_observer")
+        else:
+            self.missing.append("no torch._C._cuda_attach_out_of_memory_observer: no OOM state")
+        if self._record:
+            self.capabilities.append("record_memory_history")
+        if self._is_initialized is None:
+            self.missing.append("no torch.cuda.is_initialized: cannot tell when CUDA is up")
+
+    def cuda_initialised(self):
+        try:
+            return bool(self._is_initialized and self._is_initialized())
+        except Exception:
+            return False
+
+    def probe_settings(self):
+        """Learn once whether PyTorch reports its allocator settings itself."""
+        try:
+            if self._settings_string is not None or (
+                self._snapshot and isinstance(self._snapshot().get("allocator_settings"), dict)
+            ):
+                self.settings_from_torch = True
+                self.capabilities.append("allocator_settings")
+                return
+        except Exception:
+            pass
+        self.missing.append("allocator settings read from PYTORCH_CUDA_ALLOC_CONF only")
+
+    def attach_oom_observer(self, observer):
+        global _oom_observer_attached
+        if self._attach is None or _oom_observer_attached:
+            return  # observers cannot be detached; a forked child inherits the parent's
+        try:
+            self._attach(observer)
+            _oom_observer_attached = True
+        except Exception as err:
+            self.missing.append("OOM observer refused: %r" % (err,))
+
+    def start_history(self):
+        """Record each live block's allocation stack, with no trace ring to pay for.
+
+        enabled="state" keeps a context on each live block only: _record_memory_history's
+        C++ side then sets the trace ring to 1 entry (torch/csrc/cuda/memory_snapshot.cpp:
+        `max_entries = enabled == "all" ? max_entries : 1`), while malloc still gathers the
+        Python stack for every block (RecordContext::STATE). The 160 ms snapshots seen with
+        an 86k-entry ring were the ring being symbolised, which this avoids.
+        """
+        if self._record is None:
+            self.missing.append("no torch.cuda.memory._record_memory_history: no allocation sites")
+            return
+        record = self._record
+        forms = (
+            (lambda: record(enabled="state", context="state", stacks="python"), lambda: record(enabled=None)),
+            # the boolean form of older releases
+            (lambda: record(True, record_context=True, trace_alloc_max_entries=1), lambda: record(False)),
+        )
+        for turn_on, turn_off in forms:
+            try:
+                turn_on()
+            except TypeError:
+                continue
+            except Exception as err:
+                self.missing.append("history refused: %r" % (err,))
+                return
+            # Later switches (HistoryDuty) use the form that worked.
+            self._record_on, self._record_off = turn_on, turn_off
+            self.history_on = True
+            return
+        self.missing.append("history refused: no form of _record_memory_history was accepted")
+
+    def set_recording(self, on):
+        """Turn the recording of new allocations' stacks on or off. Blocks already live
+        keep the stack they were recorded with; those allocated while it is off have none."""
+        try:
+            (self._record_on if on else self._record_off)()
+            return True
+        except Exception as err:
+            say_once(
+                "history-duty",
+                "cannot switch history %s (%r): it stays %s from now on"
+                % ("on" if on else "off", err, "off" if on else "on"),
+            )
+            return False
+
+    def allocation_count(self):
+        """How many allocations the job has made so far, on all its devices (None if
+        unknown). The raw nested stats: memory_stats() would flatten ~100 keys per call."""
+        raw = getattr(getattr(self.torch, "_C", None), "_cuda_memoryStats", None)
+        try:
+            total = 0
+            for device in range(self.torch.cuda.device_count()):
+                if raw is not None:
+                    total += int(raw(device)["allocation"]["all"]["allocated"])
+                else:
+                    total += int(self._stats(device).get("allocation.all.allocated", 0))
+            return total
+        except Exception:
+            return None
+
+    def raw_snapshot(self):
+        """What torch.cuda.memory._snapshot() returns (segments only where it is missing)."""
+        if self._snapshot is not None:
+            return self._snapshot()
+        if self._memory_snapshot is not None:
+            return {"segments": self._memory_snapshot(), "device_traces": []}
+        return None
+
+    def collect(self, device=None, raw=None):
+        """The allocator's state for one device: stats, settings, segments with blocks.
+        `raw` is a snapshot already taken (`raw_snapshot`), else one is taken here."""
+        if raw is None:
+            raw = self.raw_snapshot()
+        raw_segments = (raw or {}).get("segments") or []
+        raw_settings = (raw or {}).get("allocator_settings")
+        if device is None:
+            device = self.pick_device(raw_segments)
+        self.last_device = device
+        segments, truncated = self.convert_segments(raw_segments, device)
+        return {
+            "device": device,
+            "stats": self.stats(device),
+            "settings": self.settings(raw_settings),
+            "segments": segments,
+            "truncated": truncated,
+        }
+
+    def pick_device(self, raw_segments):
+        """The job's device: the one it holds most memory on. (The current device is per
+        thread, so ours says nothing about the job's; a job spread over several devices in
+        one process shows its largest.)"""
+        held = {}
+        for segment in raw_segments:
+            dev = segment.get("device", 0)
+            held[dev] = held.get(dev, 0) + int(segment.get("total_size", 0) or 0)
+        if not held:
+            return self.last_device
+        return max(sorted(held), key=lambda d: held[d])
+
+    def stats(self, device):
+        raw = {}
+        if self._stats is not None:
+            raw = self._stats(device) or {}
+        out = {}
+        for name, key in STAT_KEYS:
+            value = raw.get(key)
+            out[name] = int(value) if isinstance(value, (int, float)) else None
+        return out
+
+    def settings(self, raw_settings):
+        env = os.environ.get("PYTORCH_CUDA_ALLOC_CONF") or os.environ.get("PYTORCH_ALLOC_CONF")
+        if self._settings_string is not None:
+            try:
+                env = str(self._settings_string()) or env
+            except Exception:
+                pass
+        if isinstance(raw_settings, dict):
+            split = raw_settings.get("max_split_size")
+            gc = raw_settings.get("garbage_collection_threshold")
+            expandable = raw_settings.get("expandable_segments")
+            return {
+                "expandable_segments": expandable if isinstance(expandable, bool) else None,
+                # -1 is SIZE_MAX seen through int64: no limit.
+                "max_split_size": split if isinstance(split, int) and split >= 0 else None,
+                "roundup_power2_divisions": raw_settings.get("roundup_power2_divisions"),
+                "garbage_collection_threshold": float(gc) if isinstance(gc, (int, float)) else None,
+                "raw": env or raw_settings.get("PYTORCH_CUDA_ALLOC_CONF") or None,
+            }
+        conf = parse_alloc_conf(env or "")
+        expandable = conf.get("expandable_segments")
+        split_mb = conf.get("max_split_size_mb", "")
+        gc = conf.get("garbage_collection_threshold", "")
+        return {
+            "expandable_segments": (expandable.lower() == "true") if expandable else False,
+            "max_split_size": int(split_mb) * 1048576 if split_mb.isdigit() else None,
+            "roundup_power2_divisions": conf.get("roundup_power2_divisions"),
+            "garbage_collection_threshold": _float_or_none(gc),
+            "raw": env or None,
+        }
+
+    def convert_segments(self, raw_segments, device):
+        """Protocol segments for `device`, at most MAX_BLOCKS blocks in all."""
+        segments, count, truncated = [], 0, False
+        for raw in raw_segments:
+            if raw.get("device", device) != device:
+                continue
+            address = int(raw.get("address", 0))
+            blocks = []
+            for block in raw.get("blocks") or ():
+                if count >= MAX_BLOCKS:
+                    truncated = True
+                    break
+                size = int(block.get("size", 0))
+                address = int(block.get("address", address))
+                state = block.get("state")
+                blocks.append(
+                    {
+                        "address": address,
+                        "size": size,
+                        "requested_size": int(block.get("requested_size", 0) or 0),
+                        "state": state if state in BLOCK_STATES else "inactive",
+                        "site": self.site(block.get("frames")) if self.history_on else None,
+                    }
+                )
+                address += size
+                count += 1
+            segments.append(
+                {
+                    "address": int(raw.get("address", 0)),
+                    "total_size": int(raw.get("total_size", 0)),
+                    "stream": int(raw.get("stream", 0) or 0),
+                    "segment_type": "small" if raw.get("segment_type") == "small" else "large",
+                    "is_expandable": bool(raw.get("is_expandable", False)),
+                    "blocks": blocks,
+                }
+            )
+            if truncated:
+                break
+        return segments, truncated
+
+    def site(self, frames):
+        """The innermost frame of the user's code: not torch, site-packages or the stdlib."""
+        for frame in frames or ():
+            filename = frame.get("filename") or ""
+            if not self.is_internal(filename):
+                return "%s:%s %s" % (filename, frame.get("line", 0), frame.get("name", "?"))
+        return None
+
+    def is_internal(self, filename):
+        known = self._internal_cache.get(filename)
+        if known is None:
+            known = (
+                filename.startswith("<frozen")
+                or "/site-packages/" in filename
+                or "/dist-packages/" in filename
+                or filename.startswith(self.internal_prefixes)
+            )
+            if len(self._internal_cache) < 8192:
+                self._internal_cache[filename] = known
+        return known
+
+    def _internal_prefixes(self):
+        import sysconfig
+
+        dirs = [os.path.dirname(os.path.abspath(__file__))]
+        torch_file = getattr(self.torch, "__file__", None)
+        if torch_file:
+            dirs.append(os.path.dirname(os.path.abspath(torch_file)))
+        paths = sysconfig.get_paths()
+        dirs += [paths.get("stdlib"), paths.get("platstdlib")]
+        return tuple(os.path.join(d, "") for d in dirs if d)
+
+
+def _float_or_none(text):
+    try:
+        return float(text)
+    except (TypeError, ValueError):
+        return None
+
+
+class Viewer:
+    """One connected viewer: what it asked for and the frame still owed to it."""
+
+    def __init__(self, sock, now):
+        self.sock = sock
+        self.reader = FrameReader(MAX_VIEWER_FRAME)
+        self.interval = None  # None until it subscribes
+        self.next_due = now
+        self.pending = b""  # the rest of the one frame already begun
+        self.owed = []  # (kind, frame): kept messages waiting behind `pending`, one per kind
+        self.refused_since = None  # first refused write since it last took bytes
+        self.events = selectors.EVENT_READ  # what the selector watches it for
+
+
+class HistoryDuty:
+    """Records allocation stacks for a share of each period (see HISTORY_RATE).
+
+    At each period's start the job's allocation rate over the last period sets the share:
+    HISTORY_RATE / rate, at least HISTORY_MIN_SHARE, at most all. The recorded window sits
+    at a random place in each period: a job whose step divides the period would otherwise
+    be recorded at the same point of its step every time, and a leak made elsewhere in the
+    step would never get a site. A leak that allocates every step is still recorded in most
+    periods when steps are short, and in every period when the job allocates slowly; what
+    is not recorded shows as memory with no site.
+    """
+
+    def __init__(self, alloc, offset=None):
+        self.alloc = alloc
+        # offset(room) -> where in [0, room] this period's window starts. From a generator
+        # of our own: drawing from `random`'s shared one would change the job's own random
+        # numbers (a seeded training run would no longer repeat).
+        import random  # here, not at the top: every Python process of the job imports us
+
+        rng = random.Random()
+        self.offset = offset or (lambda room: rng.uniform(0.0, room))
+        self.share = 1.0
+        self.recording = True
+        now = time.monotonic()
+        self.period_start = now
+        self.window = (now, now + HISTORY_PERIOD_S)  # this period's recorded span
+        self.next_switch = now + HISTORY_PERIOD_S
+        self.last_count = alloc.allocation_count()
+        self.broken = False
+
+    def tick(self, now):
+        if now < self.next_switch:  # also when broken: next_switch is then infinite
+            return
+        period_end = self.period_start + HISTORY_PERIOD_S
+        if now < period_end:
+            opens, closes = self.window
+            if not self.recording and opens <= now < closes:
+                self.next_switch = closes
+                self.switch(True)
+            else:
+                self.next_switch = period_end
+                if self.recording and now >= closes:
+                    self.switch(False)  # the share of this period is over
+            return
+        count = self.alloc.allocation_count()
+        elapsed = max(now - self.period_start, 1e-3)
+        if count is not None and self.last_count is not None and count >= self.last_count:
+            rate = (count - self.last_count) / elapsed
+            self.share = 1.0 if rate <= HISTORY_RATE else max(HISTORY_RATE / rate, HISTORY_MIN_SHARE)
+        self.last_count = count
+        self.period_start = now
+        span = HISTORY_PERIOD_S * self.share
+        opens = now if self.share >= 1.0 else now + self.offset(HISTORY_PERIOD_S - span)
+        self.window = (opens, opens + span)
+        if opens <= now:
+            self.next_switch = now + span
+            if not self.recording:
+                self.switch(True)
+        else:
+            self.next_switch = opens
+            if self.recording:
+                self.switch(False)
+
+    def switch(self, on):
+        if self.alloc.set_recording(on):
+            self.recording = on
+            return
+        # Stop switching, with no further wake-ups (Hook.timeout reads next_switch), and
+        # say truly what is recorded from now on: all if it could not be turned off,
+        # nothing if it could not be turned back on.
+        self.broken = True
+        self.next_switch = float("inf")
+        self.share = 0.0 if on else 1.0
+
+
+class Hook:
+    """The server of one process. A forked child gets a fresh one (see _after_fork)."""
+
+    def __init__(self, history, forked):
+        self.pid = os.getpid()
+        self.history_wanted = history
+        self.forked = forked
+        self.lock = threading.Lock()  # viewers and their write state
+        self.viewers = []
+        self.selector = None
+        self.listener = None
+        self.path = None
+        self.wake_r, self.wake_w = os.pipe()
+        os.set_blocking(self.wake_r, False)
+        os.set_blocking(self.wake_w, False)
+        self.stopping = False
+        self.thread = None
+        self.torch = None
+        self.alloc = None  # TorchAllocator once torch is imported
+        self.cuda_ready = False
+        self.seq = 0
+        self.next_collect = 0.0
+        self.last_cpu_cost = 0.0  # seconds of CPU the previous read took
+        self.forgiven_until = 0.0  # no slow read is forgiven before this (monotonic)
+        self.duty = None  # HistoryDuty once history is on
+        self.kept = {}  # "oom"/"error" -> frame replayed to later viewers
+        self.uncaught = False
+        self.prepare_lock = threading.Lock()
+        self.prepared = False
+
+    # ----- the thread -------------------------------------------------------------------
+
+    def run(self):
+        try:
+            if self.alloc is None:  # started by hand: torch may not be imported yet
+                if not self.wait_for_torch():
+                    return
+                self.meet_torch(self.torch)
+            install_excepthooks()
+            # A forked child (a DataLoader worker) serves only if it uses CUDA itself. Look
+            # only after the other at-fork handlers (torch's marks CUDA unusable) have run.
+            if self.forked:
+                time.sleep(POLL_S)
+                if not self.wait(self.alloc.cuda_initialised):
+                    return
+            if not self.listen():
+                return
+            self.serve()
+        except Exception as err:  # the hook dies quietly; the job goes on
+            say_once("crash", "stopped serving after an internal error: %r" % (err,))
+
+    def wait(self, ready):
+        while not self.stopping:
+            if ready():
+                return True
+            time.sleep(POLL_S)
+        return False
+
+    def wait_for_torch(self):
+        """True once torch is fully imported (a notebook may start us before it imports)."""
+        while not self.stopping:
+            module = sys.modules.get("torch")
+            spec = getattr(module, "__spec__", None)
+            if module is not None and not getattr(spec, "_initializing", False):
+                if hasattr(module, "cuda"):
+                    self.torch = module
+                    return True
+            time.sleep(POLL_S)
+        return False
+
+    def meet_torch(self, torch):
+        self.torch = torch
+        self.alloc = TorchAllocator(torch)
+        self.arm_cuda_init()
+
+    def listen(self):
+        directory = private_dir(socket_dir())
+        if directory is None:
+            return False
+        path = os.path.join(directory, "vramtop-%d.sock" % self.pid)
+        if len(path.encode()) > 100:
+            say_once("path", "socket path %s is too long for a Unix socket" % path)
+            return False
+        # Bound under a name viewers do not look for (shorter than `path`; vramtop clears
+        # one a dead job left), and renamed once listening: a viewer that finds `path` can
+        # connect (between bind and listen it would be refused).
+        unready = os.path.join(directory, ".vt-%d.new" % self.pid)
+        listener = None
+        try:
+            for stale in (path, unready):
+                if os.path.lexists(stale):
+                    os.unlink(stale)  # left by an earlier process with our pid
+            listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            listener.bind(unready)
+            os.chmod(unready, 0o600)
+            listener.listen(8)
+            listener.setblocking(False)
+            os.rename(unready, path)
+        except OSError as err:
+            if listener is not None:
+                listener.close()
+                try:
+                    os.unlink(unready)
+                except OSError:
+                    pass
+            say_once("listen", "cannot listen on %s (%s)" % (path, err))
+            return False
+        self.listener, self.path = listener, path
+        self.selector = selectors.DefaultSelector()
+        self.selector.register(listener, selectors.EVENT_READ, "accept")
+        self.selector.register(self.wake_r, selectors.EVENT_READ, "wake")
+        atexit.register(self.at_exit)
+        return True
+
+    def serve(self):
+        while not self.stopping:
+            try:
+                self.serve_once()
+            except Exception as err:  # keep serving; never spin on a repeating fault
+                say_once("serve", "internal error (serving on): %r" % (err,))
+                time.sleep(POLL_S)
+
+    def serve_once(self):
+        now = time.monotonic()
+        if not self.cuda_ready and self.alloc.cuda_initialised():
+            self.on_cuda_ready()
+        if self.duty is not None:
+            self.duty.tick(now)
+        self.send_due_states(now)
+        with self.lock:
+            self.drop_stalled(now)
+            self.watch_writes()
+        timeout = self.timeout(time.monotonic())
+        for key, mask in self.selector.select(timeout):
+            self.on_event(key, mask)
+
+    def timeout(self, now):
+        if not self.cuda_ready:
+            return POLL_S
+        due = [v.next_due for v in self.viewers if v.interval is not None]
+        limit = 1.0 if any(v.pending or v.owed for v in self.viewers) else 5.0
+        if due:
+            limit = min(limit, max(min(due), self.next_collect) - now)
+        if self.duty is not None:
+            limit = min(limit, self.duty.next_switch - now)
+        return max(0.0, limit)
+
+    def on_event(self, key, mask):
+        if key.data == "accept":
+            self.accept()
+        elif key.data == "wake":
+            try:
+                while os.read(self.wake_r, 512):
+                    pass
+            except OSError:
+                pass
+        else:
+            viewer = key.data
+            with self.lock:
+                if mask & selectors.EVENT_WRITE:
+                    self.flush(viewer)
+                if mask & selectors.EVENT_READ and viewer in self.viewers:
+                    self.read(viewer)
+
+    def wake(self):
+        try:
+            os.write(self.wake_w, b"x")
+        except OSError:
+            pass
+
+    # ----- viewers -----------------------------------------------------------------------
+
+    def accept(self):
+        try:
+            sock, _ = self.listener.accept()
+        except OSError:
+            return
+        if len(self.viewers) >= MAX_VIEWERS:
+            sock.close()
+            return
+        sock.setblocking(False)
+        viewer = Viewer(sock, time.monotonic())
+        with self.lock:
+            self.viewers.append(viewer)
+            self.selector.register(sock, selectors.EVENT_READ, viewer)
+            self.offer(viewer, encode(self.hello()))
+            for kind in ("oom", "error"):
+                if kind in self.kept:
+                    self.offer(viewer, self.kept[kind], keep=kind)
+
+    def read(self, viewer):
+        try:
+            data = viewer.sock.recv(65536)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self.drop(viewer)
+            return
+        try:
+            messages = viewer.reader.feed(data)
+        except ProtocolError:
+            self.drop(viewer)
+            return
+        for message in messages:
+            if message["type"] == "subscribe":
+                interval = message.get("interval_s")
+                if isinstance(interval, (int, float)) and not isinstance(interval, bool):
+                    if interval == interval:  # NaN is not a pace
+                        low, high = INTERVAL_RANGE
+                        viewer.interval = min(max(float(interval), low), high)
+                        viewer.next_due = time.monotonic()
+            # other types are ignored (forward compatibility)
+
+    def offer(self, viewer, frame, keep=None):
+        """Write `frame` whole now, else drop it. A `keep` frame (a kind: "oom", "bye"...)
+        waits instead, replacing an older one of its kind, so at most one per kind waits."""
+        if viewer.pending:
+            if keep:
+                self.owe(viewer, keep, frame)
+            else:
+                self.refused(viewer)
+            return
+        sent = self.send_some(viewer, frame)
+        if sent is None:
+            return
+        if sent == 0:
+            if keep:
+                self.owe(viewer, keep, frame)
+            self.refused(viewer)
+        elif sent < len(frame):
+            viewer.pending = memoryview(frame)[sent:]
+
+    def owe(self, viewer, kind, frame):
+        viewer.owed = [(k, f) for k, f in viewer.owed if k != kind] + [(kind, frame)]
+
+    def send_some(self, viewer, data):
+        try:
+            sent = viewer.sock.send(data)
+        except (BlockingIOError, InterruptedError):
+            return 0
+        except OSError:
+            self.drop(viewer)
+            return None
+        if sent:
+            viewer.refused_since = None
+        return sent
+
+    def refused(self, viewer):
+        if viewer.refused_since is None:
+            viewer.refused_since = time.monotonic()
+
+    def flush(self, viewer):
+        """Finish the begun frame, then the kept ones, as far as the socket takes them."""
+        while viewer in self.viewers:
+            if not viewer.pending:
+                if not viewer.owed:
+                    return
+                viewer.pending = memoryview(viewer.owed.pop(0)[1])
+            sent = self.send_some(viewer, viewer.pending)
+            if not sent:
+                if sent == 0:
+                    self.refused(viewer)
+                return
+            viewer.pending = viewer.pending[sent:]
+
+    def drop_stalled(self, now):
+        for viewer in list(self.viewers):
+            if viewer.refused_since is not None and now - viewer.refused_since > STALL_S:
+                self.drop(viewer)
+
+    def watch_writes(self):
+        """Ask to hear of writability only from viewers we owe bytes to."""
+        for viewer in self.viewers:
+            events = selectors.EVENT_READ
+            if viewer.pending or viewer.owed:
+                events |= selectors.EVENT_WRITE
+            if events == viewer.events:
+                continue
+            try:
+                self.selector.modify(viewer.sock, events, viewer)
+                viewer.events = events
+            except (KeyError, ValueError, OSError):
+                pass
+
+    def drop(self, viewer):
+        if viewer in self.viewers:
+            self.viewers.remove(viewer)
+        try:
+            self.selector.unregister(viewer.sock)
+        except (KeyError, ValueError, OSError):
+            pass
+        try:
+            viewer.sock.close()
+        except OSError:
+            pass
+
+    def broadcast(self, frame, keep):
+        with self.lock:
+            for viewer in list(self.viewers):
+                self.offer(viewer, frame, keep=keep)
+        self.wake()
+
+    # ----- messages ----------------------------------------------------------------------
+
+    def hello(self):
+        alloc = self.alloc
+        return {
+            "type": "hello",
+            "protocol": PROTOCOL_VERSION,
+            "pid": self.pid,
+            "ppid": os.getppid(),
+            "argv": [str(a)[:1024] for a in getattr(sys, "argv", [])[:64]],
+            "hook_version": HOOK_VERSION,
+            "torch_version": str(getattr(self.torch, "__version__", None) or "") or None,
+            "cuda_ready": self.cuda_ready,
+            "history": bool(alloc and alloc.history_on),
+            "capabilities": list(alloc.capabilities) if alloc else [],
+            "missing": list(alloc.missing) if alloc else [],
+        }
+
+    def arm_cuda_init(self):
+        """Ask torch to call us the moment the job initialises CUDA.
+
+        torch.cuda._lazy_init runs the callables queued by torch.cuda._lazy_call right after
+        torch._C._cuda_init(), in the job's thread, before the job's first CUDA call goes
+        on. Without this, the OOM observer and history would start only at our next poll,
+        and a job that fills memory at once could OOM unseen. A queued call that raises
+        breaks the job's CUDA init (DeferredCudaCallError), so ours never raises.
+        """
+        lazy_call = getattr(getattr(self.torch, "cuda", None), "_lazy_call", None)
+        if lazy_call is None:
+            return
+        try:
+            lazy_call(self.on_cuda_init)
+        except Exception:
+            pass
+
+    def on_cuda_init(self):
+        try:
+            self.prepare_allocator()
+            self.wake()
+        except Exception:
+            pass
+
+    def prepare_allocator(self):
+        """Attach the OOM observer and start history, once, as soon as CUDA is up."""
+        with self.prepare_lock:
+            if self.prepared:
+                return
+            self.prepared = True
+            self.alloc.attach_oom_observer(on_oom)
+            if self.history_wanted:
+                self.alloc.start_history()
+                if self.alloc.history_on:
+                    self.duty = HistoryDuty(self.alloc)
+
+    def on_cuda_ready(self):
+        self.cuda_ready = True
+        self.prepare_allocator()
+        self.alloc.probe_settings()
+        if self.alloc.missing:
+            say_once("missing", "; ".join(self.alloc.missing))
+        # Viewers that came before CUDA learn it is ready from a fresh hello.
+        self.broadcast(encode(self.hello()), keep="hello")
+
+    def send_due_states(self, now):
+        with self.lock:
+            due = [
+                v for v in self.viewers if v.interval is not None and now >= v.next_due
+            ]
+        if not due or not self.cuda_ready or now < self.next_collect:
+            return
+        frame = self.state_frame()
+        with self.lock:
+            for viewer in due:
+                viewer.next_due = now + viewer.interval
+                if viewer in self.viewers and frame is not None:
+                    self.offer(viewer, frame)
+
+    def state_frame(self):
+        started = time.monotonic()
+        cpu_started = time.thread_time()
+        try:
+            state = self.alloc.collect()
+        except Exception as err:
+            say_once("collect", "reading the allocator failed: %r" % (err,))
+            state = None
+        cost = time.monotonic() - started
+        # Pace ourselves so collecting costs the job at most 1 % of its time whatever the
+        # viewers ask, on our thread's CPU time (waiting for the GIL costs the job nothing).
+        # One slow read is forgiven, once per FORGIVE_S: with history, PyTorch's snapshot
+        # once spent 4.9 s of CPU symbolising (on the H100, 2.11, GIL released; the reads
+        # before and after took 0.4 ms), and pacing on it stopped all states for minutes.
+        # Reads that are slow again and again are paced on what they cost.
+        cpu_cost = time.thread_time() - cpu_started
+        pace = cpu_cost
+        if cpu_cost > 10 * self.last_cpu_cost and started >= self.forgiven_until:
+            # Paced as the read before it (a first read: as a 5 ms one), which a viewer
+            # that attaches late to a long job needs: its first read is the slow one.
+            relief = max(self.last_cpu_cost, 0.005)
+            if cpu_cost > relief:
+                pace = relief
+                self.forgiven_until = started + FORGIVE_S
+        self.next_collect = started + pace / 0.01
+        self.last_cpu_cost = cpu_cost
+        if state is None:
+            return None
+        self.seq += 1
+        message = {"type": "state", "seq": self.seq, "time_s": time.time()}
+        message.update(state)
+        message["collect_ms"] = round(cost * 1000.0, 3)
+        if self.duty is not None:
+            message["history_share"] = round(self.duty.share, 3)
+        return encode_fitting(message)
+
+    # ----- the end -----------------------------------------------------------------------
+
+    def at_exit(self):
+        if os.getpid() != self.pid:
+            return  # a forked child exiting through atexit: the socket is the parent's
+        self.stopping = True
+        self.wake()
+        if self.thread is not None and self.thread is not threading.current_thread():
+            self.thread.join(1.0)
+        code = 1 if self.uncaught else None
+        bye = encode({"type": "bye", "time_s": time.time(), "exit_code": code})
+        with self.lock:
+            for viewer in list(self.viewers):
+                self.offer(viewer, bye, keep="bye")
+            self.drain(deadline=time.monotonic() + 0.5)
+            for viewer in list(self.viewers):
+                self.drop(viewer)
+        self.close_listener(unlink=True)
+
+    def drain(self, deadline):
+        """At exit only: give slow viewers up to `deadline` to take what they are owed."""
+        while time.monotonic() < deadline:
+            waiting = [v for v in self.viewers if v.pending or v.owed]
+            if not waiting:
+                return
+            for viewer in waiting:
+                self.flush(viewer)
+            time.sleep(0.01)
+
+    def close_listener(self, unlink):
+        if self.listener is not None:
+            try:
+                self.listener.close()
+            except OSError:
+                pass
+        if unlink and self.path is not None:
+            try:
+                os.unlink(self.path)
+            except OSError:
+                pass
+
+    def abandon(self):
+        """In a forked child: let go of the parent's sockets without touching them."""
+        self.stopping = True
+        for viewer in list(self.viewers):
+            try:
+                viewer.sock.close()  # our copy only; never shutdown(): the parent's too
+            except OSError:
+                pass
+        self.close_listener(unlink=False)
+        for fd in (self.wake_r, self.wake_w):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        if self.selector is not None:
+            try:
+                self.selector.close()
+            except Exception:
+                pass
+
+
+def encode_fitting(message):
+    """Encode, dropping trailing segments (and saying so) until the frame fits 16 MiB."""
+    while True:
+        try:
+            return encode(message)
+        except ValueError:
+            segments = message.get("segments") or []
+            if not segments:
+                return None
+            message["segments"] = segments[: len(segments) * 3 // 4]
+            message["truncated"] = True
+
+
+# ----- process-wide entry points --------------------------------------------------------
+
+_hook = None
+_start_lock = threading.Lock()
+_oom_observer_attached = False
+_excepthooks_installed = False
+
+
+def start(history=None):
+    """Start serving this process (idempotent). Safe to call from a notebook cell.
+
+    history: record allocation sites (default: VRAMTOP_HISTORY=1). The hook waits on its
+    own thread for torch and CUDA; calling this never imports torch or initialises CUDA.
+    """
+    global _hook
+    try:
+        with _start_lock:
+            if _hook is not None and _hook.pid == os.getpid():
+                return
+            _hook = Hook(_history_wanted(history), forked=False)
+            _launch(_hook)
+    except Exception as err:
+        say_once("start", "could not start: %r" % (err,))
+
+
+def torch_imported(torch):
+    """The bootstrap's entry: called in the importing thread as `import torch` finishes, so
+    the CUDA-init callback is queued before the job's next line can initialise CUDA."""
+    global _hook
+    try:
+        with _start_lock:
+            if _hook is not None and _hook.pid == os.getpid():
+                return
+            hook = Hook(_history_wanted(None), forked=False)
+            hook.meet_torch(torch)
+            _hook = hook
+            _launch(hook)
+    except Exception as err:
+        say_once("start", "could not start: %r" % (err,))
+
+
+def _history_wanted(history):
+    if history is None:
+        return os.environ.get("VRAMTOP_HISTORY", "").strip() == "1"
+    return bool(history)
+
+
+def _launch(hook):
+    thread = threading.Thread(target=hook.run, name="vramtop-hook", daemon=True)
+    hook.thread = thread
+    thread.start()
+
+
+def _after_fork_in_child():
+    global _hook, _start_lock
+    try:
+        _start_lock = threading.Lock()  # the parent's may have been held at fork
+        parent = _hook
+        if parent is None:
+            return
+        parent.abandon()
+        _hook = Hook(parent.history_wanted, forked=True)
+        _launch(_hook)
+    except Exception:
+        _hook = None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+# Every OOM of a hooked job is kept on disk, viewer or not (`OomKeeper`).
+OOM_FIRST_KEPT = 3
+
+
+class OomKeeper:
+    """Keeps the allocator's state at an OOM as a PyTorch memory snapshot (the dict
+    torch.cuda.memory._snapshot() returns, pickled), so PyTorch's own tools read it as well
+    as `vramtop snapshot`. Bounded: the first OOM_FIRST_KEPT OOMs of a process, then the
+    latest one in one file rewritten in place; a file over VRAMTOP_OOM_MAX_MB loses the
+    allocation history first, and is not written if still over.
+
+    Where: VRAMTOP_OOM_DIR (`vramtop run` sets it beside its log), else the hook's socket
+    directory. VRAMTOP_OOM_TAG (set by `vramtop run`) names the run in the file name, so it
+    finds its job's files; VRAMTOP_OOM_QUIET=1 leaves the saying to `vramtop run`. Writing
+    never raises into the job: a full disk or a read-only directory is one line on stderr.
+
+    Added to PyTorch's dict: `vramtop_oom` (the request and the device's figures, which the
+    snapshot alone lacks), and, when the allocation history holds no `oom` entry for this
+    OOM (history off), one `oom` entry as PyTorch writes them, marked `vramtop_added`.
+    """
+
+    def __init__(self):
+        self.count = 0
+        self.write_failed = False
+
+    def directory(self):
+        return os.environ.get("VRAMTOP_OOM_DIR") or socket_dir()
+
+    def path_for(self, n):
+        tag = os.environ.get("VRAMTOP_OOM_TAG", "")
+        which = str(n) if n <= OOM_FIRST_KEPT else "last"
+        name = "vramtop-oom-%s%d-%s.pickle" % (tag + "-" if tag else "", os.getpid(), which)
+        return os.path.join(self.directory(), name)
+
+    def keep(self, raw, oom):
+        """Write the snapshot `raw` with the OOM `oom` (the hook's message); the path or None."""
+        import pickle
+
+        self.count += 1
+        n = self.count
+        snapshot = self.annotated(raw, oom, n)
+        limit = int(_env_float("VRAMTOP_OOM_MAX_MB", 256.0) * 1024 * 1024)
+        data = pickle.dumps(snapshot, protocol=4)
+        if len(data) > limit and snapshot.get("device_traces"):
+            # The history is what grows: keep the state, say what was left out.
+            snapshot["device_traces"] = [[e for e in t if e.get("vramtop_added")] for t in snapshot["device_traces"]]
+            snapshot["vramtop_oom"]["history_left_out"] = True
+            data = pickle.dumps(snapshot, protocol=4)
+        if len(data) > limit:
+            self.say("OOM %d: the allocator state is %d MiB, over VRAMTOP_OOM_MAX_MB; not kept" % (n, len(data) >> 20))
+            return None
+        path = self.path_for(n)
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            partial = path + ".part"
+            with open(partial, "wb") as f:
+                f.write(data)
+            os.replace(partial, path)
+        except OSError as err:
+            if not self.write_failed:
+                self.write_failed = True
+                self.say("could not keep the allocator state at an OOM in %s: %s; the job goes on" % (self.directory(), err.strerror or err))
+            return None
+        if n <= OOM_FIRST_KEPT + 1 and os.environ.get("VRAMTOP_OOM_QUIET") != "1":
+            later = "; later OOMs rewrite it" if n > OOM_FIRST_KEPT else ""
+            self.say("OOM %d: allocator state kept in %s (%s)%s; open it with: vramtop snapshot %s" % (n, path, format_size(len(data)), later, path))
+        return path
+
+    @staticmethod
+    def annotated(raw, oom, n):
+        snapshot = dict(raw)
+        device = oom["device"]
+        snapshot["vramtop_oom"] = {
+            "number": n,
+            "pid": os.getpid(),
+            "argv": list(sys.argv),
+            "time_s": oom["time_s"],
+            "device": device,
+            "requested_bytes": oom["requested_bytes"],
+            "device_free_bytes": oom["device_free_bytes"],
+            "device_total_bytes": oom["device_total_bytes"],
+            "stats": oom["stats"],
+            "summary": oom["summary"],
+            "history_left_out": False,
+        }
+        traces = [list(t) for t in (snapshot.get("device_traces") or [])]
+        while len(traces) <= device:
+            traces.append([])
+        last = traces[device][-1] if traces[device] else None
+        if not (isinstance(last, dict) and last.get("action") == "oom"):
+            traces[device].append({
+                "action": "oom",
+                "addr": 0,
+                "size": oom["requested_bytes"],
+                "stream": 0,
+                "device_free": oom["device_free_bytes"],
+                "time_us": int(oom["time_s"] * 1e6),
+                "frames": [],
+                "vramtop_added": True,
+            })
+        snapshot["device_traces"] = traces
+        return snapshot
+
+    @staticmethod
+    def say(text):
+        try:
+            sys.stderr.write("vramtop: %s\n" % text)
+            sys.stderr.flush()
+        except Exception:
+            pass
+
+
+_oom_keeper = OomKeeper()
+
+
+def on_oom(device, alloc_size, limit_bytes, device_free):
+    """PyTorch's OOM observer: sends the allocator's state before the exception unwinds.
+
+    What c10/cuda/CUDACachingAllocator.cpp (DeviceCachingAllocator::malloc) does: when every
+    retry has failed it reads cudaMemGetInfo, counts the OOM, copies `oom_observers_`, and
+    then `lock.unlock()` ("Make sure we do not have the device lock before calling our
+    observers which might need hold the GIL") before calling each observer as
+    (device, alloc_size, set_fraction ? allowed_memory_maximum : device_total, device_free),
+    and only after them throws OutOfMemoryError. So calling memory_stats / memory_snapshot
+    here does not deadlock (the allocator lock is free; it is recursive anyway), the third
+    argument is the per-process cap when set_per_process_memory_fraction is in force, and
+    alloc_size is the rounded size PyTorch's message says it "Tried to allocate". The Python
+    binding (torch/csrc/cuda/Module.cpp) takes the GIL and turns an exception raised here
+    into a C++ error that would replace the OOM: so nothing may escape this function.
+    """
+    try:
+        hook = _hook
+        if hook is None or hook.alloc is None or hook.pid != os.getpid():
+            return
+        raw = hook.alloc.raw_snapshot()
+        state = hook.alloc.collect(device=int(device), raw=raw)
+        stats = state["stats"]
+        message = {
+            "type": "oom",
+            "time_s": time.time(),
+            "device": int(device),
+            "requested_bytes": int(alloc_size),
+            "device_free_bytes": int(device_free),
+            "device_total_bytes": int(limit_bytes),
+            "stats": stats,
+            "segments": state["segments"],
+            "truncated": state["truncated"],
+            "summary": oom_summary(alloc_size, stats, device_free),
+        }
+        # The file first: a job that dies of this OOM may be gone before a viewer reads.
+        if raw is not None:
+            _oom_keeper.keep(raw, message)
+        frame = encode_fitting(message)
+        if frame is None:
+            return
+        hook.kept["oom"] = frame  # kept even before we listen: the first viewer gets it
+        if hook.listener is not None:
+            hook.broadcast(frame, keep="oom")
+    except Exception:
+        pass
+
+
+def oom_summary(alloc_size, stats, device_free):
+    """PyTorch's own figures in PyTorch's own words, for jobs that catch the OOM."""
+    allocated = stats.get("allocated_bytes") or 0
+    reserved = stats.get("reserved_bytes") or 0
+    return (
+        "Tried to allocate %s; %s free on the device; %s is allocated by PyTorch, and %s "
+        "is reserved by PyTorch but unallocated."
+        % (
+            format_size(int(alloc_size)),
+            format_size(int(device_free)),
+            format_size(allocated),
+            format_size(max(reserved - allocated, 0)),
+        )
+    )
+
+
+def install_excepthooks():
+    """Chain sys.excepthook and threading.excepthook: report, then run the user's hook."""
+    global _excepthooks_installed
+    if _excepthooks_installed:
+        return
+    _excepthooks_installed = True
+    previous_sys = sys.excepthook
+
+    def vramtop_excepthook(kind, value, traceback):
+        report_uncaught(kind, value)
+        previous_sys(kind, value, traceback)
+
+    sys.excepthook = vramtop_excepthook
+    if hasattr(threading, "excepthook"):
+        previous_thread = threading.excepthook
+
+        def vramtop_thread_excepthook(args):
+            report_uncaught(args.exc_type, args.exc_value)
+            previous_thread(args)
+
+        threading.excepthook = vramtop_thread_excepthook
+
+
+def report_uncaught(kind, value):
+    try:
+        hook = _hook
+        if hook is None or hook.pid != os.getpid():
+            return
+        if kind is None or issubclass(kind, (KeyboardInterrupt, SystemExit)):
+            return  # Python exits 130 / the code given, not 1: leave exit_code unknown
+        if threading.current_thread() is threading.main_thread():
+            hook.uncaught = True
+        message = {
+            "type": "error",
+            "time_s": time.time(),
+            "kind": getattr(kind, "__name__", str(kind)),
+            "message": str(value)[:65536],
+        }
+        frame = encode(message)
+        hook.kept["error"] = frame
+        if hook.listener is not None:
+            hook.broadcast(frame, keep="error")
+    except Exception:
+        pass

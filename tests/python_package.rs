@@ -1,0 +1,161 @@
+//! The `vramtop` Python package (python/vramtop, shipped in the wheel): its hook files are
+//! the ones the binary embeds, and `%load_ext vramtop` works in a real IPython shell, with
+//! the stub torch (SIMULATED: tests/hook/stub_torch) and without torch.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn repo(path: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
+}
+
+#[test]
+fn the_package_ships_the_same_hook_files_as_the_binary() {
+    for (name, embedded) in [
+        ("vramtop_hook.py", vramtop::attach::hook_files::HOOK),
+        (
+            "sitecustomize.py",
+            vramtop::attach::hook_files::SITECUSTOMIZE,
+        ),
+    ] {
+        let packaged = repo("python/vramtop/_hook").join(name);
+        let text = std::fs::read_to_string(&packaged)
+            .unwrap_or_else(|e| panic!("{}: {e}", packaged.display()));
+        assert!(
+            text == embedded,
+            "python/vramtop/_hook/{name} differs from crates/vramtop-attach/hook/{name}: \
+             copy the hook's file over the package's"
+        );
+    }
+}
+
+/// python3 with IPython, or None (CI=true requires it: .ci/run installs it).
+fn ipython_python() -> Option<&'static str> {
+    let ok = Command::new("python3")
+        .args(["-c", "import IPython"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "IPython not importable by python3, and CI=true: .ci/run installs it"
+        );
+        eprintln!("skipped: IPython not installed, so the notebook extension was not tried");
+        return None;
+    }
+    Some("python3")
+}
+
+/// Runs `script` in a fresh python3 with the package (and `extra` paths) importable and
+/// the built `vramtop` first on PATH: (stdout, stderr).
+fn run_python(script: &str, extra: &[PathBuf], socket_dir: &Path) -> (String, String) {
+    let bin_dir = Path::new(env!("CARGO_BIN_EXE_vramtop"))
+        .parent()
+        .expect("binary folder")
+        .to_path_buf();
+    let mut paths = vec![repo("python")];
+    paths.extend_from_slice(extra);
+    let path = std::env::join_paths(std::iter::once(bin_dir).chain(std::env::split_paths(
+        &std::env::var_os("PATH").unwrap_or_default(),
+    )))
+    .expect("PATH");
+    let out = Command::new("python3")
+        .args(["-c", script])
+        .env(
+            "PYTHONPATH",
+            std::env::join_paths(paths).expect("PYTHONPATH"),
+        )
+        .env("PATH", path)
+        .env("VRAMTOP_SOCKET_DIR", socket_dir)
+        .env("PYTHONUNBUFFERED", "1")
+        .output()
+        .expect("python3 runs");
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+const SHELL: &str = "from IPython.core.interactiveshell import InteractiveShell\n\
+                     ip = InteractiveShell.instance()\n\
+                     ip.run_line_magic('load_ext', 'vramtop')\n";
+
+fn socket_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("vramtop-pkg-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+#[test]
+fn the_notebook_extension_hooks_the_kernel_and_reports_its_allocator() {
+    if ipython_python().is_none() {
+        return;
+    }
+    let dir = socket_dir("ipython");
+    // A stale socket from a kernel that is gone (a restart): cleared when the hook starts.
+    std::fs::create_dir_all(&dir).expect("socket dir");
+    // As vramtop makes it: private to the user, or the hook refuses it.
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).expect("chmod");
+    let stale = dir.join("vramtop-999999999.sock");
+    std::fs::write(&stale, b"").expect("stale socket");
+    let script = format!(
+        "{SHELL}ip.run_line_magic('vramtop', '')\n\
+         import os, time, torch\n\
+         torch.cuda.init()\n\
+         torch.cuda.stub_alloc('weights', 3 * 1024 * 1024)\n\
+         sock = os.path.join(os.environ['VRAMTOP_SOCKET_DIR'], 'vramtop-%d.sock' % os.getpid())\n\
+         deadline = time.time() + 10\n\
+         while not os.path.exists(sock) and time.time() < deadline: time.sleep(0.05)\n\
+         ip.run_line_magic('vramtop', 'status')\n\
+         ip.run_line_magic('vramtop', 'nonsense')\n"
+    );
+    let (stdout, stderr) = run_python(&script, &[repo("tests/hook/stub_torch")], &dir);
+    assert!(
+        stdout.contains("vramtop: hooked this kernel (pid "),
+        "{stdout}\n{stderr}"
+    );
+    assert!(stdout.contains("attach --pid "), "{stdout}");
+    assert!(
+        stdout.contains("reserved 4.0 MiB, allocated 3.0 MiB"),
+        "the status comes from `vramtop attach --json`: {stdout}\n{stderr}"
+    );
+    assert!(
+        stdout.contains("%vramtop takes nothing or `status`"),
+        "{stdout}"
+    );
+    assert!(!stale.exists(), "the stale socket is gone");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn without_torch_the_extension_says_so_in_one_line() {
+    if ipython_python().is_none() {
+        return;
+    }
+    let dir = socket_dir("notorch");
+    // No stub on the path: this python has no torch (the CI machine has none).
+    let script = format!(
+        "import importlib.util, sys\n\
+         if importlib.util.find_spec('torch') is not None: print('SKIP real torch'); sys.exit(0)\n\
+         {SHELL}ip.run_line_magic('vramtop', '')\n\
+         import vramtop; print('hook path', vramtop.hook_path())\n"
+    );
+    let (stdout, stderr) = run_python(&script, &[], &dir);
+    if stdout.contains("SKIP real torch") {
+        eprintln!("skipped: this python has a real torch");
+        return;
+    }
+    let lines: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.starts_with("vramtop:"))
+        .collect();
+    assert_eq!(
+        lines,
+        ["vramtop: torch is not installed in this kernel's Python; there is nothing to watch"],
+        "{stdout}\n{stderr}"
+    );
+    assert!(stdout.contains("hook path "), "{stdout}");
+    assert!(stdout.contains("python/vramtop/_hook"), "{stdout}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
