@@ -58,6 +58,8 @@ fn a_hooked_python_job_is_seen_with_its_segments_sites_and_oom() {
         .args(["run", "--history", "--", "python3"])
         .arg(&job)
         .env("VRAMTOP_SOCKET_DIR", &sockets)
+        // Its output is a pipe here, so the OOM it keeps would land in the current folder.
+        .env("VRAMTOP_OOM_DIR", &work)
         .env("PYTHONPATH", &stub)
         .output()
         .expect("vramtop run");
