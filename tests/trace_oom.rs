@@ -85,6 +85,30 @@ fn pytorch_with_expandable_segments_failed_too_and_pytorch_expandable_agrees() {
     // PyTorch: 3.95 GiB allocated, 7.91 GiB reserved (4,240,441,344 and 8,493,465,600).
     assert_eq!(ooms[1].allocated_bytes, 4_240_441_344);
     assert_eq!(ooms[1].reserved_bytes, 8_493_465_600);
+    // The mapped pages are one extent: what is free is exactly reserved but unallocated
+    // ("3.96 GiB is reserved by PyTorch but unallocated"), in the 6 MiB holes between
+    // live tensors, not in 810 page-sized pieces.
+    for oom in &ooms {
+        assert_eq!(
+            oom.free_bytes,
+            oom.reserved_bytes - oom.allocated_bytes,
+            "{oom:?}"
+        );
+    }
+    // The fill's OOM: every mapped byte held a live tensor (PyTorch: reserved = allocated).
+    assert_eq!(
+        (ooms[0].free_bytes, ooms[0].free_runs),
+        (0, 0),
+        "{:?}",
+        ooms[0]
+    );
+    // Holes of one or two freed 6 MiB tensors: none near the 1 GiB asked for.
+    assert!(ooms[1].largest_free_bytes <= 12 * MIB, "{:?}", ooms[1]);
+    assert!(
+        ooms[1].free_runs * 6 * MIB <= ooms[1].free_bytes,
+        "{:?}",
+        ooms[1]
+    );
     let opts = replay::plan_capacity(&t, None, &ooms);
     let rows = replay::report(&t, &[PolicyKind::PytorchExpandable], opts)
         .unwrap_or_else(|e| panic!("{e}"));

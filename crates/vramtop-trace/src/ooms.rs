@@ -71,9 +71,10 @@ pub fn trace_ooms(trace: &Trace) -> Vec<TraceOom> {
             TraceEventKind::FreeCompleted => {
                 state.blocks.remove(&event.addr);
             }
-            TraceEventKind::SegmentAlloc | TraceEventKind::SegmentMap => {
-                state.add_range(event.addr, event.size)
-            }
+            TraceEventKind::SegmentAlloc => state.add_range(event.addr, event.size),
+            // Pages mapped into an expandable segment extend one contiguous range: a block
+            // may run across a page boundary.
+            TraceEventKind::SegmentMap => state.map_pages(event.addr, event.size),
             TraceEventKind::SegmentFree | TraceEventKind::SegmentUnmap => {
                 state.remove_range(event.addr, event.size)
             }
@@ -142,6 +143,25 @@ impl TracedState {
 
     fn add_range(&mut self, addr: u64, size: u64) {
         self.ranges.insert(addr, size);
+    }
+
+    /// Adds mapped pages, joined with the mapped range they touch on either side: in an
+    /// expandable segment the mapped extent is one run of address space, and a free run
+    /// or a block may span pages. (Separate segments are never joined: PyTorch cannot
+    /// place one block across two cudaMalloc segments, even adjacent ones.)
+    fn map_pages(&mut self, addr: u64, size: u64) {
+        let mut start = addr;
+        let mut end = addr.saturating_add(size);
+        if let Some((&before, &len)) = self.ranges.range(..addr).next_back() {
+            if before.saturating_add(len) == addr {
+                self.ranges.remove(&before);
+                start = before;
+            }
+        }
+        if let Some(len) = self.ranges.remove(&end) {
+            end = end.saturating_add(len);
+        }
+        self.ranges.insert(start, end - start);
     }
 
     /// Removes [addr, addr+size) from the reserved ranges, splitting one where needed
