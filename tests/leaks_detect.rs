@@ -275,32 +275,42 @@ fn baseline_lists_what_was_allocated_since_the_mark_and_is_still_alive() {
 }
 
 #[test]
-fn process_trend_flags_only_monotone_growth_above_the_threshold() {
-    let config = TrendConfig {
-        min_samples: 4,
-        min_growth_bytes: 10 * MIB,
-        ..TrendConfig::default()
-    };
-    // 1 GiB growing 8 MiB a second, sampled every 500 ms.
-    let growing: Vec<(u64, u64)> = (0..6)
-        .map(|i| (i * 500, 1024 * MIB + i * 4 * MIB))
+fn process_trend_flags_a_rising_floor_not_a_warm_up() {
+    let config = TrendConfig::default();
+    let second = |s: u64| s * 1000;
+    // 1 GiB leaking 8 MiB a second, sampled every second for 40 s.
+    let leaking: Vec<(u64, u64)> = (0..=40)
+        .map(|i| (second(i), 1024 * MIB + i * 8 * MIB))
         .collect();
-    let t = ProcessTrend::compute(42, &growing, &config).unwrap_or_else(|| panic!("empty"));
+    let t = ProcessTrend::compute(42, &leaking, &config).unwrap_or_else(|| panic!("empty"));
     assert!(t.growing);
-    assert_eq!(t.high_water_bytes, 1044 * MIB);
-    assert_eq!(t.current_bytes, 1044 * MIB);
+    assert_eq!(t.high_water_bytes, 1344 * MIB);
     let slope = t.slope_bytes_per_s.unwrap_or_default();
     assert!((slope - 8.0 * MIB as f64).abs() < 1.0, "{slope}");
+    // Too short a history says nothing yet (a job's first half minute is its warm-up).
+    assert!(!ProcessTrend::compute(42, &leaking[..25], &config).is_some_and(|t| t.growing));
 
-    // One dip breaks the monotone run; the high-water mark stays.
-    let mut dipped = growing.clone();
-    dipped[3].1 -= 5 * MIB;
-    assert!(!ProcessTrend::compute(42, &dipped, &config).is_some_and(|t| t.growing));
-    // Too few samples, or too little growth.
-    assert!(!ProcessTrend::compute(42, &growing[..3], &config).is_some_and(|t| t.growing));
-    let small: Vec<(u64, u64)> = (0..6).map(|i| (i * 500, 1024 * MIB + i * MIB)).collect();
-    let t = ProcessTrend::compute(42, &small, &config).unwrap_or_else(|| panic!("empty"));
-    assert!(!t.growing);
+    // A warm-up: the same growth for 15 s, then level at its high-water mark.
+    let warm: Vec<(u64, u64)> = (0..=40)
+        .map(|i| (second(i), 1024 * MIB + i.min(15) * 8 * MIB))
+        .collect();
+    assert!(!ProcessTrend::compute(42, &warm, &config).is_some_and(|t| t.growing));
+    // One step up later (a larger batch seen once) is not a leak either.
+    let step: Vec<(u64, u64)> = (0..=40)
+        .map(|i| (second(i), if i < 30 { 2048 * MIB } else { 2560 * MIB }))
+        .collect();
+    assert!(!ProcessTrend::compute(42, &step, &config).is_some_and(|t| t.growing));
+    // A leak too slow to clear the threshold (1 MiB/s: 13 MiB a part, 21 needed).
+    let slow: Vec<(u64, u64)> = (0..=40)
+        .map(|i| (second(i), 1024 * MIB + i * MIB))
+        .collect();
+    assert!(!ProcessTrend::compute(42, &slow, &config).is_some_and(|t| t.growing));
+    // A leak with the caching allocator's ups and downs on top still has a rising floor.
+    let noisy: Vec<(u64, u64)> = (0..=40)
+        .map(|i| (second(i), 1024 * MIB + i * 8 * MIB + (i % 3) * 40 * MIB))
+        .collect();
+    assert!(ProcessTrend::compute(42, &noisy, &config).is_some_and(|t| t.growing));
+
     // Flat memory: no growth, zero slope; a single sample: no slope at all.
     let flat: Vec<(u64, u64)> = (0..6).map(|i| (i * 500, 512 * MIB)).collect();
     let t = ProcessTrend::compute(7, &flat, &config).unwrap_or_else(|| panic!("empty"));
@@ -309,6 +319,59 @@ fn process_trend_flags_only_monotone_growth_above_the_threshold() {
     let one = ProcessTrend::compute(7, &flat[..1], &config).unwrap_or_else(|| panic!("empty"));
     assert_eq!(one.slope_bytes_per_s, None);
     assert_eq!(ProcessTrend::compute(7, &[], &config), None);
+}
+
+/// Real series (tests/fixtures/process_series.json): four jobs side by side on an H100,
+/// NVML's figure for each every second for 200 s, one of them leaking 8 MiB/s from its
+/// 71st second. Fed to the process watch second by second, as the live view does.
+#[test]
+fn real_jobs_warm_up_unflagged_and_the_real_leak_is_flagged_within_a_minute() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/process_series.json"
+    );
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let fixture: serde_json::Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}"));
+    let onset = fixture["leak_onset_ms"].as_u64().expect("onset");
+    let series = fixture["series"].as_object().expect("series");
+    let mut flagged_at: std::collections::BTreeMap<String, Vec<u64>> = Default::default();
+    for (name, samples) in series {
+        let mut watch = ProcessWatch::new(TrendConfig::default());
+        for sample in samples.as_array().expect("samples") {
+            let (t, bytes) = (
+                sample[0].as_u64().expect("t"),
+                sample[1].as_u64().expect("b"),
+            );
+            let mut device = DeviceSnapshot::unknown(0, "gpu", false);
+            device.processes = vec![process(1, Some(bytes))];
+            watch.observe(t, &device);
+            if watch.trends().first().is_some_and(|trend| trend.growing) {
+                flagged_at.entry(name.clone()).or_default().push(t);
+            }
+        }
+    }
+    for warm in ["gpt2", "resnet", "ddp-rank1", "ddp-rank2"] {
+        assert!(
+            !flagged_at.contains_key(warm),
+            "{warm} flagged at {:?} ms",
+            flagged_at[warm]
+        );
+    }
+    let leak = flagged_at.get("leak").expect("the leak is flagged");
+    let first = leak[0];
+    assert!(first > onset, "flagged before the leak began: {first} ms");
+    assert!(
+        first - onset <= 60_000,
+        "flagged {} s after onset",
+        (first - onset) / 1000
+    );
+    // And it stays flagged while it leaks.
+    let last = series["leak"].as_array().expect("leak")[..]
+        .last()
+        .expect("samples")[0]
+        .as_u64()
+        .expect("t");
+    assert_eq!(leak.last(), Some(&last));
 }
 
 #[test]
@@ -351,6 +414,9 @@ fn process_watch_follows_snapshots() {
     let config = TrendConfig {
         window: 4,
         min_samples: 3,
+        span_ms: 4_000,
+        min_span_ms: 2_000,
+        windows: 2,
         min_growth_bytes: MIB,
         unattributed_bytes: 100 * MIB,
     };
@@ -373,7 +439,7 @@ fn process_watch_follows_snapshots() {
     // 300 never reported its memory; 400 is gone.
     assert_eq!(pids, [100, 200]);
     assert!(trends[0].growing);
-    assert_eq!(trends[0].samples, 4, "the window keeps 4 samples");
+    assert_eq!(trends[0].samples, 5, "the last 4 s are kept");
     assert!(!trends[1].growing);
     let u = watch.unattributed();
     assert_eq!(u.current_bytes, Some(512 * MIB));

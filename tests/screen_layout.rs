@@ -17,7 +17,7 @@ const SIZES: [(u16, u16); 4] = [(80, 24), (120, 40), (200, 60), (300, 100)];
 const PROCESSES: [usize; 3] = [0, 1, 12];
 const DEVICES: [u32; 3] = [1, 2, 8];
 /// Polls applied before drawing, one second apart: enough for trends and chart columns.
-const POLLS: u64 = 20;
+const POLLS: u64 = 40;
 const LEAK_PER_POLL: u64 = 8 << 20;
 
 fn render(app: &App, width: u16, height: u16) -> String {

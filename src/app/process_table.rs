@@ -86,7 +86,7 @@ pub struct ProcessRow {
     pub process: ProcessSnapshot,
     /// Least-squares slope of its GPU memory over the trend window; None until two samples.
     pub trend_bytes_per_s: Option<f64>,
-    /// Its memory only went up, by more than the leak threshold, over the window.
+    /// Its memory looks like a leak: a floor still rising (see `vramtop_telemetry::trend`).
     pub growing: bool,
     /// A job vramtop is attached to through its hook.
     pub hooked: bool,

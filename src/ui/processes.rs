@@ -205,7 +205,7 @@ fn cell(r: &ProcessRow, key: SortKey) -> Cell<'static> {
     }
 }
 
-/// GPU memory slope, `+8.0M/s`; `↑` in red when it only went up past the leak threshold.
+/// GPU memory slope, `+8.0M/s`; `↑` in red when its floor keeps rising (`ProcessTrend::growing`).
 fn trend_cell(r: &ProcessRow) -> Cell<'static> {
     let Some(slope) = r.trend_bytes_per_s else {
         return Cell::from("·").dark_gray();

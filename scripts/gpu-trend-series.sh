@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Device memory per process, as NVML reports it to vramtop's process table, sampled every
+# second for DURATION seconds (default 200) while four jobs run side by side on one GPU:
+# a GPT-2 loop, a ResNet-50 loop, two DDP ranks (gloo, both on GPU 0) and a job that
+# leaks 8 MiB/s from its 60th second. Writes $OUT/series.jsonl (one line a second:
+# {"t": unix time, "used": {pid: bytes}}), $OUT/jobs.json (pid -> job, leak onset), and
+# the live view at 180 s and at the end in a 200x60 tmux ($OUT/screen-*.txt).
+# usage: scripts/gpu-trend-series.sh PATH/TO/vramtop [DURATION]
+set -uo pipefail
+BIN=$(readlink -f "${1:?usage: gpu-trend-series.sh PATH/TO/vramtop [DURATION]}")
+DURATION=${2:-200}
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+JOBS=$REPO/scripts/gpu-jobs
+OUT=${OUT:-$PWD/gpu-trend-out}
+mkdir -p "$OUT"
+W=$(mktemp -d)
+python3 "$JOBS/train_gpt2.py" --steps 1000000 --hold 0 > "$W/gpt2.log" 2>&1 & GPT2=$!
+python3 "$JOBS/trend_jobs.py" resnet > "$W/resnet.log" 2>&1 & RESNET=$!
+MASTER_PORT=29517 python3 -m torch.distributed.run --nproc-per-node 2 "$JOBS/trend_jobs.py" ddp > "$W/ddp.log" 2>&1 & DDP=$!
+python3 "$JOBS/trend_jobs.py" leak --onset 60 > "$W/leak.log" 2>&1 & LEAK=$!
+tmux new-session -d -s trend -x 200 -y 60 "$BIN --interval 1"
+python3 - "$DURATION" "$OUT/series.jsonl" <<'PY'
+import json, subprocess, sys, time
+duration, path = float(sys.argv[1]), sys.argv[2]
+start = time.time()
+with open(path, "w") as out:
+    while time.time() - start < duration:
+        tick = time.time()
+        rows = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
+                              capture_output=True, text=True).stdout
+        used = {}
+        for row in rows.splitlines():
+            try:
+                pid, mib = (int(x) for x in row.split(","))
+            except ValueError:
+                continue
+            used[pid] = mib * 1024 * 1024
+        out.write(json.dumps({"t": tick, "used": used}) + "\n")
+        out.flush()
+        if 180 <= tick - start < 181:
+            subprocess.run(["tmux", "capture-pane", "-p", "-t", "trend"], stdout=open(path.replace("series.jsonl", "screen-180s.txt"), "w"))
+        time.sleep(max(0.0, 1.0 - (time.time() - tick)))
+PY
+tmux capture-pane -p -t trend > "$OUT/screen-end.txt"
+tmux kill-session -t trend
+ranks=$(pgrep -P "$DDP" -d ' ' || true)
+python3 - "$OUT/jobs.json" "$GPT2" "$RESNET" "$LEAK" "$W/leak.log" $ranks <<'PY'
+import json, sys
+path, gpt2, resnet, leak, leak_log = sys.argv[1:6]
+ranks = sys.argv[6:]
+onset = next((float(l.split()[2]) for l in open(leak_log) if l.startswith("leak onset")), None)
+jobs = {gpt2: "gpt2", resnet: "resnet", leak: "leak"}
+jobs.update({r: "ddp-rank" for r in ranks})
+json.dump({"jobs": jobs, "leak_onset": onset}, open(path, "w"))
+print(json.dumps({"jobs": jobs, "leak_onset": onset}))
+PY
+kill "$GPT2" "$RESNET" "$LEAK" 2>/dev/null; kill -- "$DDP" 2>/dev/null; pkill -P "$DDP" 2>/dev/null
+sleep 2
+tail -3 "$W/resnet.log" "$W/ddp.log" "$W/leak.log" "$W/gpt2.log" | cut -c1-200 > "$OUT/job-tails.txt"
+rm -rf "$W"
