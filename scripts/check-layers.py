@@ -35,7 +35,8 @@ ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src")
 
 
 def top_module(rel):
-    return rel.split(os.sep)[0].removesuffix(".rs")
+    top = rel.split(os.sep)[0]
+    return top[: -len(".rs")] if top.endswith(".rs") else top
 
 
 def imports(text):

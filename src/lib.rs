@@ -4,14 +4,16 @@
 //! them. The layers below are crates of their own, so an upward import does not compile:
 //!
 //! ```text
-//! vramtop (cli, config, modes -> app, ui, demo, export, probe -> units)
+//! vramtop: main -> modes -> config -> cli -> ui -> app, demo, export -> probe -> units
 //!   -> vramtop-attach -> vramtop-trace -> vramtop-alloc
 //!   -> vramtop-telemetry ----------------> vramtop-alloc
 //! ```
 //!
+//! (`scripts/check-layers.py` checks the binary's own order, top first.)
+//!
 //! Data flows one way: sources (telemetry, probes, hooked jobs, traces) produce owned
 //! snapshots, `app` keeps them in its state, and `ui` draws from a borrowed state; the
-//! `modes` run the loop and call draw. Nothing below `modes` imports it, `cli` or `config`.
+//! `modes` run the loop and call draw. Nothing imports a layer above its own.
 //!
 //! The lower crates are re-exported under their domain names (`vramtop::alloc`,
 //! `vramtop::trace`, ...) for the tests and tools built on this crate.

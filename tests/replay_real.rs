@@ -13,14 +13,20 @@ const MIB: f64 = 1024.0 * 1024.0;
 /// PyTorch's peak reserved for the resnet50 run (README table).
 const PYTORCH_RESERVED_MIB: f64 = 3940.0;
 
-fn traces_dir() -> PathBuf {
+/// The fixtures; the timing test alone may read another folder (`VRAMTOP_TRACES`), so a
+/// variable set for fuzzing with larger traces never changes what the checks read.
+fn fixtures() -> PathBuf {
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures"))
+}
+
+fn timing_dir() -> PathBuf {
     std::env::var_os("VRAMTOP_TRACES")
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures")))
+        .unwrap_or_else(fixtures)
 }
 
 fn real(name: &str) -> Trace {
-    let path = traces_dir().join(name);
+    let path = fixtures().join(name);
     assert!(
         path.exists(),
         "real trace {} is missing: these tests read the real traces in tests/fixtures \
@@ -117,7 +123,7 @@ fn leak_replays_and_keeps_its_leak() {
 #[test]
 #[ignore = "timing; run in release"]
 fn resnet_load_and_replay_time() {
-    let path = traces_dir().join("resnet50_varbatch_train.pickle.gz");
+    let path = timing_dir().join("resnet50_varbatch_train.pickle.gz");
     let start = Instant::now();
     let t = trace::load(&path).unwrap_or_else(|e| panic!("{e}"));
     let load = start.elapsed();

@@ -153,6 +153,11 @@ fn a_job_that_dies_of_an_oom_leaves_its_explanation_and_the_state() {
         "{text}"
     );
     assert!(text.contains("reserved       12.0 MiB"), "{text}");
+    // The one `oom` entry the hook added is not allocation history.
+    assert!(
+        text.contains("history        none: segments only"),
+        "{text}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -92,7 +92,7 @@ def status(pid=None, wait_s=3.0):
     pid = os.getpid() if pid is None else pid
     exe = binary()
     if exe is None:
-        print("vramtop: the vramtop command is not installed here (pip install vramtop)")
+        print("vramtop: the vramtop command is not installed here: install vramtop's wheel")
         return None
     try:
         out = subprocess.run(
@@ -113,7 +113,9 @@ def status(pid=None, wait_s=3.0):
                 last = entry
     if last is None:
         reason = (out.stderr.strip().splitlines() or ["no state from pid %d" % pid])[-1]
-        print("vramtop: %s" % reason.removeprefix("vramtop: "))
+        if reason.startswith("vramtop: "):  # (str.removeprefix needs Python 3.9)
+            reason = reason[len("vramtop: "):]
+        print("vramtop: %s" % reason)
     return last
 
 

@@ -101,7 +101,7 @@ fn holders_line(trace: &Trace) -> String {
             continue;
         }
         let held = by_site.entry(block.tag.as_deref()).or_default();
-        held.0 += block.size;
+        held.0 = held.0.saturating_add(block.size);
         held.1 += 1;
         largest.push(block.size);
     }

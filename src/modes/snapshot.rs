@@ -58,10 +58,10 @@ pub fn run(path: &Path, once: bool) -> Result<u8> {
     let name = display_name(path);
     let mut viewer = SnapshotViewer::new(&name, &trace);
     // A snapshot kept at an OOM (by the hook, or by PyTorch with history on) says so.
-    let bytes = std::fs::metadata(path).map_or(0, |m| m.len());
-    let explanation = oom_report::explain(&trace, path, bytes);
     if once || !std::io::stdout().is_terminal() {
         print!("{}", snapshot::summary(&name, &trace, &viewer.view.layout));
+        let bytes = std::fs::metadata(path).map_or(0, |m| m.len());
+        let explanation = oom_report::explain(&trace, path, bytes);
         if !explanation.is_empty() {
             println!();
             for line in &explanation {
@@ -70,9 +70,9 @@ pub fn run(path: &Path, once: bool) -> Result<u8> {
         }
         return Ok(0);
     }
-    // The screen has one line for it: the OOM's figures.
-    if let Some(line) = explanation.get(1) {
-        viewer.notices.insert(0, line.trim().to_string());
+    // The screen has one line for it, the OOM's figures (no replay needed for that).
+    if let Some(oom) = vramtop_trace::ooms::trace_ooms(&trace).last() {
+        viewer.notices.insert(0, format!("OOM: {}", oom.explain()));
     }
     drop(trace);
     let exit = in_terminal(|terminal| screen::run_blocking(terminal, &mut viewer))?;

@@ -253,8 +253,10 @@ async fn run(
         }
         let c = *control.borrow();
         if let Some(t) = tour.as_mut() {
-            // A paused tour stays on its story, however long its hold has run.
-            if probes.iter().all(Probe::is_done) && !c.paused {
+            // A paused tour stays on its story; resumed, the story gets its whole hold.
+            if c.paused {
+                done_at = None;
+            } else if probes.iter().all(Probe::is_done) {
                 let since = *done_at.get_or_insert_with(tokio::time::Instant::now);
                 if since.elapsed() >= t.hold() {
                     probes = vec![t.advance()];

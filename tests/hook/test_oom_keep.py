@@ -121,7 +121,7 @@ class OomKeepTest(unittest.TestCase):
         rc, _, err = job.finish()
         self.assertEqual(rc, 0)
         self.assertEqual(self.kept(), [])
-        self.assertIn("over VRAMTOP_OOM_MAX_MB; not kept", err)
+        self.assertIn("over VRAMTOP_OOM_MAX_MB (0.0001); not kept", err)
 
     def test_quiet_keeps_the_file_and_says_nothing(self):
         job = self.ready_job(VRAMTOP_OOM_QUIET="1")
@@ -130,6 +130,62 @@ class OomKeepTest(unittest.TestCase):
         self.assertEqual(rc, 0)
         self.assertEqual(len(self.kept()), 1)
         self.assertNotIn("vramtop: OOM", err)
+
+
+class OomKeeperUnitTest(unittest.TestCase):
+    """The keeper alone, in this process, on hand-made snapshots."""
+
+    def setUp(self):
+        import sys
+
+        from support import HOOK_DIR
+
+        if HOOK_DIR not in sys.path:
+            sys.path.insert(0, HOOK_DIR)
+        import vramtop_hook
+
+        self.hook = vramtop_hook
+        self.dir = tempfile.mkdtemp(prefix="vth-keep-")
+        self.saved = (os.environ.get("VRAMTOP_OOM_DIR"), vramtop_hook.OOM_MAX_MB)
+        os.environ["VRAMTOP_OOM_DIR"] = os.path.join(self.dir, "made-here")
+
+    def tearDown(self):
+        directory, cap = self.saved
+        if directory is None:
+            os.environ.pop("VRAMTOP_OOM_DIR", None)
+        else:
+            os.environ["VRAMTOP_OOM_DIR"] = directory
+        self.hook.OOM_MAX_MB = cap
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def oom(self):
+        return {"device": 0, "time_s": 1.0, "requested_bytes": 64 * MiB, "device_free_bytes": 0,
+                "device_total_bytes": 8 << 30, "stats": {}, "summary": "Tried to allocate 64.00 MiB"}
+
+    def test_over_the_cap_history_goes_but_pytorchs_oom_entry_stays(self):
+        frames = [{"filename": "train.py", "line": n, "name": "step"} for n in range(50)]
+        # Distinct frames per entry, as a long history has: pickle cannot share them.
+        history = [
+            {"action": "alloc", "addr": n, "size": 512, "stream": 0,
+             "frames": [{"filename": "train_%d.py" % n, "line": n, "name": "step_%d" % n}] * 2}
+            for n in range(20000)
+        ]
+        history.append({"action": "oom", "addr": 0, "size": 64 * MiB, "stream": 0, "device_free": 0, "frames": frames})
+        raw = {"segments": [], "device_traces": [history]}
+        self.hook.OOM_MAX_MB = 0.25
+        path = self.hook.OomKeeper().keep(raw, self.oom())
+        self.assertIsNotNone(path)
+        with open(path, "rb") as f:
+            kept = pickle.load(f)
+        self.assertTrue(kept["vramtop_oom"]["history_left_out"])
+        self.assertEqual([e["action"] for e in kept["device_traces"][0]], ["oom"])
+        self.assertNotIn("vramtop_added", kept["device_traces"][0][0], "PyTorch's own entry, not ours")
+        # The folder it had to make is private, as a socket folder must be.
+        self.assertEqual(os.stat(os.path.dirname(path)).st_mode & 0o777, 0o700)
+
+    def test_a_snapshot_that_cannot_be_pickled_is_one_line_not_an_exception(self):
+        raw = {"segments": [lambda: None], "device_traces": []}
+        self.assertIsNone(self.hook.OomKeeper().keep(raw, self.oom()))
 
 
 if __name__ == "__main__":

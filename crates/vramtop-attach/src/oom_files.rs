@@ -26,11 +26,18 @@ pub struct OomKeeping {
 }
 
 impl OomKeeping {
-    /// For the run of vramtop process `run_pid`, keeping files in `dir`.
+    /// For the run of vramtop process `run_pid`, keeping files in `dir`. The tag holds the
+    /// pid and the start time: in a container vramtop is often pid 1 at every run, and a
+    /// run must never take an earlier run's files for its own.
     pub fn for_run(dir: PathBuf, run_pid: u32, quiet: bool) -> OomKeeping {
+        let started = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis());
+        // Absolute: the job may change directory (Hydra does) before it runs out.
+        let dir = std::path::absolute(&dir).unwrap_or(dir);
         OomKeeping {
             dir,
-            tag: format!("run{run_pid}"),
+            tag: format!("run{run_pid}.{started}"),
             quiet,
         }
     }
@@ -100,12 +107,15 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("vramtop-oom-files-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let keep = OomKeeping::for_run(dir.clone(), 77, true);
+        assert!(keep.tag.starts_with("run77."), "{}", keep.tag);
+        let mine = |rest: &str| format!("vramtop-oom-{}-{rest}", keep.tag);
         for name in [
-            "vramtop-oom-run77-100-1.pickle",
-            "vramtop-oom-run77-100-last.pickle",
-            "vramtop-oom-run78-100-1.pickle",
-            "vramtop-oom-100-1.pickle",
-            "vramtop-oom-run77-100-2.pickle.part",
+            mine("100-1.pickle"),
+            mine("100-last.pickle"),
+            "vramtop-oom-run77.1-100-1.pickle".to_string(),
+            "vramtop-oom-run78-100-1.pickle".to_string(),
+            "vramtop-oom-100-1.pickle".to_string(),
+            mine("100-2.pickle.9.part"),
         ] {
             std::fs::write(dir.join(name), b"x").unwrap();
         }
@@ -116,13 +126,10 @@ mod tests {
             .collect();
         let mut sorted = names.clone();
         sorted.sort();
-        assert_eq!(
-            sorted,
-            [
-                "vramtop-oom-run77-100-1.pickle",
-                "vramtop-oom-run77-100-last.pickle"
-            ]
-        );
+        assert_eq!(sorted, [mine("100-1.pickle"), mine("100-last.pickle")]);
+        assert!(keep.dir.is_absolute());
+        let relative = OomKeeping::for_run(PathBuf::from("."), 1, false);
+        assert!(relative.dir.is_absolute(), "{}", relative.dir.display());
         assert!(keep.env().contains(&(QUIET_ENV, OsString::from("1"))));
         std::fs::remove_dir_all(&dir).unwrap();
     }

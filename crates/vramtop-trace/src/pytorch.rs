@@ -65,10 +65,13 @@ fn import(
         .filter(|(_, t)| t.as_seq().is_some_and(|events| !events.is_empty()))
         .map(|(i, _)| i as i64)
         .collect();
+    // A file the hook kept at an OOM is about the device that ran out.
+    let kept = root.get("vramtop_oom").and_then(kept_oom);
     // Unless told, the first device with a trace; failing that, the first with segments.
-    let chosen = match device {
-        Some(d) => d,
-        None => devices_with_traces
+    let chosen = match (device, &kept) {
+        (Some(d), _) => d,
+        (None, Some(kept)) => kept.device,
+        (None, None) => devices_with_traces
             .first()
             .copied()
             .or_else(|| segments.first().and_then(|s| int_field(s, "device")))
@@ -81,11 +84,12 @@ fn import(
         .unwrap_or(&[]);
 
     // The hook's `oom` entry in a snapshot kept without history is not history.
-    let added_by_hook = |e: &Value| e.get("vramtop_added").and_then(Value::as_bool) == Some(true);
+    let added_by_hook =
+        |e: &Value| matches!(e, Value::Reduced(i) if entries.hook_added.contains(i));
     let mut stats = TraceStats {
         devices_with_traces,
         no_history: device_trace.iter().all(added_by_hook),
-        kept_oom: root.get("vramtop_oom").and_then(kept_oom),
+        kept_oom: kept,
         ..TraceStats::default()
     };
     let events = entries.events_of(device_trace, chosen, &mut stats);
@@ -179,6 +183,9 @@ struct EntryReader {
     /// The dict is held here too: one the memo does not hold would otherwise be freed,
     /// and a later frame at its address would take its tag.
     by_frame: HashMap<*const Dict, FrameTag, BuildHasherDefault<IdHasher>>,
+    /// Entries the vramtop hook added (`vramtop_added`): an `oom` in a snapshot kept
+    /// without history, which is not history.
+    hook_added: std::collections::HashSet<u32>,
 }
 
 impl EntryReader {
@@ -201,6 +208,9 @@ impl EntryReader {
                 let index = u32::try_from(self.entries.len())
                     .ok()
                     .filter(|&i| i < TAG_BIT)?;
+                if dict.get("vramtop_added").and_then(Value::as_bool) == Some(true) {
+                    self.hook_added.insert(index);
+                }
                 let event = match self.entry(action, dict) {
                     Ok(event) => event,
                     Err(skipped) => {

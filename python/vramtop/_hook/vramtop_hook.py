@@ -1127,9 +1127,10 @@ def _launch(hook):
 
 
 def _after_fork_in_child():
-    global _hook, _start_lock
+    global _hook, _start_lock, _oom_keeper
     try:
         _start_lock = threading.Lock()  # the parent's may have been held at fork
+        _oom_keeper = OomKeeper()  # the child's OOMs are its own: numbered from 1
         parent = _hook
         if parent is None:
             return
@@ -1146,14 +1147,19 @@ if hasattr(os, "register_at_fork"):
 
 # Every OOM of a hooked job is kept on disk, viewer or not (`OomKeeper`).
 OOM_FIRST_KEPT = 3
+# Largest file kept, in MiB: history is what grows (a full ring is hundreds of MiB), and
+# the default folder may be a small tmpfs ($XDG_RUNTIME_DIR). A file without history is
+# tens of KiB (72 KiB for a capped checkerboard of 720 blocks, on an H100).
+OOM_MAX_MB = _env_float("VRAMTOP_OOM_MAX_MB", 64.0)
 
 
 class OomKeeper:
     """Keeps the allocator's state at an OOM as a PyTorch memory snapshot (the dict
     torch.cuda.memory._snapshot() returns, pickled), so PyTorch's own tools read it as well
     as `vramtop snapshot`. Bounded: the first OOM_FIRST_KEPT OOMs of a process, then the
-    latest one in one file rewritten in place; a file over VRAMTOP_OOM_MAX_MB loses the
-    allocation history first, and is not written if still over.
+    latest one in one file rewritten in place; a file over VRAMTOP_OOM_MAX_MB (default 64)
+    loses the allocation history first (its `oom` entries stay), and is not written if
+    still over.
 
     Where: VRAMTOP_OOM_DIR (`vramtop run` sets it beside its log), else the hook's socket
     directory. VRAMTOP_OOM_TAG (set by `vramtop run`) names the run in the file name, so it
@@ -1167,7 +1173,9 @@ class OomKeeper:
 
     def __init__(self):
         self.count = 0
-        self.write_failed = False
+        self.said = set()
+        # Two threads can run out of memory at once; each keeps its own file whole.
+        self.lock = threading.Lock()
 
     def directory(self):
         return os.environ.get("VRAMTOP_OOM_DIR") or socket_dir()
@@ -1179,33 +1187,48 @@ class OomKeeper:
         return os.path.join(self.directory(), name)
 
     def keep(self, raw, oom):
-        """Write the snapshot `raw` with the OOM `oom` (the hook's message); the path or None."""
+        """Write the snapshot `raw` with the OOM `oom` (the hook's message); the path or None.
+        Never raises: whatever goes wrong is one line, said once."""
+        try:
+            with self.lock:
+                return self._keep(raw, oom)
+        except Exception as err:
+            self.say_once("error", "could not keep the allocator state at an OOM: %r; the job goes on" % (err,))
+            return None
+
+    def _keep(self, raw, oom):
         import pickle
 
         self.count += 1
         n = self.count
         snapshot = self.annotated(raw, oom, n)
-        limit = int(_env_float("VRAMTOP_OOM_MAX_MB", 256.0) * 1024 * 1024)
+        limit = int(OOM_MAX_MB * 1024 * 1024)
         data = pickle.dumps(snapshot, protocol=4)
         if len(data) > limit and snapshot.get("device_traces"):
-            # The history is what grows: keep the state, say what was left out.
-            snapshot["device_traces"] = [[e for e in t if e.get("vramtop_added")] for t in snapshot["device_traces"]]
+            # The history is what grows: keep the state and the trace's own `oom` entries
+            # (PyTorch's, or ours), say what was left out.
+            snapshot["device_traces"] = [
+                [e for e in t if isinstance(e, dict) and e.get("action") == "oom"] for t in snapshot["device_traces"]
+            ]
             snapshot["vramtop_oom"]["history_left_out"] = True
             data = pickle.dumps(snapshot, protocol=4)
         if len(data) > limit:
-            self.say("OOM %d: the allocator state is %d MiB, over VRAMTOP_OOM_MAX_MB; not kept" % (n, len(data) >> 20))
+            self.say_once("cap", "OOM %d: the allocator state is %d MiB, over VRAMTOP_OOM_MAX_MB (%g); not kept" % (n, len(data) >> 20, OOM_MAX_MB))
             return None
         path = self.path_for(n)
+        partial = "%s.%d.part" % (path, threading.get_ident())
         try:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            partial = path + ".part"
+            # Private, as the socket folder it may be: made here first, it must not be 0755.
+            os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
             with open(partial, "wb") as f:
                 f.write(data)
             os.replace(partial, path)
         except OSError as err:
-            if not self.write_failed:
-                self.write_failed = True
-                self.say("could not keep the allocator state at an OOM in %s: %s; the job goes on" % (self.directory(), err.strerror or err))
+            try:
+                os.unlink(partial)  # a full disk keeps no half-written file
+            except OSError:
+                pass
+            self.say_once("write", "could not keep the allocator state at an OOM in %s: %s; the job goes on" % (self.directory(), err.strerror or err))
             return None
         if n <= OOM_FIRST_KEPT + 1 and os.environ.get("VRAMTOP_OOM_QUIET") != "1":
             later = "; later OOMs rewrite it" if n > OOM_FIRST_KEPT else ""
@@ -1246,6 +1269,11 @@ class OomKeeper:
             })
         snapshot["device_traces"] = traces
         return snapshot
+
+    def say_once(self, key, text):
+        if key not in self.said:
+            self.said.add(key)
+            self.say(text)
 
     @staticmethod
     def say(text):
