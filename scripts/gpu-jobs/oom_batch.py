@@ -5,6 +5,8 @@
            every other freed, then 1 GiB): the OOM is not caught, the job dies of it.
   catches  the same, but the job catches the OOM, frees half of what it holds, asks for
            a smaller block and ends normally.
+  capfill  the capped checkerboard filled until its first OOM (caught), every other
+           tensor freed, then 1 GiB: dies of that OOM (the verdicts issue's workload).
   grows    a GPT-2 training loop (random weights) whose batch doubles every 2 steps until
            PyTorch cannot fit a step: dies of that OOM.
 
@@ -12,7 +14,7 @@ Before the OOM propagates (or after it is caught) the job prints PyTorch's own f
 one JSON line starting `pytorch:` (memory_allocated, memory_reserved, the message), so the
 log can be compared with what vramtop says after the job.
 
-usage: oom_batch.py dies|catches|grows
+usage: oom_batch.py dies|catches|capfill|grows
 """
 
 import json
@@ -52,6 +54,23 @@ def dies():
     return len(tensors)
 
 
+def capfill():
+    torch.cuda.set_per_process_memory_fraction(0.1)
+    tensors = []
+    try:
+        while True:
+            tensors.append(torch.empty(6 * MiB, dtype=torch.uint8, device="cuda"))
+    except torch.cuda.OutOfMemoryError:
+        pass
+    del tensors[::2]
+    try:
+        torch.empty(1024 * MiB, dtype=torch.uint8, device="cuda")
+    except torch.cuda.OutOfMemoryError as err:
+        say(err)
+        raise
+    return 0
+
+
 def catches():
     tensors = checkerboard()
     try:
@@ -88,13 +107,15 @@ def grows():
 
 def main():
     kind = sys.argv[1] if len(sys.argv) > 1 else ""
-    if kind not in ("dies", "catches", "grows"):
-        print("usage: oom_batch.py dies|catches|grows", file=sys.stderr)
+    if kind not in ("dies", "catches", "capfill", "grows"):
+        print("usage: oom_batch.py dies|catches|capfill|grows", file=sys.stderr)
         return 2
     if kind == "dies":
         dies()
     elif kind == "catches":
         return catches()
+    elif kind == "capfill":
+        capfill()
     else:
         grows()
     return 0

@@ -8,7 +8,7 @@
 //! ┌ job 4242 · python train.py · torch 2.11.0 · ⚓ hooked · ended (exit 1) ──────┐
 //! │ OOM: needed 1.0 GiB contiguous; 4.3 GiB free in 306 runs, largest 6.0 MiB  │ HEAD
 //! │ PyTorch: CUDA out of memory. Tried to allocate 1.00 GiB. GPU 0 has ...     │
-//! │ expandable_segments:True would fit it (4.1 GiB of free 2 MiB pages)        │
+//! │ expandable_segments:True: cannot tell from one state (run with --history …  │
 //! │ 135 segments · 442 blocks · reserved 3.8 GiB · allocated 2.1 GiB · frag .. │ CAPTION
 //! │ 0x7f..  20M ██████▌·····═════██████  ...         │reserved ████▌  3.8 GiB  │ MAP | PANEL
 //! └────────────────────────────────────────────────────────────────────────────┘

@@ -24,8 +24,6 @@ pub const FRAG_HISTORY: usize = 300;
 /// windows, and a floor of one sample would follow every transient tensor.
 pub const LEAK_WINDOW_S: f64 = 1.0;
 pub const LEAK_WINDOW_MIN_STATES: u64 = 2;
-/// Page size of expandable segments (PyTorch maps 2 MiB pages).
-pub const EXPANDABLE_PAGE: u64 = 2 << 20;
 
 /// The hook's segments as the snapshot importer would have read them.
 pub fn snapshot_segments(segments: &[HookSegment]) -> Vec<SnapshotSegment> {
@@ -121,36 +119,61 @@ impl JobFrame {
     }
 }
 
-/// Whether `expandable_segments:True` would have served a request: the job's live blocks
-/// and the request placed by `pytorch-expandable` (what PyTorch would do) within what the
-/// job reserved plus its room to grow, with the ideal page-mapped bound beside it
-/// (`alloc::whatif`).
+/// What `expandable_segments:True` would have done with a failed request, said only as
+/// far as one state can tell (PyTorch 2.11, c10/cuda/CUDACachingAllocator.cpp):
+/// - already on: `malloc` released every free page (`release_cached_blocks` ->
+///   `release_blocks` -> `unmap_block`, whole pages only) and retried before it raised,
+///   so it did not fit;
+/// - off: with it on, the same job would have put its tensors one after another into one
+///   mapped extent of pages (20 MiB in the large pool, 2 MiB in the small), and a page
+///   stays mapped while any live tensor touches it. Which pages the live tensors would
+///   touch depends on the order the job allocated and freed in, which one state does not
+///   hold. So: packed tight (the best case) and still over the budget: it would not fit;
+///   every live tensor on pages of its own (the worst case) and still within it: it
+///   would fit; between the two: cannot tell from one state.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct ExpandableVerdict {
-    /// PyTorch's expandable segments would fit it.
+    pub answer: Answer,
+    /// PyTorch's expandable segments would fit it (`answer` is `fits`).
     pub would_fit: bool,
-    /// An ideal page-mapped allocator (the lower bound) would fit it.
+    /// An ideal page-mapped allocator, live tensors packed tight (the best case), fits it.
     pub ideal_would_fit: bool,
     pub needed_bytes: u64,
-    /// Whole 2 MiB pages inside the free runs of the reserved segments.
-    pub free_page_bytes: u64,
-    /// Room to grow beyond what is reserved, when known (else 0: conservative).
-    pub headroom_bytes: u64,
+    /// Pages the live tensors hold packed tight, and with each on pages of its own.
+    pub best_case_bytes: u64,
+    pub worst_case_bytes: u64,
+    /// What the job may hold: reserved now plus its room to grow.
+    pub budget_bytes: u64,
+    /// The job ran with expandable segments on.
+    pub already_on: bool,
 }
 
-/// The one place this verdict is computed.
-pub fn expandable_would_fit(layout: &Layout, needed: u64, headroom: u64) -> ExpandableVerdict {
-    let free_page_bytes = layout
-        .segments
-        .iter()
-        .flat_map(|s| &s.runs)
-        .filter(|r| r.state == BlockState::Free)
-        .map(|r| {
-            let first = r.addr.next_multiple_of(EXPANDABLE_PAGE);
-            let end = (r.addr.saturating_add(r.size)) / EXPANDABLE_PAGE * EXPANDABLE_PAGE;
-            end.saturating_sub(first)
-        })
-        .sum::<u64>();
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Answer {
+    Fits,
+    DoesNotFit,
+    CannotTell,
+}
+
+/// PyTorch's expandable page for a block of `size` bytes (`kSmallBuffer` for the small
+/// pool's blocks of up to 1 MiB, else `kLargeBuffer`).
+fn page_for(size: u64) -> u64 {
+    if size <= 1 << 20 {
+        2 << 20
+    } else {
+        20 << 20
+    }
+}
+
+/// The one place this verdict is computed. `already_on`: the job's segments are
+/// expandable ones.
+pub fn expandable_would_fit(
+    layout: &Layout,
+    needed: u64,
+    headroom: u64,
+    already_on: bool,
+) -> ExpandableVerdict {
     let live: Vec<LiveSpan> = layout
         .segments
         .iter()
@@ -163,13 +186,40 @@ pub fn expandable_would_fit(layout: &Layout, needed: u64, headroom: u64) -> Expa
         })
         .collect();
     let reserved: u64 = layout.segments.iter().map(|s| s.size).sum();
-    let what_if = expandable_fits(&live, needed, 0, reserved.saturating_add(headroom));
+    let budget = reserved.saturating_add(headroom);
+    let what_if = expandable_fits(&live, needed, 0, budget);
+    // Packed tight, through PyTorch's own rules (`pytorch-expandable`): the best case.
+    let best_case = what_if
+        .faithful
+        .reserved_after_bytes
+        .max(what_if.faithful.reserved_before_bytes);
+    // Each live tensor on pages of its own: one more page where it may straddle two.
+    let worst_case = live
+        .iter()
+        .map(|b| {
+            let page = page_for(b.size);
+            (b.size.div_ceil(page) + 1).saturating_mul(page)
+        })
+        .fold(0u64, u64::saturating_add);
+    let request_pages = needed
+        .div_ceil(page_for(needed))
+        .saturating_mul(page_for(needed));
+    let answer = if already_on || !what_if.faithful.fits {
+        Answer::DoesNotFit
+    } else if worst_case.saturating_add(request_pages) <= budget {
+        Answer::Fits
+    } else {
+        Answer::CannotTell
+    };
     ExpandableVerdict {
-        would_fit: what_if.faithful.fits,
+        answer,
+        would_fit: answer == Answer::Fits,
         ideal_would_fit: what_if.ideal.fits,
         needed_bytes: needed,
-        free_page_bytes,
-        headroom_bytes: headroom,
+        best_case_bytes: best_case,
+        worst_case_bytes: worst_case,
+        budget_bytes: budget,
+        already_on,
     }
 }
 
@@ -211,7 +261,8 @@ impl OomExplained {
             (Some(free), Some(allowed)) => free.min(allowed.saturating_sub(stats.reserved_bytes)),
             _ => 0,
         };
-        let expandable = expandable_would_fit(&map.layout, rounded, headroom);
+        let already_on = oom.segments.iter().any(|s| s.is_expandable);
+        let expandable = expandable_would_fit(&map.layout, rounded, headroom, already_on);
         OomExplained {
             time_s: oom.time_s,
             device: oom.device,
@@ -231,23 +282,31 @@ impl OomExplained {
         self.report.to_string()
     }
 
-    /// "expandable_segments:True would fit it (4.1 GiB of free pages)" or why not.
+    /// What `expandable_segments:True` would have done, in one line with its reason.
     pub fn expandable_line(&self) -> String {
+        use vramtop_alloc::human_bytes;
         let v = &self.expandable;
-        let free = vramtop_alloc::human_bytes(v.free_page_bytes);
-        let ideal = if v.ideal_would_fit {
-            "fits"
-        } else {
-            "does not fit"
-        };
-        if v.would_fit {
-            format!(
-                "expandable_segments:True would fit it ({free} of free 2 MiB pages; ideal bound {ideal})"
-            )
-        } else {
-            format!(
-                "expandable_segments:True would not fit it either ({free} of free pages; ideal bound {ideal})"
-            )
+        let budget = human_bytes(v.budget_bytes);
+        match v.answer {
+            Answer::DoesNotFit if v.already_on => "expandable_segments:True is already on: \
+                PyTorch unmapped every free page and retried before it raised"
+                .to_string(),
+            Answer::DoesNotFit => format!(
+                "expandable_segments:True would not fit it: even packed tight the live tensors \
+                 and the request need more than the {budget} allowed"
+            ),
+            Answer::Fits => format!(
+                "expandable_segments:True would fit it: even with every live tensor on pages \
+                 of its own ({}) the request fits in the {budget} allowed",
+                human_bytes(v.worst_case_bytes)
+            ),
+            Answer::CannotTell => format!(
+                "expandable_segments:True: cannot tell from one state (run with --history to \
+                 replay the job): it fits packed tight ({}), not if each live tensor keeps \
+                 its pages mapped ({}; a 20 MiB page stays while any tensor touches it)",
+                human_bytes(v.best_case_bytes),
+                human_bytes(v.worst_case_bytes)
+            ),
         }
     }
 }
@@ -467,10 +526,32 @@ mod tests {
             explained.line(),
             "needed 16.0 MiB contiguous; 32.0 MiB free in 8 runs, largest 6.0 MiB"
         );
-        assert!(explained.expandable.would_fit);
-        assert_eq!(explained.expandable.free_page_bytes, 32 * MIB);
-        let too_big = expandable_would_fit(&explained.map.layout, 40 * MIB, 0);
-        assert!(!too_big.would_fit);
+        // 4 live blocks (6 + 6 MiB in each 20 MiB segment): packed tight 48 MiB, and 16 MiB
+        // more in an 80 MiB budget fits; each on pages of its own (2 x 20 MiB apiece) would
+        // not: one state cannot tell.
+        let v = &explained.expandable;
+        assert_eq!(v.answer, Answer::CannotTell, "{v:?}");
+        assert!(!v.would_fit);
+        assert!(explained
+            .expandable_line()
+            .contains("cannot tell from one state"));
+        assert!(explained.expandable_line().contains("--history"));
+        // Over the budget even packed tight: a firm no.
+        let too_big = expandable_would_fit(&explained.map.layout, 40 * MIB, 0, false);
+        assert_eq!(too_big.answer, Answer::DoesNotFit);
+        // Room for every tensor on pages of its own: a firm yes.
+        let roomy = expandable_would_fit(&explained.map.layout, 16 * MIB, 1 << 30, false);
+        assert_eq!(roomy.answer, Answer::Fits, "{roomy:?}");
+        assert!(roomy.would_fit);
+        // Already on: PyTorch released its free pages and retried before raising.
+        let on = expandable_would_fit(&explained.map.layout, 16 * MIB, 1 << 30, true);
+        assert_eq!(on.answer, Answer::DoesNotFit);
+        let on_line = OomExplained {
+            expandable: on,
+            ..explained.clone()
+        }
+        .expandable_line();
+        assert!(on_line.contains("already on"), "{on_line}");
     }
 
     #[test]
