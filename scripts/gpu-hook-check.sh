@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# GPU checks of vramtop's job hook (crates/vramtop-attach/hook), with python only: real PyTorch jobs under
+# GPU checks of vramtop's job hook (python/vramtop/_hook), with python only: real PyTorch jobs under
 # the hook, read by scripts/gpu-jobs/viewer.py. Run on the GPU machine (../shared/gpu.md).
 # usage: scripts/gpu-hook-check.sh [PATH/TO/vramtop]
-#   With a binary, the hook it ships (`vramtop hook-path`) is checked; else crates/vramtop-attach/hook.
+#   With a binary, the hook it ships (`vramtop hook-path`) is checked; else python/vramtop/_hook.
 # Writes one log, $OUT/gpu-hook-check.log (default ./gpu-hook-out), and the results as
 # "check|verdict|detail" lines in $OUT/gpu-hook-results.txt; prints a table last.
 # env: HOOK_CHECKS  the checks to run, by name (default all): overhead ab oom leak two
@@ -36,7 +36,7 @@ for name in ${HOOK_CHECKS:-}; do
   [[ " overhead ab oom leak two " == *" $name "* ]] || { echo "$(basename "$0"): unknown name '$name' in HOOK_CHECKS; names: overhead ab oom leak two" >&2; exit 2; }
 done
 
-HOOK="$REPO/crates/vramtop-attach/hook"
+HOOK="$REPO/python/vramtop/_hook"
 if [ $# -ge 1 ] && [ -x "$1" ]; then
   shipped=$(timeout 10 "$1" hook-path < /dev/null 2>>"$LOG" | tail -n 1)
   if [ -n "$shipped" ] && [ -f "$shipped/vramtop_hook.py" ]; then HOOK="$shipped"; fi

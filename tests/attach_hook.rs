@@ -1,4 +1,4 @@
-//! The real hook (crates/vramtop-attach/hook, as `vramtop run` writes it) inside a Python job, read by
+//! The real hook (python/vramtop/_hook, as `vramtop run` writes it) inside a Python job, read by
 //! the real vramtop: `vramtop run --history` with `vramtop attach --json` beside it. The
 //! job uses the hook's stub torch (tests/hook/stub_torch: SIMULATED, a model of the
 //! caching allocator, no GPU); without python3 or the stub the test says so and skips.

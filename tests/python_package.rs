@@ -9,24 +9,32 @@ fn repo(path: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
 }
 
+/// `vramtop hook-path` (what `vramtop run` puts on PYTHONPATH) writes exactly the
+/// package's hook files: one source for the binary and the wheel.
 #[test]
-fn the_package_ships_the_same_hook_files_as_the_binary() {
-    for (name, embedded) in [
-        ("vramtop_hook.py", vramtop::attach::hook_files::HOOK),
-        (
-            "sitecustomize.py",
-            vramtop::attach::hook_files::SITECUSTOMIZE,
-        ),
-    ] {
-        let packaged = repo("python/vramtop/_hook").join(name);
-        let text = std::fs::read_to_string(&packaged)
-            .unwrap_or_else(|e| panic!("{}: {e}", packaged.display()));
+fn the_binary_writes_the_packages_hook_files() {
+    let dir = socket_dir("hookpath");
+    let out = Command::new(env!("CARGO_BIN_EXE_vramtop"))
+        .arg("hook-path")
+        .env("VRAMTOP_SOCKET_DIR", &dir)
+        .output()
+        .expect("vramtop hook-path");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let written = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    for name in ["vramtop_hook.py", "sitecustomize.py"] {
+        let packaged =
+            std::fs::read(repo("python/vramtop/_hook").join(name)).expect("package file");
+        let from_binary = std::fs::read(written.join(name)).expect("written file");
         assert!(
-            text == embedded,
-            "python/vramtop/_hook/{name} differs from crates/vramtop-attach/hook/{name}: \
-             copy the hook's file over the package's"
+            packaged == from_binary,
+            "{name} differs between the wheel and the binary"
         );
     }
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// python3 with IPython, or None (CI=true requires it: .ci/run installs it).

@@ -8,7 +8,7 @@ In Jupyter or IPython: `%load_ext vramtop`, then `%vramtop` (start the hook and 
 command to watch it) and `%vramtop status` (this kernel's allocator, summed up).
 
 The `vramtop` command itself (the terminal UI) is installed beside this package by the
-same wheel. The files in `_hook/` are the ones the binary ships (a test keeps them equal).
+same wheel. The files in `_hook/` are the hook itself: the binary embeds these same files.
 """
 
 import importlib.util

@@ -12,7 +12,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
-HOOK_DIR = os.path.join(REPO, "crates", "vramtop-attach", "hook")
+HOOK_DIR = os.path.join(REPO, "python", "vramtop", "_hook")
 STUB_DIR = os.path.join(HERE, "stub_torch")
 DRIVER = os.path.join(HERE, "job_driver.py")
 

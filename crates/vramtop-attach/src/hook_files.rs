@@ -1,4 +1,5 @@
-//! The hook's Python source, shipped inside the binary, and the directory it is written
+//! The hook's Python source (the `vramtop` Python package's `_hook/`, so the wheel and the
+//! binary ship the same files), embedded in the binary, and the directory it is written
 //! to for `PYTHONPATH`: a `hook-<digest>` directory beside the sockets, private to the
 //! user, named after the content so that different vramtop versions never mix files.
 
@@ -9,9 +10,9 @@ use std::path::{Path, PathBuf};
 use super::discovery::ensure_private_dir;
 
 /// Python runs a `sitecustomize` found on its path at start-up: the bootstrap.
-pub const SITECUSTOMIZE: &str = include_str!("../hook/sitecustomize.py");
+pub const SITECUSTOMIZE: &str = include_str!("../../../python/vramtop/_hook/sitecustomize.py");
 /// The hook itself, which the bootstrap imports once the job imports torch.
-pub const HOOK: &str = include_str!("../hook/vramtop_hook.py");
+pub const HOOK: &str = include_str!("../../../python/vramtop/_hook/vramtop_hook.py");
 
 const FILES: [(&str, &str); 2] = [
     ("sitecustomize.py", SITECUSTOMIZE),

@@ -1,5 +1,6 @@
 //! vramtop-attach: live attach to PyTorch jobs. The protocol spoken with the Python hook
-//! inside a job (the hook's files are in this crate's `hook/` and ship inside the binary),
+//! inside a job (its files are the Python package's, `python/vramtop/_hook/`: one source
+//! for the wheel and for the copy this crate embeds in the binary),
 //! discovery of hooked jobs by their sockets, one connection per job on a thread of its
 //! own, the state kept per job (a block map through the snapshot reader's layout code, the
 //! OOM explained as a probe's, leak suspects by site), `vramtop run`'s launcher and the

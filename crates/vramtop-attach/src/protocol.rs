@@ -1,4 +1,4 @@
-//! The attach protocol, version 1 (crates/vramtop-attach/hook/PROTOCOL.md): framing, the messages, and
+//! The attach protocol, version 1 (crates/vramtop-attach/PROTOCOL.md): framing, the messages, and
 //! their limits. Everything a hook sends is untrusted input: a frame is checked for
 //! size before a byte of it is read, and a message that breaks the framing or is not a
 //! JSON object drops the peer with one line saying why. A well-framed message of an

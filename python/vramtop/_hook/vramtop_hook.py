@@ -1,5 +1,5 @@
 """vramtop's hook inside a PyTorch job: serves the CUDA caching allocator's live state to
-vramtop viewers over a Unix socket (protocol v1, crates/vramtop-attach/hook/PROTOCOL.md).
+vramtop viewers over a Unix socket (protocol v1, crates/vramtop-attach/PROTOCOL.md).
 
 Entered through sitecustomize.py (beside this file) when the job imports torch, or by hand:
 `import vramtop_hook; vramtop_hook.start()` (a notebook). One daemon thread waits for torch
