@@ -1,16 +1,20 @@
 //! An OOM explained in a few plain lines, from a snapshot the hook kept at it: what
 //! `vramtop run` prints in a batch job's log after the job, and what `vramtop snapshot`
 //! says of such a file. The same figures the live view shows at an OOM (needed, free,
-//! runs, largest), PyTorch's own words, what a replay of that state says, who held the
-//! memory, and how to open the file.
+//! runs, largest), PyTorch's own words, what a replay says (for a file of one state, the
+//! live view's own expandable verdict), who held the memory, and how to open the file.
 
 use std::collections::HashMap;
 use std::path::Path;
 
-use vramtop_alloc::{human_bytes, BlockState, PolicyKind};
-use vramtop_trace::ooms::trace_ooms;
+use vramtop_alloc::{human_bytes, round_size, BlockState, PolicyKind};
+use vramtop_attach::job::expandable_would_fit;
+use vramtop_trace::ooms::{trace_ooms, TraceOom};
 use vramtop_trace::replay::{self, plan_capacity};
-use vramtop_trace::Trace;
+use vramtop_trace::{snapshot, KeptOom, Trace};
+
+/// The policies a trace with history is replayed through for the failed request.
+const REPLAYED: [PolicyKind; 2] = [PolicyKind::Caching, PolicyKind::PytorchExpandable];
 
 /// Sites listed among the largest holders.
 const HOLDERS_SHOWN: usize = 3;
@@ -53,11 +57,25 @@ pub fn explain(trace: &Trace, path: &Path, file_bytes: u64) -> Vec<String> {
     {
         lines.push(format!("  PyTorch: {}", kept.summary));
     }
-    lines.push(format!("  {}", replay_line(trace, &ooms)));
     // The segments are the state at the OOM only in a file kept at it: a snapshot taken
     // later has moved on.
-    if trace.stats.kept_oom.is_none() {
+    let Some(kept) = &trace.stats.kept_oom else {
+        lines.push(format!("  {}", replay_line(trace, &ooms, &REPLAYED)));
         return lines;
+    };
+    if trace.stats.no_history {
+        // One state and no events: the same question, and the same answer, as the live
+        // view's (a replay from it would pack the live tensors, the best case).
+        lines.push(format!(
+            "  {}",
+            replay_line(trace, &ooms, &[PolicyKind::Caching])
+        ));
+        lines.push(format!(
+            "  {}",
+            one_state_verdict(trace, kept, last_oom_request(&ooms))
+        ));
+    } else {
+        lines.push(format!("  {}", replay_line(trace, &ooms, &REPLAYED)));
     }
     lines.push(format!("  {}", holders_line(trace)));
     let open = path.display();
@@ -68,15 +86,14 @@ pub fn explain(trace: &Trace, path: &Path, file_bytes: u64) -> Vec<String> {
     lines
 }
 
-/// What vramtop's replay of the state says of the failed request, policy by policy, as
+/// What vramtop's replay of the trace says of the failed request, policy by policy, as
 /// `replay --report` says it.
-fn replay_line(trace: &Trace, ooms: &[vramtop_trace::ooms::TraceOom]) -> String {
+fn replay_line(trace: &Trace, ooms: &[TraceOom], policies: &[PolicyKind]) -> String {
     let Some(last) = ooms.last() else {
         return String::new();
     };
     let opts = plan_capacity(trace, None, ooms);
-    let policies = [PolicyKind::Caching, PolicyKind::PytorchExpandable];
-    match replay::report(trace, &policies, opts) {
+    match replay::report(trace, policies, opts) {
         Ok(rows) => {
             let answers: Vec<String> = rows
                 .iter()
@@ -90,6 +107,25 @@ fn replay_line(trace: &Trace, ooms: &[vramtop_trace::ooms::TraceOom]) -> String 
         }
         Err(e) => format!("vramtop replay failed: {e}"),
     }
+}
+
+fn last_oom_request(ooms: &[TraceOom]) -> u64 {
+    ooms.last().map_or(0, |o| o.requested_bytes)
+}
+
+/// `expandable_segments:True` at this OOM from the one state the file holds, by the live
+/// view's own verdict (`vramtop_attach::job::expandable_would_fit`).
+fn one_state_verdict(trace: &Trace, kept: &KeptOom, requested: u64) -> String {
+    let layout = snapshot::layout_at_end(trace);
+    let reserved: u64 = layout.segments.iter().map(|s| s.size).sum();
+    // Room to grow, as the live view counts it: up to the allowed maximum, no further than
+    // the device had free.
+    let headroom = kept
+        .device_free_bytes
+        .min(kept.device_total_bytes.saturating_sub(reserved));
+    let needed = round_size(requested).unwrap_or(requested);
+    let already_on = trace.segments_at_end.iter().any(|s| s.is_expandable);
+    expandable_would_fit(&layout, needed, headroom, already_on).line()
 }
 
 /// The call sites holding the most live memory, or the largest blocks without sites.

@@ -148,6 +148,36 @@ pub struct ExpandableVerdict {
     pub already_on: bool,
 }
 
+impl ExpandableVerdict {
+    /// What `expandable_segments:True` would have done, in one line with its reason.
+    pub fn line(&self) -> String {
+        use vramtop_alloc::human_bytes;
+        let v = self;
+        let budget = human_bytes(v.budget_bytes);
+        match v.answer {
+            Answer::DoesNotFit if v.already_on => "expandable_segments:True is already on: \
+                PyTorch unmapped every free page and retried before it raised"
+                .to_string(),
+            Answer::DoesNotFit => format!(
+                "expandable_segments:True would not fit it: even packed tight the live tensors \
+                 and the request need more than the {budget} allowed"
+            ),
+            Answer::Fits => format!(
+                "expandable_segments:True would fit it: even with every live tensor on pages \
+                 of its own ({}) the request fits in the {budget} allowed",
+                human_bytes(v.worst_case_bytes)
+            ),
+            Answer::CannotTell => format!(
+                "expandable_segments:True: cannot tell from one state (run with --history to \
+                 replay the job): it fits packed tight ({}), not if each live tensor keeps \
+                 its pages mapped ({}; a 20 MiB page stays while any tensor touches it)",
+                human_bytes(v.best_case_bytes),
+                human_bytes(v.worst_case_bytes)
+            ),
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Answer {
@@ -284,30 +314,7 @@ impl OomExplained {
 
     /// What `expandable_segments:True` would have done, in one line with its reason.
     pub fn expandable_line(&self) -> String {
-        use vramtop_alloc::human_bytes;
-        let v = &self.expandable;
-        let budget = human_bytes(v.budget_bytes);
-        match v.answer {
-            Answer::DoesNotFit if v.already_on => "expandable_segments:True is already on: \
-                PyTorch unmapped every free page and retried before it raised"
-                .to_string(),
-            Answer::DoesNotFit => format!(
-                "expandable_segments:True would not fit it: even packed tight the live tensors \
-                 and the request need more than the {budget} allowed"
-            ),
-            Answer::Fits => format!(
-                "expandable_segments:True would fit it: even with every live tensor on pages \
-                 of its own ({}) the request fits in the {budget} allowed",
-                human_bytes(v.worst_case_bytes)
-            ),
-            Answer::CannotTell => format!(
-                "expandable_segments:True: cannot tell from one state (run with --history to \
-                 replay the job): it fits packed tight ({}), not if each live tensor keeps \
-                 its pages mapped ({}; a 20 MiB page stays while any tensor touches it)",
-                human_bytes(v.best_case_bytes),
-                human_bytes(v.worst_case_bytes)
-            ),
-        }
+        self.expandable.line()
     }
 }
 
