@@ -96,8 +96,11 @@ fn report_json_on_linear_leak() {
         .get_output()
         .stdout
         .clone();
-    let rows: serde_json::Value = serde_json::from_slice(&out).expect("valid JSON");
-    let rows = rows.as_array().expect("a list of rows");
+    let report: serde_json::Value = serde_json::from_slice(&out).expect("valid JSON");
+    let rows = report["policies"].as_array().expect("a list of rows");
+    // No OOM in the trace: no capacity to bound, no remedies.
+    assert_eq!(report["capacity"], serde_json::Value::Null);
+    assert_eq!(report["trace_ooms"], serde_json::json!([]));
     let names: Vec<&str> = rows.iter().filter_map(|r| r["policy"].as_str()).collect();
     assert_eq!(
         names,
@@ -175,8 +178,8 @@ fn a_capacity_makes_ooms_that_are_counted() {
         .get_output()
         .stdout
         .clone();
-    let rows: serde_json::Value = serde_json::from_slice(&out).expect("valid JSON");
-    let row = &rows[0];
+    let report: serde_json::Value = serde_json::from_slice(&out).expect("valid JSON");
+    let row = &report["policies"][0];
     assert_eq!(row["ooms"], 1, "{row}");
     assert_eq!(row["counts"]["frees_after_oom"], 1, "{row}");
     // 0x9999 is freed without an alloc: allocated before the log began, placed first.

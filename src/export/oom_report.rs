@@ -1,17 +1,18 @@
 //! An OOM explained in a few plain lines, from a snapshot the hook kept at it: what
 //! `vramtop run` prints in a batch job's log after the job, and what `vramtop snapshot`
 //! says of such a file. The same figures the live view shows at an OOM (needed, free,
-//! runs, largest), PyTorch's own words, what a replay says (for a file of one state, the
-//! live view's own expandable verdict), who held the memory, and how to open the file.
+//! runs, largest), PyTorch's own words, what a replay says, each remedy's verdict (for a
+//! file of one state, the live view's own answers), who held the memory, and how to open
+//! the file.
 
 use std::collections::HashMap;
 use std::path::Path;
 
-use vramtop_alloc::{human_bytes, round_size, BlockState, PolicyKind};
-use vramtop_attach::job::expandable_would_fit;
+use vramtop_alloc::remedy::Verdict;
+use vramtop_alloc::{human_bytes, BlockState, PolicyKind};
 use vramtop_trace::ooms::{trace_ooms, TraceOom};
-use vramtop_trace::replay::{self, plan_capacity};
-use vramtop_trace::{snapshot, KeptOom, Trace};
+use vramtop_trace::replay::{self, plan_capacity, remedies};
+use vramtop_trace::Trace;
 
 /// The policies a trace with history is replayed through for the failed request.
 const REPLAYED: [PolicyKind; 2] = [PolicyKind::Caching, PolicyKind::PytorchExpandable];
@@ -59,24 +60,20 @@ pub fn explain(trace: &Trace, path: &Path, file_bytes: u64) -> Vec<String> {
     }
     // The segments are the state at the OOM only in a file kept at it: a snapshot taken
     // later has moved on.
-    let Some(kept) = &trace.stats.kept_oom else {
+    let Some(_) = &trace.stats.kept_oom else {
         lines.push(format!("  {}", replay_line(trace, &ooms, &REPLAYED)));
+        lines.extend(remedy_lines(trace, &ooms));
         return lines;
     };
-    if trace.stats.no_history {
-        // One state and no events: the same question, and the same answer, as the live
-        // view's (a replay from it would pack the live tensors, the best case).
-        lines.push(format!(
-            "  {}",
-            replay_line(trace, &ooms, &[PolicyKind::Caching])
-        ));
-        lines.push(format!(
-            "  {}",
-            one_state_verdict(trace, kept, last_oom_request(&ooms))
-        ));
+    // One state and no events: a replay from it would pack the live tensors (the best
+    // case), so the remedies are the live view's own answers for that state.
+    let replayed: &[PolicyKind] = if trace.stats.no_history {
+        &[PolicyKind::Caching]
     } else {
-        lines.push(format!("  {}", replay_line(trace, &ooms, &REPLAYED)));
-    }
+        &REPLAYED
+    };
+    lines.push(format!("  {}", replay_line(trace, &ooms, replayed)));
+    lines.extend(remedy_lines(trace, &ooms));
     lines.push(format!("  {}", holders_line(trace)));
     let open = path.display();
     lines.push(format!(
@@ -109,23 +106,30 @@ fn replay_line(trace: &Trace, ooms: &[TraceOom], policies: &[PolicyKind]) -> Str
     }
 }
 
-fn last_oom_request(ooms: &[TraceOom]) -> u64 {
-    ooms.last().map_or(0, |o| o.requested_bytes)
-}
-
-/// `expandable_segments:True` at this OOM from the one state the file holds, by the live
-/// view's own verdict (`vramtop_attach::job::expandable_would_fit`).
-fn one_state_verdict(trace: &Trace, kept: &KeptOom, requested: u64) -> String {
-    let layout = snapshot::layout_at_end(trace);
-    let reserved: u64 = layout.segments.iter().map(|s| s.size).sum();
-    // Room to grow, as the live view counts it: up to the allowed maximum, no further than
-    // the device had free.
-    let headroom = kept
-        .device_free_bytes
-        .min(kept.device_total_bytes.saturating_sub(reserved));
-    let needed = round_size(requested).unwrap_or(requested);
-    let already_on = trace.segments_at_end.iter().any(|s| s.is_expandable);
-    expandable_would_fit(&layout, needed, headroom, already_on).line()
+/// Every remedy at the last OOM, a line each, and what would fit when none does.
+fn remedy_lines(trace: &Trace, ooms: &[TraceOom]) -> Vec<String> {
+    let Some(last) = ooms.last() else {
+        return Vec::new();
+    };
+    let all = match remedies::remedies(trace, ooms, None) {
+        Ok(all) => all,
+        Err(e) => return vec![format!("  remedies: the replay failed: {e}")],
+    };
+    let Some(at) = all.into_iter().find(|r| r.event == last.event) else {
+        return Vec::new();
+    };
+    let mut lines: Vec<String> = at
+        .remedies
+        .iter()
+        .map(|r| format!("  {}", r.line()))
+        .collect();
+    if let Some(would) = at
+        .what_would_fit
+        .filter(|_| !at.remedies.iter().any(|r| r.verdict == Verdict::Fits))
+    {
+        lines.push(format!("  what would: {}", would.line()));
+    }
+    lines
 }
 
 /// The call sites holding the most live memory, or the largest blocks without sites.

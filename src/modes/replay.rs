@@ -14,8 +14,9 @@ use super::screen::{self, Screen};
 use crate::app::replayer::{capacity_inferred_line, ReplayerState};
 use crate::app::viewer::{self, ViewerAction};
 use crate::app::Exit;
+use serde::Serialize;
 use vramtop_alloc::PolicyKind;
-use vramtop_trace::replay::{self, TraceFigures};
+use vramtop_trace::replay::{self, remedies, TraceFigures};
 
 impl Screen for ReplayerState<'_> {
     type Action = ViewerAction;
@@ -44,6 +45,25 @@ impl Screen for ReplayerState<'_> {
     fn tick(&mut self, elapsed: Duration) -> bool {
         ReplayerState::tick(self, elapsed)
     }
+}
+
+/// `vramtop replay --report --json`: the capacity the verdicts assumed, a row per policy,
+/// and the trace's own OOMs, each with every remedy's verdict.
+#[derive(Serialize)]
+struct ReplayJson<'a> {
+    capacity: Option<remedies::CapacityBounds>,
+    policies: &'a [replay::ReplayReport],
+    trace_ooms: Vec<TraceOomJson<'a>>,
+}
+
+#[derive(Serialize)]
+struct TraceOomJson<'a> {
+    #[serde(flatten)]
+    oom: &'a vramtop_trace::ooms::TraceOom,
+    line: String,
+    remedies: Vec<vramtop_alloc::remedy::RemedyVerdict>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    what_would_fit: Option<vramtop_alloc::remedy::WhatWouldFit>,
 }
 
 /// What `vramtop replay` was asked for.
@@ -127,11 +147,38 @@ pub fn run(path: &Path, args: &ReplayArgs) -> Result<u8> {
                 return Ok(1);
             }
         };
+        let remedies = match remedies::remedies(&trace, &ooms, args.capacity) {
+            Ok(r) => r,
+            Err(e) => {
+                eprintln!("vramtop: {}: remedies: {e}", path.display());
+                Vec::new()
+            }
+        };
+        let bounds = remedies::capacity_bounds(&trace, &ooms, args.capacity);
         if args.json {
-            println!("{}", serde_json::to_string_pretty(&rows)?);
+            let json = ReplayJson {
+                capacity: bounds,
+                policies: &rows,
+                trace_ooms: ooms
+                    .iter()
+                    .map(|oom| {
+                        let at = remedies.iter().find(|r| r.event == oom.event);
+                        TraceOomJson {
+                            oom,
+                            line: oom.explain(),
+                            remedies: at.map(|r| r.remedies.clone()).unwrap_or_default(),
+                            what_would_fit: at.and_then(|r| r.what_would_fit.clone()),
+                        }
+                    })
+                    .collect(),
+            };
+            println!("{}", serde_json::to_string_pretty(&json)?);
         } else {
+            if let Some(b) = bounds.filter(|b| b.low != b.high) {
+                eprintln!("vramtop: remedies: {}", b.line());
+            }
             print!("{}", replay::table(&name, &TraceFigures::of(&trace), &rows));
-            print!("{}", replay::report::oom_table(&ooms, &rows));
+            print!("{}", replay::report::oom_table(&ooms, &rows, &remedies));
             match replay::what_if(&trace, &rows, opts) {
                 Ok(w) => print!("\n{}", replay::what_if_text(&w)),
                 Err(e) => eprintln!("vramtop: {}: what-if replay: {e}", path.display()),

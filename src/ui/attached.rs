@@ -1,14 +1,16 @@
 //! The allocator region for an attached PyTorch job: its real segments in the same block
 //! map and fragmentation panel the snapshot viewer draws (`ui::viewer::draw_map_region`),
-//! its last OOM in the one-line form probes use beside what PyTorch said, and whether
-//! expandable segments would have fitted the request. Also the pane with the last lines
+//! its last OOM in the one-line form probes use beside what PyTorch said, and each remedy
+//! users are told to try with its verdict for this OOM. Also the pane with the last lines
 //! of a `vramtop run` job's output.
 //!
 //! ```text
 //! ┌ job 4242 · python train.py · torch 2.11.0 · ⚓ hooked · ended (exit 1) ──────┐
 //! │ OOM: needed 1.0 GiB contiguous; 4.3 GiB free in 306 runs, largest 6.0 MiB  │ HEAD
 //! │ PyTorch: CUDA out of memory. Tried to allocate 1.00 GiB. GPU 0 has ...     │
-//! │ expandable_segments:True: cannot tell from one state (run with --history …  │
+//! │ cannot tell  expandable_segments:True one state does not settle it (run …  │
+//! │ fails        empty_cache() PyTorch releases every wholly free cached ...   │
+//! │ what would: a request of at most 6.0 MiB fits now; freeing 2 live ...     │
 //! │ 135 segments · 442 blocks · reserved 3.8 GiB · allocated 2.1 GiB · frag .. │ CAPTION
 //! │ 0x7f..  20M ██████▌·····═════██████  ...         │reserved ████▌  3.8 GiB  │ MAP | PANEL
 //! └────────────────────────────────────────────────────────────────────────────┘
@@ -24,6 +26,7 @@ use super::viewer::{caption_line, draw_map_region};
 use crate::app::viewer::MapNav;
 use crate::app::{App, RunView, View};
 use vramtop_alloc::human_bytes;
+use vramtop_alloc::remedy::Verdict;
 use vramtop_attach::JobView;
 
 /// Rows PyTorch's own message may take under the OOM line.
@@ -156,15 +159,31 @@ fn head_lines(job: &JobView) -> Vec<(Line<'static>, u16)> {
             PYTORCH_ROWS,
         ));
     }
-    let style = if oom.expandable.would_fit {
-        Style::new().green()
-    } else {
-        Style::new().yellow()
-    };
-    lines.push((
-        Line::from(Span::styled(format!(" {}", oom.expandable_line()), style)),
-        1,
-    ));
+    // Each remedy users are told to try, with PyTorch's answer for this OOM.
+    for remedy in &oom.remedies {
+        let style = match remedy.verdict {
+            Verdict::Fits => Style::new().green(),
+            Verdict::Fails => Style::new().red(),
+            Verdict::CannotTell => Style::new().yellow(),
+        };
+        lines.push((
+            Line::from(vec![
+                Span::styled(format!(" {:<12}", remedy.verdict.to_string()), style.bold()),
+                Span::styled(format!("{} ", remedy.remedy), Style::new().bold()),
+                Span::styled(remedy.reason.clone(), style),
+            ]),
+            1,
+        ));
+    }
+    if !oom.remedies.iter().any(|r| r.verdict == Verdict::Fits) {
+        lines.push((
+            Line::from(Span::styled(
+                format!(" what would: {}", oom.what_would_fit.line()),
+                Style::new().cyan(),
+            )),
+            1,
+        ));
+    }
     lines
 }
 

@@ -45,7 +45,7 @@ pub(crate) fn oversize_refused(size: u64, found: u64, max_split_size: u64) -> bo
 }
 
 /// Segment size PyTorch asks cudaMalloc for, given a rounded request.
-pub(crate) fn allocation_size(size: u64) -> u64 {
+pub fn allocation_size(size: u64) -> u64 {
     if size <= SMALL_SIZE {
         SMALL_BUFFER
     } else if size < MIN_LARGE_ALLOC {

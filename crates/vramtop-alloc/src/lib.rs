@@ -66,6 +66,7 @@ mod ledger;
 pub mod metrics;
 mod policy;
 mod pytorch_expandable;
+pub mod remedy;
 pub mod rng;
 mod size_index;
 mod tlsf;
@@ -73,5 +74,6 @@ pub mod types;
 pub mod whatif;
 
 pub use allocator::{AllocConfig, Allocator, LiveBlock, TagUsage};
+pub use caching::allocation_size as segment_size_for;
 pub use events::EventReceiver;
 pub use types::*;

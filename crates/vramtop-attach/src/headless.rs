@@ -98,7 +98,17 @@ pub fn summary(job: &JobView) -> String {
         None => parts.push("no state yet (CUDA not initialised?)".to_string()),
     }
     if let Some(oom) = &job.oom {
-        parts.push(format!("OOM: {}; {}", oom.line(), oom.expandable_line()));
+        let remedies: Vec<String> = oom
+            .remedies
+            .iter()
+            .map(|r| format!("{} {}", r.remedy, r.verdict))
+            .collect();
+        parts.push(format!(
+            "OOM: {}; {}; remedies: {}",
+            oom.line(),
+            oom.expandable_line(),
+            remedies.join(", ")
+        ));
     }
     if let Some(suspect) = job.suspects.first() {
         parts.push(format!("leak suspect {}", suspect.tag));

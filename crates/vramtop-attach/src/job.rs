@@ -5,16 +5,15 @@
 
 use std::sync::Arc;
 
-use serde::Serialize;
-
-use vramtop_alloc::whatif::{expandable_fits, LiveSpan};
+use vramtop_alloc::remedy::{self, JobSettings, OomScene, RemedyVerdict, WhatWouldFit};
+pub use vramtop_alloc::remedy::{expandable_would_fit, Answer, ExpandableVerdict};
 
 use super::protocol::{
     AllocatorSettings, Bye, ErrorReport, Hello, HookSegment, JobState, OomState, TorchStats,
 };
 use vramtop_alloc::leaks::{DetectorConfig, LeakDetector, SiteTrend, Suspect};
 use vramtop_alloc::metrics::layout_stats;
-use vramtop_alloc::{round_size, BlockState, Layout, MapView, OomReport, Pool};
+use vramtop_alloc::{round_size, BlockState, MapView, OomReport, Pool};
 use vramtop_trace::{snapshot, SnapshotBlock, SnapshotSegment};
 
 /// Fragmentation samples kept per job (five minutes at 1 s).
@@ -119,140 +118,6 @@ impl JobFrame {
     }
 }
 
-/// What `expandable_segments:True` would have done with a failed request, said only as
-/// far as one state can tell (PyTorch 2.11, c10/cuda/CUDACachingAllocator.cpp):
-/// - already on: `malloc` released every free page (`release_cached_blocks` ->
-///   `release_blocks` -> `unmap_block`, whole pages only) and retried before it raised,
-///   so it did not fit;
-/// - off: with it on, the same job would have put its tensors one after another into one
-///   mapped extent of pages (20 MiB in the large pool, 2 MiB in the small), and a page
-///   stays mapped while any live tensor touches it. Which pages the live tensors would
-///   touch depends on the order the job allocated and freed in, which one state does not
-///   hold. So: packed tight (the best case) and still over the budget: it would not fit;
-///   every live tensor on pages of its own (the worst case) and still within it: it
-///   would fit; between the two: cannot tell from one state.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct ExpandableVerdict {
-    pub answer: Answer,
-    /// PyTorch's expandable segments would fit it (`answer` is `fits`).
-    pub would_fit: bool,
-    /// An ideal page-mapped allocator, live tensors packed tight (the best case), fits it.
-    pub ideal_would_fit: bool,
-    pub needed_bytes: u64,
-    /// Pages the live tensors hold packed tight, and with each on pages of its own.
-    pub best_case_bytes: u64,
-    pub worst_case_bytes: u64,
-    /// What the job may hold: reserved now plus its room to grow.
-    pub budget_bytes: u64,
-    /// The job ran with expandable segments on.
-    pub already_on: bool,
-}
-
-impl ExpandableVerdict {
-    /// What `expandable_segments:True` would have done, in one line with its reason.
-    pub fn line(&self) -> String {
-        use vramtop_alloc::human_bytes;
-        let v = self;
-        let budget = human_bytes(v.budget_bytes);
-        match v.answer {
-            Answer::DoesNotFit if v.already_on => "expandable_segments:True is already on: \
-                PyTorch unmapped every free page and retried before it raised"
-                .to_string(),
-            Answer::DoesNotFit => format!(
-                "expandable_segments:True would not fit it: even packed tight the live tensors \
-                 and the request need more than the {budget} allowed"
-            ),
-            Answer::Fits => format!(
-                "expandable_segments:True would fit it: even with every live tensor on pages \
-                 of its own ({}) the request fits in the {budget} allowed",
-                human_bytes(v.worst_case_bytes)
-            ),
-            Answer::CannotTell => format!(
-                "expandable_segments:True: cannot tell from one state (run with --history to \
-                 replay the job): it fits packed tight ({}), not if each live tensor keeps \
-                 its pages mapped ({}; a 20 MiB page stays while any tensor touches it)",
-                human_bytes(v.best_case_bytes),
-                human_bytes(v.worst_case_bytes)
-            ),
-        }
-    }
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Answer {
-    Fits,
-    DoesNotFit,
-    CannotTell,
-}
-
-/// PyTorch's expandable page for a block of `size` bytes (`kSmallBuffer` for the small
-/// pool's blocks of up to 1 MiB, else `kLargeBuffer`).
-fn page_for(size: u64) -> u64 {
-    if size <= 1 << 20 {
-        2 << 20
-    } else {
-        20 << 20
-    }
-}
-
-/// The one place this verdict is computed. `already_on`: the job's segments are
-/// expandable ones.
-pub fn expandable_would_fit(
-    layout: &Layout,
-    needed: u64,
-    headroom: u64,
-    already_on: bool,
-) -> ExpandableVerdict {
-    let live: Vec<LiveSpan> = layout
-        .segments
-        .iter()
-        .flat_map(|s| &s.runs)
-        .filter(|r| r.state != BlockState::Free)
-        .map(|r| LiveSpan {
-            addr: r.addr,
-            size: r.size,
-            stream: 0,
-        })
-        .collect();
-    let reserved: u64 = layout.segments.iter().map(|s| s.size).sum();
-    let budget = reserved.saturating_add(headroom);
-    let what_if = expandable_fits(&live, needed, 0, budget);
-    // Packed tight, through PyTorch's own rules (`pytorch-expandable`): the best case.
-    let best_case = what_if
-        .faithful
-        .reserved_after_bytes
-        .max(what_if.faithful.reserved_before_bytes);
-    // Each live tensor on pages of its own: one more page where it may straddle two.
-    let worst_case = live
-        .iter()
-        .map(|b| {
-            let page = page_for(b.size);
-            (b.size.div_ceil(page) + 1).saturating_mul(page)
-        })
-        .fold(0u64, u64::saturating_add);
-    let request_pages = needed
-        .div_ceil(page_for(needed))
-        .saturating_mul(page_for(needed));
-    let answer = if already_on || !what_if.faithful.fits {
-        Answer::DoesNotFit
-    } else if worst_case.saturating_add(request_pages) <= budget {
-        Answer::Fits
-    } else {
-        Answer::CannotTell
-    };
-    ExpandableVerdict {
-        answer,
-        would_fit: answer == Answer::Fits,
-        ideal_would_fit: what_if.ideal.fits,
-        needed_bytes: needed,
-        best_case_bytes: best_case,
-        worst_case_bytes: worst_case,
-        budget_bytes: budget,
-        already_on,
-    }
-}
-
 /// An `oom` explained as vramtop explains a probe's: the same `OomReport` line.
 #[derive(Clone, Debug)]
 pub struct OomExplained {
@@ -260,6 +125,9 @@ pub struct OomExplained {
     pub device: i64,
     pub report: OomReport,
     pub expandable: ExpandableVerdict,
+    /// Every remedy's verdict from this one state, `expandable` among them.
+    pub remedies: Vec<RemedyVerdict>,
+    pub what_would_fit: WhatWouldFit,
     pub device_free_bytes: Option<u64>,
     pub device_total_bytes: Option<u64>,
     pub torch: Option<TorchStats>,
@@ -291,13 +159,31 @@ impl OomExplained {
             (Some(free), Some(allowed)) => free.min(allowed.saturating_sub(stats.reserved_bytes)),
             _ => 0,
         };
-        let already_on = oom.segments.iter().any(|s| s.is_expandable);
-        let expandable = expandable_would_fit(&map.layout, rounded, headroom, already_on);
+        let settings = JobSettings {
+            // The segments say so even where the hook could not read the settings.
+            expandable_segments: oom.settings.expandable_segments == Some(true)
+                || oom.segments.iter().any(|s| s.is_expandable),
+            max_split_size: oom.settings.max_split_size,
+            garbage_collection_threshold: oom.settings.garbage_collection_threshold,
+        };
+        let scene = OomScene {
+            layout: &map.layout,
+            needed: rounded,
+            headroom,
+            capped: capped(oom.device_free_bytes, rounded),
+            settings,
+            released_bytes: None,
+        };
+        let expandable = remedy::expandable(&scene);
+        let remedies = remedy::one_state(&scene);
+        let what_would_fit = remedy::what_would_fit(&scene);
         OomExplained {
             time_s: oom.time_s,
             device: oom.device,
             report,
             expandable,
+            remedies,
+            what_would_fit,
             device_free_bytes: oom.device_free_bytes,
             device_total_bytes: oom.device_total_bytes,
             torch: oom.stats.clone(),
@@ -316,6 +202,12 @@ impl OomExplained {
     pub fn expandable_line(&self) -> String {
         self.expandable.line()
     }
+}
+
+/// The driver had room for the request's new segment, so a per-process memory fraction
+/// stopped it (unknown free memory counts as no cap).
+pub fn capped(device_free: Option<u64>, needed: u64) -> bool {
+    device_free.is_some_and(|free| free >= vramtop_alloc::segment_size_for(needed))
 }
 
 /// Per-site leak watch over an attached job's states.
@@ -475,7 +367,7 @@ impl AttachedJob {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::HookBlock;
+    use crate::protocol::{AllocatorSettings, HookBlock};
 
     const MIB: u64 = 1 << 20;
 
@@ -526,8 +418,44 @@ mod tests {
             segments,
             truncated: false,
             summary: None,
+            settings: AllocatorSettings::default(),
         };
         let explained = OomExplained::from_oom(&oom);
+        // Every remedy, in the order users are told to try them: the device itself was
+        // full (0 B free), so the GC threshold, which needs a memory fraction, cannot help.
+        let names: Vec<&str> = explained
+            .remedies
+            .iter()
+            .map(|r| r.remedy.as_str())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "expandable_segments:True",
+                "max_split_size_mb:N",
+                "garbage_collection_threshold:0.6",
+                "empty_cache()"
+            ]
+        );
+        use vramtop_alloc::remedy::Verdict;
+        let verdicts: Vec<Verdict> = explained.remedies.iter().map(|r| r.verdict).collect();
+        assert_eq!(
+            verdicts,
+            [
+                Verdict::CannotTell,
+                Verdict::CannotTell,
+                Verdict::Fails,
+                Verdict::Fails
+            ]
+        );
+        assert!(explained.remedies[2].reason.contains("memory_fraction"));
+        // Nothing fits for sure: the largest free run is the largest request that fits,
+        // and the two live 6 MiB blocks of one segment stand between its holes and the
+        // 16 MiB asked (no window of a 20 MiB segment holds less).
+        let would = &explained.what_would_fit;
+        assert_eq!(would.largest_request_bytes, 6 * MIB);
+        let way = would.in_the_way.as_ref().expect("blocks in the way");
+        assert_eq!((way.blocks, way.bytes), (2, 12 * MIB));
         // 6 MiB and 2 MiB holes are separate runs: 4 segments x 2 runs, 32 MiB in all.
         assert_eq!(
             explained.line(),
@@ -541,7 +469,7 @@ mod tests {
         assert!(!v.would_fit);
         assert!(explained
             .expandable_line()
-            .contains("cannot tell from one state"));
+            .contains("cannot tell: one state does not settle it"));
         assert!(explained.expandable_line().contains("--history"));
         // Over the budget even packed tight: a firm no.
         let too_big = expandable_would_fit(&explained.map.layout, 40 * MIB, 0, false);

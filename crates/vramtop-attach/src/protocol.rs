@@ -250,6 +250,9 @@ pub struct OomState {
     /// PyTorch's own figures in its words, for jobs that catch the exception.
     #[serde(default)]
     pub summary: Option<String>,
+    /// The allocator's settings (hooks before 0.4 did not send them: unknown).
+    #[serde(default)]
+    pub settings: AllocatorSettings,
 }
 
 /// An exception text PyTorch raised (the OOM message, say).

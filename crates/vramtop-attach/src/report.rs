@@ -6,6 +6,7 @@ use serde::Serialize;
 use super::job::{ExpandableVerdict, JobView};
 use super::protocol::{AllocatorSettings, ErrorReport, TorchStats};
 use vramtop_alloc::leaks::Suspect;
+use vramtop_alloc::remedy::{RemedyVerdict, WhatWouldFit};
 
 /// The `attached` entry of `--once --json` and `vramtop attach --json`.
 #[derive(Clone, Debug, Serialize)]
@@ -72,6 +73,9 @@ pub struct OomJson {
     pub device_total_bytes: Option<u64>,
     pub expandable: ExpandableVerdict,
     pub expandable_line: String,
+    /// Every remedy with `fits`, `fails` or `cannot_tell` and why.
+    pub remedies: Vec<RemedyVerdict>,
+    pub what_would_fit: WhatWouldFit,
     pub pytorch_summary: Option<String>,
 }
 
@@ -121,6 +125,8 @@ impl JobReport {
                 device_total_bytes: o.device_total_bytes,
                 expandable: o.expandable.clone(),
                 expandable_line: o.expandable_line(),
+                remedies: o.remedies.clone(),
+                what_would_fit: o.what_would_fit.clone(),
                 pytorch_summary: o.summary.clone(),
             }),
             last_error: view.error.clone(),

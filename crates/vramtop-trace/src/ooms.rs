@@ -105,7 +105,7 @@ pub fn inferred_capacity(trace: &Trace, ooms: &[TraceOom]) -> Option<u64> {
 
 /// The most the traced allocator held at once, walking its segment events from the
 /// segments held at the start.
-fn peak_reserved(trace: &Trace) -> u64 {
+pub(crate) fn peak_reserved(trace: &Trace) -> u64 {
     let mut current: u64 = trace.initial_segments.iter().map(|s| s.size).sum();
     let mut peak = current;
     for event in &trace.events {

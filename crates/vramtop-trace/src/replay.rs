@@ -23,6 +23,7 @@
 //!   its own segments, which is the point of the comparison.
 
 mod initial;
+pub mod remedies;
 pub mod report;
 pub mod whatif;
 
@@ -56,6 +57,8 @@ pub struct ReplayOptions {
     pub capacity: u64,
     /// Where `capacity` came from.
     pub source: CapacitySource,
+    /// A remedy tried: this `max_split_size` (bytes) instead of the trace's own.
+    pub max_split_size: Option<u64>,
 }
 
 impl Default for ReplayOptions {
@@ -63,6 +66,7 @@ impl Default for ReplayOptions {
         ReplayOptions {
             capacity: UNLIMITED_CAPACITY,
             source: CapacitySource::Unlimited,
+            max_split_size: None,
         }
     }
 }
@@ -169,7 +173,7 @@ impl<'t> Replay<'t> {
         // The traced allocator's own settings: `caching` models them (PyTorch's
         // max_split_size_mb and roundup_power2_divisions); the other policies ignore them.
         let config = AllocConfig {
-            max_split_size: trace.settings.max_split_size,
+            max_split_size: opts.max_split_size.or(trace.settings.max_split_size),
             roundup_power2_divisions: trace.settings.roundup_power2_divisions,
             ..AllocConfig::default()
         };
@@ -604,12 +608,14 @@ pub fn plan_capacity(
         return ReplayOptions {
             capacity,
             source: CapacitySource::Given,
+            max_split_size: None,
         };
     }
     match super::ooms::inferred_capacity(trace, ooms) {
         Some(capacity) if capacity > 0 => ReplayOptions {
             capacity,
             source: CapacitySource::Inferred,
+            max_split_size: None,
         },
         _ => ReplayOptions::default(),
     }
@@ -705,6 +711,7 @@ mod tests {
         let opts = ReplayOptions {
             capacity: 30 * MIB,
             source: CapacitySource::Given,
+            max_split_size: None,
         };
         let run = replay(&t, PolicyKind::FirstFit, opts).unwrap();
         assert_eq!(run.ooms, 1);

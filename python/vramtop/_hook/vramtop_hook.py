@@ -1317,6 +1317,7 @@ def on_oom(device, alloc_size, limit_bytes, device_free):
             "device_free_bytes": int(device_free),
             "device_total_bytes": int(limit_bytes),
             "stats": stats,
+            "settings": state["settings"],
             "segments": state["segments"],
             "truncated": state["truncated"],
             "summary": oom_summary(alloc_size, stats, device_free),

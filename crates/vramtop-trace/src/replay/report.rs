@@ -3,6 +3,7 @@
 
 use serde::Serialize;
 
+use super::remedies::OomRemedies;
 use super::{ReplayReport, TRACE_ROUNDING};
 use crate::ooms::TraceOom;
 use crate::{Trace, TraceEventKind, TraceFormat};
@@ -171,7 +172,7 @@ pub fn table(name: &str, figures: &TraceFigures, rows: &[ReplayReport]) -> Strin
 
 /// The trace's OOMs, each with the traced allocator's state and every policy's answer;
 /// empty when the trace has none.
-pub fn oom_table(ooms: &[TraceOom], rows: &[ReplayReport]) -> String {
+pub fn oom_table(ooms: &[TraceOom], rows: &[ReplayReport], remedies: &[OomRemedies]) -> String {
     if ooms.is_empty() {
         return String::new();
     }
@@ -198,6 +199,13 @@ pub fn oom_table(ooms: &[TraceOom], rows: &[ReplayReport]) -> String {
             .collect();
         if !answers.is_empty() {
             out += &format!("     {}\n", answers.join(", "));
+        }
+        for remedy in remedies
+            .iter()
+            .filter(|r| r.event == oom.event)
+            .flat_map(|r| &r.remedies)
+        {
+            out += &format!("     {}\n", remedy.line());
         }
     }
     out

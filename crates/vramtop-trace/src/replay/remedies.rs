@@ -1,0 +1,328 @@
+//! The remedies at each of a trace's own OOMs, answered from the job's history: the trace
+//! replayed through `caching` (PyTorch's rules) with each `max_split_size_mb` tried, and
+//! through `pytorch-expandable`, asked at each OOM whether the same request would have
+//! fit. A trace kept at an OOM with no history (one state) gets the live view's own
+//! answers (`vramtop_alloc::remedy::one_state`): the same state, the same verdicts.
+//!
+//! A replay needs a capacity. Given (`--capacity`), it is one figure. Otherwise the trace
+//! bounds it, and only verdicts that hold across those bounds are given:
+//! - at least the most the job ever reserved (it had that);
+//! - where the device itself was out of room (its free memory less than the request's
+//!   new segment), what the job held plus what the device had free: what it had then;
+//! - under a memory fraction (the device had room), less than what the job held plus the
+//!   request's new segment (PyTorch's cap check refused exactly that).
+//!
+//! A remedy that fits at the low bound fits; one that fails at the high bound fails;
+//! between them the verdict is `cannot_tell`, and `--capacity` settles it. A replay that
+//! does not itself fail where PyTorch failed (no remedy) gives no verdicts at all.
+
+use serde::Serialize;
+
+use super::{replay, OomCheck, ReplayError, ReplayOptions};
+use crate::ooms::{CapacitySource, TraceOom};
+use crate::{snapshot, Trace, TraceEventKind};
+use vramtop_alloc::remedy::{
+    self, beyond_any_setting, empty_cache_verdict, gc_threshold_verdict, JobSettings, OomScene,
+    RemedyVerdict, Verdict, WhatWouldFit,
+};
+use vramtop_alloc::{human_bytes, round_size, segment_size_for, PolicyKind};
+
+/// The `max_split_size_mb` values tried, in MiB (PyTorch takes nothing under 20).
+pub const MAX_SPLIT_TRIED_MB: [u64; 8] = [20, 64, 128, 256, 512, 1024, 2048, 4096];
+
+const MIB: u64 = 1 << 20;
+
+/// One trace OOM and every remedy's verdict for it.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct OomRemedies {
+    /// Index of the `oom` event in `Trace::events`.
+    pub event: usize,
+    pub remedies: Vec<RemedyVerdict>,
+    /// From one state only (a trace kept at the OOM without history).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub what_would_fit: Option<WhatWouldFit>,
+}
+
+/// The capacities a replay is asked at: equal when given or known.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct CapacityBounds {
+    pub low: u64,
+    pub high: u64,
+    pub source: CapacitySource,
+}
+
+impl CapacityBounds {
+    /// "capacity 5.9 GiB to 7.9 GiB (bounded by the trace's OOMs; --capacity settles it)"
+    pub fn line(&self) -> String {
+        if self.low == self.high {
+            return format!("capacity {}", human_bytes(self.low));
+        }
+        format!(
+            "capacity between {} and {} as the trace's OOM(s) bound it (--capacity settles \
+             the verdicts that depend on it)",
+            human_bytes(self.low),
+            human_bytes(self.high)
+        )
+    }
+}
+
+/// What the trace bounds the capacity to; `None` without OOMs and without `given`.
+pub fn capacity_bounds(
+    trace: &Trace,
+    ooms: &[TraceOom],
+    given: Option<u64>,
+) -> Option<CapacityBounds> {
+    if let Some(c) = given {
+        return Some(CapacityBounds {
+            low: c,
+            high: c,
+            source: CapacitySource::Given,
+        });
+    }
+    let (mut low, mut high) = (crate::ooms::peak_reserved(trace), u64::MAX);
+    for oom in ooms {
+        let segment = segment_size_for(round_size(oom.requested_bytes).unwrap_or(u64::MAX));
+        if oom.device_free_bytes < segment {
+            // The device itself: what the job held plus what it had free then.
+            let had = oom.reserved_bytes.saturating_add(oom.device_free_bytes);
+            low = low.max(had.min(high));
+            high = high.min(had);
+        } else {
+            high = high.min(oom.reserved_bytes.saturating_add(segment).saturating_sub(1));
+        }
+    }
+    if ooms.is_empty() {
+        return None;
+    }
+    let low = low.min(high);
+    Some(CapacityBounds {
+        low,
+        high,
+        source: CapacitySource::Inferred,
+    })
+}
+
+/// Every remedy at each of the trace's OOMs (`ooms` is `ooms::trace_ooms(trace)`).
+pub fn remedies(
+    trace: &Trace,
+    ooms: &[TraceOom],
+    given: Option<u64>,
+) -> Result<Vec<OomRemedies>, ReplayError> {
+    let Some(bounds) = capacity_bounds(trace, ooms, given) else {
+        return Ok(Vec::new());
+    };
+    if trace.stats.no_history {
+        return Ok(one_state(trace, ooms));
+    }
+    let settings = &trace.settings;
+    let at = |policy, capacity, max_split: Option<u64>| {
+        let opts = ReplayOptions {
+            capacity,
+            source: bounds.source,
+            max_split_size: max_split,
+        };
+        replay(trace, policy, opts).map(|run| run.oom_checks)
+    };
+    // Each run on a thread of its own: they share nothing but the trace.
+    let mut asked: Vec<(PolicyKind, u64, Option<u64>)> = Vec::new();
+    for capacity in [bounds.low, bounds.high] {
+        asked.push((PolicyKind::Caching, capacity, None));
+        if !settings.expandable_segments {
+            asked.push((PolicyKind::PytorchExpandable, capacity, None));
+        }
+        for mb in MAX_SPLIT_TRIED_MB {
+            if settings.max_split_size != Some(mb * MIB) {
+                asked.push((PolicyKind::Caching, capacity, Some(mb * MIB)));
+            }
+        }
+        if bounds.low == bounds.high {
+            break;
+        }
+    }
+    let answers: Vec<Result<Vec<OomCheck>, ReplayError>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = asked
+            .iter()
+            .map(|&(policy, capacity, split)| scope.spawn(move || at(policy, capacity, split)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Ok(Vec::new())))
+            .collect()
+    });
+    let mut runs = Vec::with_capacity(asked.len());
+    for (key, answer) in asked.into_iter().zip(answers) {
+        runs.push((key, answer?));
+    }
+    // Did `policy` with `split` fail the OOM at `event` at `capacity`?
+    let fails = |event: usize, policy, capacity, split: Option<u64>| -> Option<bool> {
+        runs.iter()
+            .find(|(k, _)| *k == (policy, capacity, split))
+            .and_then(|(_, checks)| checks.iter().find(|c| c.event == event))
+            .map(|c| c.fails)
+    };
+    let verdict_of = |event: usize, policy, split| -> Verdict {
+        match (
+            fails(event, policy, bounds.low, split),
+            fails(event, policy, bounds.high, split),
+        ) {
+            (Some(false), _) => Verdict::Fits,
+            (_, Some(true)) => Verdict::Fails,
+            _ => Verdict::CannotTell,
+        }
+    };
+    let mut out = Vec::new();
+    for oom in ooms {
+        let event = oom.event;
+        let needed = round_size(oom.requested_bytes).unwrap_or(oom.requested_bytes);
+        let capped = oom.device_free_bytes >= segment_size_for(needed);
+        let beyond = beyond_any_setting(oom.allocated_bytes.saturating_add(needed), bounds.high);
+        let released = released_before(trace, event);
+        let mut remedies = Vec::new();
+        // The replay must fail where PyTorch failed before its answers mean anything.
+        if fails(event, PolicyKind::Caching, bounds.low, None) != Some(true) {
+            let why = "vramtop's replay of this trace does not fail where PyTorch failed, so \
+                       it cannot judge remedies here";
+            remedies.push(RemedyVerdict::new(
+                "expandable_segments:True",
+                Verdict::CannotTell,
+                why,
+            ));
+            remedies.push(RemedyVerdict::new(
+                "max_split_size_mb:N",
+                Verdict::CannotTell,
+                why,
+            ));
+        } else {
+            remedies.push(expandable(settings.expandable_segments, || {
+                verdict_of(event, PolicyKind::PytorchExpandable, None)
+            }));
+            remedies.push(max_split(&|mb| {
+                verdict_of(event, PolicyKind::Caching, Some(mb * MIB))
+            }));
+        }
+        remedies.push(gc_threshold_verdict(capped, beyond));
+        remedies.push(empty_cache_verdict(Some(released)));
+        out.push(OomRemedies {
+            event,
+            remedies,
+            what_would_fit: None,
+        });
+    }
+    Ok(out)
+}
+
+fn expandable(already_on: bool, verdict: impl Fn() -> Verdict) -> RemedyVerdict {
+    const NAME: &str = "expandable_segments:True";
+    if already_on {
+        return RemedyVerdict::new(
+            NAME,
+            Verdict::Fails,
+            "already on: PyTorch unmapped every free page and retried before it raised",
+        );
+    }
+    let reason = match verdict() {
+        Verdict::Fits => {
+            "the job's own history replayed with PyTorch's expandable rules \
+                          (20 MiB pages) serves the request"
+        }
+        Verdict::Fails => {
+            "the job's own history replayed with PyTorch's expandable rules \
+                           (20 MiB pages) still fails the request"
+        }
+        Verdict::CannotTell => {
+            "the replay fits it at the trace's lower capacity bound only: \
+                                give --capacity"
+        }
+    };
+    RemedyVerdict::new(NAME, verdict(), reason)
+}
+
+/// The largest `max_split_size_mb` that fits for sure, else whether any might.
+fn max_split(verdict: &dyn Fn(u64) -> Verdict) -> RemedyVerdict {
+    let verdicts: Vec<(u64, Verdict)> = MAX_SPLIT_TRIED_MB
+        .iter()
+        .map(|&mb| (mb, verdict(mb)))
+        .collect();
+    let tried = format!(
+        "tried {} to {} MiB",
+        MAX_SPLIT_TRIED_MB[0],
+        MAX_SPLIT_TRIED_MB[MAX_SPLIT_TRIED_MB.len() - 1]
+    );
+    if let Some(&(mb, _)) = verdicts.iter().rev().find(|(_, v)| *v == Verdict::Fits) {
+        let fitting: Vec<String> = verdicts
+            .iter()
+            .filter(|(_, v)| *v == Verdict::Fits)
+            .map(|(mb, _)| mb.to_string())
+            .collect();
+        return RemedyVerdict::new(
+            format!("max_split_size_mb:{mb}"),
+            Verdict::Fits,
+            format!(
+                "the job's history replayed with it serves the request (fits with N = {}; {tried})",
+                fitting.join(", ")
+            ),
+        );
+    }
+    if verdicts.iter().any(|(_, v)| *v == Verdict::CannotTell) {
+        return RemedyVerdict::new(
+            "max_split_size_mb:N",
+            Verdict::CannotTell,
+            format!(
+                "some N fit only at the trace's lower capacity bound: give --capacity ({tried})"
+            ),
+        );
+    }
+    RemedyVerdict::new(
+        "max_split_size_mb:N",
+        Verdict::Fails,
+        format!("no value fits: the job's history replayed with each still fails ({tried})"),
+    )
+}
+
+/// What PyTorch released just before it raised: the segment frees and unmaps the trace
+/// recorded right before the `oom` event (`release_cached_blocks` in `malloc`).
+fn released_before(trace: &Trace, event: usize) -> u64 {
+    trace.events[..event.min(trace.events.len())]
+        .iter()
+        .rev()
+        .take_while(|e| {
+            matches!(
+                e.kind,
+                TraceEventKind::SegmentFree | TraceEventKind::SegmentUnmap
+            )
+        })
+        .map(|e| e.size)
+        .sum()
+}
+
+/// A trace of one state kept at an OOM: the live view's answers for the state it holds.
+fn one_state(trace: &Trace, ooms: &[TraceOom]) -> Vec<OomRemedies> {
+    let (Some(kept), Some(last)) = (&trace.stats.kept_oom, ooms.last()) else {
+        return Vec::new();
+    };
+    let layout = snapshot::layout_at_end(trace);
+    let reserved: u64 = layout.segments.iter().map(|s| s.size).sum();
+    let needed = round_size(kept.requested_bytes).unwrap_or(kept.requested_bytes);
+    let scene = OomScene {
+        layout: &layout,
+        needed,
+        // Room to grow, as the live view counts it: up to the allowed maximum, no
+        // further than the device had free.
+        headroom: kept
+            .device_free_bytes
+            .min(kept.device_total_bytes.saturating_sub(reserved)),
+        capped: kept.device_free_bytes >= segment_size_for(needed),
+        settings: JobSettings {
+            expandable_segments: trace.settings.expandable_segments
+                || trace.segments_at_end.iter().any(|s| s.is_expandable),
+            max_split_size: trace.settings.max_split_size,
+            garbage_collection_threshold: trace.settings.garbage_collection_threshold,
+        },
+        released_bytes: None,
+    };
+    vec![OomRemedies {
+        event: last.event,
+        remedies: remedy::one_state(&scene),
+        what_would_fit: Some(remedy::what_would_fit(&scene)),
+    }]
+}
