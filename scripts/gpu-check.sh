@@ -200,6 +200,15 @@ while IFS='|' read -r tag name verdict details; do
   [ "$tag" = FAULT ] && result "fault: $name" "$verdict" "$details"
 done < "$WORK/faults.txt"
 grep -q '^FAULT|' "$WORK/faults.txt" || result "faults" FAIL "gpu-faults.sh printed no rows (see gpu-faults.log)"
+# 13. Issue 25, the remedies judged: each workload of scripts/gpu-jobs/whatif_ab.py under
+#    `vramtop run --history` (vramtop's verdicts at its OOM), then once per remedy in a
+#    fresh process (PyTorch's outcome). Its table goes to $OUT/whatif/table.md.
+say "remedies A/B (whatif_ab.py)"
+timeout 1200 python3 "$HERE/gpu-jobs/whatif_ab.py" ab "$BIN" "$OUT/whatif" >> "$LOG" 2>&1
+if [ -s "$OUT/whatif/table.md" ]; then
+  wrong=$(grep -c 'WRONG' "$OUT/whatif/table.md")
+  result "remedies A/B" "$([ "$wrong" = 0 ] && echo PASS || echo FAIL)" "$(tail -1 "$OUT/whatif/table.md")"
+else result "remedies A/B" FAIL "whatif_ab.py wrote no table (see gpu-check.log)"; fi
 
 echo
 echo "check                                        result details"

@@ -183,7 +183,7 @@ fn the_live_view_and_a_kept_file_give_the_same_verdicts() {
             from_file[0].what_would_fit.as_ref(),
             "{name}"
         );
-        assert_eq!(live.remedies.len(), 4, "{name}");
+        assert_eq!(live.remedies.len(), 5, "{name}");
     }
 }
 
@@ -200,10 +200,11 @@ fn one_state_verdicts_follow_pytorchs_rules() {
     // Checkerboard: 4.7 GiB live and 1 GiB asked fit the 7.9 GiB cap packed tight, so no
     // setting is ruled out by the floor; whether expandable pages would have stayed mapped
     // depends on the order of allocs and frees (the trace replay says: they would, and it
-    // fails, as PyTorch did). One state cannot tell.
+    // fails, as PyTorch did). One state cannot tell; under the cap neither can it for the GC threshold or for
+    // empty_cache() between steps, which release segments earlier.
     assert_eq!(
         verdicts[0].1,
-        [CannotTell, CannotTell, Fails, Fails],
+        [CannotTell, CannotTell, CannotTell, Fails, CannotTell],
         "{verdicts:?}"
     );
     // A split cache with room: every live tensor on pages of its own still fits.
@@ -230,9 +231,12 @@ fn h100_checkerboard_traces_every_remedy_fails_at_the_1_gib_request() {
         let all = remedies(&t, &ooms, None).unwrap_or_else(|e| panic!("{e}"));
         let big = all.last().expect("the 1 GiB OOM");
         assert_eq!(big.event, ooms[1].event);
+        // Every remedy fails, or is left open (the GC threshold under a cap and
+        // empty_cache() between steps depend on the order of events): none says "fits".
         for r in &big.remedies {
-            assert_eq!(r.verdict, Verdict::Fails, "{name}: {}", r.line());
+            assert_ne!(r.verdict, Verdict::Fits, "{name}: {}", r.line());
         }
+        assert_eq!(big.remedies[3].verdict, Verdict::Fails, "{name}");
         let expandable = &big.remedies[0];
         assert_eq!(expandable.remedy, "expandable_segments:True");
         if name.contains("expandable") {
@@ -283,7 +287,7 @@ fn replay_json_lists_remedies_at_each_trace_oom() {
     assert_eq!(names[0], "expandable_segments:True");
     assert!(names.contains(&"empty_cache()"));
     for r in remedies {
-        assert_eq!(r["verdict"], "fails", "{r}");
+        assert_ne!(r["verdict"], "fits", "{r}");
         assert!(!r["reason"].as_str().unwrap_or("").is_empty(), "{r}");
     }
     assert_eq!(report["capacity"]["source"], "inferred");

@@ -434,7 +434,8 @@ mod tests {
                 "expandable_segments:True",
                 "max_split_size_mb:N",
                 "garbage_collection_threshold:0.6",
-                "empty_cache()"
+                "empty_cache()",
+                "empty_cache() between steps"
             ]
         );
         use vramtop_alloc::remedy::Verdict;
@@ -445,7 +446,8 @@ mod tests {
                 Verdict::CannotTell,
                 Verdict::CannotTell,
                 Verdict::Fails,
-                Verdict::Fails
+                Verdict::Fails,
+                Verdict::CannotTell
             ]
         );
         assert!(explained.remedies[2].reason.contains("memory_fraction"));

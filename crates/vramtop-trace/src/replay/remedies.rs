@@ -111,7 +111,20 @@ pub fn remedies(
     let Some(bounds) = capacity_bounds(trace, ooms, given) else {
         return Ok(Vec::new());
     };
-    if trace.stats.no_history {
+    // What came before the trace began: blocks live at its start. A replay places them
+    // packed in address order (caching adopts PyTorch's own segments), so it starts from
+    // a state made under the job's own settings, not the remedy's.
+    let live_at_start = super::initial::live_before_trace(trace).0.len().max(
+        trace
+            .initial_segments
+            .iter()
+            .map(|s| s.blocks.len())
+            .sum::<usize>(),
+    );
+    if trace.stats.no_history || (live_at_start > 0 && trace.stats.kept_oom.is_some()) {
+        // A file kept at the OOM with no whole history (`--history` keeps sites, not a
+        // ring of events): its segments are the state at the OOM, so the live view's
+        // own answers for that state.
         return Ok(one_state(trace, ooms));
     }
     let settings = &trace.settings;
@@ -193,15 +206,31 @@ pub fn remedies(
                 why,
             ));
         } else {
-            remedies.push(expandable(settings.expandable_segments, || {
+            let partial = live_at_start > 0;
+            remedies.push(expandable(settings.expandable_segments, partial, || {
                 verdict_of(event, PolicyKind::PytorchExpandable, None)
             }));
-            remedies.push(max_split(&|mb| {
-                verdict_of(event, PolicyKind::Caching, Some(mb * MIB))
-            }));
+            if partial {
+                remedies.push(RemedyVerdict::new(
+                    "max_split_size_mb:N",
+                    Verdict::CannotTell,
+                    format!(
+                        "the trace begins with {live_at_start} blocks already live, placed \
+                         under the job's own setting: record the job from its start"
+                    ),
+                ));
+            } else {
+                remedies.push(max_split(&|mb| {
+                    verdict_of(event, PolicyKind::Caching, Some(mb * MIB))
+                }));
+            }
         }
-        remedies.push(gc_threshold_verdict(capped, beyond));
+        remedies.push(gc_threshold_verdict(capped, beyond.clone()));
         remedies.push(empty_cache_verdict(Some(released)));
+        remedies.push(remedy::empty_cache_between_steps(beyond_any_setting(
+            oom.allocated_bytes.saturating_add(needed),
+            bounds.high,
+        )));
         out.push(OomRemedies {
             event,
             remedies,
@@ -211,7 +240,9 @@ pub fn remedies(
     Ok(out)
 }
 
-fn expandable(already_on: bool, verdict: impl Fn() -> Verdict) -> RemedyVerdict {
+/// `partial`: the trace began with blocks already live, which the replay packs (the best
+/// case): then its "fits" is no answer.
+fn expandable(already_on: bool, partial: bool, verdict: impl Fn() -> Verdict) -> RemedyVerdict {
     const NAME: &str = "expandable_segments:True";
     if already_on {
         return RemedyVerdict::new(
@@ -220,21 +251,28 @@ fn expandable(already_on: bool, verdict: impl Fn() -> Verdict) -> RemedyVerdict 
             "already on: PyTorch unmapped every free page and retried before it raised",
         );
     }
-    let reason = match verdict() {
-        Verdict::Fits => {
-            "the job's own history replayed with PyTorch's expandable rules \
-                          (20 MiB pages) serves the request"
-        }
-        Verdict::Fails => {
-            "the job's own history replayed with PyTorch's expandable rules \
-                           (20 MiB pages) still fails the request"
-        }
-        Verdict::CannotTell => {
-            "the replay fits it at the trace's lower capacity bound only: \
-                                give --capacity"
-        }
+    let (verdict, reason) = match verdict() {
+        Verdict::Fits if partial => (
+            Verdict::CannotTell,
+            "it fits only with the blocks live at the trace's start packed tight (the best \
+             case): record the job from its start",
+        ),
+        Verdict::Fits => (
+            Verdict::Fits,
+            "the job's own history replayed with PyTorch's expandable rules (20 MiB pages) \
+             serves the request",
+        ),
+        Verdict::Fails => (
+            Verdict::Fails,
+            "the job's own history replayed with PyTorch's expandable rules (20 MiB pages) \
+             still fails the request",
+        ),
+        Verdict::CannotTell => (
+            Verdict::CannotTell,
+            "the replay fits it at the trace's lower capacity bound only: give --capacity",
+        ),
     };
-    RemedyVerdict::new(NAME, verdict(), reason)
+    RemedyVerdict::new(NAME, verdict, reason)
 }
 
 /// The largest `max_split_size_mb` that fits for sure, else whether any might.
@@ -325,4 +363,94 @@ fn one_state(trace: &Trace, ooms: &[TraceOom]) -> Vec<OomRemedies> {
         remedies: remedy::one_state(&scene),
         what_would_fit: Some(remedy::what_would_fit(&scene)),
     }]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{LiveAtStart, TraceEvent, TraceFormat, TraceStats};
+
+    fn event(kind: TraceEventKind, addr: u64, size: u64) -> TraceEvent {
+        TraceEvent {
+            kind,
+            addr,
+            size,
+            stream: 0,
+            tag: None,
+            time_us: None,
+        }
+    }
+
+    fn trace(initial: Vec<LiveAtStart>, events: Vec<TraceEvent>) -> Trace {
+        Trace {
+            source: TraceFormat::PytorchSnapshot,
+            device: 0,
+            initial,
+            initial_segments: Vec::new(),
+            events,
+            segments_at_end: Vec::new(),
+            settings: Default::default(),
+            stats: TraceStats::default(),
+        }
+    }
+
+    /// The split-cache workload of the A/B table, recorded from its start: a 6 GiB block
+    /// cached, split by 20 tensors of 304 MiB, every other freed, then 2.5 GiB asked
+    /// under a 7.9 GiB cap (the device had 70 GiB free).
+    fn split_cache() -> Trace {
+        use TraceEventKind::*;
+        let mut events = vec![
+            event(Alloc, 0x1000, 6 << 30),
+            event(FreeCompleted, 0x1000, 6 << 30),
+        ];
+        for i in 0..20u64 {
+            events.push(event(Alloc, 0x10_0000 + i, 304 * MIB));
+        }
+        for i in (0..20u64).step_by(2) {
+            events.push(event(FreeCompleted, 0x10_0000 + i, 304 * MIB));
+        }
+        events.push(event(Oom, 70 << 30, 2560 * MIB));
+        trace(Vec::new(), events)
+    }
+
+    #[test]
+    fn a_split_cache_fits_with_expandable_and_max_split_as_pytorch_did() {
+        let t = split_cache();
+        let ooms = crate::ooms::trace_ooms(&t);
+        assert_eq!(ooms.len(), 1);
+        let cap = 7900 * MIB;
+        let all = remedies(&t, &ooms, Some(cap)).unwrap();
+        let v: Vec<(String, Verdict)> = all[0]
+            .remedies
+            .iter()
+            .map(|r| (r.remedy.clone(), r.verdict))
+            .collect();
+        // PyTorch 2.11 on an H100: expandable fits; max_split_size_mb:200 and :1000 fit;
+        // garbage_collection_threshold:0.6 and empty_cache() do not (the GC threshold's
+        // verdict under a cap is left open: the history decides it).
+        assert_eq!(
+            v[0],
+            ("expandable_segments:True".into(), Verdict::Fits),
+            "{v:?}"
+        );
+        assert_eq!(v[1].1, Verdict::Fits, "{v:?}");
+        assert_eq!(v[2].1, Verdict::CannotTell, "{v:?}");
+        assert_eq!(v[3].1, Verdict::Fails, "{v:?}");
+    }
+
+    #[test]
+    fn blocks_live_at_the_start_make_a_packed_fit_no_answer() {
+        let mut t = split_cache();
+        t.initial = vec![LiveAtStart {
+            addr: 0x9000_0000,
+            size: 8 * MIB,
+            stream: 0,
+            tag: None,
+        }];
+        let ooms = crate::ooms::trace_ooms(&t);
+        let all = remedies(&t, &ooms, Some(7900 * MIB)).unwrap();
+        let r = &all[0].remedies;
+        assert_eq!(r[0].verdict, Verdict::CannotTell, "{r:?}");
+        assert_eq!(r[1].verdict, Verdict::CannotTell, "{r:?}");
+    }
 }

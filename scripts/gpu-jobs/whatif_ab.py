@@ -1,0 +1,335 @@
+#!/usr/bin/env python3
+"""The judge of vramtop's remedies: each workload once under `vramtop run --history` with no
+remedy (vramtop's verdicts at its OOM: live from `vramtop attach --json`, and from the job's
+history by `vramtop replay --report --json` of the snapshot kept at the OOM), then once per
+remedy in a fresh process (did PyTorch serve the judged request?).
+
+  python3 whatif_ab.py job WORKLOAD [REMEDY]   one run; prints `judged: {...}`
+  python3 whatif_ab.py ab PATH/TO/vramtop OUT  every workload, every remedy; OUT/ab.jsonl,
+                                               OUT/table.md
+
+Workloads (each ends with one judged request, caught so the process ends normally):
+  checker     set_per_process_memory_fraction(0.1); 6 MiB tensors until the first OOM,
+              every other freed; 1 GiB asked.
+  splitcache  a 7.9 GiB cap; a 6 GiB block cached, then split by 20 tensors of 304 MiB,
+              every other freed; 2.5 GiB asked.
+  tails       a 2,010 MiB cap; 300 tensors of 6 MiB (100 segments of 20 MiB, a 2 MiB tail
+              each); 100 MiB asked.
+  gpt2var     a GPT-2 (6 layers, random weights) trained on batches whose length grows
+              with jitter, under a 6 GiB cap; judged: the step the plain run failed.
+  kvcache     a KV cache of 24 layers grown by torch.cat each step under a 4 GiB cap;
+              judged: the step the plain run failed.
+  otherproc   a second process holds a 60 GiB cache on the same GPU (freed tensors,
+              not released); this one asks for 30 GiB.
+
+Remedies: none, empty_cache (torch.cuda.empty_cache() before the judged request),
+gc_collect, expandable, max_split:N, gc_threshold:0.6 (PYTORCH_CUDA_ALLOC_CONF).
+"""
+
+import glob
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+MiB = 1 << 20
+GiB = 1 << 30
+WORKLOADS = ["checker", "splitcache", "tails", "gpt2var", "kvcache", "otherproc"]
+STEP_LIMIT = 400
+
+
+def conf_for(remedy):
+    if remedy == "expandable":
+        return "expandable_segments:True"
+    if remedy.startswith("max_split:"):
+        return "max_split_size_mb:" + remedy.split(":")[1]
+    if remedy.startswith("gc_threshold:"):
+        return "garbage_collection_threshold:" + remedy.split(":")[1]
+    return None
+
+
+# ---------------------------------------------------------------- one run of a workload
+
+
+def run_job(workload, remedy, stop_at):
+    import torch  # after PYTORCH_CUDA_ALLOC_CONF is set by the caller
+
+    def before_judged():
+        if remedy == "empty_cache":
+            torch.cuda.empty_cache()
+        elif remedy == "gc_collect":
+            import gc
+
+            gc.collect()
+
+    def cap(nbytes):
+        total = torch.cuda.get_device_properties(0).total_memory
+        torch.cuda.set_per_process_memory_fraction(nbytes / total)
+
+    def judged(ok, **extra):
+        print("judged: " + json.dumps(dict(workload=workload, remedy=remedy, ok=ok,
+                                           reserved=torch.cuda.memory_reserved(),
+                                           allocated=torch.cuda.memory_allocated(), **extra)),
+              flush=True)
+
+    def ask(nbytes):
+        before_judged()
+        try:
+            t = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
+            del t
+            judged(True)
+        except torch.OutOfMemoryError:
+            judged(False)
+
+    torch.cuda.init()
+    if workload == "checker":
+        torch.cuda.set_per_process_memory_fraction(0.1)
+        held = []
+        try:
+            while True:
+                held.append(torch.empty(6 * MiB, dtype=torch.uint8, device="cuda"))
+        except torch.OutOfMemoryError:
+            pass
+        del held[::2]
+        ask(GiB)
+    elif workload == "splitcache":
+        cap(int(7.9 * GiB))
+        big = torch.empty(6 * GiB, dtype=torch.uint8, device="cuda")
+        del big
+        held = [torch.empty(304 * MiB, dtype=torch.uint8, device="cuda") for _ in range(20)]
+        del held[::2]
+        ask(int(2.5 * GiB))
+    elif workload == "tails":
+        cap(2010 * MiB)
+        held = [torch.empty(6 * MiB, dtype=torch.uint8, device="cuda") for _ in range(300)]
+        ask(100 * MiB)
+    elif workload == "otherproc":
+        ask(30 * GiB)
+    elif workload in ("gpt2var", "kvcache"):
+        steps(workload, cap, stop_at, judged, before_judged)
+
+
+def steps(workload, cap, stop_at, judged, before_judged):
+    """Runs steps until an OOM (the plain run) or through step `stop_at` (a remedy run)."""
+    import random
+
+    import torch
+
+    random.seed(1234)
+    torch.manual_seed(1234)
+    if workload == "gpt2var":
+        from transformers import GPT2Config, GPT2LMHeadModel
+
+        cap(6 * GiB)
+        model = GPT2LMHeadModel(GPT2Config(n_layer=6, n_positions=4096)).cuda()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+        def step(i):
+            length = min(4096, 256 + 24 * i + random.randint(0, 256))
+            x = torch.randint(0, 50257, (4, length), device="cuda")
+            loss = model(x, labels=x).loss
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+    else:
+        cap(4 * GiB)
+        layers, heads, dim = 24, 32, 128
+        cache = [[torch.empty(1, heads, 0, dim, device="cuda", dtype=torch.float16)
+                  for _ in range(2)] for _ in range(layers)]
+
+        def step(i):
+            new = 64 + random.randint(0, 128)
+            for kv in cache:
+                for j in range(2):
+                    x = torch.randn(1, heads, new, dim, device="cuda", dtype=torch.float16)
+                    kv[j] = torch.cat([kv[j], x], dim=2)
+
+    for i in range(STEP_LIMIT):
+        if stop_at is not None and i == stop_at:
+            before_judged()
+        try:
+            step(i)
+        except torch.OutOfMemoryError:
+            judged(False, step=i)
+            return
+        if stop_at is not None and i == stop_at:
+            judged(True, step=i)
+            return
+    judged(True, step=STEP_LIMIT, note="no OOM in the step limit")
+
+
+def job_main(workload, remedy):
+    stop_at = os.environ.get("WHATIF_STOP_AT")
+    holder = None
+    if workload == "otherproc":
+        # The other process: 60 GiB allocated and freed, cached; it waits for us to end.
+        holder = subprocess.Popen([sys.executable, "-c", (
+            "import torch,sys,time\n"
+            "t=torch.empty(60*2**30,dtype=torch.uint8,device='cuda'); del t\n"
+            "print('held', torch.cuda.memory_reserved(), flush=True)\n"
+            "sys.stdin.read()\n")], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+            env={k: v for k, v in os.environ.items() if k != "PYTORCH_CUDA_ALLOC_CONF"})
+        holder.stdout.readline()
+    try:
+        run_job(workload, remedy, int(stop_at) if stop_at else None)
+    finally:
+        if holder is not None:
+            holder.stdin.close()
+            holder.wait()
+
+
+# ---------------------------------------------------------------- the A/B driver
+
+
+def judged_line(text):
+    for line in text.splitlines():
+        if line.startswith("judged: "):
+            return json.loads(line[len("judged: "):])
+    return None
+
+
+def fresh(workload, remedy, stop_at, log):
+    env = dict(os.environ)
+    env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
+    conf = conf_for(remedy)
+    if conf:
+        env["PYTORCH_CUDA_ALLOC_CONF"] = conf
+    if stop_at is not None:
+        env["WHATIF_STOP_AT"] = str(stop_at)
+    p = subprocess.run([sys.executable, __file__, "job", workload, remedy], env=env,
+                       capture_output=True, text=True, timeout=400)
+    with open(log, "w") as f:
+        f.write(p.stdout + p.stderr)
+    return judged_line(p.stdout)
+
+
+def under_vramtop(binary, workload, work):
+    """The plain run under `vramtop run --history`, watched by `vramtop attach --json`."""
+    env = dict(os.environ, VRAMTOP_SOCKET_DIR=os.path.join(work, "sock"), VRAMTOP_OOM_DIR=work)
+    env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
+    attach = subprocess.Popen([binary, "attach", "--json", "--interval", "0.5", "--seconds",
+                               "400", "--until-ended"], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.DEVNULL, text=True)
+    time.sleep(0.5)
+    p = subprocess.run([binary, "run", "--history", "--", sys.executable, __file__, "job",
+                        workload, "none"], env=env, capture_output=True, text=True,
+                       timeout=500, stdin=subprocess.DEVNULL)
+    out, _ = attach.communicate(timeout=60)
+    live = None
+    for line in out.splitlines():
+        try:
+            for job in json.loads(line).get("attached", []):
+                if job.get("last_oom"):
+                    live = job["last_oom"]
+        except ValueError:
+            pass
+    kept = sorted(glob.glob(os.path.join(work, "vramtop-oom-*.pickle")), key=os.path.getmtime)
+    history = None
+    if kept:
+        r = subprocess.run([binary, "replay", "--report", "--json", kept[-1]],
+                           capture_output=True, text=True, timeout=300)
+        try:
+            history = json.loads(r.stdout)["trace_ooms"][-1]
+        except (ValueError, IndexError, KeyError):
+            history = {"error": r.stderr.strip()[-300:]}
+    return judged_line(p.stdout), live, history, p.stdout + p.stderr
+
+
+STEPPED = ("gpt2var", "kvcache")
+
+
+def remedy_runs(verdicts, workload=""):
+    """The remedies to run and, for each, vramtop's verdict ('fits', 'fails', 'cannot_tell').
+    In the stepped workloads empty_cache() runs before the judged step, not right before the
+    failing request: vramtop's `empty_cache() between steps` is the verdict for that."""
+    cache = "empty_cache() between steps" if workload in STEPPED else "empty_cache()"
+    runs = {"empty_cache": verdicts.get(cache),
+            "expandable": verdicts.get("expandable_segments:True"),
+            "gc_threshold:0.6": verdicts.get("garbage_collection_threshold:0.6"),
+            "gc_collect": None}
+    split = [(k, v) for k, v in verdicts.items() if k.startswith("max_split_size_mb:")]
+    for name, verdict in split:
+        n = name.split(":")[1]
+        if n == "N":
+            for tried in ("20", "200", "1000"):
+                runs["max_split:" + tried] = verdict
+        else:
+            runs["max_split:" + n] = verdict
+    return runs
+
+
+def ab_main(binary, out):
+    os.makedirs(out, exist_ok=True)
+    rows = []
+    with open(os.path.join(out, "ab.jsonl"), "w") as jl:
+        for workload in sys.argv[4:] or WORKLOADS:
+            work = tempfile.mkdtemp(prefix="whatif-" + workload + "-")
+            plain, live, history, log = under_vramtop(binary, workload, work)
+            with open(os.path.join(out, workload + "-vramtop.log"), "w") as f:
+                f.write(log)
+            stop_at = plain.get("step") if plain else None
+            live_v = {r["remedy"]: r["verdict"] for r in (live or {}).get("remedies", [])}
+            hist_v = {r["remedy"]: r["verdict"] for r in (history or {}).get("remedies", [])}
+            print(workload, "plain:", plain, flush=True)
+            judged_runs = {}
+            for source in (live_v, hist_v):
+                for remedy, _ in remedy_runs(source, workload).items():
+                    judged_runs.setdefault(remedy, None)
+            for remedy in judged_runs:
+                judged_runs[remedy] = fresh(workload, remedy, stop_at,
+                                            os.path.join(out, f"{workload}-{remedy.replace(':', '_')}.log"))
+            for remedy, outcome in judged_runs.items():
+                row = dict(workload=workload, remedy=remedy,
+                           live=remedy_runs(live_v, workload).get(remedy),
+                           history=remedy_runs(hist_v, workload).get(remedy),
+                           pytorch=None if outcome is None else
+                           ("fits" if outcome["ok"] else "fails"),
+                           plain_ok=None if plain is None else plain["ok"],
+                           oom_line=(live or {}).get("line"))
+                rows.append(row)
+                jl.write(json.dumps(row) + "\n")
+                print(json.dumps(row), flush=True)
+            jl.write(json.dumps(dict(workload=workload, live_oom=live, history_oom=history))
+                     + "\n")
+            jl.flush()
+            # After each workload: a call cut short still leaves a table.
+            table(rows, os.path.join(out, "table.md"), quiet=True)
+    table(rows, os.path.join(out, "table.md"))
+
+
+def table(rows, path, quiet=False):
+    def agree(v, p):
+        if v is None or p is None:
+            return "-"
+        if v == "cannot_tell":
+            return "?"
+        return "ok" if v == p else "WRONG"
+
+    lines = ["| workload | remedy | live verdict | history verdict | PyTorch | |",
+             "|---|---|---|---|---|---|"]
+    count = {"ok": 0, "WRONG": 0, "?": 0}
+    for r in rows:
+        marks = [agree(r["live"], r["pytorch"]), agree(r["history"], r["pytorch"])]
+        for m in marks:
+            if m in count:
+                count[m] += 1
+        lines.append(f"| {r['workload']} | {r['remedy']} | {r['live'] or '-'} | "
+                     f"{r['history'] or '-'} | {r['pytorch'] or '-'} | {' / '.join(marks)} |")
+    lines.append("")
+    lines.append(f"verdicts equal to PyTorch's outcome: {count['ok']}; wrong: {count['WRONG']}; "
+                 f"cannot tell: {count['?']}")
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    if not quiet:
+        print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    if len(sys.argv) >= 3 and sys.argv[1] == "job":
+        job_main(sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else "none")
+    elif len(sys.argv) >= 4 and sys.argv[1] == "ab":
+        ab_main(os.path.abspath(sys.argv[2]), sys.argv[3])
+    else:
+        sys.exit(__doc__)
