@@ -161,10 +161,12 @@ fn live_runs(layout: &Layout) -> impl Iterator<Item = &crate::LayoutRun> {
         .filter(|r| matches!(r.state, BlockState::Allocated | BlockState::PendingFree))
 }
 
-/// Every remedy's verdict from one state, in the order users are told to try them.
-pub fn one_state(scene: &OomScene<'_>) -> Vec<RemedyVerdict> {
+/// Every remedy's verdict from one state, in the order users are told to try them;
+/// `expandable` is `expandable(scene)`, which callers keep too (it replays the live
+/// tensors through two allocators: done once).
+pub fn one_state(scene: &OomScene<'_>, expandable: &ExpandableVerdict) -> Vec<RemedyVerdict> {
     vec![
-        expandable(scene).remedy(),
+        expandable.remedy(),
         max_split_size(scene),
         garbage_collection_threshold(scene),
         empty_cache(scene),
@@ -597,7 +599,7 @@ mod tests {
         // asked with no room left. Live floor 12 x 100 + 1024 MiB > 2000 MiB.
         let l = layout(100, &[(6, true), (6, false), (6, true), (2, false)]);
         let s = scene(&l, 1024 * MIB, 0, true);
-        let verdicts = one_state(&s);
+        let verdicts = one_state(&s, &expandable(&s));
         assert_eq!(verdicts.len(), 5);
         assert!(
             verdicts.iter().all(|v| v.verdict == Verdict::Fails),
@@ -612,7 +614,7 @@ mod tests {
         // 2000 MiB held; each tensor on its own pages it would not.
         let l = layout(100, &[(5, true), (5, false), (5, true), (5, false)]);
         let s = scene(&l, 200 * MIB, 0, true);
-        let v = one_state(&s);
+        let v = one_state(&s, &expandable(&s));
         assert_eq!(v[0].verdict, Verdict::CannotTell, "{v:?}");
         assert_eq!(v[1].verdict, Verdict::CannotTell);
         // Under a cap the GC threshold releases segments earlier: the history decides.

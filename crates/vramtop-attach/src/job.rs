@@ -175,7 +175,7 @@ impl OomExplained {
             released_bytes: None,
         };
         let expandable = remedy::expandable(&scene);
-        let remedies = remedy::one_state(&scene);
+        let remedies = remedy::one_state(&scene, &expandable);
         let what_would_fit = remedy::what_would_fit(&scene);
         OomExplained {
             time_s: oom.time_s,

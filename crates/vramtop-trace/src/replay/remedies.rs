@@ -360,7 +360,7 @@ fn one_state(trace: &Trace, ooms: &[TraceOom]) -> Vec<OomRemedies> {
     };
     vec![OomRemedies {
         event: last.event,
-        remedies: remedy::one_state(&scene),
+        remedies: remedy::one_state(&scene, &remedy::expandable(&scene)),
         what_would_fit: Some(remedy::what_would_fit(&scene)),
     }]
 }
