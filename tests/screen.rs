@@ -335,6 +335,7 @@ fn an_attached_job_shows_its_segments_and_its_oom() {
         history: true,
         capabilities: Vec::new(),
         missing: Vec::new(),
+        ..Hello::default()
     });
     job.on_frame(JobFrame::from_state(&JobState {
         seq: 1,

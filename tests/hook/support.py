@@ -19,7 +19,8 @@ DRIVER = os.path.join(HERE, "job_driver.py")
 
 def hook_env(socket_dir, extra_path=(), **extra):
     env = dict(os.environ)
-    for key in ("VRAMTOP_HOOK", "VRAMTOP_HISTORY", "STUB_TORCH_LACKS", "PYTORCH_CUDA_ALLOC_CONF"):
+    for key in ("VRAMTOP_HOOK", "VRAMTOP_HISTORY", "STUB_TORCH_LACKS", "PYTORCH_CUDA_ALLOC_CONF",
+                "RANK", "LOCAL_RANK", "WORLD_SIZE"):
         env.pop(key, None)
     env["PYTHONPATH"] = os.pathsep.join([HOOK_DIR, STUB_DIR] + list(extra_path))
     env["VRAMTOP_SOCKET_DIR"] = socket_dir

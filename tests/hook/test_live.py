@@ -47,6 +47,23 @@ class LiveTest(unittest.TestCase):
         Viewer(job.socket_path).ready_hello()  # the hook has seen CUDA come up
         return job
 
+    def test_hello_carries_the_launchers_rank(self):
+        job = self.job(RANK="3", LOCAL_RANK="1", WORLD_SIZE="4")
+        job.do("import")
+        job.wait_socket()
+        hello = Viewer(job.socket_path).recv()
+        self.assertEqual(
+            [hello["rank"], hello["local_rank"], hello["world_size"]], [3, 1, 4]
+        )
+        # A value that is not a whole number is left out rather than guessed.
+        odd = self.job(RANK="x", LOCAL_RANK="-1", WORLD_SIZE="")
+        odd.do("import")
+        odd.wait_socket()
+        hello = Viewer(odd.socket_path).recv()
+        self.assertEqual(
+            [hello["rank"], hello["local_rank"], hello["world_size"]], [None, None, None]
+        )
+
     def test_hello_before_cuda_then_states_only_once_cuda_is_up(self):
         job = self.job()
         job.do("import")
@@ -58,6 +75,10 @@ class LiveTest(unittest.TestCase):
         self.assertEqual(hello["pid"], job.proc.pid)
         self.assertEqual(hello["torch_version"], "2.11.0+stub")
         self.assertFalse(hello["cuda_ready"])
+        # No launcher set RANK and friends: null, not 0.
+        self.assertEqual(
+            [hello["rank"], hello["local_rank"], hello["world_size"]], [None, None, None]
+        )
         self.assertEqual(os.stat(job.socket_path).st_mode & 0o777, 0o600)
         viewer.subscribe(0.05)
         viewer.sock.settimeout(0.6)

@@ -268,6 +268,29 @@ impl JobView {
         self.frame.as_ref().map(|f| &f.map)
     }
 
+    /// The launcher's rank (torchrun's `RANK`), when a launcher started this process.
+    pub fn rank(&self) -> Option<u32> {
+        self.hello.as_ref().and_then(|h| h.rank)
+    }
+
+    pub fn local_rank(&self) -> Option<u32> {
+        self.hello.as_ref().and_then(|h| h.local_rank)
+    }
+
+    pub fn world_size(&self) -> Option<u32> {
+        self.hello.as_ref().and_then(|h| h.world_size)
+    }
+
+    /// The parent pid the hook reported.
+    pub fn ppid(&self) -> Option<u32> {
+        self.hello.as_ref().and_then(|h| h.ppid)
+    }
+
+    /// The job has initialised CUDA (a launcher such as torchrun never does).
+    pub fn cuda_ready(&self) -> bool {
+        self.hello.as_ref().is_some_and(|h| h.cuda_ready)
+    }
+
     /// "python train.py" from the hello's argv.
     pub fn command(&self) -> Option<String> {
         self.hello

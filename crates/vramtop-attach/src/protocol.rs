@@ -127,7 +127,7 @@ pub enum HookMessage {
     Unknown,
 }
 
-#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
 pub struct Hello {
     pub protocol: u64,
     pub pid: u32,
@@ -147,6 +147,14 @@ pub struct Hello {
     pub capabilities: Vec<String>,
     #[serde(default)]
     pub missing: Vec<String>,
+    /// The launcher's `RANK`, `LOCAL_RANK` and `WORLD_SIZE` (torchrun, accelerate), absent
+    /// from older hooks and from processes no launcher started.
+    #[serde(default)]
+    pub rank: Option<u32>,
+    #[serde(default)]
+    pub local_rank: Option<u32>,
+    #[serde(default)]
+    pub world_size: Option<u32>,
 }
 
 /// `torch.cuda.memory_stats()` figures, bytes for the job's device; `None` where this

@@ -23,7 +23,7 @@ import sys
 import threading
 import time
 
-HOOK_VERSION = "1.0.0"
+HOOK_VERSION = "1.1.0"
 PROTOCOL_VERSION = 1
 MAX_FRAME = 16 * 1024 * 1024
 # Viewers only ever send `subscribe`; a bigger frame from one is garbage, not a request.
@@ -64,6 +64,16 @@ HISTORY_MIN_SHARE = 0.02
 FORGIVE_S = 600.0
 
 _said = set()
+
+
+def env_int(name):
+    """A launcher's rank variable (torchrun, accelerate, deepspeed set RANK, LOCAL_RANK,
+    WORLD_SIZE), or None when absent or not a whole number >= 0."""
+    try:
+        value = int(os.environ.get(name, ""))
+    except ValueError:
+        return None
+    return value if value >= 0 else None
 
 
 def say_once(key, text):
@@ -901,6 +911,9 @@ class Hook:
             "history": bool(alloc and alloc.history_on),
             "capabilities": list(alloc.capabilities) if alloc else [],
             "missing": list(alloc.missing) if alloc else [],
+            "rank": env_int("RANK"),
+            "local_rank": env_int("LOCAL_RANK"),
+            "world_size": env_int("WORLD_SIZE"),
         }
 
     def arm_cuda_init(self):
