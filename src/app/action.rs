@@ -22,8 +22,11 @@ pub enum Action {
     SortNext,
     /// Sort the other way.
     SortReverse,
+    /// Next device, or, over a job's ranks, the next rank.
     NextDevice,
     PrevDevice,
+    /// Show the rank of this number of the shown job (keys 0-9).
+    SelectRank(u32),
     ToggleFreeze,
     /// Probe workload controls (forwarded to the probe runner).
     ProbePause,
@@ -172,14 +175,36 @@ pub const BINDINGS: &[Binding] = &[
         "r",
         "reverse the sort",
     ),
-    bind(KeyCode::Tab, NONE, Action::NextDevice, "Tab", "next device"),
+    bind(
+        KeyCode::Tab,
+        NONE,
+        Action::NextDevice,
+        "Tab",
+        "next device (next rank over a job's ranks)",
+    ),
     bind(
         KeyCode::BackTab,
         KeyModifiers::SHIFT,
         Action::PrevDevice,
         "Shift-Tab",
-        "previous device",
+        "previous device (previous rank)",
     ),
+    bind(
+        KeyCode::Char('0'),
+        NONE,
+        Action::SelectRank(0),
+        "0-9",
+        "show that rank of the job",
+    ),
+    bind(KeyCode::Char('1'), NONE, Action::SelectRank(1), "", ""),
+    bind(KeyCode::Char('2'), NONE, Action::SelectRank(2), "", ""),
+    bind(KeyCode::Char('3'), NONE, Action::SelectRank(3), "", ""),
+    bind(KeyCode::Char('4'), NONE, Action::SelectRank(4), "", ""),
+    bind(KeyCode::Char('5'), NONE, Action::SelectRank(5), "", ""),
+    bind(KeyCode::Char('6'), NONE, Action::SelectRank(6), "", ""),
+    bind(KeyCode::Char('7'), NONE, Action::SelectRank(7), "", ""),
+    bind(KeyCode::Char('8'), NONE, Action::SelectRank(8), "", ""),
+    bind(KeyCode::Char('9'), NONE, Action::SelectRank(9), "", ""),
     bind(
         KeyCode::Char('f'),
         NONE,

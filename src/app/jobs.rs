@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use super::{App, Exit, ProcessRow, View};
 use vramtop_alloc::Layout;
-use vramtop_attach::{AttachedJobs, JobView};
+use vramtop_attach::{AttachedJobs, JobView, RankGroup};
 use vramtop_telemetry::{HostView, ProcessKind, ProcessSnapshot};
 
 /// The command `vramtop run` started, as the screen shows it.
@@ -41,16 +41,34 @@ impl RunView {
     }
 }
 
+/// A rank chosen by its number (keys 0-9) or a step from the shown one (Tab).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RankChoice {
+    Rank(u32),
+    Step(isize),
+}
+
+/// The rank that last ran out of memory, which the view went to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RankOom {
+    pub pid: u32,
+    pub rank: u32,
+}
+
 impl App {
     /// Marks rows of hooked jobs, and adds a row for each hooked job the telemetry does
     /// not list (another PID namespace, or the simulated device): its memory is then
     /// N/A, since only the driver can say what a process holds.
+    /// A launcher (torchrun: hooked, no CUDA, parent of hooked ranks) gets no row: it is
+    /// the job's parent, named in the ranks' overview, not a GPU process.
     pub(super) fn add_hooked_rows(&mut self) {
         for row in &mut self.rows {
             row.hooked = self.attached.get(row.process.pid).is_some();
         }
         for job in &self.attached.jobs {
-            if self.rows.iter().any(|r| r.process.pid == job.pid) {
+            if self.rows.iter().any(|r| r.process.pid == job.pid)
+                || self.attached.is_launcher(job.pid)
+            {
                 continue;
             }
             let device = job
@@ -82,35 +100,128 @@ impl App {
         }
     }
 
-    /// Selects the job `vramtop run` started (or the first hooked child of it) once it
-    /// shows up, then lets the user move freely.
+    /// Selects the job `vramtop run` started once it shows up with CUDA state, or, when
+    /// it is a launcher (torchrun), its lowest rank with CUDA state; then lets the user
+    /// move freely. Until then a hooked process without CUDA may hold the cursor, but the
+    /// focus stays pending so the first rank with CUDA takes it over.
     pub(super) fn select_focus(&mut self) {
         let Some(focus) = self.focus_pid else {
             return;
         };
-        let child_of_focus = |r: &ProcessRow| {
-            r.hooked
-                && self
-                    .attached
-                    .get(r.process.pid)
-                    .and_then(|j| j.hello.as_ref())
-                    .is_some_and(|h| h.ppid == Some(focus))
+        let jobs = Arc::clone(&self.attached);
+        let started_by_focus = |pid: u32| {
+            let Some(job) = jobs.get(pid) else {
+                return false;
+            };
+            // A child, or a grandchild through a hooked launcher (bash -c "torchrun ...").
+            job.ppid() == Some(focus)
+                || job
+                    .ppid()
+                    .and_then(|p| jobs.get(p))
+                    .is_some_and(|parent| parent.ppid() == Some(focus))
         };
-        let found = self
-            .rows
+        let row_of = |pid: u32| {
+            self.rows
+                .iter()
+                .position(|r| r.process.pid == pid && r.hooked)
+        };
+        let ready = |pid: u32| jobs.get(pid).is_some_and(|j| j.cuda_ready());
+        if ready(focus) {
+            if let Some(i) = row_of(focus) {
+                self.table.select(Some(i));
+                self.focus_pid = None;
+                self.clamp_segment();
+            }
+            return;
+        }
+        let mut children: Vec<&JobView> = jobs
+            .jobs
             .iter()
-            .position(|r| r.process.pid == focus && r.hooked)
-            .or_else(|| self.rows.iter().position(child_of_focus));
-        if let Some(i) = found {
+            .filter(|j| started_by_focus(j.pid) && row_of(j.pid).is_some())
+            .collect();
+        children.sort_by_key(|j| (!j.cuda_ready(), j.rank().unwrap_or(u32::MAX), j.pid));
+        match children.first() {
+            Some(child) if child.cuda_ready() => {
+                self.table.select(row_of(child.pid));
+                self.focus_pid = None;
+                self.clamp_segment();
+            }
+            // Not yet: show what there is (waiting for CUDA), keep the focus pending.
+            Some(child) => self.table.select(row_of(child.pid)),
+            None => {
+                if let Some(i) = row_of(focus) {
+                    self.table.select(Some(i));
+                }
+            }
+        }
+    }
+
+    /// The ranks of the shown job's launch, when it is a rank among two or more.
+    pub fn shown_ranks(&self) -> Option<RankGroup<'_>> {
+        let job = self.shown_job()?;
+        self.attached
+            .rank_group(job.pid)
+            .filter(|g| g.ranks.len() >= 2)
+    }
+
+    /// Moves the cursor to the rank at `position` among the shown job's ranks (number
+    /// keys) or `delta` from the shown one (Tab); false when no ranks are shown.
+    pub(super) fn select_rank(&mut self, choice: RankChoice) -> bool {
+        let Some(group) = self.shown_ranks() else {
+            return false;
+        };
+        let current = self.shown_job().and_then(|j| group.position(j.pid));
+        let n = group.ranks.len() as isize;
+        let target = match choice {
+            RankChoice::Rank(rank) => group.ranks.iter().find(|j| j.rank() == Some(rank)).copied(),
+            RankChoice::Step(delta) => {
+                let from = current.map_or(0, |i| i as isize);
+                group
+                    .ranks
+                    .get((from + delta).rem_euclid(n) as usize)
+                    .copied()
+            }
+        }
+        .map(|j| j.pid);
+        // The rank key was an answer: even a rank that is not there keeps Tab's meaning.
+        if let Some(i) = target.and_then(|pid| self.rows.iter().position(|r| r.process.pid == pid))
+        {
             self.table.select(Some(i));
             self.focus_pid = None;
+            self.clamp_segment();
+        }
+        true
+    }
+
+    /// Takes the view to a rank that has just run out of memory, and says so.
+    fn follow_rank_ooms(&mut self, before: &AttachedJobs) {
+        let new_oom = |job: &JobView| {
+            let Some(oom) = &job.oom else { return false };
+            let old = before.get(job.pid).and_then(|j| j.oom.as_ref());
+            // A reconnect replays the last OOM as a new message: compare what it says.
+            old.is_none_or(|o| o.time_s != oom.time_s)
+        };
+        let failed = self
+            .attached
+            .jobs
+            .iter()
+            .filter(|j| j.rank().is_some() && new_oom(j))
+            .map(|j| (j.pid, j.rank().unwrap_or(0)))
+            .min_by_key(|&(_, rank)| rank);
+        let Some((pid, rank)) = failed else { return };
+        self.rank_oom = Some(RankOom { pid, rank });
+        if let Some(i) = self.rows.iter().position(|r| r.process.pid == pid) {
+            self.table.select(Some(i));
+            self.focus_pid = None;
+            self.clamp_segment();
         }
     }
 
     /// Takes in the attacher's latest jobs.
     pub fn apply_attached(&mut self, jobs: Arc<AttachedJobs>) {
-        self.attached = jobs;
+        let before = std::mem::replace(&mut self.attached, jobs);
         self.rebuild_rows();
+        self.follow_rank_ooms(&before);
         self.clamp_segment();
     }
 

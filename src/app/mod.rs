@@ -19,7 +19,7 @@ use crate::probe::live::ProbeView;
 use action::Action;
 pub use history::ChartHistory;
 use history::History;
-pub use jobs::RunView;
+pub use jobs::{RankChoice, RankOom, RunView};
 pub use process_table::{ProcessRow, SortKey};
 pub use views::{View, ViewStack};
 use vramtop_attach::AttachedJobs;
@@ -98,6 +98,8 @@ pub struct App {
     pub run: Option<RunView>,
     /// A pid to select once it shows in the table (the job `vramtop run` started).
     pub focus_pid: Option<u32>,
+    /// The rank that last ran out of memory: the view went there, the overview says so.
+    pub rank_oom: Option<RankOom>,
     /// Process-table columns to show (the settings file's `columns`); None: all that fit.
     pub columns: Option<Vec<SortKey>>,
     /// A signal asked for and awaiting the user's confirmation.
@@ -137,6 +139,7 @@ impl App {
             attached: Arc::default(),
             run: None,
             focus_pid: None,
+            rank_oom: None,
             columns: None,
             pending_signal: None,
             signals: Box::new(signal::KernelSignals::default()),
@@ -292,8 +295,20 @@ impl App {
                 self.sort_reversed = !self.sort_reversed;
                 self.rebuild_rows();
             }
-            Action::NextDevice => self.cycle_device(1),
-            Action::PrevDevice => self.cycle_device(-1),
+            // Over a job's ranks, Tab walks the ranks; elsewhere, the devices.
+            Action::NextDevice => {
+                if !self.select_rank(RankChoice::Step(1)) {
+                    self.cycle_device(1)
+                }
+            }
+            Action::PrevDevice => {
+                if !self.select_rank(RankChoice::Step(-1)) {
+                    self.cycle_device(-1)
+                }
+            }
+            Action::SelectRank(rank) => {
+                self.select_rank(RankChoice::Rank(rank));
+            }
             Action::ZoomIn => self.map_zoom = (self.map_zoom + 1).min(MAX_ZOOM),
             Action::ZoomOut => self.map_zoom = (self.map_zoom - 1).max(-MAX_ZOOM),
             Action::NextSegment => self.move_segment(1),
@@ -414,6 +429,8 @@ impl App {
         let current = self.table.selected().map_or(-1, |i| i as isize);
         let next = current.saturating_add(delta).clamp(0, last);
         self.table.select(Some(next as usize));
+        // The user chose: a pending `vramtop run` focus no longer moves the cursor.
+        self.focus_pid = None;
         // Another row may show another job's map.
         self.clamp_segment();
     }

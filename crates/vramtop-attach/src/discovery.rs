@@ -91,12 +91,18 @@ fn pid_between(name: &str, prefix: &str, suffix: &str) -> Option<u32> {
 /// A missing directory is no jobs, not an error; another user's directory is refused
 /// (its sockets could pose as our jobs).
 pub fn scan(dir: &Path) -> io::Result<Vec<JobSocket>> {
+    // Root may look at another user's directory (it can read any file anyway); anyone
+    // else is refused one, as its sockets could pose as our jobs.
+    let root = current_uid() == 0;
     match fs::metadata(dir) {
-        Ok(meta) if meta.uid() != current_uid() => {
-            return Err(io::Error::other(format!(
-                "it belongs to uid {}, not to you: remove it or set {SOCKET_DIR_ENV}",
-                meta.uid()
-            )))
+        Ok(meta) if meta.uid() != current_uid() && !root => {
+            return Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                format!(
+                    "permission denied: the directory belongs to uid {}, not to you: remove it or set {SOCKET_DIR_ENV}",
+                    meta.uid()
+                ),
+            ))
         }
         _ => {}
     }
@@ -121,6 +127,11 @@ pub fn scan(dir: &Path) -> io::Result<Vec<JobSocket>> {
             continue;
         };
         let path = entry.path();
+        // Another user's socket in our directory is not our job: skip it quietly (its
+        // hook would refuse us anyway).
+        if !root && entry.metadata().is_ok_and(|m| m.uid() != current_uid()) {
+            continue;
+        }
         if !pid_alive(pid) {
             // The job died without removing its socket (SIGKILL, a crash).
             let _ = fs::remove_file(&path);

@@ -17,9 +17,11 @@ pub mod job;
 pub mod launch;
 pub mod oom_files;
 pub mod protocol;
+pub mod ranks;
 pub mod report;
 pub mod watcher;
 
 pub use job::JobView;
+pub use ranks::RankGroup;
 pub use report::JobReport;
 pub use watcher::{collect_once, AttachedJobs, Attacher};

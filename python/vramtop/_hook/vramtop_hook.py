@@ -160,6 +160,27 @@ def private_dir(path):
     return path
 
 
+def peer_uid(sock):
+    """The uid of the process at the other end of a Unix socket (SO_PEERCRED, Linux), or
+    None where the system has no SO_PEERCRED (macOS) or will not say: then the socket's
+    and its directory's modes are the only gate."""
+    option = getattr(socket, "SO_PEERCRED", None)
+    if option is None:
+        return None
+    try:
+        size = struct.calcsize("3i")
+        _pid, uid, _gid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, option, size))
+    except (OSError, struct.error):
+        return None
+    return uid
+
+
+def viewer_allowed(uid):
+    """A viewer may connect when it runs as the job's own user or as root (who can read
+    any file anyway); an unknown uid (no SO_PEERCRED) is left to the file modes."""
+    return uid is None or uid == 0 or uid in (os.getuid(), os.geteuid())
+
+
 STAT_KEYS = (
     ("allocated_bytes", "allocated_bytes.all.current"),
     ("reserved_bytes", "reserved_bytes.all.current"),
@@ -767,6 +788,16 @@ class Hook:
         try:
             sock, _ = self.listener.accept()
         except OSError:
+            return
+        uid = peer_uid(sock)
+        if not viewer_allowed(uid):
+            # The socket (0600) and its directory (0700) already keep other users out;
+            # this holds even where someone opened them up. Nothing is sent: no hello.
+            try:
+                sock.close()
+            except OSError:
+                pass
+            say_once("peer", "refused a viewer of uid %d (only uid %d and root may attach)" % (uid, os.geteuid()))
             return
         if len(self.viewers) >= MAX_VIEWERS:
             sock.close()
