@@ -63,7 +63,9 @@ impl App {
     /// the job's parent, named in the ranks' overview, not a GPU process.
     pub(super) fn add_hooked_rows(&mut self) {
         for row in &mut self.rows {
-            row.hooked = self.attached.get(row.process.pid).is_some();
+            let job = self.attached.get(row.process.pid);
+            row.hooked = job.is_some();
+            row.rank = job.and_then(JobView::rank);
         }
         for job in &self.attached.jobs {
             if self.rows.iter().any(|r| r.process.pid == job.pid)
@@ -96,6 +98,7 @@ impl App {
                 trend_bytes_per_s: None,
                 growing: false,
                 hooked: true,
+                rank: job.rank(),
             });
         }
     }

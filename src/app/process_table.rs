@@ -90,6 +90,8 @@ pub struct ProcessRow {
     pub growing: bool,
     /// A job vramtop is attached to through its hook.
     pub hooked: bool,
+    /// Its launcher's `RANK` (torchrun), when hooked and started as a rank.
+    pub rank: Option<u32>,
 }
 
 impl ProcessRow {
@@ -148,6 +150,7 @@ pub fn gather(
                 trend_bytes_per_s: trend.and_then(|t| t.slope_bytes_per_s),
                 growing: trend.is_some_and(|t| t.growing),
                 hooked: false,
+                rank: None,
             };
             if row.matches(&needle) {
                 rows.push(row);
@@ -229,6 +232,7 @@ mod tests {
             trend_bytes_per_s: trend,
             growing: false,
             hooked: false,
+            rank: None,
         }
     }
 

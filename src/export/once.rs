@@ -15,7 +15,7 @@ pub fn json(snapshot: &SystemSnapshot) -> String {
 
 /// The snapshot with an `attached` list: the hooked PyTorch jobs and their allocators.
 pub fn json_with_attached(snapshot: &SystemSnapshot, attached: &[JobView]) -> String {
-    let reports: Vec<JobReport> = attached.iter().map(JobReport::of).collect();
+    let reports = JobReport::of_all(attached);
     let value = serde_json::to_value(snapshot).map(|mut v| {
         if let Some(object) = v.as_object_mut() {
             object.insert(
@@ -37,7 +37,7 @@ pub fn attached_table(attached: &[JobView]) -> String {
     }
     let mut out = String::from("\nHOOKED JOBS\n");
     for job in attached {
-        let _ = writeln!(out, "{}", vramtop_attach::headless::summary(job));
+        let _ = writeln!(out, "{}", vramtop_attach::headless::summary(job, attached));
     }
     out
 }

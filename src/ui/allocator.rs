@@ -274,7 +274,7 @@ fn draw_compare(frame: &mut Frame, area: Rect, app: &App, view: &ProbeView) {
 /// The shared scale of the compare columns, and why it was chosen: `fit` (every column
 /// fits) unless a column's largest hole would then span fewer than two cells, in which
 /// case the largest power of two at which it spans two.
-fn compare_scale(fit: u64, largest_holes: impl Iterator<Item = u64>) -> (u64, String) {
+pub(super) fn compare_scale(fit: u64, largest_holes: impl Iterator<Item = u64>) -> (u64, String) {
     let smallest_hole = largest_holes.filter(|&b| b > 0).min();
     match smallest_hole {
         Some(hole) if fit.saturating_mul(2) > hole => {

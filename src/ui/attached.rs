@@ -122,7 +122,7 @@ fn title(job: &JobView) -> Line<'static> {
 }
 
 /// The lines above the map, each with the rows it may take.
-fn head_lines(job: &JobView) -> Vec<(Line<'static>, u16)> {
+pub(super) fn head_lines(job: &JobView) -> Vec<(Line<'static>, u16)> {
     let Some(oom) = &job.oom else {
         let line = match job.map() {
             Some(map) => Line::from(Span::styled(

@@ -33,6 +33,7 @@ pub mod membar;
 pub mod presenter;
 pub mod process_prompt;
 pub mod processes;
+pub mod ranks;
 pub mod replayer;
 pub mod screen_theme;
 pub mod theme;
@@ -104,9 +105,10 @@ pub fn draw(frame: &mut Frame, app: &App) {
             draw_leaks(frame, below, app);
         } else {
             processes::draw(frame, processes_area, app);
-            match app.shown_job() {
-                Some(job) => attached::draw(frame, allocator_area, app, job),
-                None => allocator::draw(frame, allocator_area, app),
+            match (app.shown_job(), app.shown_ranks()) {
+                (Some(job), Some(group)) => ranks::draw(frame, allocator_area, app, &group, job),
+                (Some(job), None) => attached::draw(frame, allocator_area, app, job),
+                (None, _) => allocator::draw(frame, allocator_area, app),
             }
         }
     }

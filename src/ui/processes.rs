@@ -191,9 +191,11 @@ fn cell(r: &ProcessRow, key: SortKey) -> Cell<'static> {
                 text
             };
             Cell::from(if r.hooked {
+                // A rank says which: the command lines of a job's ranks are the same.
+                let rank = r.rank.map_or_else(String::new, |n| format!("rank {n} "));
                 Line::from(vec![
                     Span::styled(
-                        format!("{} ", super::attached::HOOKED),
+                        format!("{} {rank}", super::attached::HOOKED),
                         Style::new().bold().cyan(),
                     ),
                     Span::raw(text),

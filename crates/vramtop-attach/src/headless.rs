@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use color_eyre::eyre::{Result, WrapErr};
 
 use super::job::JobView;
+use super::ranks::{is_launcher, ranks_of};
 use super::report::JobReport;
 use super::watcher::Attacher;
 use vramtop_alloc::human_bytes;
@@ -35,14 +36,15 @@ pub fn run(args: &AttachArgs) -> Result<u8> {
     loop {
         std::thread::sleep(interval.min(deadline.saturating_duration_since(Instant::now())));
         let jobs = attacher.snapshot();
-        let shown: Vec<&JobView> = jobs
+        let shown: Vec<JobView> = jobs
             .jobs
             .iter()
             .filter(|j| args.pid.is_none_or(|pid| pid == j.pid))
+            .cloned()
             .collect();
         seen |= !shown.is_empty();
         let line = if args.json {
-            let reports: Vec<JobReport> = shown.iter().map(|j| JobReport::of(j)).collect();
+            let reports = JobReport::of_all(&shown);
             serde_json::json!({
                 "time_s": started.elapsed().as_secs_f64(),
                 "attached": reports,
@@ -51,7 +53,7 @@ pub fn run(args: &AttachArgs) -> Result<u8> {
         } else {
             shown
                 .iter()
-                .map(|j| summary(j))
+                .map(|j| summary(j, &shown))
                 .collect::<Vec<_>>()
                 .join("\n")
         };
@@ -75,27 +77,49 @@ pub fn run(args: &AttachArgs) -> Result<u8> {
     Ok(0)
 }
 
-/// One line per job: who, the allocator's figures, its last OOM, whether it ended.
-pub fn summary(job: &JobView) -> String {
+/// One line per job: who (with its rank, or as a launcher), the allocator's figures, its
+/// last OOM, whether it ended. `all` is every job shown, to tell launchers.
+pub fn summary(job: &JobView, all: &[JobView]) -> String {
     let mut parts = vec![format!(
         "pid {} {}",
         job.pid,
         job.command()
             .unwrap_or_else(|| "(no hello yet)".to_string())
     )];
+    if let Some(rank) = job.rank() {
+        let world = job
+            .world_size()
+            .map_or_else(String::new, |w| format!("/{w}"));
+        let local = job
+            .local_rank()
+            .map_or_else(String::new, |l| format!(" (local {l})"));
+        parts.push(format!("rank {rank}{world}{local}"));
+    }
     if let Some(torch) = job.hello.as_ref().and_then(|h| h.torch_version.as_deref()) {
         parts.push(format!("torch {torch}"));
     }
-    match job.map() {
-        Some(map) => parts.push(format!(
-            "{} segments · reserved {} · allocated {} · largest free {} · frag {:.2}",
+    match (job.map(), job.figures()) {
+        (Some(map), Some(f)) => parts.push(format!(
+            "gpu {} · {} segments · reserved {} · allocated {} · largest free {} · frag {:.2}",
+            f.device,
             map.layout.segments.len(),
-            human_bytes(map.stats.reserved_bytes),
-            human_bytes(map.stats.allocated_bytes),
-            human_bytes(map.stats.largest_free_bytes),
-            map.stats.external_fragmentation
+            human_bytes(f.reserved_bytes),
+            human_bytes(f.allocated_bytes),
+            human_bytes(f.largest_free_bytes),
+            f.external_fragmentation
         )),
-        None => parts.push("no state yet (CUDA not initialised?)".to_string()),
+        _ if is_launcher(all, job.pid) => {
+            let ranks: Vec<String> = ranks_of(all, job.pid).iter().map(u32::to_string).collect();
+            let ranks = if ranks.is_empty() {
+                "hooked children".to_string()
+            } else {
+                format!("ranks {}", ranks.join(", "))
+            };
+            parts.push(format!(
+                "launcher of {ranks} (no CUDA: the job's parent, on no GPU)"
+            ));
+        }
+        _ => parts.push("no state yet (CUDA not initialised?)".to_string()),
     }
     if let Some(oom) = &job.oom {
         let remedies: Vec<String> = oom

@@ -239,6 +239,22 @@ impl LeakWatch {
     }
 }
 
+/// One job's figures as a row shows them (see `JobView::figures`).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct JobFigures {
+    /// The CUDA device the hook watches.
+    pub device: i64,
+    pub reserved_bytes: u64,
+    pub allocated_bytes: u64,
+    pub largest_free_bytes: u64,
+    /// 1 - largest free run / free bytes, over the job's segments (0..1).
+    pub external_fragmentation: f64,
+    /// OOMs PyTorch counted (`num_ooms`); at least 1 once one was seen.
+    pub ooms: u64,
+    /// Allocation sites flagged as growing step after step.
+    pub leak_suspects: usize,
+}
+
 /// What the screen and JSON show of one job; cheap to clone (the maps are shared).
 #[derive(Clone, Debug, Default)]
 pub struct JobView {
@@ -289,6 +305,37 @@ impl JobView {
     /// The job has initialised CUDA (a launcher such as torchrun never does).
     pub fn cuda_ready(&self) -> bool {
         self.hello.as_ref().is_some_and(|h| h.cuda_ready)
+    }
+
+    /// What one row says of the job (the ranks' overview, `attach`'s lines, `serve`'s
+    /// series): one function, so every place agrees. None before the first state.
+    pub fn figures(&self) -> Option<JobFigures> {
+        let frame = self.frame.as_ref()?;
+        let stats = &frame.map.stats;
+        let torch = frame.torch.clone().unwrap_or_default();
+        Some(JobFigures {
+            device: frame.device,
+            // PyTorch's own counts (memory_reserved / memory_allocated) where the hook
+            // sent them; the segments say the same unless the state was truncated.
+            reserved_bytes: torch.reserved_bytes.unwrap_or(stats.reserved_bytes),
+            allocated_bytes: torch.allocated_bytes.unwrap_or(stats.allocated_bytes),
+            largest_free_bytes: stats.largest_free_bytes,
+            external_fragmentation: stats.external_fragmentation,
+            ooms: torch
+                .num_ooms
+                .unwrap_or(0)
+                .max(u64::from(self.oom.is_some())),
+            leak_suspects: self.suspects.len(),
+        })
+    }
+
+    /// The script the job runs: the first argument ending in `.py`, else the program's
+    /// file name ("train.py" for `python -u train.py --lr 1`).
+    pub fn script(&self) -> Option<String> {
+        let argv = &self.hello.as_ref()?.argv;
+        let script = argv.iter().find(|a| a.ends_with(".py")).or(argv.first())?;
+        let name = std::path::Path::new(script).file_name()?.to_string_lossy();
+        Some(name.into_owned())
     }
 
     /// "python train.py" from the hello's argv.

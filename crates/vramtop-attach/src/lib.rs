@@ -21,7 +21,7 @@ pub mod ranks;
 pub mod report;
 pub mod watcher;
 
-pub use job::JobView;
+pub use job::{JobFigures, JobView};
 pub use ranks::RankGroup;
 pub use report::JobReport;
 pub use watcher::{collect_once, AttachedJobs, Attacher};

@@ -34,12 +34,49 @@ impl RankGroup<'_> {
         self.ranks.iter().position(|j| j.pid == pid)
     }
 
-    /// "torchrun --nproc-per-node 2 train.py" from the launcher, else the first rank's.
+    /// "torchrun --nproc-per-node 2 train.py" from the launcher, else the first rank's
+    /// "train.py ...": the interpreter and the program's directory left out, as a title
+    /// has little room.
     pub fn command(&self) -> Option<String> {
-        self.launcher
-            .and_then(JobView::command)
-            .or_else(|| self.ranks.first().and_then(|j| j.command()))
+        let argv = &self
+            .launcher
+            .or(self.ranks.first().copied())?
+            .hello
+            .as_ref()?
+            .argv;
+        Some(short_command(argv)).filter(|c| !c.is_empty())
     }
+}
+
+/// `argv` without a leading `python3` and with the program's path cut to its file name:
+/// `/usr/bin/python3 /usr/local/bin/torchrun --nproc-per-node 2 train.py` reads
+/// `torchrun --nproc-per-node 2 train.py`.
+pub fn short_command(argv: &[String]) -> String {
+    let name = |a: &String| {
+        std::path::Path::new(a)
+            .file_name()
+            .map_or_else(|| a.clone(), |n| n.to_string_lossy().into_owned())
+    };
+    let mut args = argv.iter().peekable();
+    if argv.len() > 1 && args.peek().is_some_and(|a| name(a).starts_with("python")) {
+        args.next();
+        // `python -m torch.distributed.run`: the module is the program.
+        while args
+            .peek()
+            .is_some_and(|a| a.starts_with('-') && *a != "-m")
+        {
+            args.next();
+        }
+        if args.peek().is_some_and(|a| *a == "-m") {
+            args.next();
+        }
+    }
+    let mut words: Vec<String> = Vec::new();
+    if let Some(program) = args.next() {
+        words.push(name(program));
+    }
+    words.extend(args.cloned());
+    words.join(" ")
 }
 
 impl AttachedJobs {
@@ -89,9 +126,26 @@ impl AttachedJobs {
     /// A hooked process that never initialised CUDA and started hooked processes: a
     /// launcher, the job's parent rather than a GPU process.
     pub fn is_launcher(&self, pid: u32) -> bool {
-        self.get(pid).is_some_and(|j| !j.cuda_ready())
-            && self.jobs.iter().any(|j| j.ppid() == Some(pid))
+        is_launcher(&self.jobs, pid)
     }
+}
+
+/// `AttachedJobs::is_launcher` over a plain list of jobs (`--once`, `attach`).
+pub fn is_launcher(jobs: &[JobView], pid: u32) -> bool {
+    jobs.iter().any(|j| j.pid == pid && !j.cuda_ready())
+        && jobs.iter().any(|j| j.ppid() == Some(pid))
+}
+
+/// The ranks a launcher started, lowest first ("0, 1").
+pub fn ranks_of(jobs: &[JobView], launcher: u32) -> Vec<u32> {
+    let mut ranks: Vec<u32> = jobs
+        .iter()
+        .filter(|j| j.ppid() == Some(launcher))
+        .filter_map(JobView::rank)
+        .collect();
+    ranks.sort_unstable();
+    ranks.dedup();
+    ranks
 }
 
 #[cfg(test)]
@@ -141,6 +195,26 @@ mod tests {
         assert!(!jobs.is_launcher(101));
         assert!(!jobs.is_launcher(300));
         assert!(jobs.rank_group(300).is_none());
+        let argv = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            short_command(&argv(&[
+                "/usr/bin/python3",
+                "-u",
+                "/usr/local/bin/torchrun",
+                "--nproc-per-node",
+                "2",
+                "train.py"
+            ])),
+            "torchrun --nproc-per-node 2 train.py"
+        );
+        assert_eq!(
+            short_command(&argv(&["python", "-m", "torch.distributed.run", "t.py"])),
+            "torch.distributed.run t.py"
+        );
+        assert_eq!(
+            short_command(&argv(&["/opt/bin/accelerate", "launch", "t.py"])),
+            "accelerate launch t.py"
+        );
         assert_eq!(jobs.rank_groups().len(), 2);
     }
 

@@ -13,6 +13,13 @@ use vramtop_alloc::remedy::{RemedyVerdict, WhatWouldFit};
 pub struct JobReport {
     pub pid: u32,
     pub ppid: Option<u32>,
+    /// The launcher's `RANK`, `LOCAL_RANK` and `WORLD_SIZE` (torchrun); null when unset.
+    pub rank: Option<u32>,
+    pub local_rank: Option<u32>,
+    pub world_size: Option<u32>,
+    /// A launcher (torchrun): hooked, never initialised CUDA, parent of hooked ranks; the
+    /// job's parent, on no GPU. Only known beside the other jobs (`JobReport::of_all`).
+    pub launcher: bool,
     pub argv: Vec<String>,
     pub torch_version: Option<String>,
     pub hook_version: Option<String>,
@@ -80,6 +87,17 @@ pub struct OomJson {
 }
 
 impl JobReport {
+    /// Every job's report, launchers marked as such.
+    pub fn of_all(views: &[JobView]) -> Vec<Self> {
+        views
+            .iter()
+            .map(|view| JobReport {
+                launcher: super::ranks::is_launcher(views, view.pid),
+                ..JobReport::of(view)
+            })
+            .collect()
+    }
+
     pub fn of(view: &JobView) -> Self {
         let hello = view.hello.as_ref();
         let frame = view.frame.as_deref();
@@ -87,6 +105,10 @@ impl JobReport {
         JobReport {
             pid: view.pid,
             ppid: hello.and_then(|h| h.ppid),
+            rank: view.rank(),
+            local_rank: view.local_rank(),
+            world_size: view.world_size(),
+            launcher: false,
             argv: hello.map(|h| h.argv.clone()).unwrap_or_default(),
             torch_version: hello.and_then(|h| h.torch_version.clone()),
             hook_version: hello.map(|h| h.hook_version.clone()),

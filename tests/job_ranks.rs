@@ -1,0 +1,392 @@
+//! A whole job, not single processes: a torchrun-like launcher (hooked, never initialises
+//! CUDA) and two ranks, each a fake hook speaking the attach protocol over a real Unix
+//! socket named after a real (sleeping) process, watched by the real attacher and shown
+//! by the real app and screen.
+
+use std::io::{Read, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ratatui::backend::TestBackend;
+use ratatui::Terminal;
+use serde_json::json;
+use vramtop::app::action::Action;
+use vramtop::app::App;
+use vramtop::attach::{AttachedJobs, Attacher, JobReport};
+use vramtop::telemetry::sim::{SimSource, WorkloadGauge};
+use vramtop::telemetry::TelemetrySource;
+
+const MIB: u64 = 1 << 20;
+
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("vramtop-ranks-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    vramtop::attach::discovery::ensure_private_dir(&dir).expect("temp dir");
+    dir
+}
+
+fn sleeper() -> Child {
+    Command::new("sleep").arg("60").spawn().expect("sleep")
+}
+
+fn send(stream: &mut UnixStream, value: &serde_json::Value) {
+    let body = value.to_string().into_bytes();
+    let mut frame = (body.len() as u32).to_be_bytes().to_vec();
+    frame.extend_from_slice(&body);
+    let _ = stream.write_all(&frame);
+}
+
+fn read_json(stream: &mut UnixStream) -> Option<serde_json::Value> {
+    let mut header = [0u8; 4];
+    stream.read_exact(&mut header).ok()?;
+    let mut body = vec![0u8; u32::from_be_bytes(header) as usize];
+    stream.read_exact(&mut body).ok()?;
+    serde_json::from_slice(&body).ok()
+}
+
+/// One segment of `size` MiB holding `used` MiB at its start, the rest free.
+fn segments(size: u64, used: u64) -> serde_json::Value {
+    json!([{"address": 0x7f00_0000_0000u64, "total_size": size * MIB, "stream": 0,
+            "segment_type": "large", "is_expandable": false,
+            "blocks": [
+              {"address": 0x7f00_0000_0000u64, "size": used * MIB, "requested_size": used * MIB,
+               "state": "active_allocated", "site": null},
+              {"address": 0x7f00_0000_0000u64 + used * MIB, "size": (size - used) * MIB,
+               "requested_size": 0, "state": "inactive", "site": null}]}])
+}
+
+/// What a fake hook is: the launcher (no rank, no CUDA) or a rank with its memory.
+#[derive(Clone, Copy)]
+struct Role {
+    rank: Option<u32>,
+    /// Reserved and allocated MiB (one segment).
+    reserved: u64,
+    allocated: u64,
+}
+
+/// A fake hook for `pid`, child of `ppid`: says hello, sends one state when it has CUDA,
+/// then sends an OOM each time it is told to, and keeps the connection open.
+fn fake_hook(dir: &Path, pid: u32, ppid: u32, role: Role) -> mpsc::Sender<()> {
+    let listener = UnixListener::bind(dir.join(format!("vramtop-{pid}.sock"))).expect("bind");
+    let (tell, told) = mpsc::channel::<()>();
+    std::thread::spawn(move || {
+        let Ok((mut stream, _)) = listener.accept() else {
+            return;
+        };
+        let cuda = role.rank.is_some();
+        let argv = if cuda {
+            json!(["python3", "/work/train.py", "--lr", "1"])
+        } else {
+            json!([
+                "/usr/bin/python3",
+                "/usr/local/bin/torchrun",
+                "--nproc-per-node",
+                "2",
+                "train.py"
+            ])
+        };
+        send(
+            &mut stream,
+            &json!({"type": "hello", "protocol": 1, "pid": pid, "ppid": ppid, "argv": argv,
+                    "hook_version": "test", "torch_version": "2.11.0", "cuda_ready": cuda,
+                    "history": false, "capabilities": [], "missing": [],
+                    "rank": role.rank, "local_rank": role.rank,
+                    "world_size": role.rank.map(|_| 2)}),
+        );
+        let _ = read_json(&mut stream);
+        let stats = json!({"allocated_bytes": role.allocated * MIB,
+                           "reserved_bytes": role.reserved * MIB, "num_ooms": 0});
+        if cuda {
+            send(
+                &mut stream,
+                &json!({"type": "state", "seq": 1, "time_s": 1.0, "device": 0, "stats": stats,
+                        "settings": {"expandable_segments": false},
+                        "segments": segments(role.reserved, role.allocated),
+                        "truncated": false}),
+            );
+        }
+        let mut seq = 1.0;
+        while told.recv().is_ok() {
+            seq += 1.0;
+            send(
+                &mut stream,
+                &json!({"type": "oom", "time_s": seq, "device": 0,
+                        "requested_bytes": 4096 * MIB, "device_free_bytes": 0,
+                        "device_total_bytes": 80u64 << 30, "stats": stats,
+                        "segments": segments(role.reserved, role.allocated),
+                        "truncated": false}),
+            );
+        }
+    });
+    tell
+}
+
+fn wait_for(
+    attacher: &Attacher,
+    what: &str,
+    done: impl Fn(&AttachedJobs) -> bool,
+) -> Arc<AttachedJobs> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let jobs = attacher.snapshot();
+        if done(&jobs) {
+            return jobs;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what}: {jobs:#?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn render(app: &App, width: u16, height: u16) -> String {
+    let mut terminal = Terminal::new(TestBackend::new(width, height)).expect("test terminal");
+    terminal.draw(|f| vramtop::ui::draw(f, app)).expect("draw");
+    vramtop::ui::buffer_text(terminal.backend().buffer())
+}
+
+fn app() -> App {
+    let mut source = SimSource::new(7, WorkloadGauge::default()).with_fixed_clock();
+    let mut app = App::new(1.0);
+    for _ in 0..5 {
+        app.apply_snapshot(source.poll());
+    }
+    app
+}
+
+/// The job under test: a launcher and ranks 0 and 1 (rank 1 holds more), their fake
+/// hooks' OOM triggers, and the processes to end.
+struct Job {
+    dir: PathBuf,
+    launcher: u32,
+    ranks: [u32; 2],
+    oom: [mpsc::Sender<()>; 2],
+    processes: Vec<Child>,
+    _launcher_hook: mpsc::Sender<()>,
+}
+
+impl Job {
+    fn start(name: &str) -> Job {
+        let dir = temp_dir(name);
+        let processes: Vec<Child> = (0..3).map(|_| sleeper()).collect();
+        let [launcher, r0, r1] = [processes[0].id(), processes[1].id(), processes[2].id()];
+        let me = std::process::id();
+        let launcher_hook = fake_hook(
+            &dir,
+            launcher,
+            me,
+            Role {
+                rank: None,
+                reserved: 0,
+                allocated: 0,
+            },
+        );
+        // Rank 1 is listed first on purpose: the selection goes by rank, not by pid.
+        let oom1 = fake_hook(
+            &dir,
+            r1,
+            launcher,
+            Role {
+                rank: Some(1),
+                reserved: 100,
+                allocated: 60,
+            },
+        );
+        let oom0 = fake_hook(
+            &dir,
+            r0,
+            launcher,
+            Role {
+                rank: Some(0),
+                reserved: 40,
+                allocated: 30,
+            },
+        );
+        Job {
+            dir,
+            launcher,
+            ranks: [r0, r1],
+            oom: [oom0, oom1],
+            processes,
+            _launcher_hook: launcher_hook,
+        }
+    }
+
+    fn attacher(&self) -> Attacher {
+        Attacher::spawn(self.dir.clone(), Duration::from_millis(50)).expect("attacher")
+    }
+
+    fn all_in(&self, jobs: &AttachedJobs) -> bool {
+        jobs.get(self.launcher).is_some_and(|j| j.hello.is_some())
+            && self
+                .ranks
+                .iter()
+                .all(|&pid| jobs.get(pid).is_some_and(|j| j.frame.is_some()))
+    }
+}
+
+impl Drop for Job {
+    fn drop(&mut self) {
+        for p in &mut self.processes {
+            let _ = p.kill();
+            let _ = p.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[test]
+fn run_opens_on_the_jobs_lowest_rank_with_every_rank_in_the_overview() {
+    let job = Job::start("overview");
+    let attacher = job.attacher();
+    let mut app = app();
+    // `vramtop run -- torchrun ...` focuses the launcher it started.
+    app.focus_pid = Some(job.launcher);
+    let jobs = wait_for(&attacher, "the launcher and both ranks", |j| job.all_in(j));
+    app.apply_attached(jobs);
+
+    assert_eq!(
+        app.shown_job().map(|j| j.pid),
+        Some(job.ranks[0]),
+        "rank 0 is shown"
+    );
+    assert!(
+        app.rows.iter().all(|r| r.process.pid != job.launcher),
+        "the launcher is the job's parent, not a GPU process"
+    );
+    let group = app.shown_ranks().expect("the job's ranks");
+    assert_eq!(group.parent_pid, Some(job.launcher));
+    assert_eq!(
+        group.ranks.iter().map(|j| j.pid).collect::<Vec<_>>(),
+        job.ranks
+    );
+
+    let screen = render(&app, 200, 60);
+    assert!(
+        screen.contains(&format!("2 ranks (world 2) · launcher {}", job.launcher)),
+        "{screen}"
+    );
+    assert!(
+        screen.contains("job torchrun --nproc-per-node 2 train.py"),
+        "{screen}"
+    );
+    // One row per rank, with PyTorch's own reserved and allocated.
+    let row = |pid: u32| {
+        screen
+            .lines()
+            .find(|l| l.contains(&format!(" {pid} ")) && l.contains("running"))
+            .unwrap_or_else(|| panic!("no overview row for {pid}: {screen}"))
+            .to_string()
+    };
+    let r0 = row(job.ranks[0]);
+    assert!(
+        r0.contains("▶ 0") && r0.contains("40.0 MiB") && r0.contains("30.0 MiB"),
+        "{r0}"
+    );
+    let r1 = row(job.ranks[1]);
+    assert!(
+        r1.contains("  1 ") && r1.contains("100.0 MiB") && r1.contains("60.0 MiB"),
+        "{r1}"
+    );
+    // 200 columns hold both ranks' maps side by side, on one scale.
+    assert!(
+        screen.contains("ranks side by side, same scale"),
+        "{screen}"
+    );
+    assert!(
+        screen.contains(&format!("rank 1 · pid {}", job.ranks[1])),
+        "{screen}"
+    );
+
+    // Number keys and Tab choose a rank.
+    app.handle(Action::SelectRank(1));
+    assert_eq!(app.shown_job().map(|j| j.pid), Some(job.ranks[1]));
+    app.handle(Action::NextDevice);
+    assert_eq!(app.shown_job().map(|j| j.pid), Some(job.ranks[0]));
+    app.handle(Action::PrevDevice);
+    assert_eq!(app.shown_job().map(|j| j.pid), Some(job.ranks[1]));
+    // A rank that is not there leaves the choice alone.
+    app.handle(Action::SelectRank(7));
+    assert_eq!(app.shown_job().map(|j| j.pid), Some(job.ranks[1]));
+
+    // Narrow: the chosen rank's own region under the overview.
+    let narrow = render(&app, 100, 50);
+    assert!(!narrow.contains("ranks side by side"), "{narrow}");
+    assert!(narrow.contains("2 ranks (world 2)"), "{narrow}");
+}
+
+#[test]
+fn an_oom_on_rank_1_takes_the_view_there_and_says_which_rank() {
+    let job = Job::start("oom");
+    let attacher = job.attacher();
+    let mut app = app();
+    app.focus_pid = Some(job.launcher);
+    app.apply_attached(wait_for(&attacher, "the job", |j| job.all_in(j)));
+    assert_eq!(app.shown_job().map(|j| j.pid), Some(job.ranks[0]));
+
+    job.oom[1].send(()).expect("rank 1's hook");
+    let r1 = job.ranks[1];
+    app.apply_attached(wait_for(&attacher, "rank 1's OOM", |j| {
+        j.get(r1).is_some_and(|v| v.oom.is_some())
+    }));
+    assert_eq!(
+        app.shown_job().map(|j| j.pid),
+        Some(r1),
+        "the view went to rank 1"
+    );
+    let screen = render(&app, 200, 60);
+    assert!(
+        screen.contains(&format!("rank 1 (pid {r1}) ran out of memory")),
+        "{screen}"
+    );
+    assert!(screen.contains("OOM: needed 4.0 GiB"), "{screen}");
+
+    // The user goes back to rank 0: the same OOM, seen again, does not pull the view.
+    app.handle(Action::SelectRank(0));
+    app.apply_attached(attacher.snapshot());
+    assert_eq!(app.shown_job().map(|j| j.pid), Some(job.ranks[0]));
+}
+
+#[test]
+fn json_and_attach_lines_name_ranks_and_the_launcher() {
+    let job = Job::start("json");
+    let attacher = job.attacher();
+    let jobs = wait_for(&attacher, "the job", |j| job.all_in(j));
+    let reports = JobReport::of_all(&jobs.jobs);
+    let report = |pid: u32| {
+        let r = reports.iter().find(|r| r.pid == pid).expect("a report");
+        serde_json::to_value(r).expect("json")
+    };
+    let launcher = report(job.launcher);
+    assert_eq!(launcher["launcher"], true);
+    assert_eq!(launcher["rank"], serde_json::Value::Null);
+    assert_eq!(launcher["world_size"], serde_json::Value::Null);
+    for (rank, &pid) in job.ranks.iter().enumerate() {
+        let r = report(pid);
+        assert_eq!(r["rank"], rank as u64);
+        assert_eq!(r["local_rank"], rank as u64);
+        assert_eq!(r["world_size"], 2);
+        assert_eq!(r["launcher"], false);
+        assert_eq!(r["ppid"], job.launcher);
+    }
+    assert_eq!(report(job.ranks[1])["stats"]["reserved_bytes"], 100 * MIB);
+
+    let line =
+        |pid: u32| vramtop::attach::headless::summary(jobs.get(pid).expect("job"), &jobs.jobs);
+    let l = line(job.launcher);
+    assert!(
+        l.contains("launcher of ranks 0, 1 (no CUDA: the job's parent, on no GPU)"),
+        "{l}"
+    );
+    let l = line(job.ranks[1]);
+    assert!(l.contains("rank 1/2 (local 1)"), "{l}");
+    assert!(
+        l.contains("gpu 0") && l.contains("reserved 100.0 MiB") && l.contains("allocated 60.0 MiB"),
+        "{l}"
+    );
+}
