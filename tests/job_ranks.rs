@@ -390,3 +390,62 @@ fn json_and_attach_lines_name_ranks_and_the_launcher() {
         "{l}"
     );
 }
+
+#[test]
+fn enter_on_a_rank_opens_its_screen_over_time_with_its_oom_marked() {
+    let job = Job::start("screen");
+    let attacher = job.attacher();
+    let mut source = SimSource::new(7, WorkloadGauge::default()).with_fixed_clock();
+    let mut app = App::new(1.0);
+    app.focus_pid = Some(job.launcher);
+    app.apply_attached(wait_for(&attacher, "the job", |j| job.all_in(j)));
+    app.handle(Action::SelectRank(1));
+    let r1 = job.ranks[1];
+    for _ in 0..5 {
+        app.apply_snapshot(source.poll());
+    }
+    job.oom[1].send(()).expect("rank 1's hook");
+    app.apply_attached(wait_for(&attacher, "rank 1's OOM", |j| {
+        j.get(r1).is_some_and(|v| v.oom.is_some())
+    }));
+    for _ in 0..3 {
+        app.apply_snapshot(source.poll());
+    }
+
+    app.handle(Action::ToggleSegmentList);
+    assert_eq!(app.process_screen, Some(r1));
+    let history = app.process_history.get(r1).expect("rank 1 followed");
+    assert_eq!(history.torch.len(), 8, "one sample per poll");
+    assert_eq!(
+        history.torch.latest(),
+        Some((Some(60 * MIB), Some(40 * MIB))),
+        "PyTorch's allocated, and reserved above it"
+    );
+    let screen = render(&app, 120, 40);
+    assert!(
+        screen.contains(&format!("process {r1} · rank 1")),
+        "{screen}"
+    );
+    assert!(
+        screen.contains("PyTorch allocated █ reserved ▓"),
+        "{screen}"
+    );
+    assert!(screen.contains("now 60.0 MiB / 100.0 MiB"), "{screen}");
+    // The OOM came between the 5th and 6th poll: marked once, 3 polls before now.
+    assert_eq!(
+        screen.matches('✖').count(),
+        2,
+        "the mark and its legend: {screen}"
+    );
+    assert!(screen.contains("✖ out of memory at -2s"), "{screen}");
+    assert!(
+        !screen.contains("2 ranks (world 2)"),
+        "the screen replaces the overview"
+    );
+
+    app.handle(Action::ToggleSegmentList);
+    assert!(
+        render(&app, 120, 40).contains("2 ranks (world 2)"),
+        "Enter returns"
+    );
+}

@@ -276,7 +276,7 @@ pub const BINDINGS: &[Binding] = &[
         NONE,
         Action::ToggleSegmentList,
         "Enter",
-        "blocks of the segment",
+        "blocks of the selected segment, else the process over time",
     ),
     bind(
         KeyCode::Char('L'),

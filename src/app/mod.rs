@@ -5,6 +5,7 @@ pub mod action;
 pub mod history;
 pub mod jobs;
 pub mod process_actions;
+pub mod process_history;
 pub mod process_table;
 pub mod replayer;
 pub mod signal;
@@ -100,6 +101,10 @@ pub struct App {
     pub focus_pid: Option<u32>,
     /// The rank that last ran out of memory: the view went there, the overview says so.
     pub rank_oom: Option<RankOom>,
+    /// Every GPU process over time, for its own screen.
+    pub process_history: process_history::ProcessHistories,
+    /// The process whose own screen is open (`View::Process`).
+    pub process_screen: Option<u32>,
     /// Process-table columns to show (the settings file's `columns`); None: all that fit.
     pub columns: Option<Vec<SortKey>>,
     /// A signal asked for and awaiting the user's confirmation.
@@ -140,6 +145,8 @@ impl App {
             run: None,
             focus_pid: None,
             rank_oom: None,
+            process_history: Default::default(),
+            process_screen: None,
             columns: None,
             pending_signal: None,
             signals: Box::new(signal::KernelSignals::default()),
@@ -164,6 +171,7 @@ impl App {
         for (history, device) in self.chart_history.iter_mut().zip(&snapshot.devices) {
             history.push(device);
         }
+        self.process_history.record(&snapshot, &self.attached);
         if self.process_watch.len() != snapshot.devices.len() {
             self.process_watch.resize_with(snapshot.devices.len(), || {
                 ProcessWatch::new(TrendConfig::default())
@@ -314,10 +322,18 @@ impl App {
             Action::NextSegment => self.move_segment(1),
             Action::PrevSegment => self.move_segment(-1),
             Action::ToggleSegmentList => {
-                // The list belongs to the block map: it opens only where the map shows.
+                // A selected segment opens its block list (it belongs to the block map);
+                // otherwise Enter opens the selected process's own screen.
                 match self.views.focus() {
                     Some(View::SegmentList) => self.views.remove(View::SegmentList),
+                    Some(View::Process) => self.views.remove(View::Process),
                     None if self.selected_segment.is_some() => self.views.push(View::SegmentList),
+                    None => {
+                        self.process_screen = self.selected_row().map(|r| r.process.pid);
+                        if self.process_screen.is_some() {
+                            self.views.push(View::Process);
+                        }
+                    }
                     _ => {}
                 }
                 self.segment_table = TableState::default().with_selected(Some(0));

@@ -10,6 +10,9 @@ pub enum View {
     Leaks,
     /// The selected segment's blocks, in place of the block map.
     SegmentList,
+    /// One process over time (`App::process_screen`), in place of the process table
+    /// and the block map.
+    Process,
     /// The key help, drawn over everything.
     Help,
     /// "Send SIGTERM to pid N (command)?": y sends, n cancels (`App::pending_signal`).

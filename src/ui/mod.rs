@@ -32,6 +32,7 @@ pub mod leaks;
 pub mod membar;
 pub mod presenter;
 pub mod process_prompt;
+pub mod process_screen;
 pub mod processes;
 pub mod ranks;
 pub mod replayer;
@@ -87,7 +88,8 @@ pub fn draw(frame: &mut Frame, app: &App) {
     };
 
     // The allocator panel shows only when something feeds it: a probe or an attached job.
-    if app.probe.is_none() && app.shown_job().is_none() && !app.views.contains(View::Leaks) {
+    let over_table = app.views.contains(View::Leaks) || app.views.contains(View::Process);
+    if app.probe.is_none() && app.shown_job().is_none() && !over_table {
         draw_without_allocator(frame, body, app);
     } else {
         let device_rows = devices::height(app, body.height / 2);
@@ -99,10 +101,15 @@ pub fn draw(frame: &mut Frame, app: &App) {
         ])
         .areas(body);
         devices::draw(frame, devices_area, app);
-        if app.views.contains(View::Leaks) {
+        if over_table {
             let [_, below] =
                 Layout::vertical([Constraint::Length(device_rows), Constraint::Min(0)]).areas(body);
-            draw_leaks(frame, below, app);
+            // The view opened last is drawn.
+            match app.views.focus() {
+                Some(View::Process) => process_screen::draw(frame, below, app),
+                _ if app.views.contains(View::Leaks) => draw_leaks(frame, below, app),
+                _ => process_screen::draw(frame, below, app),
+            }
         } else {
             processes::draw(frame, processes_area, app);
             match (app.shown_job(), app.shown_ranks()) {
