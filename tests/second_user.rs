@@ -15,6 +15,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+#[path = "serve_support.rs"]
+mod serve_support;
+
 const PEER: &str = "vramtop-peer";
 
 fn in_ci() -> bool {
@@ -143,6 +146,41 @@ fn peer_attach(dir: &Path, bin: &Path, peer: (u32, u32)) -> Output {
     as_peer(command, peer)
 }
 
+/// `vramtop serve` (simulated device) as `peer` or as root, pointed at the job's
+/// directory: its `/metrics` once a line names `pid_label`, or its last one after 3 s.
+fn serve_scrape(dir: &Path, bin: &Path, peer: Option<(u32, u32)>, pid_label: &str) -> String {
+    let port = serve_support::free_port();
+    let mut command = Command::new(bin);
+    command
+        .args(["serve", "--device", "sim", "--interval", "0.2", "--listen"])
+        .arg(format!("127.0.0.1:{port}"))
+        .env("VRAMTOP_SOCKET_DIR", dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    if let Some((uid, gid)) = peer {
+        command.uid(uid).gid(gid).env("HOME", "/tmp");
+    }
+    let _serve = serve_support::ChildGuard {
+        child: command.spawn().expect("vramtop serve"),
+        name: "vramtop serve",
+    };
+    let addr = format!("127.0.0.1:{port}");
+    let mut last = String::new();
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+        if std::net::TcpStream::connect(&addr).is_err() {
+            continue;
+        }
+        last = serve_support::get(&addr, "/metrics").1;
+        if last.contains(pid_label) {
+            break;
+        }
+    }
+    last
+}
+
 #[test]
 fn a_second_user_can_neither_connect_nor_list_the_job_and_root_can() {
     let Some(peer) = second_user() else { return };
@@ -192,6 +230,28 @@ fn a_second_user_can_neither_connect_nor_list_the_job_and_root_can() {
     assert!(
         !stdout.contains(&format!("\"pid\":{}", job.id())),
         "the second user's viewer listed the job: {stdout}"
+    );
+
+    // Nor can its `vramtop serve` export the job's allocator, while root's does.
+    let series = format!("vramtop_torch_reserved_bytes{{");
+    let pid_label = format!("pid=\"{}\"", job.id());
+    let peer_scrape = serve_scrape(&dir, &bin, Some(peer), &pid_label);
+    assert!(
+        peer_scrape.contains("vramtop_memory_total_bytes"),
+        "the second user's serve answered: {peer_scrape}"
+    );
+    assert!(
+        !peer_scrape
+            .lines()
+            .any(|l| l.starts_with(&series) && l.contains(&pid_label)),
+        "the second user's serve exported the job: {peer_scrape}"
+    );
+    let root_scrape = serve_scrape(&dir, &bin, None, &pid_label);
+    assert!(
+        root_scrape
+            .lines()
+            .any(|l| l.starts_with(&series) && l.contains(&pid_label)),
+        "root's serve did not export the job: {root_scrape}"
     );
 
     // Root still does.

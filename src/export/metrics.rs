@@ -1,6 +1,7 @@
-//! `/metrics`: a telemetry snapshot and the probes' allocator stats in the Prometheus
-//! text exposition format 0.0.4. A figure a device cannot report (`None`) is left out of
-//! the output, never written as 0. Must not depend on ratatui or the app.
+//! `/metrics`: a telemetry snapshot, the probes' allocator stats and hooked PyTorch jobs'
+//! allocators (`torch_metrics`) in the Prometheus text exposition format 0.0.4. A figure
+//! a device cannot report (`None`) is left out of the output, never written as 0. Must
+//! not depend on ratatui or the app.
 //!
 //! Series are named `vramtop_*` in base units (bytes, watts, ratios); the README maps
 //! each to its dcgm-exporter field. With `dcgm_names`, the DCGM_FI_DEV_* series are
@@ -8,7 +9,9 @@
 
 use prometheus::{Encoder, GaugeVec, IntCounterVec, Opts, Registry, TextEncoder};
 
+use super::torch_metrics;
 use vramtop_alloc::Stats;
+use vramtop_attach::AttachedJobs;
 use vramtop_telemetry::{DeviceHealth, DeviceSnapshot, SystemSnapshot};
 
 /// The Content-Type of the text format this module writes.
@@ -194,6 +197,7 @@ const ALLOCATOR_COUNTERS: [(&str, &str, AllocatorCounter); 2] = [
 pub fn encode(
     snapshot: &SystemSnapshot,
     allocator: &[Stats],
+    torch: &AttachedJobs,
     dcgm_names: bool,
 ) -> Result<String, prometheus::Error> {
     let registry = Registry::new();
@@ -224,6 +228,8 @@ pub fn encode(
                 .inc_by(field(s));
         }
     }
+
+    torch_metrics::register(&registry, host, torch)?;
 
     let mut out = Vec::new();
     TextEncoder::new().encode(&registry.gather(), &mut out)?;
@@ -390,7 +396,7 @@ mod tests {
 
     #[test]
     fn label_values_are_escaped() {
-        let text = encode(&snapshot(), &[], false).unwrap();
+        let text = encode(&snapshot(), &[], &AttachedJobs::default(), false).unwrap();
         let line = text
             .lines()
             .find(|l| l.starts_with("vramtop_process_memory_used_bytes{"))
@@ -405,13 +411,14 @@ mod tests {
 
     #[test]
     fn unsupported_figures_are_left_out_not_zero() {
-        let text = encode(&snapshot(), &[], false).unwrap();
+        let text = encode(&snapshot(), &[], &AttachedJobs::default(), false).unwrap();
         assert!(text.contains("vramtop_temperature_celsius{"));
         for absent in [
             "vramtop_power_watts",
             "vramtop_memory_free_bytes",
             "vramtop_gpu_utilization_ratio",
             "vramtop_allocator_",
+            "vramtop_torch_",
             "DCGM_FI_DEV_",
         ] {
             let present = text
@@ -423,7 +430,7 @@ mod tests {
 
     #[test]
     fn dcgm_series_use_dcgm_units_and_labels() {
-        let text = encode(&snapshot(), &[], true).unwrap();
+        let text = encode(&snapshot(), &[], &AttachedJobs::default(), true).unwrap();
         let line = text
             .lines()
             .find(|l| l.starts_with("DCGM_FI_DEV_FB_USED{"))
@@ -443,7 +450,7 @@ mod tests {
             page_maps: 2,
             ..Stats::default()
         };
-        let text = encode(&snapshot(), &[stats], false).unwrap();
+        let text = encode(&snapshot(), &[stats], &AttachedJobs::default(), false).unwrap();
         assert!(text.contains("# TYPE vramtop_allocator_ooms_total counter"));
         assert!(
             text.contains(r#"vramtop_allocator_ooms_total{hostname="box\"1",policy="best-fit"} 3"#)

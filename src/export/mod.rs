@@ -9,3 +9,4 @@ pub mod once;
 pub mod oom_report;
 pub mod serve;
 pub mod svg;
+pub mod torch_metrics;

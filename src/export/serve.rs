@@ -1,10 +1,12 @@
 //! `vramtop serve`: a read-only HTTP endpoint over the same telemetry and probes as the
-//! live view. `GET /metrics` is the Prometheus text format, `GET /api/snapshot` the JSON
-//! that `vramtop --remote` reads; anything else is 404, any other method 405.
+//! live view, and over hooked PyTorch jobs. `GET /metrics` is the Prometheus text format,
+//! `GET /api/snapshot` the JSON that `vramtop --remote` reads; anything else is 404, any
+//! other method 405.
 //! The routes over what the telemetry poller and the probe publish; the command that
 //! starts it all is `modes::serve`. Must not depend on ratatui or the app's state.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use color_eyre::eyre::Result;
@@ -16,13 +18,17 @@ use super::http::Reply;
 use super::metrics;
 use crate::probe::live::ProbeView;
 use vramtop_alloc::Stats;
+use vramtop_attach::AttachedJobs;
 use vramtop_telemetry::{now_ms, DeviceHealth, SystemSnapshot};
 
-/// Where the server reads its figures: the latest telemetry poll and the latest probe view.
+/// Where the server reads its figures: the latest telemetry poll, the latest probe view
+/// and the hooked jobs the attacher last published.
 #[derive(Clone)]
 pub struct Feeds {
     pub snapshots: watch::Receiver<Option<SystemSnapshot>>,
-    pub probe: Option<watch::Receiver<std::sync::Arc<ProbeView>>>,
+    pub probe: Option<watch::Receiver<Arc<ProbeView>>>,
+    /// None when the attacher could not start: telemetry is still worth serving.
+    pub torch: Option<watch::Receiver<Arc<AttachedJobs>>>,
     /// The poll interval: a snapshot older than three of them (and 2 s) is marked stale.
     pub interval: Duration,
     /// Also write dcgm-exporter's DCGM_FI_DEV_* series.
@@ -84,7 +90,12 @@ pub fn route(method: &Method, url: &str, feeds: &Feeds) -> Reply {
         );
     };
     if path == "/metrics" {
-        match metrics::encode(&snapshot, &stats, feeds.dcgm_names) {
+        // An Arc of the attacher's snapshot, not the jobs: their block maps can be large.
+        let torch = feeds
+            .torch
+            .as_ref()
+            .map_or_else(Default::default, |jobs| Arc::clone(&jobs.borrow()));
+        match metrics::encode(&snapshot, &stats, &torch, feeds.dcgm_names) {
             Ok(body) => Reply {
                 status: 200,
                 content_type: metrics::CONTENT_TYPE,
@@ -134,6 +145,7 @@ mod tests {
         let feeds = Feeds {
             snapshots: rx,
             probe: None,
+            torch: None,
             interval: Duration::from_secs(1),
             dcgm_names: false,
         };

@@ -1,5 +1,6 @@
-//! `vramtop serve`: poll telemetry (and run a probe when asked), answer HTTP until SIGTERM
-//! or SIGINT. The routes are `export::serve`'s, the server `export::http`'s.
+//! `vramtop serve`: poll telemetry (and run a probe when asked), attach to hooked PyTorch
+//! jobs, answer HTTP until SIGTERM or SIGINT. The routes are `export::serve`'s, the server
+//! `export::http`'s.
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
@@ -15,12 +16,15 @@ use crate::cli::ServeArgs;
 use crate::export::http::{self, Server, LIMITS};
 use crate::export::serve::{check_listen, route, Feeds};
 use crate::probe::live::LiveProbe;
+use vramtop_attach::discovery::socket_dir;
+use vramtop_attach::Attacher;
 use vramtop_telemetry::auth::BearerToken;
 use vramtop_telemetry::open::open;
 use vramtop_telemetry::poller::Poller;
 use vramtop_telemetry::sim::WorkloadGauge;
 
-/// `vramtop serve`: poll telemetry, run the probe if asked, serve until SIGTERM or SIGINT.
+/// `vramtop serve`: poll telemetry, run the probe if asked, export hooked jobs' allocators,
+/// serve until SIGTERM or SIGINT.
 pub fn run(args: ServeArgs) -> Result<ExitCode> {
     if let Err(e) = check_listen(args.listen, args.allow_remote) {
         return usage_error(e);
@@ -64,9 +68,19 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
         let ops_per_s = args.probe_opts.ops_per_s;
         probe_set.map(|set| LiveProbe::spawn(set.probes, Some(workload), ops_per_s, None))
     };
+    // Hooked jobs subscribe at the serve interval: a scrape sees states that fresh.
+    let attacher = match Attacher::spawn(socket_dir(), interval) {
+        Ok(attacher) => Some(attacher),
+        // As with probes: the telemetry is worth serving without the jobs.
+        Err(e) => {
+            eprintln!("vramtop: {e:#}; serving telemetry without hooked PyTorch jobs");
+            None
+        }
+    };
     let feeds = Feeds {
         snapshots: poller.snapshots.clone(),
         probe: probe.as_ref().map(|p| p.views.clone()),
+        torch: attacher.as_ref().map(|a| a.jobs.clone()),
         interval,
         dcgm_names: args.dcgm_names,
     };
@@ -78,6 +92,7 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
     let router: http::Router =
         Arc::new(move |method: &Method, target: &str| route(method, target, &feeds));
     let code = rt.block_on(serve_until_signal(args.listen, router, token, what))?;
+    drop(attacher);
     drop(probe);
     drop(poller);
     Ok(ExitCode::from(code))

@@ -245,7 +245,7 @@ fn draw_side_by_side(
         if needs_overview(&map.layout, map_area.height, 0) {
             frame.render_widget(BlockOverview::new(&map.layout), map_area);
         } else {
-            frame.render_widget(&BlockMap::new(&map.layout).scale(scale), map_area);
+            frame.render_widget(BlockMap::new(&map.layout).scale(scale), map_area);
         }
     }
 }
