@@ -449,3 +449,66 @@ fn enter_on_a_rank_opens_its_screen_over_time_with_its_oom_marked() {
         "Enter returns"
     );
 }
+
+/// A rank as the attacher shows it before and after it initialises CUDA.
+fn rank_view(pid: u32, launcher: u32, rank: u32, cuda: bool) -> vramtop::attach::JobView {
+    use vramtop::attach::protocol::Hello;
+    vramtop::attach::JobView {
+        pid,
+        connected: true,
+        hello: Some(Hello {
+            protocol: 1,
+            pid,
+            ppid: Some(launcher),
+            argv: vec!["python3".into(), "train.py".into()],
+            cuda_ready: cuda,
+            rank: Some(rank),
+            local_rank: Some(rank),
+            world_size: Some(2),
+            ..Hello::default()
+        }),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn the_job_opens_on_rank_0_even_when_rank_1_initialises_cuda_first() {
+    let (launcher, r0, r1) = (900_001, 900_002, 900_003);
+    let mut app = app();
+    app.focus_pid = Some(launcher);
+    let jobs = |rank0_ready: bool| {
+        let mut launcher_view = rank_view(launcher, 1, 0, false);
+        if let Some(h) = launcher_view.hello.as_mut() {
+            h.rank = None;
+            h.local_rank = None;
+            h.world_size = None;
+        }
+        Arc::new(AttachedJobs {
+            jobs: vec![
+                launcher_view,
+                rank_view(r0, launcher, 0, rank0_ready),
+                rank_view(r1, launcher, 1, true),
+            ],
+            scan_error: None,
+            scans: 1,
+        })
+    };
+    app.apply_attached(jobs(false));
+    assert_eq!(
+        app.shown_job().map(|j| j.pid),
+        Some(r1),
+        "rank 1 is the only one with CUDA"
+    );
+    assert_eq!(app.focus_pid, Some(launcher), "the focus waits for rank 0");
+    app.apply_attached(jobs(true));
+    assert_eq!(
+        app.shown_job().map(|j| j.pid),
+        Some(r0),
+        "rank 0 takes the view"
+    );
+    assert_eq!(app.focus_pid, None);
+    // From then on the user's choice stays.
+    app.handle(Action::SelectRank(1));
+    app.apply_attached(jobs(true));
+    assert_eq!(app.shown_job().map(|j| j.pid), Some(r1));
+}

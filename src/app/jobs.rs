@@ -142,11 +142,24 @@ impl App {
             .iter()
             .filter(|j| started_by_focus(j.pid) && row_of(j.pid).is_some())
             .collect();
-        children.sort_by_key(|j| (!j.cuda_ready(), j.rank().unwrap_or(u32::MAX), j.pid));
+        let order = |j: &JobView| {
+            (
+                !j.cuda_ready(),
+                j.local_rank().unwrap_or(u32::MAX),
+                j.rank().unwrap_or(u32::MAX),
+                j.pid,
+            )
+        };
+        children.sort_by_key(|j| order(j));
         match children.first() {
             Some(child) if child.cuda_ready() => {
                 self.table.select(row_of(child.pid));
-                self.focus_pid = None;
+                // Ranks initialise CUDA at their own pace: until local rank 0 (there is
+                // one on every node) has, a later rank holds the cursor and the focus
+                // stays pending, so the job opens on its first rank.
+                if child.local_rank().is_none_or(|r| r == 0) {
+                    self.focus_pid = None;
+                }
                 self.clamp_segment();
             }
             // Not yet: show what there is (waiting for CUDA), keep the focus pending.
