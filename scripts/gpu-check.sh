@@ -209,6 +209,15 @@ if [ -s "$OUT/whatif/table.md" ]; then
   wrong=$(grep -c 'WRONG' "$OUT/whatif/table.md")
   result "remedies A/B" "$([ "$wrong" = 0 ] && echo PASS || echo FAIL)" "$(tail -1 "$OUT/whatif/table.md")"
 else result "remedies A/B" FAIL "whatif_ab.py wrote no table (see gpu-check.log)"; fi
+# 14. Issue 27, whole jobs: two gloo ranks on one GPU under `vramtop run` in a 200x60
+#    tmux (first screen on rank 0, rank 1's OOM followed), serve per rank vs each rank's
+#    printed figures, --once/attach rank fields, vramtop's RSS and CPU, and the hook's
+#    in-process cost (scripts/gpu-job-ranks.sh; about 8 minutes). Its rows join this table.
+say "whole jobs (gpu-job-ranks.sh)"
+bash "$HERE/gpu-job-ranks.sh" "$BIN" "$OUT/ranks" >> "$LOG" 2>&1
+while IFS='|' read -r name verdict details; do
+  result "ranks: $name" "$verdict" "$details"
+done < "$OUT/ranks/results.txt"
 
 echo
 echo "check                                        result details"
