@@ -233,7 +233,7 @@ fn a_second_user_can_neither_connect_nor_list_the_job_and_root_can() {
     );
 
     // Nor can its `vramtop serve` export the job's allocator, while root's does.
-    let series = format!("vramtop_torch_reserved_bytes{{");
+    let series = "vramtop_torch_reserved_bytes{";
     let pid_label = format!("pid=\"{}\"", job.id());
     let peer_scrape = serve_scrape(&dir, &bin, Some(peer), &pid_label);
     assert!(
@@ -243,14 +243,14 @@ fn a_second_user_can_neither_connect_nor_list_the_job_and_root_can() {
     assert!(
         !peer_scrape
             .lines()
-            .any(|l| l.starts_with(&series) && l.contains(&pid_label)),
+            .any(|l| l.starts_with(series) && l.contains(&pid_label)),
         "the second user's serve exported the job: {peer_scrape}"
     );
     let root_scrape = serve_scrape(&dir, &bin, None, &pid_label);
     assert!(
         root_scrape
             .lines()
-            .any(|l| l.starts_with(&series) && l.contains(&pid_label)),
+            .any(|l| l.starts_with(series) && l.contains(&pid_label)),
         "root's serve did not export the job: {root_scrape}"
     );
 
