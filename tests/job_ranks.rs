@@ -512,3 +512,120 @@ fn the_job_opens_on_rank_0_even_when_rank_1_initialises_cuda_first() {
     app.apply_attached(jobs(true));
     assert_eq!(app.shown_job().map(|j| j.pid), Some(r1));
 }
+
+/// An OOM already over when a job is first seen, or one in another launch, leaves the
+/// view where it is.
+#[test]
+fn old_ooms_and_other_jobs_ooms_leave_the_view_alone() {
+    use vramtop::attach::job::OomExplained;
+    use vramtop::attach::protocol::{AllocatorSettings, OomState};
+    let oom = |time_s: f64| {
+        Some(Arc::new(OomExplained::from_oom(&OomState {
+            time_s,
+            device: 0,
+            requested_bytes: 1 << 30,
+            device_free_bytes: Some(0),
+            device_total_bytes: Some(80 << 30),
+            stats: None,
+            segments: Vec::new(),
+            truncated: false,
+            summary: None,
+            settings: AllocatorSettings::default(),
+        })))
+    };
+    // Job A (launcher 1000): ranks 0 and 1; job B (launcher 2000): ranks 0 and 1.
+    let jobs = |b1_oom: Option<f64>, a1_oom: Option<f64>| {
+        let mut views = vec![
+            rank_view(1001, 1000, 0, true),
+            rank_view(1002, 1000, 1, true),
+            rank_view(2001, 2000, 0, true),
+            rank_view(2002, 2000, 1, true),
+        ];
+        views[1].oom = a1_oom.and_then(oom);
+        views[3].oom = b1_oom.and_then(oom);
+        Arc::new(AttachedJobs {
+            jobs: views,
+            scan_error: None,
+            scans: 1,
+        })
+    };
+    let mut app = app();
+    // First seen with an old OOM on job A's rank 1: not news.
+    app.focus_pid = Some(1000);
+    app.apply_attached(jobs(None, Some(5.0)));
+    assert_eq!(app.shown_job().map(|j| j.pid), Some(1001));
+    assert_eq!(app.rank_oom, None);
+    // Job B's rank 1 runs out of memory: A stays on screen.
+    app.apply_attached(jobs(Some(9.0), Some(5.0)));
+    assert_eq!(app.shown_job().map(|j| j.pid), Some(1001));
+    assert_eq!(app.rank_oom, None);
+    assert!(!render(&app, 200, 60).contains("ran out of memory"));
+    // A's rank 1 runs out of memory again: the view goes there.
+    app.apply_attached(jobs(Some(9.0), Some(12.0)));
+    assert_eq!(app.shown_job().map(|j| j.pid), Some(1002));
+    let screen = render(&app, 200, 60);
+    assert!(
+        screen.contains("rank 1 (pid 1002) ran out of memory"),
+        "{screen}"
+    );
+}
+
+#[test]
+fn a_rank_that_dies_of_its_oom_keeps_the_mark_on_its_screen() {
+    use vramtop::attach::job::OomExplained;
+    use vramtop::attach::protocol::{AllocatorSettings, OomState};
+    let mut source = SimSource::new(7, WorkloadGauge::default()).with_fixed_clock();
+    let mut app = App::new(1.0);
+    let mut rank = rank_view(3001, 3000, 0, true);
+    let frame = |view: &mut vramtop::attach::JobView| {
+        use vramtop::attach::job::JobFrame;
+        use vramtop::attach::protocol::JobState;
+        view.frame = Some(Arc::new(JobFrame::from_state(&JobState {
+            seq: 1,
+            time_s: 1.0,
+            device: 0,
+            stats: None,
+            settings: AllocatorSettings::default(),
+            segments: Vec::new(),
+            truncated: false,
+            collect_ms: None,
+            history_share: None,
+        })));
+    };
+    frame(&mut rank);
+    let publish = |app: &mut App, view: &vramtop::attach::JobView| {
+        app.apply_attached(Arc::new(AttachedJobs {
+            jobs: vec![view.clone()],
+            scan_error: None,
+            scans: 1,
+        }))
+    };
+    publish(&mut app, &rank);
+    app.apply_snapshot(source.poll());
+    // Within one poll: the OOM, and the process ends of it.
+    rank.oom = Some(Arc::new(OomExplained::from_oom(&OomState {
+        time_s: 2.0,
+        device: 0,
+        requested_bytes: 1 << 30,
+        device_free_bytes: Some(0),
+        device_total_bytes: Some(80 << 30),
+        stats: None,
+        segments: Vec::new(),
+        truncated: false,
+        summary: None,
+        settings: AllocatorSettings::default(),
+    })));
+    rank.ended = true;
+    publish(&mut app, &rank);
+    app.apply_snapshot(source.poll());
+    let history = app.process_history.get(3001).expect("followed");
+    assert_eq!(
+        history.marks.latest(),
+        Some(vramtop::app::process_history::Mark::Oom)
+    );
+    assert_eq!(
+        history.torch.latest(),
+        Some((None, None)),
+        "no figures once ended"
+    );
+}

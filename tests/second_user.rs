@@ -272,3 +272,51 @@ fn a_second_user_can_neither_connect_nor_list_the_job_and_root_can() {
     let _ = std::fs::remove_dir_all(&dir);
     let _ = std::fs::remove_file(&bin);
 }
+
+/// Root's viewer and a directory another user made at root's default path (here
+/// `$XDG_RUNTIME_DIR/vramtop`) with a socket posing as a job: refused, unless root names
+/// the directory itself in VRAMTOP_SOCKET_DIR.
+#[test]
+fn root_refuses_a_planted_directory_it_did_not_name() {
+    let Some((uid, gid)) = second_user() else {
+        return;
+    };
+    let runtime = std::env::temp_dir().join(format!("vramtop-plant-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&runtime);
+    let planted = runtime.join("vramtop");
+    std::fs::create_dir_all(&planted).expect("planted dir");
+    std::fs::set_permissions(&planted, std::fs::Permissions::from_mode(0o700)).expect("0700");
+    // A live pid of the planter's choosing (here a sleeper) behind a socket that never
+    // answers.
+    let mut victim = Command::new("sleep").arg("30").spawn().expect("sleep");
+    let socket = planted.join(format!("vramtop-{}.sock", victim.id()));
+    let _listener = std::os::unix::net::UnixListener::bind(&socket).expect("bind");
+    for path in [&planted, &socket] {
+        std::os::unix::fs::chown(path, Some(uid), Some(gid)).expect("chown to the other user");
+    }
+    let attach = |named: bool| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_vramtop"));
+        command
+            .args(["attach", "--seconds", "1", "--json"])
+            .env("XDG_RUNTIME_DIR", &runtime)
+            .env_remove("VRAMTOP_SOCKET_DIR");
+        if named {
+            command.env("VRAMTOP_SOCKET_DIR", &planted);
+        }
+        command.output().expect("vramtop attach")
+    };
+    let pid = format!("\"pid\":{}", victim.id());
+    let out = attach(false);
+    assert!(
+        !String::from_utf8_lossy(&out.stdout).contains(&pid),
+        "root listed a socket in a directory it did not make or name: {out:?}"
+    );
+    let out = attach(true);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains(&pid),
+        "root named the directory: it looks at that user's jobs: {out:?}"
+    );
+    let _ = victim.kill();
+    let _ = victim.wait();
+    let _ = std::fs::remove_dir_all(&runtime);
+}

@@ -189,7 +189,14 @@ impl App {
         let current = self.shown_job().and_then(|j| group.position(j.pid));
         let n = group.ranks.len() as isize;
         let target = match choice {
-            RankChoice::Rank(rank) => group.ranks.iter().find(|j| j.rank() == Some(rank)).copied(),
+            // On a node whose ranks start past 9 (ranks 8-15 of two nodes), the keys
+            // name the local ranks.
+            RankChoice::Rank(rank) => group
+                .ranks
+                .iter()
+                .find(|j| j.rank() == Some(rank))
+                .or_else(|| group.ranks.iter().find(|j| j.local_rank() == Some(rank)))
+                .copied(),
             RankChoice::Step(delta) => {
                 let from = current.map_or(0, |i| i as isize);
                 group
@@ -209,18 +216,28 @@ impl App {
         true
     }
 
-    /// Takes the view to a rank that has just run out of memory, and says so.
+    /// Takes the view to a rank of the shown job that has just run out of memory, and
+    /// says so. Another job's OOM leaves the view alone (its own overview says it).
     fn follow_rank_ooms(&mut self, before: &AttachedJobs) {
         let new_oom = |job: &JobView| {
             let Some(oom) = &job.oom else { return false };
-            let old = before.get(job.pid).and_then(|j| j.oom.as_ref());
+            // A job first seen now replays its last OOM, however old: not news.
+            let Some(seen) = before.get(job.pid).filter(|j| j.hello.is_some()) else {
+                return false;
+            };
             // A reconnect replays the last OOM as a new message: compare what it says.
-            old.is_none_or(|o| o.time_s != oom.time_s)
+            seen.oom.as_ref().is_none_or(|o| o.time_s != oom.time_s)
         };
+        // The launch the view shows, when it shows a rank; else any job's ranks.
+        let shown_launch = self
+            .shown_job()
+            .filter(|j| j.rank().is_some())
+            .map(|j| j.ppid());
         let failed = self
             .attached
             .jobs
             .iter()
+            .filter(|j| shown_launch.is_none_or(|parent| j.ppid() == parent))
             .filter(|j| j.rank().is_some() && new_oom(j))
             .map(|j| (j.pid, j.rank().unwrap_or(0)))
             .min_by_key(|&(_, rank)| rank);

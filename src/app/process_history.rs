@@ -82,10 +82,12 @@ impl ProcessHistories {
                 };
             }
         }
+        // Ended jobs too: an OOM that kills a rank ends it within the same poll, and its
+        // mark must still show; an ended job's figures are not sampled (below).
         let hooked = jobs
             .jobs
             .iter()
-            .filter(|j| !j.ended && j.frame.is_some() && !jobs.is_launcher(j.pid));
+            .filter(|j| j.frame.is_some() && !jobs.is_launcher(j.pid));
         for job in hooked.clone() {
             self.by_pid
                 .entry(job.pid)
@@ -97,7 +99,7 @@ impl ProcessHistories {
         for (pid, history) in &mut self.by_pid {
             let job = hooked.clone().find(|j| j.pid == *pid);
             let listed = memory.get(pid);
-            history.absent = if listed.is_some() || job.is_some() {
+            history.absent = if listed.is_some() || job.is_some_and(|j| !j.ended) {
                 0
             } else {
                 history.absent + 1
@@ -106,7 +108,7 @@ impl ProcessHistories {
             if let Some((device, _)) = listed {
                 history.device = Some(*device);
             }
-            let figures = job.and_then(|j| j.figures());
+            let figures = job.filter(|j| !j.ended).and_then(|j| j.figures());
             history.hooked |= figures.is_some();
             history.torch.push(figures.map_or((None, None), |f| {
                 (

@@ -60,11 +60,13 @@ const OOMS_TOTAL: (&str, &str) = (
 
 /// The jobs whose allocators are exported, with their figures: running, with a CUDA state
 /// to read, and not a launcher (torchrun imports torch, so it is hooked, but holds no GPU
-/// memory). An ended job is left out, so its series go away with its process.
+/// memory). An ended job is left out, so its series go away with its process; so is one
+/// whose connection is down (a silent hook), rather than exporting its last figures as
+/// if they were current: it comes back when the attacher reconnects.
 pub fn exported(jobs: &AttachedJobs) -> impl Iterator<Item = (&JobView, JobFigures)> {
     jobs.jobs
         .iter()
-        .filter(move |j| !j.ended && !jobs.is_launcher(j.pid))
+        .filter(move |j| !j.ended && j.connected && !jobs.is_launcher(j.pid))
         .filter_map(|j| Some((j, j.figures()?)))
 }
 

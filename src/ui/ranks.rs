@@ -24,7 +24,7 @@ use ratatui::Frame;
 use super::allocator::compare_scale;
 use super::attached;
 use super::blockmap::{needs_overview, BlockMap, BlockOverview};
-use crate::app::App;
+use crate::app::{App, RankOom};
 use vramtop_alloc::human_bytes;
 use vramtop_attach::{JobView, RankGroup};
 
@@ -35,12 +35,14 @@ const MIN_MAP_COLUMN: u16 = 60;
 const MIN_MAP_ROWS: u16 = 8;
 
 pub fn draw(frame: &mut Frame, area: Rect, app: &App, group: &RankGroup, shown: &JobView) {
-    let oom_rows = u16::from(app.rank_oom.is_some());
+    // The banner speaks of this job's ranks only.
+    let rank_oom = app.rank_oom.filter(|o| group.position(o.pid).is_some());
+    let oom_rows = u16::from(rank_oom.is_some());
     let table_rows = group.ranks.len() as u16 + 1;
     let overview_rows = (2 + oom_rows + table_rows).min(area.height);
     let [overview, below] =
         Layout::vertical([Constraint::Length(overview_rows), Constraint::Min(0)]).areas(area);
-    draw_overview(frame, overview, app, group, shown);
+    draw_overview(frame, overview, rank_oom, group, shown);
     let n = group.ranks.len() as u16;
     let all_mapped = group.ranks.iter().all(|j| j.map().is_some());
     let head = attached::head_lines(shown);
@@ -55,7 +57,13 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App, group: &RankGroup, shown: 
     }
 }
 
-fn draw_overview(frame: &mut Frame, area: Rect, app: &App, group: &RankGroup, shown: &JobView) {
+fn draw_overview(
+    frame: &mut Frame,
+    area: Rect,
+    rank_oom: Option<RankOom>,
+    group: &RankGroup,
+    shown: &JobView,
+) {
     if area.height < 3 {
         return;
     }
@@ -79,7 +87,7 @@ fn draw_overview(frame: &mut Frame, area: Rect, app: &App, group: &RankGroup, sh
     let inner = block.inner(area);
     frame.render_widget(block, area);
     let mut table_area = inner;
-    if let Some(oom) = app.rank_oom {
+    if let Some(oom) = rank_oom {
         let [line, rest] =
             Layout::vertical([Constraint::Length(1), Constraint::Min(0)]).areas(inner);
         frame.render_widget(

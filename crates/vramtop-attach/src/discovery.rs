@@ -91,11 +91,15 @@ fn pid_between(name: &str, prefix: &str, suffix: &str) -> Option<u32> {
 /// A missing directory is no jobs, not an error; another user's directory is refused
 /// (its sockets could pose as our jobs).
 pub fn scan(dir: &Path) -> io::Result<Vec<JobSocket>> {
-    // Root may look at another user's directory (it can read any file anyway); anyone
-    // else is refused one, as its sockets could pose as our jobs.
-    let root = current_uid() == 0;
+    // Another user's directory is refused: its sockets could pose as our jobs (and a row
+    // invites `t`/`K` on a pid of the planter's choosing). Root may look at one only when
+    // it names it itself in VRAMTOP_SOCKET_DIR (to see that user's jobs); its default
+    // directory, /tmp/vramtop-0, must be its own, as anyone could have made it first.
+    let named = std::env::var_os(SOCKET_DIR_ENV).is_some_and(|d| Path::new(&d) == dir);
+    let may_look_at_others = current_uid() == 0 && named;
+    let mut owner = current_uid();
     match fs::metadata(dir) {
-        Ok(meta) if meta.uid() != current_uid() && !root => {
+        Ok(meta) if meta.uid() != current_uid() && !may_look_at_others => {
             return Err(io::Error::new(
                 io::ErrorKind::PermissionDenied,
                 format!(
@@ -104,7 +108,8 @@ pub fn scan(dir: &Path) -> io::Result<Vec<JobSocket>> {
                 ),
             ))
         }
-        _ => {}
+        Ok(meta) => owner = meta.uid(),
+        Err(_) => {}
     }
     let entries = match fs::read_dir(dir) {
         Ok(e) => e,
@@ -127,9 +132,9 @@ pub fn scan(dir: &Path) -> io::Result<Vec<JobSocket>> {
             continue;
         };
         let path = entry.path();
-        // Another user's socket in our directory is not our job: skip it quietly (its
-        // hook would refuse us anyway).
-        if !root && entry.metadata().is_ok_and(|m| m.uid() != current_uid()) {
+        // A socket of another user than the directory's is not one of its jobs: skip it
+        // quietly (its hook would refuse us anyway).
+        if entry.metadata().is_ok_and(|m| m.uid() != owner) {
             continue;
         }
         if !pid_alive(pid) {

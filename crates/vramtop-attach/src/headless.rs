@@ -44,7 +44,11 @@ pub fn run(args: &AttachArgs) -> Result<u8> {
             .collect();
         seen |= !shown.is_empty();
         let line = if args.json {
-            let reports = JobReport::of_all(&shown);
+            // Launchers are told beside every job, not only the ones shown (`--pid`).
+            let reports: Vec<JobReport> = JobReport::of_all(&jobs.jobs)
+                .into_iter()
+                .filter(|r| args.pid.is_none_or(|pid| pid == r.pid))
+                .collect();
             serde_json::json!({
                 "time_s": started.elapsed().as_secs_f64(),
                 "attached": reports,
@@ -53,7 +57,7 @@ pub fn run(args: &AttachArgs) -> Result<u8> {
         } else {
             shown
                 .iter()
-                .map(|j| summary(j, &shown))
+                .map(|j| summary(j, &jobs.jobs))
                 .collect::<Vec<_>>()
                 .join("\n")
         };

@@ -160,24 +160,30 @@ def private_dir(path):
     return path
 
 
+# What peer_uid returns where it cannot tell: refused (see viewer_allowed).
+UNKNOWN_PEER = -1
+
+
 def peer_uid(sock):
-    """The uid of the process at the other end of a Unix socket (SO_PEERCRED, Linux), or
-    None where the system has no SO_PEERCRED (macOS) or will not say: then the socket's
-    and its directory's modes are the only gate."""
+    """The uid of the process at the other end of a Unix socket (SO_PEERCRED, Linux); None
+    where the system has no SO_PEERCRED (macOS: then the socket's and its directory's
+    modes are the only gate), UNKNOWN_PEER where it has one but it failed."""
     option = getattr(socket, "SO_PEERCRED", None)
     if option is None:
         return None
     try:
-        size = struct.calcsize("3i")
-        _pid, uid, _gid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, option, size))
+        # struct ucred: pid_t (signed), uid_t and gid_t (unsigned).
+        size = struct.calcsize("iII")
+        _pid, uid, _gid = struct.unpack("iII", sock.getsockopt(socket.SOL_SOCKET, option, size))
     except (OSError, struct.error):
-        return None
+        return UNKNOWN_PEER
     return uid
 
 
 def viewer_allowed(uid):
     """A viewer may connect when it runs as the job's own user or as root (who can read
-    any file anyway); an unknown uid (no SO_PEERCRED) is left to the file modes."""
+    any file anyway). Without SO_PEERCRED (None) the file modes decide; where the check
+    failed (UNKNOWN_PEER) the viewer is refused."""
     return uid is None or uid == 0 or uid in (os.getuid(), os.geteuid())
 
 
@@ -797,7 +803,8 @@ class Hook:
                 sock.close()
             except OSError:
                 pass
-            say_once("peer", "refused a viewer of uid %d (only uid %d and root may attach)" % (uid, os.geteuid()))
+            who = "whose uid could not be read" if uid == UNKNOWN_PEER else "of uid %d" % uid
+            say_once("peer", "refused a viewer %s (only uid %d and root may attach)" % (who, os.geteuid()))
             return
         if len(self.viewers) >= MAX_VIEWERS:
             sock.close()
