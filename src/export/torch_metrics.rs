@@ -171,6 +171,7 @@ mod tests {
                 ..Hello::default()
             }),
             frame: cuda.then(|| std::sync::Arc::new(JobFrame::from_state(&state))),
+            connected: true,
             ..JobView::default()
         }
     }
@@ -184,6 +185,12 @@ mod tests {
                 job(100, 1, None, false),
                 job(101, 100, Some(0), true),
                 ended,
+                // A silent hook (connection down, process alive): its last figures are
+                // not current.
+                JobView {
+                    connected: false,
+                    ..job(104, 100, Some(2), true)
+                },
             ],
             ..AttachedJobs::default()
         };
