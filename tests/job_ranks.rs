@@ -443,11 +443,18 @@ fn enter_on_a_rank_opens_its_screen_over_time_with_its_oom_marked() {
         "the screen replaces the overview"
     );
 
+    // Small and odd terminals draw without panicking, on the screen and off it.
+    for (w, h) in [(60, 16), (61, 17), (80, 24), (200, 18), (300, 100)] {
+        render(&app, w, h);
+    }
     app.handle(Action::ToggleSegmentList);
     assert!(
         render(&app, 120, 40).contains("2 ranks (world 2)"),
         "Enter returns"
     );
+    for (w, h) in [(60, 16), (61, 17), (80, 24), (120, 20), (200, 18)] {
+        render(&app, w, h);
+    }
 }
 
 /// A rank as the attacher shows it before and after it initialises CUDA.
@@ -513,26 +520,28 @@ fn the_job_opens_on_rank_0_even_when_rank_1_initialises_cuda_first() {
     assert_eq!(app.shown_job().map(|j| j.pid), Some(r1));
 }
 
+/// A 1 GiB request the device could not give, at `time_s`, as the attacher explains it.
+fn oom_at(time_s: f64) -> Arc<vramtop::attach::job::OomExplained> {
+    use vramtop::attach::protocol::{AllocatorSettings, OomState};
+    Arc::new(vramtop::attach::job::OomExplained::from_oom(&OomState {
+        time_s,
+        device: 0,
+        requested_bytes: 1 << 30,
+        device_free_bytes: Some(0),
+        device_total_bytes: Some(80 << 30),
+        stats: None,
+        segments: Vec::new(),
+        truncated: false,
+        summary: None,
+        settings: AllocatorSettings::default(),
+    }))
+}
+
 /// An OOM already over when a job is first seen, or one in another launch, leaves the
 /// view where it is.
 #[test]
 fn old_ooms_and_other_jobs_ooms_leave_the_view_alone() {
-    use vramtop::attach::job::OomExplained;
-    use vramtop::attach::protocol::{AllocatorSettings, OomState};
-    let oom = |time_s: f64| {
-        Some(Arc::new(OomExplained::from_oom(&OomState {
-            time_s,
-            device: 0,
-            requested_bytes: 1 << 30,
-            device_free_bytes: Some(0),
-            device_total_bytes: Some(80 << 30),
-            stats: None,
-            segments: Vec::new(),
-            truncated: false,
-            summary: None,
-            settings: AllocatorSettings::default(),
-        })))
-    };
+    let oom = |time_s: f64| Some(oom_at(time_s));
     // Job A (launcher 1000): ranks 0 and 1; job B (launcher 2000): ranks 0 and 1.
     let jobs = |b1_oom: Option<f64>, a1_oom: Option<f64>| {
         let mut views = vec![
@@ -572,8 +581,7 @@ fn old_ooms_and_other_jobs_ooms_leave_the_view_alone() {
 
 #[test]
 fn a_rank_that_dies_of_its_oom_keeps_the_mark_on_its_screen() {
-    use vramtop::attach::job::OomExplained;
-    use vramtop::attach::protocol::{AllocatorSettings, OomState};
+    use vramtop::attach::protocol::AllocatorSettings;
     let mut source = SimSource::new(7, WorkloadGauge::default()).with_fixed_clock();
     let mut app = App::new(1.0);
     let mut rank = rank_view(3001, 3000, 0, true);
@@ -603,18 +611,7 @@ fn a_rank_that_dies_of_its_oom_keeps_the_mark_on_its_screen() {
     publish(&mut app, &rank);
     app.apply_snapshot(source.poll());
     // Within one poll: the OOM, and the process ends of it.
-    rank.oom = Some(Arc::new(OomExplained::from_oom(&OomState {
-        time_s: 2.0,
-        device: 0,
-        requested_bytes: 1 << 30,
-        device_free_bytes: Some(0),
-        device_total_bytes: Some(80 << 30),
-        stats: None,
-        segments: Vec::new(),
-        truncated: false,
-        summary: None,
-        settings: AllocatorSettings::default(),
-    })));
+    rank.oom = Some(oom_at(2.0));
     rank.ended = true;
     publish(&mut app, &rank);
     app.apply_snapshot(source.poll());

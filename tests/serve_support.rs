@@ -34,12 +34,22 @@ impl Drop for ChildGuard {
 /// `vramtop serve` with `extra` arguments on 127.0.0.1, on a port the kernel picks; the
 /// port is read from the line serve prints once it listens.
 pub fn start_serve(extra: &[&str]) -> (ChildGuard, String) {
+    start_serve_with_env(extra, &[])
+}
+
+/// `start_serve` with environment variables set for the child (the socket directory of
+/// hooked jobs, `VRAMTOP_SOCKET_DIR`, for one).
+pub fn start_serve_with_env(
+    extra: &[&str],
+    env: &[(&str, &std::path::Path)],
+) -> (ChildGuard, String) {
     let child = Command::new(env!("CARGO_BIN_EXE_vramtop"))
         .arg("serve")
         .args(["--listen", "127.0.0.1:0"])
         .args(extra)
         .env_remove("VRAMTOP_INTERVAL")
         .env_remove("VRAMTOP_DEVICE")
+        .envs(env.iter().copied())
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())

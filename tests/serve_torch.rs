@@ -8,12 +8,12 @@
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
@@ -290,39 +290,12 @@ impl Fleet {
     }
 }
 
-/// `vramtop serve` on a free loopback port, attaching to the jobs in `sockets`.
+/// `vramtop serve` (simulated device) on a free loopback port, attaching to the jobs in
+/// `sockets`.
 fn start_serve(sockets: &Path, extra: &[&str]) -> (ChildGuard, String) {
-    let child = Command::new(env!("CARGO_BIN_EXE_vramtop"))
-        .args(["serve", "--listen", "127.0.0.1:0", "--device", "sim"])
-        .args(["--interval", "0.2"])
-        .args(extra)
-        .env("VRAMTOP_SOCKET_DIR", sockets)
-        .env_remove("VRAMTOP_INTERVAL")
-        .env_remove("VRAMTOP_DEVICE")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("vramtop serve starts");
-    let mut guard = ChildGuard {
-        child,
-        name: "vramtop serve",
-    };
-    let stderr = guard.child.stderr.take().expect("piped stderr");
-    let (tx, rx) = mpsc::channel();
-    // Keeps draining stderr so the child never blocks on a full pipe.
-    thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            eprintln!("[serve] {line}");
-            if let Some(rest) = line.split("listening on http://").nth(1) {
-                let _ = tx.send(rest.split('/').next().unwrap_or("").to_string());
-            }
-        }
-    });
-    let addr = rx
-        .recv_timeout(Duration::from_secs(20))
-        .expect("vramtop serve said where it listens within 20 s");
-    (guard, addr)
+    let mut args = vec!["--device", "sim", "--interval", "0.2"];
+    args.extend_from_slice(extra);
+    support::start_serve_with_env(&args, &[("VRAMTOP_SOCKET_DIR", sockets)])
 }
 
 /// One sample of the text format.

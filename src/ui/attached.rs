@@ -43,20 +43,13 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App, job: &JobView) {
     let inner = block.inner(area);
     frame.render_widget(block, area);
     let head = head_lines(job);
-    let head_rows = head.iter().map(|(_, rows)| rows).sum::<u16>();
     let [head_area, caption, body] = Layout::vertical([
-        Constraint::Length(head_rows),
+        Constraint::Length(head_rows(&head)),
         Constraint::Length(1),
         Constraint::Min(0),
     ])
     .areas(inner);
-    let mut y = head_area.y;
-    for (line, rows) in head {
-        let rows = rows.min(head_area.bottom().saturating_sub(y));
-        let at = Rect::new(head_area.x, y, head_area.width, rows);
-        frame.render_widget(Paragraph::new(line).wrap(Wrap { trim: true }), at);
-        y += rows;
-    }
+    draw_head(frame, head_area, head);
     let Some(map) = job.map() else {
         let why = match (&job.hello, &job.last_drop) {
             (_, Some(reason)) => format!(" not attached: {reason}"),
@@ -119,6 +112,22 @@ fn title(job: &JobView) -> Line<'static> {
         spans.push(Span::styled(why, Style::new().red()));
     }
     Line::from(spans)
+}
+
+/// Rows the head lines take together.
+pub(super) fn head_rows(head: &[(Line<'static>, u16)]) -> u16 {
+    head.iter().map(|(_, rows)| rows).sum()
+}
+
+/// The head lines one under the other, each wrapped within its rows, cut at `area`.
+pub(super) fn draw_head(frame: &mut Frame, area: Rect, head: Vec<(Line<'static>, u16)>) {
+    let mut y = area.y;
+    for (line, rows) in head {
+        let rows = rows.min(area.bottom().saturating_sub(y));
+        let at = Rect::new(area.x, y, area.width, rows);
+        frame.render_widget(Paragraph::new(line).wrap(Wrap { trim: true }), at);
+        y += rows;
+    }
 }
 
 /// The lines above the map, each with the rows it may take.

@@ -163,6 +163,10 @@ fn title(app: &App, pid: u32, history: Option<&ProcessHistory>) -> Line<'static>
 /// The marks under the charts, in the charts' columns (newest at the right), and a line
 /// saying when each kind last happened.
 fn draw_marks(frame: &mut Frame, row: Rect, legend: Rect, marks: &[Mark], interval_s: f64) {
+    // A short terminal squeezes the row away: nothing to write into.
+    if row.height == 0 || marks.len() > usize::from(row.width) {
+        return;
+    }
     let buf = frame.buffer_mut();
     let first_x = row.right() - marks.len() as u16;
     for (i, mark) in marks.iter().enumerate() {

@@ -18,7 +18,7 @@
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Style, Stylize};
 use ratatui::text::{Line, Span};
-use ratatui::widgets::{Block, Borders, Cell, Paragraph, Row, Table, Wrap};
+use ratatui::widgets::{Block, Borders, Cell, Paragraph, Row, Table};
 use ratatui::Frame;
 
 use super::allocator::compare_scale;
@@ -45,15 +45,14 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App, group: &RankGroup, shown: 
     draw_overview(frame, overview, rank_oom, group, shown);
     let n = group.ranks.len() as u16;
     let all_mapped = group.ranks.iter().all(|j| j.map().is_some());
-    let head = attached::head_lines(shown);
-    let head_rows = head.iter().map(|(_, rows)| rows).sum::<u16>();
-    let side_by_side = all_mapped
-        && below.width >= n.saturating_mul(MIN_MAP_COLUMN)
-        && below.height >= head_rows + 2 + MIN_MAP_ROWS;
-    if side_by_side {
-        draw_side_by_side(frame, below, group, shown, head);
-    } else {
-        attached::draw(frame, below, app, shown);
+    // Side by side when every rank has a map and there is room for them under the
+    // chosen rank's OOM lines; else the chosen rank's own region.
+    let head = (all_mapped && below.width >= n.saturating_mul(MIN_MAP_COLUMN))
+        .then(|| attached::head_lines(shown))
+        .filter(|head| below.height >= attached::head_rows(head) + 2 + MIN_MAP_ROWS);
+    match head {
+        Some(head) => draw_side_by_side(frame, below, group, shown, head),
+        None => attached::draw(frame, below, app, shown),
     }
 }
 
@@ -188,20 +187,13 @@ fn draw_side_by_side(
     shown: &JobView,
     head: Vec<(Line<'static>, u16)>,
 ) {
-    let head_rows = head.iter().map(|(_, rows)| rows).sum::<u16>();
     let [head_area, scale_row, maps] = Layout::vertical([
-        Constraint::Length(head_rows),
+        Constraint::Length(attached::head_rows(&head)),
         Constraint::Length(1),
         Constraint::Min(0),
     ])
     .areas(area);
-    let mut y = head_area.y;
-    for (line, rows) in head {
-        let rows = rows.min(head_area.bottom().saturating_sub(y));
-        let at = Rect::new(head_area.x, y, head_area.width, rows);
-        frame.render_widget(Paragraph::new(line).wrap(Wrap { trim: true }), at);
-        y += rows;
-    }
+    attached::draw_head(frame, head_area, head);
     let n = group.ranks.len() as u32;
     let columns = Layout::horizontal((0..n).map(|_| Constraint::Ratio(1, n)))
         .spacing(2)
