@@ -534,6 +534,8 @@ fn oom_at(time_s: f64) -> Arc<vramtop::attach::job::OomExplained> {
         truncated: false,
         summary: None,
         settings: AllocatorSettings::default(),
+        ring: None,
+        kept_path: None,
     }))
 }
 

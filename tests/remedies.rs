@@ -74,6 +74,7 @@ fn kept_file(oom: &OomState) -> Trace {
         device_total_bytes: oom.device_total_bytes.unwrap_or(0),
         summary: String::new(),
         history_left_out: true,
+        ring_complete: false,
     });
     Trace {
         source: TraceFormat::PytorchSnapshot,
@@ -107,6 +108,8 @@ fn oom(segments: Vec<HookSegment>, requested: u64, free: u64, allowed: u64) -> O
         truncated: false,
         summary: None,
         settings: AllocatorSettings::default(),
+        ring: None,
+        kept_path: None,
     }
 }
 
@@ -291,4 +294,92 @@ fn replay_json_lists_remedies_at_each_trace_oom() {
         assert!(!r["reason"].as_str().unwrap_or("").is_empty(), "{r}");
     }
     assert_eq!(report["capacity"]["source"], "inferred");
+}
+
+/// What PyTorch 2.11 did on the H100 with each remedy, each in a fresh process
+/// (`scripts/gpu-jobs/whatif_ab.py`), for the workloads whose OOM the hook kept with its
+/// event ring: (remedy as vramtop names it, fits).
+fn pytorch_outcomes(workload: &str) -> Vec<(&'static str, bool)> {
+    let all_fail = vec![
+        ("expandable_segments:True", false),
+        ("max_split_size_mb", false),
+        ("garbage_collection_threshold:0.6", false),
+        ("empty_cache()", false),
+    ];
+    match workload {
+        "splitcache" => vec![
+            ("expandable_segments:True", true),
+            ("max_split_size_mb", true),
+            ("garbage_collection_threshold:0.6", false),
+            ("empty_cache()", false),
+        ],
+        "tails" => vec![
+            ("expandable_segments:True", true),
+            ("max_split_size_mb", false),
+            ("garbage_collection_threshold:0.6", false),
+            ("empty_cache()", false),
+        ],
+        _ => all_fail,
+    }
+}
+
+/// The state the hook sent at the OOM, as far as the history path reads it: the kept
+/// file and its ring.
+fn oom_message_for(path: &std::path::Path, kept: &KeptOom, complete: bool) -> OomState {
+    OomState {
+        time_s: 1.0,
+        device: kept.device,
+        requested_bytes: kept.requested_bytes,
+        device_free_bytes: Some(kept.device_free_bytes),
+        device_total_bytes: Some(kept.device_total_bytes),
+        stats: None,
+        segments: Vec::new(),
+        truncated: false,
+        summary: None,
+        settings: AllocatorSettings::default(),
+        ring: Some(vramtop::attach::protocol::RingAtOom {
+            max_entries: 8192,
+            entries: 1,
+            complete,
+        }),
+        kept_path: Some(path.to_string_lossy().into_owned()),
+    }
+}
+
+#[test]
+fn gpu_kept_files_with_the_whole_history_give_pytorchs_outcomes_on_both_paths() {
+    for workload in ["checker", "splitcache", "tails", "otherproc"] {
+        let path = fixture(&format!("ring_{workload}.pickle.gz"));
+        let file = trace::load(&path).unwrap_or_else(|e| panic!("{workload}: {e}"));
+        let kept = file.stats.kept_oom.clone().expect("a file the hook kept");
+        assert!(
+            kept.ring_complete,
+            "{workload}: the ring held the whole history"
+        );
+        // The replay of the file, as `vramtop replay` answers it...
+        let ooms = trace_ooms(&file);
+        let last = ooms.last().expect("an OOM").event;
+        let replayed = remedies(&file, &ooms, None).unwrap();
+        let at = replayed.iter().find(|r| r.event == last).unwrap();
+        assert!(
+            at.what_would_fit.is_none(),
+            "{workload}: from history, not one state"
+        );
+        // ...and the live view, handed the same OOM by the hook.
+        let live = OomExplained::from_oom(&oom_message_for(&path, &kept, true));
+        assert_eq!(live.history_events, Some(file.events.len()), "{workload}");
+        assert_eq!(live.remedies, at.remedies, "{workload}");
+        for (remedy, fits) in pytorch_outcomes(workload) {
+            let ours = live
+                .remedies
+                .iter()
+                .find(|r| r.remedy.starts_with(remedy))
+                .unwrap_or_else(|| panic!("{workload}: no {remedy}"));
+            let expected = if fits { Verdict::Fits } else { Verdict::Fails };
+            assert_eq!(ours.verdict, expected, "{workload} {remedy}: {ours:?}");
+        }
+        // A ring the hook does not call complete is not replayed from the live view.
+        let partial = OomExplained::from_oom(&oom_message_for(&path, &kept, false));
+        assert_eq!(partial.history_events, None, "{workload}");
+    }
 }

@@ -153,10 +153,15 @@ fn a_job_that_dies_of_an_oom_leaves_its_explanation_and_the_state() {
         "{text}"
     );
     assert!(text.contains("reserved       12.0 MiB"), "{text}");
-    // The one `oom` entry the hook added is not allocation history.
+    // The hook's event ring kept the job's whole history (the stub's events: two
+    // allocations with their segments, a free, the OOM), so the remedies are replayed.
     assert!(
-        text.contains("history        none: segments only"),
+        text.contains("history        7 events (vramtop replay shows them)"),
         "{text}"
+    );
+    assert!(
+        block.contains("expandable_segments:True: fails: the job's own history replayed"),
+        "{block}"
     );
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -359,6 +359,8 @@ fn an_attached_job_shows_its_segments_and_its_oom() {
         truncated: false,
         summary: None,
         settings: AllocatorSettings::default(),
+        ring: None,
+        kept_path: None,
     }));
     job.on_error(ErrorReport {
         time_s: 2.0,

@@ -228,6 +228,12 @@ def under_vramtop(binary, workload, work):
     kept = sorted(glob.glob(os.path.join(work, "vramtop-oom-*.pickle")), key=os.path.getmtime)
     history = None
     if kept:
+        # Kept beside the table: the GPU-made fixtures of tests/remedies.rs come from here.
+        import gzip
+        import shutil
+
+        with open(kept[-1], "rb") as src, gzip.open(os.path.join(work, "kept.pickle.gz"), "wb") as dst:
+            shutil.copyfileobj(src, dst)
         r = subprocess.run([binary, "replay", "--report", "--json", kept[-1]],
                            capture_output=True, text=True, timeout=300)
         try:
@@ -269,6 +275,9 @@ def ab_main(binary, out):
             plain, live, history, log = under_vramtop(binary, workload, work)
             with open(os.path.join(out, workload + "-vramtop.log"), "w") as f:
                 f.write(log)
+            if os.path.exists(os.path.join(work, "kept.pickle.gz")):
+                os.replace(os.path.join(work, "kept.pickle.gz"),
+                           os.path.join(out, workload + "-kept.pickle.gz"))
             stop_at = plain.get("step") if plain else None
             live_v = {r["remedy"]: r["verdict"] for r in (live or {}).get("remedies", [])}
             hist_v = {r["remedy"]: r["verdict"] for r in (history or {}).get("remedies", [])}

@@ -169,6 +169,17 @@ pub(super) fn head_lines(job: &JobView) -> Vec<(Line<'static>, u16)> {
         ));
     }
     // Each remedy users are told to try, with PyTorch's answer for this OOM.
+    if let Some(events) = oom.history_events {
+        lines.push((
+            Line::from(Span::styled(
+                format!(
+                    " remedies from the job's whole history: {events} events replayed under each"
+                ),
+                Style::new().italic(),
+            )),
+            1,
+        ));
+    }
     for remedy in &oom.remedies {
         let style = match remedy.verdict {
             Verdict::Fits => Style::new().green(),

@@ -68,6 +68,10 @@ def main():
             reply = "ok %.3f" % pace(int(args[0]))
         elif cmd == "fork":
             reply = "ok %d" % fork_child(torch, args[0])
+        elif cmd == "start":  # the hook started by hand (VRAMTOP_HOOK=0: no bootstrap)
+            import vramtop_hook
+
+            vramtop_hook.start()
         elif cmd == "history":
             reply = "ok %r" % (torch.cuda.memory.history_calls,)
         elif cmd == "exit":

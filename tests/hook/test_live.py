@@ -3,6 +3,7 @@ hello, states at the viewer's pace, several viewers, slow, vanishing and hostile
 the OOM observer, the excepthook chain, fork safety, history sites, bye."""
 
 import os
+import sys
 import signal
 import socket
 import stat
@@ -339,14 +340,46 @@ class LiveTest(unittest.TestCase):
         hello = wait_for(lambda: viewer.recv_type("hello")["history"], timeout=5)
         self.assertTrue(hello)
         job.do("alloc leak %d" % (2 * MiB))
-        # The ring asked of PyTorch keeps contexts for live blocks only (no trace ring).
+        # Stacks for live blocks only, on top of the event ring (no stacks in the ring).
         calls = job.do("history")
-        self.assertIn("'enabled': 'state'", calls)
+        self.assertIn("{'enabled': 'all', 'context': 'state', 'stacks': 'python', 'max_entries': 8192}", calls)
         viewer.subscribe(0.05)
         state = viewer.recv_type("state")
         sites = [b["site"] for s in state["segments"] for b in s["blocks"] if b["state"] == "active_allocated"]
         expected = "%s:%d alloc_named" % (DRIVER, leak_site_line())
         self.assertEqual(sites, [expected])
+
+    def test_a_full_ring_is_turned_off_and_history_keeps_its_own_form(self):
+        job = self.job(VRAMTOP_HISTORY="1", VRAMTOP_RING="6")
+        job.do("import")
+        job.wait_socket()
+        job.do("init")
+        viewer = Viewer(job.socket_path)
+        self.assertEqual(wait_for(lambda: viewer.recv_type("hello")["ring"], timeout=5), 6)
+        for n in range(4):  # 8 entries: the ring is full
+            job.do("alloc t%d %d" % (n, MiB))
+        viewer.subscribe(0.05)
+        viewer.recv_type("state")
+        # Read full, the ring is turned off: history goes back to stacks for live blocks.
+        calls = wait_for(lambda: (lambda c: c if "'enabled': 'state'" in c else None)(job.do("history")))
+        self.assertIn("{'enabled': 'state', 'context': 'state', 'stacks': 'python'", calls)
+        job.do("alloc later %d" % MiB)
+        state = viewer.recv_type("state")
+        sites = [b["site"] for s in state["segments"] for b in s["blocks"] if b["state"] == "active_allocated"]
+        self.assertTrue(all(site and "alloc_named" in site for site in sites), sites)
+
+    def test_a_ring_the_allocations_may_have_filled_is_turned_off_with_no_viewer(self):
+        job = self.job(VRAMTOP_RING="9")
+        job.do("import")
+        job.wait_socket()
+        job.do("init")
+        job.do("alloc a %d" % MiB)
+        job.do("alloc b %d" % MiB)  # 2 allocations: 6 entries at most, under 9
+        time.sleep(1.5)
+        self.assertNotIn("'enabled': None", job.do("history"))
+        job.do("alloc c %d" % MiB)  # 9: it may be full
+        calls = wait_for(lambda: (lambda c: c if "'enabled': None" in c else None)(job.do("history")), timeout=5)
+        self.assertTrue(calls.endswith("{'enabled': None, 'context': 'all', 'stacks': 'all', 'max_entries': %d}]" % sys.maxsize), calls)
 
     def test_an_older_torch_is_served_with_what_it_has_and_told_once(self):
         job = self.job(STUB_TORCH_LACKS="oom_observer,allocator_settings,record_memory_history",

@@ -41,7 +41,7 @@ class OomKeepTest(unittest.TestCase):
         return sorted(n for n in os.listdir(self.oom_dir) if n.endswith(".pickle"))
 
     def test_an_oom_with_no_viewer_is_kept_as_a_pytorch_snapshot(self):
-        job = self.ready_job(VRAMTOP_OOM_TAG="run7")
+        job = self.ready_job(VRAMTOP_OOM_TAG="run7", VRAMTOP_RING="0")
         self.assertEqual(job.do("oom %d" % (1024 * MiB)), "ok caught OutOfMemoryError")
         name = "vramtop-oom-run7-%d-1.pickle" % job.proc.pid
         self.assertEqual(self.kept(), [name])
@@ -67,6 +67,48 @@ class OomKeepTest(unittest.TestCase):
         self.assertEqual(rc, 0)
         self.assertIn("vramtop: OOM 1: allocator state kept in %s" % os.path.join(self.oom_dir, name), err)
         self.assertIn("open it with: vramtop snapshot", err)
+
+    def test_the_event_ring_holds_the_jobs_whole_history_up_to_the_oom(self):
+        job = self.ready_job()  # 3 MiB allocated as `a`
+        job.do("alloc b %d" % (5 * MiB))
+        job.do("free a")
+        self.assertEqual(job.do("oom %d" % (1024 * MiB)), "ok caught OutOfMemoryError")
+        (name,) = self.kept()
+        with open(os.path.join(self.oom_dir, name), "rb") as f:
+            snapshot = pickle.load(f)
+        actions = [e["action"] for e in snapshot["device_traces"][0]]
+        self.assertEqual(actions, ["segment_alloc", "alloc", "segment_alloc", "alloc",
+                                   "free_requested", "free_completed", "oom"])
+        self.assertFalse(any(e.get("vramtop_added") for e in snapshot["device_traces"][0]))
+        self.assertEqual(snapshot["vramtop_oom"]["ring"], {"max_entries": 8192, "entries": 7, "complete": True})
+        self.assertEqual(job.finish()[0], 0)
+
+    def test_a_ring_that_was_full_is_not_called_complete(self):
+        job = self.ready_job(VRAMTOP_RING="4")  # `a` made 2 entries
+        job.do("alloc b %d" % MiB)
+        self.assertEqual(job.do("oom %d" % (1024 * MiB)), "ok caught OutOfMemoryError")
+        (name,) = self.kept()
+        with open(os.path.join(self.oom_dir, name), "rb") as f:
+            ring = pickle.load(f)["vramtop_oom"]["ring"]
+        self.assertEqual(ring, {"max_entries": 4, "entries": 4, "complete": False})
+        self.assertEqual(job.finish()[0], 0)
+
+    def test_a_ring_started_after_the_first_allocation_is_not_complete(self):
+        # Started by hand after CUDA and an allocation: the ring lacks the job's start.
+        job = Job(VRAMTOP_OOM_DIR=self.oom_dir, VRAMTOP_HOOK="0")
+        self.jobs.append(job)
+        job.do("import")
+        job.do("init")
+        job.do("alloc a %d" % MiB)
+        job.do("start")
+        job.wait_socket()
+        Viewer(job.socket_path).ready_hello()
+        self.assertEqual(job.do("oom %d" % (1024 * MiB)), "ok caught OutOfMemoryError")
+        (name,) = self.kept()
+        with open(os.path.join(self.oom_dir, name), "rb") as f:
+            ring = pickle.load(f)["vramtop_oom"]["ring"]
+        self.assertFalse(ring["complete"])
+        self.assertEqual(job.finish()[0], 0)
 
     def test_the_first_three_and_the_latest_are_kept(self):
         job = self.ready_job()

@@ -252,6 +252,7 @@ class PacingTest(unittest.TestCase):
 
         class SlowOnce:
             history_on = False
+            ring_entries = 0
 
             def collect(self):
                 spin(next(costs))

@@ -24,7 +24,7 @@ use super::types::{
 use crate::backing::{Backing, BackingError};
 
 /// Allocator options; `Default` gives PyTorch's defaults and a 65536-event ring.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct AllocConfig {
     /// `caching` (and `pytorch-expandable`, for finding cached blocks only, as in
     /// PyTorch's `get_free_block`): blocks of at least this size are never split, and cached
@@ -36,6 +36,9 @@ pub struct AllocConfig {
     pub roundup_power2_divisions: [u32; 16],
     /// Events the ring holds before slow observers start missing some.
     pub event_ring: usize,
+    /// `caching` only: PyTorch's `garbage_collection_threshold`, which it acts on only
+    /// under a memory fraction; the backing's capacity stands for that fraction.
+    pub garbage_collection_threshold: Option<f64>,
 }
 
 impl Default for AllocConfig {
@@ -44,6 +47,7 @@ impl Default for AllocConfig {
             max_split_size: None,
             roundup_power2_divisions: [0; 16],
             event_ring: 65536,
+            garbage_collection_threshold: None,
         }
     }
 }
@@ -75,7 +79,9 @@ pub struct TagUsage {
 fn make_policy(kind: PolicyKind, config: &AllocConfig) -> Box<dyn Policy> {
     match kind {
         PolicyKind::Caching => Box::new(
-            Caching::new(config.max_split_size).with_roundup(config.roundup_power2_divisions),
+            Caching::new(config.max_split_size)
+                .with_roundup(config.roundup_power2_divisions)
+                .with_gc_threshold(config.garbage_collection_threshold),
         ),
         PolicyKind::BestFit => Box::<Fit<SizeIndex>>::default(),
         PolicyKind::FirstFit => Box::<Fit<AddrIndex>>::default(),

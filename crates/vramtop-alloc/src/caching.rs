@@ -4,10 +4,17 @@
 //! to 2 MiB), best fit keyed by (stream, size), split rules and `max_split_size` as
 //! there, coalescing only within a segment, segments cached until `empty_cache`.
 //!
+//! With `garbage_collection_threshold` (PyTorch acts on it only under a memory fraction;
+//! the backing's capacity is then the allowed maximum), a request that finds no cached
+//! block first releases wholly free large segments, the longest unused first, as
+//! `garbage_collect_cached_blocks` does.
+//!
 //! Deviation: among free blocks of exactly equal size PyTorch takes the lowest address;
 //! here the most recently freed one (LIFO class lists keep best fit O(1)).
 
-use super::arena::{Arena, LiveInfo};
+use std::collections::HashMap;
+
+use super::arena::{Arena, LiveInfo, NIL};
 use super::heap::{FreeIndex, Heap};
 use super::metrics::FreeSummary;
 use super::policy::{BackingCx, Placement, Policy, Shortfall};
@@ -102,6 +109,18 @@ pub(crate) struct Caching {
     max_split_size: u64,
     /// roundup_power2_divisions per interval (all 0: plain 512 B rounding).
     divisions: [u32; 16],
+    /// The garbage collector, when a threshold is set.
+    gc: Option<GarbageCollector>,
+}
+
+/// PyTorch's `garbage_collect_cached_blocks`: a block's age is how many searches of the
+/// large pool (`get_free_blocks_call_count`) went by since it was last put back.
+#[derive(Debug)]
+struct GarbageCollector {
+    threshold: f64,
+    searches: u64,
+    /// Wholly free large segments by address: the search count when they became free.
+    freed_at: HashMap<u64, u64>,
 }
 
 /// PyTorch's round_size: 512 B granules, or with `roundup_power2_divisions` the next of
@@ -140,6 +159,78 @@ impl Caching {
             heap: Heap::default(),
             max_split_size: max_split_size.unwrap_or(u64::MAX),
             divisions: [0; 16],
+            gc: None,
+        }
+    }
+
+    /// PyTorch's `garbage_collection_threshold` (0 < t < 1), for a job under a memory
+    /// fraction: the backing's capacity stands for the allowed maximum.
+    pub fn with_gc_threshold(mut self, threshold: Option<f64>) -> Self {
+        self.gc = threshold
+            .filter(|t| *t > 0.0 && *t < 1.0)
+            .map(|threshold| GarbageCollector {
+                threshold,
+                searches: 0,
+                freed_at: HashMap::new(),
+            });
+        self
+    }
+
+    /// garbage_collect_cached_blocks: once reserved passes threshold x allowed, release
+    /// the wholly free large segments at least as old as their average, again and again,
+    /// until what was released covers the excess or nothing more goes. Each pass releases
+    /// all it picks (PyTorch does not stop mid-pass), so their order does not matter.
+    fn collect_garbage(&mut self, cx: &mut BackingCx<'_>) {
+        let Some(gc) = &self.gc else { return };
+        let limit = (gc.threshold * cx.backing.capacity() as f64) as u64;
+        let reserved = cx.counters.reserved;
+        if reserved <= limit {
+            return;
+        }
+        let target = reserved - limit;
+        let mut freeable: Vec<_> = self
+            .heap
+            .idle_segments()
+            .into_iter()
+            .filter(|(_, rec)| rec.pool != Pool::Small)
+            .map(|(addr, rec)| {
+                let age = gc.searches - gc.freed_at.get(&addr).copied().unwrap_or(0);
+                (addr, rec, age)
+            })
+            .collect();
+        let mut reclaimed = 0;
+        while reclaimed < target && !freeable.is_empty() {
+            let total: u64 = freeable.iter().map(|f| f.2).sum();
+            let average = total as f64 / freeable.len() as f64;
+            let (old, young): (Vec<_>, Vec<_>) =
+                freeable.into_iter().partition(|f| f.2 as f64 >= average);
+            let mut freed_any = false;
+            for (addr, rec, _) in old {
+                if self.heap.release_segment(addr, rec, cx) {
+                    reclaimed += rec.size;
+                    freed_any = true;
+                }
+            }
+            freeable = young;
+            if !freed_any {
+                break;
+            }
+        }
+    }
+
+    /// A free large block that covers its whole segment starts its age now.
+    fn note_free(&mut self, slot: u32) {
+        let Some(gc) = &mut self.gc else { return };
+        let node = self.heap.arena.get(slot);
+        let whole = node.prev == NIL && node.next == NIL;
+        let large = self
+            .heap
+            .segments
+            .map
+            .get(&node.addr)
+            .is_some_and(|rec| rec.pool != Pool::Small);
+        if whole && large {
+            gc.freed_at.insert(node.addr, gc.searches);
         }
     }
 
@@ -185,9 +276,13 @@ impl Policy for Caching {
     ) -> Result<Placement, Shortfall> {
         let pool = pool_of(size);
         let home = self.heap.index.home(pool, live.stream);
+        if let Some(gc) = self.gc.as_mut().filter(|_| pool == Pool::Large) {
+            gc.searches += 1;
+        }
         if let Some(slot) = self.find(home, size) {
             return Ok(self.take(slot, pool, size, live));
         }
+        self.collect_garbage(cx);
         let segment = allocation_size(size);
         let addr = cx.alloc_segment(segment)?;
         let slot = self
@@ -197,7 +292,8 @@ impl Policy for Caching {
     }
 
     fn free(&mut self, node: u32, _cx: &mut BackingCx<'_>) {
-        self.heap.give_back(node);
+        let slot = self.heap.give_back(node);
+        self.note_free(slot);
     }
 
     fn set_pending(&mut self, node: u32) {

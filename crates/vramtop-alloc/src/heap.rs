@@ -129,8 +129,18 @@ impl<I: FreeIndex> Heap<I> {
     /// Gives every wholly free segment back to the backing. A segment the backing
     /// refuses to take stays booked (and cached).
     pub fn release_free_segments(&mut self, cx: &mut BackingCx<'_>) -> u64 {
-        let idle: Vec<(u64, SegmentRec)> = self
-            .segments
+        let mut released = 0;
+        for (addr, rec) in self.idle_segments() {
+            if self.release_segment(addr, rec, cx) {
+                released += 1;
+            }
+        }
+        released
+    }
+
+    /// The wholly free segments (PyTorch: the free blocks that are not split).
+    pub fn idle_segments(&self) -> Vec<(u64, SegmentRec)> {
+        self.segments
             .map
             .iter()
             .filter(|(_, rec)| {
@@ -138,17 +148,18 @@ impl<I: FreeIndex> Heap<I> {
                 head.state() == NodeState::Free && head.next == NIL
             })
             .map(|(&addr, rec)| (addr, *rec))
-            .collect();
-        let mut released = 0;
-        for (addr, rec) in idle {
-            if cx.free_segment(addr, rec.size).is_ok() {
-                self.index.remove(&mut self.arena, rec.head);
-                self.arena.release(rec.head);
-                self.segments.map.remove(&addr);
-                released += 1;
-            }
+            .collect()
+    }
+
+    /// Gives one wholly free segment back; false if the backing refused it.
+    pub fn release_segment(&mut self, addr: u64, rec: SegmentRec, cx: &mut BackingCx<'_>) -> bool {
+        if cx.free_segment(addr, rec.size).is_err() {
+            return false;
         }
-        released
+        self.index.remove(&mut self.arena, rec.head);
+        self.arena.release(rec.head);
+        self.segments.map.remove(&addr);
+        true
     }
 
     pub fn free_summary(&self) -> FreeSummary {

@@ -131,12 +131,21 @@ pub fn summary(job: &JobView, all: &[JobView]) -> String {
             .iter()
             .map(|r| format!("{} {}", r.remedy, r.verdict))
             .collect();
-        parts.push(format!(
-            "OOM: {}; {}; remedies: {}",
-            oom.line(),
-            oom.expandable_line(),
-            remedies.join(", ")
-        ));
+        // From the job's whole history, the remedies say it all; from one state, the
+        // expandable line gives its bounds.
+        parts.push(match oom.history_events {
+            Some(events) => format!(
+                "OOM: {}; remedies from the job's whole history ({events} events replayed): {}",
+                oom.line(),
+                remedies.join(", ")
+            ),
+            None => format!(
+                "OOM: {}; {}; remedies: {}",
+                oom.line(),
+                oom.expandable_line(),
+                remedies.join(", ")
+            ),
+        });
     }
     if let Some(suspect) = job.suspects.first() {
         parts.push(format!("leak suspect {}", suspect.tag));

@@ -125,8 +125,12 @@ pub struct OomExplained {
     pub device: i64,
     pub report: OomReport,
     pub expandable: ExpandableVerdict,
-    /// Every remedy's verdict from this one state, `expandable` among them.
+    /// Every remedy's verdict: from the job's whole history when `history_events` is
+    /// set, else from this one state (`expandable` among them).
     pub remedies: Vec<RemedyVerdict>,
+    /// The remedies come from replaying this many of the job's own events (the hook's
+    /// event ring held its whole history); None: from the one state at the OOM.
+    pub history_events: Option<usize>,
     pub what_would_fit: WhatWouldFit,
     pub device_free_bytes: Option<u64>,
     pub device_total_bytes: Option<u64>,
@@ -175,14 +179,18 @@ impl OomExplained {
             released_bytes: None,
         };
         let expandable = remedy::expandable(&scene);
-        let remedies = remedy::one_state(&scene, &expandable);
         let what_would_fit = remedy::what_would_fit(&scene);
+        let (remedies, history_events) = match history_remedies(oom) {
+            Some((remedies, events)) => (remedies, Some(events)),
+            None => (remedy::one_state(&scene, &expandable), None),
+        };
         OomExplained {
             time_s: oom.time_s,
             device: oom.device,
             report,
             expandable,
             remedies,
+            history_events,
             what_would_fit,
             device_free_bytes: oom.device_free_bytes,
             device_total_bytes: oom.device_total_bytes,
@@ -202,6 +210,27 @@ impl OomExplained {
     pub fn expandable_line(&self) -> String {
         self.expandable.line()
     }
+}
+
+/// The remedies from the job's whole history, when the hook's event ring held all of it:
+/// the file it kept at this OOM replayed under each remedy, by the same function
+/// `vramtop replay` answers that file with. Runs on the connection's reader thread (a
+/// ring of 8,192 events replays in milliseconds). None, and the one-state answers, when
+/// there is no such file or it cannot be read: the OOM is still explained.
+fn history_remedies(oom: &OomState) -> Option<(Vec<RemedyVerdict>, usize)> {
+    if !oom.ring.is_some_and(|ring| ring.complete) {
+        return None;
+    }
+    let trace = vramtop_trace::load(std::path::Path::new(oom.kept_path.as_deref()?)).ok()?;
+    let ooms = vramtop_trace::ooms::trace_ooms(&trace);
+    // The file was kept at this OOM: its last `oom` event is this one.
+    let last = ooms.last()?.event;
+    let answers = vramtop_trace::replay::remedies::remedies(&trace, &ooms, None).ok()?;
+    let at = answers.into_iter().find(|r| r.event == last)?;
+    // A file that turned out not to hold the whole history got one-state answers there.
+    at.what_would_fit
+        .is_none()
+        .then_some((at.remedies, trace.events.len()))
 }
 
 /// The driver had room for the request's new segment, so a per-process memory fraction
@@ -489,6 +518,8 @@ mod tests {
             truncated: false,
             summary: None,
             settings: AllocatorSettings::default(),
+            ring: None,
+            kept_path: None,
         };
         let explained = OomExplained::from_oom(&oom);
         // Every remedy, in the order users are told to try them: the device itself was

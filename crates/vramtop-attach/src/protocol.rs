@@ -261,6 +261,21 @@ pub struct OomState {
     /// The allocator's settings (hooks before 0.4 did not send them: unknown).
     #[serde(default)]
     pub settings: AllocatorSettings,
+    /// The hook's event ring at the OOM (hooks before 1.2 kept none).
+    #[serde(default)]
+    pub ring: Option<RingAtOom>,
+    /// The file the hook kept this OOM's state in (None: not kept).
+    #[serde(default)]
+    pub kept_path: Option<String>,
+}
+
+/// PyTorch's trace ring of alloc/free events, as the hook had it at an OOM.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+pub struct RingAtOom {
+    pub max_entries: u64,
+    pub entries: u64,
+    /// Began before the job's first allocation and never full: the whole history.
+    pub complete: bool,
 }
 
 /// An exception text PyTorch raised (the OOM message, say).

@@ -82,6 +82,9 @@ pub struct OomJson {
     pub expandable_line: String,
     /// Every remedy with `fits`, `fails` or `cannot_tell` and why.
     pub remedies: Vec<RemedyVerdict>,
+    /// The remedies come from replaying this many of the job's own events (the hook's
+    /// event ring held its whole history); null: from the one state at the OOM.
+    pub history_events: Option<usize>,
     pub what_would_fit: WhatWouldFit,
     pub pytorch_summary: Option<String>,
 }
@@ -148,6 +151,7 @@ impl JobReport {
                 expandable: o.expandable.clone(),
                 expandable_line: o.expandable_line(),
                 remedies: o.remedies.clone(),
+                history_events: o.history_events,
                 what_would_fit: o.what_would_fit.clone(),
                 pytorch_summary: o.summary.clone(),
             }),

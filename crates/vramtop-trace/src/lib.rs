@@ -217,6 +217,9 @@ pub struct KeptOom {
     pub summary: String,
     /// The allocation history was dropped to keep the file under the hook's size cap.
     pub history_left_out: bool,
+    /// The hook's event ring held the job's whole history: it began before the job's
+    /// first allocation and was never full (`vramtop_oom.ring.complete`, hook 1.2).
+    pub ring_complete: bool,
 }
 
 #[derive(Clone, Debug, PartialEq)]

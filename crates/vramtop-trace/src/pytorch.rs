@@ -621,6 +621,11 @@ fn kept_oom(value: &Value) -> Option<KeptOom> {
             .unwrap_or_default()
             .to_string(),
         history_left_out: value.get("history_left_out").and_then(Value::as_bool) == Some(true),
+        ring_complete: value
+            .get("ring")
+            .and_then(|ring| ring.get("complete"))
+            .and_then(Value::as_bool)
+            == Some(true),
     })
 }
 

@@ -51,7 +51,7 @@ pub const UNTAGGED: &str = "?";
 /// Tag of blocks live at the start that have no call site of their own.
 pub const INITIAL_TAG: &str = "live at start";
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct ReplayOptions {
     /// Bytes the backing may hold at once; past it, allocs fail and are counted.
     pub capacity: u64,
@@ -59,6 +59,9 @@ pub struct ReplayOptions {
     pub source: CapacitySource,
     /// A remedy tried: this `max_split_size` (bytes) instead of the trace's own.
     pub max_split_size: Option<u64>,
+    /// `caching`'s `garbage_collection_threshold`. PyTorch acts on it only under a memory
+    /// fraction (then `capacity` stands for the fraction), so the caller decides.
+    pub gc_threshold: Option<f64>,
 }
 
 impl Default for ReplayOptions {
@@ -67,6 +70,7 @@ impl Default for ReplayOptions {
             capacity: UNLIMITED_CAPACITY,
             source: CapacitySource::Unlimited,
             max_split_size: None,
+            gc_threshold: None,
         }
     }
 }
@@ -175,6 +179,7 @@ impl<'t> Replay<'t> {
         let config = AllocConfig {
             max_split_size: opts.max_split_size.or(trace.settings.max_split_size),
             roundup_power2_divisions: trace.settings.roundup_power2_divisions,
+            garbage_collection_threshold: opts.gc_threshold,
             ..AllocConfig::default()
         };
         let mut replay = Replay {
@@ -609,6 +614,7 @@ pub fn plan_capacity(
             capacity,
             source: CapacitySource::Given,
             max_split_size: None,
+            gc_threshold: None,
         };
     }
     match super::ooms::inferred_capacity(trace, ooms) {
@@ -616,6 +622,7 @@ pub fn plan_capacity(
             capacity,
             source: CapacitySource::Inferred,
             max_split_size: None,
+            gc_threshold: None,
         },
         _ => ReplayOptions::default(),
     }
@@ -712,6 +719,7 @@ mod tests {
             capacity: 30 * MIB,
             source: CapacitySource::Given,
             max_split_size: None,
+            gc_threshold: None,
         };
         let run = replay(&t, PolicyKind::FirstFit, opts).unwrap();
         assert_eq!(run.ooms, 1);

@@ -23,7 +23,7 @@ import sys
 import threading
 import time
 
-HOOK_VERSION = "1.1.1"
+HOOK_VERSION = "1.2.0"
 PROTOCOL_VERSION = 1
 MAX_FRAME = 16 * 1024 * 1024
 # Viewers only ever send `subscribe`; a bigger frame from one is garbage, not a request.
@@ -62,6 +62,40 @@ HISTORY_MIN_SHARE = 0.02
 # seconds (Hook.state_frame says why): at most one such read per 10 minutes is spent
 # beyond the 1 % budget.
 FORGIVE_S = 600.0
+
+
+def _env_entries(name, default):
+    """A count of ring entries from the environment (0 turns the ring off)."""
+    text = os.environ.get(name)
+    if text is None:
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        sys.stderr.write("vramtop hook: %s=%r is not a count of entries; using %d\n" % (name, text, default))
+        return default
+    return value
+
+
+# The event ring: PyTorch's own trace of alloc/free/segment events (no stacks), kept from
+# CUDA's start so that at an OOM the job's whole history can be replayed under each remedy
+# (`vramtop replay` does; so does the viewer, from the file kept at the OOM). Recording an
+# event is a push under the allocator's lock; on the H100 a GPT-2 step's 1,916 events cost
+# nothing measurable (ring_cost.py: -0.78 %, 95 % interval -4.3 to +2.8 %). Reading is
+# what costs: PyTorch turns every entry into a dict at each _snapshot(), 0.8 us an entry
+# (3.7 ms at 4,096 entries, 13 ms at 16,384; 0.55 ms without). So the ring lives only
+# while it still holds the job's start: once full it would forget that start, and every
+# state read would pay for history no replay can use, so the hook turns it off then.
+# A job of few allocations (where fragmentation bites hardest) keeps it to its OOM.
+# Recording is not free either: 0.33 us an event on its own (95 %: 0.10 to 0.56, a cached
+# 1 MiB alloc and free in a loop), which a GPT-2 step's 1,916 events would make about 2 %.
+# So without a viewer reading states the hook still looks, every RING_CHECK_S, at how many
+# allocations the job made since the ring began (each is at most 3 entries with its free;
+# the raw stats, 15 us), and turns the ring off when they may have filled it.
+RING_ENTRIES = _env_entries("VRAMTOP_RING", 8192)
+RING_CHECK_S = 1.0
 
 _said = set()
 
@@ -257,6 +291,13 @@ class TorchAllocator:
         self._settings_string = getattr(getattr(torch, "_C", None), "_accelerator_getAllocatorSettings", None)
         self.history_on = False
         self._record_on = self._record_off = None  # the form start_history found to work
+        self._history_forms = None  # (on, off) without the ring, for when it retires
+        # The event ring (RING_ENTRIES): its size while it lives (0: none), whether it began
+        # before the job's first allocation, and its fullest device at the last read.
+        self.ring_entries = 0
+        self.ring_from_start = False
+        self.ring_fill = 0
+        self.ring_start_count = None  # allocation_count() when the ring began
         self.settings_from_torch = False
         self.last_device = 0
         self.internal_prefixes = self._internal_prefixes()
@@ -308,6 +349,63 @@ class TorchAllocator:
         except Exception as err:
             self.missing.append("OOM observer refused: %r" % (err,))
 
+    def start_ring(self, entries):
+        """Keep PyTorch's last `entries` alloc/free events per device, without stacks
+        (context=None: no Python stack is gathered for them). Started at CUDA's init, before
+        the job's first allocation, it holds the job's whole history until it fills."""
+        if self._record is None or entries <= 0:
+            return
+        before = self.allocation_count()
+        try:
+            self._record(enabled="all", context=None, stacks="python", max_entries=entries)
+        except TypeError:
+            self.missing.append("no event ring: this torch's _record_memory_history takes no max_entries")
+            return
+        except Exception as err:
+            self.missing.append("event ring refused: %r" % (err,))
+            return
+        self.ring_entries = entries
+        self.ring_from_start = before == 0
+        self.ring_start_count = before
+        self.capabilities.append("event_ring")
+
+    def ring_may_be_full(self):
+        """True when the job's allocations since the ring began (3 entries each at most:
+        alloc, free_requested, free_completed) may have filled it."""
+        if not self.ring_entries:
+            return False
+        count = self.allocation_count()
+        if count is None or self.ring_start_count is None:
+            return True  # cannot tell: a ring we cannot watch is not left to cost the job
+        return 3 * (count - self.ring_start_count) >= self.ring_entries
+
+    def ring_of(self, raw, device):
+        """What the ring holds for `device` in the snapshot `raw`: None without a ring, else
+        {"max_entries", "entries", "complete"}: complete when it began before the job's
+        first allocation and has never been full (a full ring may have dropped its oldest)."""
+        if not self.ring_entries:
+            return None
+        traces = (raw or {}).get("device_traces") or []
+        entries = len(traces[device]) if 0 <= device < len(traces) else 0
+        return {
+            "max_entries": self.ring_entries,
+            "entries": entries,
+            "complete": bool(self.ring_from_start and entries < self.ring_entries),
+        }
+
+    def retire_ring(self, recording_stacks):
+        """The ring is full: turn it off (see RING_ENTRIES), history back to its own form."""
+        self.ring_entries = 0
+        self.ring_fill = 0
+        try:
+            if self._history_forms is not None:
+                self._record_on, self._record_off = self._history_forms
+                self.set_recording(recording_stacks)
+            else:
+                self._record(enabled=None)
+        except Exception as err:
+            say_once("ring", "cannot turn the event ring off (%r)" % (err,))
+
     def start_history(self):
         """Record each live block's allocation stack, with no trace ring to pay for.
 
@@ -321,6 +419,25 @@ class TorchAllocator:
             self.missing.append("no torch.cuda.memory._record_memory_history: no allocation sites")
             return
         record = self._record
+        if self.ring_entries:
+            # With the ring: stacks for live blocks on top of it, and "off" keeps the ring.
+            entries = self.ring_entries
+            ring_forms = (
+                lambda: record(enabled="all", context="state", stacks="python", max_entries=entries),
+                lambda: record(enabled="all", context=None, stacks="python", max_entries=entries),
+            )
+            self._history_forms = (
+                lambda: record(enabled="state", context="state", stacks="python"),
+                lambda: record(enabled=None),
+            )
+            try:
+                ring_forms[0]()
+            except Exception as err:
+                self.missing.append("history refused: %r" % (err,))
+                return
+            self._record_on, self._record_off = ring_forms
+            self.history_on = True
+            return
         forms = (
             (lambda: record(enabled="state", context="state", stacks="python"), lambda: record(enabled=None)),
             # the boolean form of older releases
@@ -384,6 +501,8 @@ class TorchAllocator:
             raw = self.raw_snapshot()
         raw_segments = (raw or {}).get("segments") or []
         raw_settings = (raw or {}).get("allocator_settings")
+        if self.ring_entries:
+            self.ring_fill = max([len(t) for t in (raw or {}).get("device_traces") or []] or [0])
         if device is None:
             device = self.pick_device(raw_segments)
         self.last_device = device
@@ -647,6 +766,7 @@ class Hook:
         self.uncaught = False
         self.prepare_lock = threading.Lock()
         self.prepared = False
+        self.next_ring_check = 0.0
 
     # ----- the thread -------------------------------------------------------------------
 
@@ -746,6 +866,7 @@ class Hook:
             self.on_cuda_ready()
         if self.duty is not None:
             self.duty.tick(now)
+        self.watch_ring(now)
         self.send_due_states(now)
         with self.lock:
             self.drop_stalled(now)
@@ -753,6 +874,15 @@ class Hook:
         timeout = self.timeout(time.monotonic())
         for key, mask in self.selector.select(timeout):
             self.on_event(key, mask)
+
+    def watch_ring(self, now):
+        """Turn the event ring off once it may be full, viewer or not (RING_ENTRIES)."""
+        alloc = self.alloc
+        if not self.cuda_ready or alloc is None or not alloc.ring_entries or now < self.next_ring_check:
+            return
+        self.next_ring_check = now + RING_CHECK_S
+        if alloc.ring_may_be_full():
+            alloc.retire_ring(self.duty.recording if self.duty is not None else False)
 
     def timeout(self, now):
         if not self.cuda_ready:
@@ -763,6 +893,8 @@ class Hook:
             limit = min(limit, max(min(due), self.next_collect) - now)
         if self.duty is not None:
             limit = min(limit, self.duty.next_switch - now)
+        if self.alloc is not None and self.alloc.ring_entries:
+            limit = min(limit, self.next_ring_check - now)
         return max(0.0, limit)
 
     def on_event(self, key, mask):
@@ -947,6 +1079,7 @@ class Hook:
             "torch_version": str(getattr(self.torch, "__version__", None) or "") or None,
             "cuda_ready": self.cuda_ready,
             "history": bool(alloc and alloc.history_on),
+            "ring": alloc.ring_entries if alloc else 0,
             "capabilities": list(alloc.capabilities) if alloc else [],
             "missing": list(alloc.missing) if alloc else [],
             "rank": env_int("RANK"),
@@ -985,6 +1118,7 @@ class Hook:
                 return
             self.prepared = True
             self.alloc.attach_oom_observer(on_oom)
+            self.alloc.start_ring(RING_ENTRIES)
             if self.history_wanted:
                 self.alloc.start_history()
                 if self.alloc.history_on:
@@ -1022,6 +1156,8 @@ class Hook:
             say_once("collect", "reading the allocator failed: %r" % (err,))
             state = None
         cost = time.monotonic() - started
+        if self.alloc.ring_entries and self.alloc.ring_fill >= self.alloc.ring_entries:
+            self.alloc.retire_ring(self.duty.recording if self.duty is not None else False)
         frame = None
         if state is not None:
             self.seq += 1
@@ -1266,6 +1402,8 @@ class OomKeeper:
                 [e for e in t if isinstance(e, dict) and e.get("action") == "oom"] for t in snapshot["device_traces"]
             ]
             snapshot["vramtop_oom"]["history_left_out"] = True
+            if snapshot["vramtop_oom"].get("ring"):
+                snapshot["vramtop_oom"]["ring"] = dict(snapshot["vramtop_oom"]["ring"], complete=False)
             data = pickle.dumps(snapshot, protocol=4)
         if len(data) > limit:
             self.say_once("cap", "OOM %d: the allocator state is %d MiB, over VRAMTOP_OOM_MAX_MB (%g); not kept" % (n, len(data) >> 20, OOM_MAX_MB))
@@ -1306,6 +1444,7 @@ class OomKeeper:
             "stats": oom["stats"],
             "summary": oom["summary"],
             "history_left_out": False,
+            "ring": oom.get("ring"),
         }
         traces = [list(t) for t in (snapshot.get("device_traces") or [])]
         while len(traces) <= device:
@@ -1376,10 +1515,12 @@ def on_oom(device, alloc_size, limit_bytes, device_free):
             "segments": state["segments"],
             "truncated": state["truncated"],
             "summary": oom_summary(alloc_size, stats, device_free),
+            "ring": hook.alloc.ring_of(raw, int(device)),
         }
         # The file first: a job that dies of this OOM may be gone before a viewer reads.
+        # A viewer replays the job's history from it when the ring holds all of it.
         if raw is not None:
-            _oom_keeper.keep(raw, message)
+            message["kept_path"] = _oom_keeper.keep(raw, message)
         frame = encode_fitting(message)
         if frame is None:
             return

@@ -121,32 +121,60 @@ pub fn remedies(
             .map(|s| s.blocks.len())
             .sum::<usize>(),
     );
-    if trace.stats.no_history || (live_at_start > 0 && trace.stats.kept_oom.is_some()) {
-        // A file kept at the OOM with no whole history (`--history` keeps sites, not a
-        // ring of events): its segments are the state at the OOM, so the live view's
-        // own answers for that state.
+    let kept_without_whole_history = trace
+        .stats
+        .kept_oom
+        .as_ref()
+        .is_some_and(|kept| !kept.ring_complete || live_at_start > 0);
+    if trace.stats.no_history || kept_without_whole_history {
+        // A file kept at the OOM without the job's whole history (no event ring, or one
+        // that was full and forgot the job's start): its segments are the state at the
+        // OOM, so the live view's own answers for that state.
         return Ok(one_state(trace, ooms));
     }
     let settings = &trace.settings;
-    let at = |policy, capacity, max_split: Option<u64>| {
+    // PyTorch acts on a GC threshold only under a memory fraction: the job's own counts
+    // in every run where an OOM shows one, and the tried one only there.
+    let capped_any = ooms.iter().any(under_a_cap);
+    let own_gc = settings.garbage_collection_threshold.filter(|_| capped_any);
+    let at = |run: Run| {
         let opts = ReplayOptions {
-            capacity,
+            capacity: run.capacity,
             source: bounds.source,
-            max_split_size: max_split,
+            max_split_size: run.max_split,
+            gc_threshold: if run.gc_tried { Some(GC_TRIED) } else { own_gc },
         };
-        replay(trace, policy, opts).map(|run| run.oom_checks)
+        replay(trace, run.policy, opts).map(|run| run.oom_checks)
     };
     // Each run on a thread of its own: they share nothing but the trace.
-    let mut asked: Vec<(PolicyKind, u64, Option<u64>)> = Vec::new();
+    let mut asked: Vec<Run> = Vec::new();
     for capacity in [bounds.low, bounds.high] {
-        asked.push((PolicyKind::Caching, capacity, None));
+        let run = Run {
+            policy: PolicyKind::Caching,
+            capacity,
+            max_split: None,
+            gc_tried: false,
+        };
+        asked.push(run);
         if !settings.expandable_segments {
-            asked.push((PolicyKind::PytorchExpandable, capacity, None));
+            asked.push(Run {
+                policy: PolicyKind::PytorchExpandable,
+                ..run
+            });
         }
         for mb in MAX_SPLIT_TRIED_MB {
             if settings.max_split_size != Some(mb * MIB) {
-                asked.push((PolicyKind::Caching, capacity, Some(mb * MIB)));
+                asked.push(Run {
+                    max_split: Some(mb * MIB),
+                    ..run
+                });
             }
+        }
+        if capped_any && own_gc.is_none() {
+            asked.push(Run {
+                gc_tried: true,
+                ..run
+            });
         }
         if bounds.low == bounds.high {
             break;
@@ -155,7 +183,7 @@ pub fn remedies(
     let answers: Vec<Result<Vec<OomCheck>, ReplayError>> = std::thread::scope(|scope| {
         let handles: Vec<_> = asked
             .iter()
-            .map(|&(policy, capacity, split)| scope.spawn(move || at(policy, capacity, split)))
+            .map(|&run| scope.spawn(move || at(run)))
             .collect();
         handles
             .into_iter()
@@ -166,33 +194,52 @@ pub fn remedies(
     for (key, answer) in asked.into_iter().zip(answers) {
         runs.push((key, answer?));
     }
-    // Did `policy` with `split` fail the OOM at `event` at `capacity`?
-    let fails = |event: usize, policy, capacity, split: Option<u64>| -> Option<bool> {
+    // Did `run` fail the OOM at `event`?
+    let fails = |event: usize, run: Run| -> Option<bool> {
         runs.iter()
-            .find(|(k, _)| *k == (policy, capacity, split))
+            .find(|(k, _)| *k == run)
             .and_then(|(_, checks)| checks.iter().find(|c| c.event == event))
             .map(|c| c.fails)
     };
-    let verdict_of = |event: usize, policy, split| -> Verdict {
+    let verdict_of = |event: usize, run: Run| -> Verdict {
         match (
-            fails(event, policy, bounds.low, split),
-            fails(event, policy, bounds.high, split),
+            fails(
+                event,
+                Run {
+                    capacity: bounds.low,
+                    ..run
+                },
+            ),
+            fails(
+                event,
+                Run {
+                    capacity: bounds.high,
+                    ..run
+                },
+            ),
         ) {
             (Some(false), _) => Verdict::Fits,
             (_, Some(true)) => Verdict::Fails,
             _ => Verdict::CannotTell,
         }
     };
+    let plain = Run {
+        policy: PolicyKind::Caching,
+        capacity: bounds.low,
+        max_split: None,
+        gc_tried: false,
+    };
     let mut out = Vec::new();
     for oom in ooms {
         let event = oom.event;
         let needed = round_size(oom.requested_bytes).unwrap_or(oom.requested_bytes);
-        let capped = oom.device_free_bytes >= segment_size_for(needed);
+        let capped = under_a_cap(oom);
         let beyond = beyond_any_setting(oom.allocated_bytes.saturating_add(needed), bounds.high);
         let released = released_before(trace, event);
         let mut remedies = Vec::new();
         // The replay must fail where PyTorch failed before its answers mean anything.
-        if fails(event, PolicyKind::Caching, bounds.low, None) != Some(true) {
+        let replay_fails_there = fails(event, plain) == Some(true);
+        if !replay_fails_there {
             let why = "vramtop's replay of this trace does not fail where PyTorch failed, so \
                        it cannot judge remedies here";
             remedies.push(RemedyVerdict::new(
@@ -208,7 +255,13 @@ pub fn remedies(
         } else {
             let partial = live_at_start > 0;
             remedies.push(expandable(settings.expandable_segments, partial, || {
-                verdict_of(event, PolicyKind::PytorchExpandable, None)
+                verdict_of(
+                    event,
+                    Run {
+                        policy: PolicyKind::PytorchExpandable,
+                        ..plain
+                    },
+                )
             }));
             if partial {
                 remedies.push(RemedyVerdict::new(
@@ -221,11 +274,30 @@ pub fn remedies(
                 ));
             } else {
                 remedies.push(max_split(&|mb| {
-                    verdict_of(event, PolicyKind::Caching, Some(mb * MIB))
+                    verdict_of(
+                        event,
+                        Run {
+                            max_split: Some(mb * MIB),
+                            ..plain
+                        },
+                    )
                 }));
             }
         }
-        remedies.push(gc_threshold_verdict(capped, beyond.clone()));
+        let history_gc = (replay_fails_there && capped && beyond.is_none() && live_at_start == 0)
+            .then(|| {
+                gc_threshold(
+                    own_gc,
+                    verdict_of(
+                        event,
+                        Run {
+                            gc_tried: true,
+                            ..plain
+                        },
+                    ),
+                )
+            });
+        remedies.push(history_gc.unwrap_or_else(|| gc_threshold_verdict(capped, beyond.clone())));
         remedies.push(empty_cache_verdict(Some(released)));
         remedies.push(remedy::empty_cache_between_steps(beyond_any_setting(
             oom.allocated_bytes.saturating_add(needed),
@@ -238,6 +310,65 @@ pub fn remedies(
         });
     }
     Ok(out)
+}
+
+/// The threshold tried for `garbage_collection_threshold` (the value users are told).
+const GC_TRIED: f64 = 0.6;
+
+/// One replay asked for: a policy at a capacity, with a remedy's setting.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Run {
+    policy: PolicyKind,
+    capacity: u64,
+    max_split: Option<u64>,
+    /// With `garbage_collection_threshold:0.6` (else the job's own threshold).
+    gc_tried: bool,
+}
+
+/// The device had room for the request's new segment: a memory fraction refused it.
+fn under_a_cap(oom: &TraceOom) -> bool {
+    let needed = round_size(oom.requested_bytes).unwrap_or(oom.requested_bytes);
+    oom.device_free_bytes >= segment_size_for(needed)
+}
+
+/// `garbage_collection_threshold:0.6` under a memory fraction, from the history replayed
+/// with PyTorch's garbage collector (`own`: the job already ran with a threshold).
+fn gc_threshold(own: Option<f64>, verdict: Verdict) -> RemedyVerdict {
+    const NAME: &str = "garbage_collection_threshold:0.6";
+    if let Some(own) = own {
+        // Its replay (the plain one) failed where PyTorch did.
+        let (verdict, reason) = if own == GC_TRIED {
+            (
+                Verdict::Fails,
+                "already on: the job ran with it".to_string(),
+            )
+        } else {
+            (
+                Verdict::CannotTell,
+                format!(
+                    "the job ran with garbage_collection_threshold:{own}; 0.6 was not replayed"
+                ),
+            )
+        };
+        return RemedyVerdict::new(NAME, verdict, reason);
+    }
+    let (verdict, reason) = match verdict {
+        Verdict::Fits => (
+            Verdict::Fits,
+            "the job's history replayed with PyTorch's garbage collector (free cached \
+             segments released once reserved passes 60 % of the cap) serves the request",
+        ),
+        Verdict::Fails => (
+            Verdict::Fails,
+            "the job's history replayed with PyTorch's garbage collector (free cached \
+             segments released once reserved passes 60 % of the cap) still fails the request",
+        ),
+        Verdict::CannotTell => (
+            Verdict::CannotTell,
+            "the replay with it fits at the trace's lower capacity bound only: give --capacity",
+        ),
+    };
+    RemedyVerdict::new(NAME, verdict, reason)
 }
 
 /// `partial`: the trace began with blocks already live, which the replay packs (the best
@@ -426,16 +557,54 @@ mod tests {
             .map(|r| (r.remedy.clone(), r.verdict))
             .collect();
         // PyTorch 2.11 on an H100: expandable fits; max_split_size_mb:200 and :1000 fit;
-        // garbage_collection_threshold:0.6 and empty_cache() do not (the GC threshold's
-        // verdict under a cap is left open: the history decides it).
+        // garbage_collection_threshold:0.6 and empty_cache() do not. The GC never runs
+        // here: every request but the last finds a cached block.
         assert_eq!(
             v[0],
             ("expandable_segments:True".into(), Verdict::Fits),
             "{v:?}"
         );
         assert_eq!(v[1].1, Verdict::Fits, "{v:?}");
-        assert_eq!(v[2].1, Verdict::CannotTell, "{v:?}");
+        assert_eq!(v[2].1, Verdict::Fails, "{v:?}");
         assert_eq!(v[3].1, Verdict::Fails, "{v:?}");
+    }
+
+    /// Under a 1,000 MiB cap: X (300 MiB) cached whole; Y (350) and Z (320) find no block.
+    /// At Z reserved (650) is past 60 % of the cap, so PyTorch's GC releases X before it
+    /// maps Z's segment; without it X stays cached, the 10 MiB S splits it, and the last
+    /// 300 MiB request finds no room that release_cached_blocks could make.
+    fn gc_helps() -> Trace {
+        use TraceEventKind::*;
+        let events = vec![
+            event(Alloc, 0x1, 300 * MIB),
+            event(FreeCompleted, 0x1, 300 * MIB),
+            event(Alloc, 0x2, 350 * MIB),
+            event(Alloc, 0x3, 320 * MIB),
+            event(Alloc, 0x4, 10 * MIB),
+            event(Oom, 70 << 30, 300 * MIB),
+        ];
+        trace(Vec::new(), events)
+    }
+
+    #[test]
+    fn the_gc_threshold_is_judged_by_replaying_pytorchs_garbage_collector() {
+        let t = gc_helps();
+        let ooms = crate::ooms::trace_ooms(&t);
+        let gc = |all: &[OomRemedies]| {
+            all[0]
+                .remedies
+                .iter()
+                .find(|r| r.remedy == "garbage_collection_threshold:0.6")
+                .map(|r| r.verdict)
+        };
+        let capped = remedies(&t, &ooms, Some(1000 * MIB)).unwrap();
+        assert_eq!(gc(&capped), Some(Verdict::Fits), "{capped:?}");
+        // The device itself full (no memory fraction): PyTorch never runs its GC.
+        let mut full = gc_helps();
+        full.events.last_mut().unwrap().addr = 0;
+        let ooms = crate::ooms::trace_ooms(&full);
+        let uncapped = remedies(&full, &ooms, Some(1000 * MIB)).unwrap();
+        assert_eq!(gc(&uncapped), Some(Verdict::Fails), "{uncapped:?}");
     }
 
     #[test]

@@ -13,10 +13,13 @@ _forked_child = False
 _segments = {}  # name -> segment dict
 _next_address = 0x7F0000000000
 _observers = []
-_counters = {"num_ooms": 0, "num_alloc_retries": 0, "num_device_alloc": 0, "num_device_free": 0}
+_counters = {"num_ooms": 0, "num_alloc_retries": 0, "num_device_alloc": 0, "num_device_free": 0, "allocations": 0}
 _peaks = {"allocated": 0, "reserved": 0}
 history_calls = []
-_history_on = False
+_history_on = False  # stacks kept on live blocks (context "state", "alloc" or "all")
+# PyTorch's trace ring: kept with enabled="all", max_entries long, cleared when turned off.
+_ring = []
+_ring_max = 0
 LIMIT_BYTES = 8 * 1024 ** 3
 
 
@@ -72,6 +75,13 @@ def _frames():
     return frames
 
 
+def _trace(action, address, size):
+    if _ring_max <= 0:
+        return
+    _ring.append({"action": action, "addr": address, "size": size, "stream": 0, "time_us": 0, "frames": []})
+    del _ring[: max(0, len(_ring) - _ring_max)]
+
+
 def stub_alloc(name, size):
     """Allocate `size` bytes as block `name` (the job keeps the name, as it would a tensor)."""
     global _next_address
@@ -91,6 +101,9 @@ def stub_alloc(name, size):
             "segment_pool_id": (0, 0), "is_expandable": False, "blocks": blocks,
         }
         _counters["num_device_alloc"] += 1
+        _counters["allocations"] += 1
+        _trace("segment_alloc", address, total)
+        _trace("alloc", address, size)
         _update_peaks()
 
 
@@ -100,6 +113,8 @@ def stub_free(name):
         if segment:
             segment["blocks"][0]["state"] = "inactive"
             segment["blocks"][0].pop("frames", None)
+            _trace("free_requested", segment["address"], segment["blocks"][0]["size"])
+            _trace("free_completed", segment["address"], segment["blocks"][0]["size"])
 
 
 def stub_oom(size):
@@ -110,6 +125,7 @@ def stub_oom(size):
     with _lock:
         _counters["num_ooms"] += 1
         stats = memory_stats(0)
+        _trace("oom", 0, size)
         observers = list(_observers)
     allocated = stats["allocated_bytes.all.current"]
     reserved = stats["reserved_bytes.all.current"]
@@ -156,7 +172,8 @@ def memory_stats(device=None):
             "allocated_bytes.all.peak": _peaks["allocated"],
             "reserved_bytes.all.peak": _peaks["reserved"],
         }
-        stats.update(_counters)
+        stats.update({k: v for k, v in _counters.items() if k != "allocations"})
+        stats["allocation.all.allocated"] = _counters["allocations"]
         return stats
 
 
@@ -164,7 +181,7 @@ def _snapshot(device=None):
     import copy
 
     with _lock:
-        result = {"segments": copy.deepcopy(list(_segments.values())), "device_traces": [[]]}
+        result = {"segments": copy.deepcopy(list(_segments.values())), "device_traces": [copy.deepcopy(_ring)]}
         if "allocator_settings" not in _LACKS:
             result["allocator_settings"] = {
                 "PYTORCH_CUDA_ALLOC_CONF": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""),
@@ -181,10 +198,16 @@ def memory_snapshot():
 
 
 def _record_memory_history(enabled="all", context="all", stacks="all", max_entries=sys.maxsize, device=None):
-    global _history_on
+    global _history_on, _ring_max
     _lazy_init()  # as the real binding does
     history_calls.append({"enabled": enabled, "context": context, "stacks": stacks, "max_entries": max_entries})
-    _history_on = enabled is not None
+    _history_on = enabled is not None and context in ("state", "alloc", "all")
+    # As recordHistory: the ring is max_entries long only with enabled="all", else 1 entry;
+    # turning history off clears it.
+    _ring_max = (max_entries if enabled == "all" else 1) if enabled is not None else 0
+    if enabled is None:
+        _ring.clear()
+    del _ring[: max(0, len(_ring) - _ring_max)]
 
 
 if "memory_snapshot" in _LACKS:

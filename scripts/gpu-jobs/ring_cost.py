@@ -1,0 +1,138 @@
+#!/usr/bin/env python3
+"""What a bounded ring of PyTorch's alloc/free events (no stacks) costs a GPT-2 training
+step, and what it costs to read: the evidence behind the hook's event ring.
+
+1. Recording: blocks of steps alternate between the ring off and the ring on
+   (`_record_memory_history(enabled="all", context=None, max_entries=N)`), in one process,
+   each 'on' block against the mean of the 'off' blocks either side (the step time drifts
+   about 4 % from block to block; history_ab.py does the same for stacks).
+2. Reading: `torch.cuda.memory._snapshot()` timed with the ring off and with a full ring
+   of N entries, for several N (the hook reads a state every second; the ring must not be
+   converted into Python on each of them).
+
+usage: ring_cost.py [--blocks 30] [--block-steps 40] [--entries 65536]
+Prints JSON lines; the last is the summary.
+"""
+import argparse
+import inspect
+import json
+import math
+import time
+
+import torch
+
+from train_gpt2 import build, train_step
+
+T975 = [12.71, 4.30, 3.18, 2.78, 2.57, 2.45, 2.36, 2.31, 2.26, 2.23, 2.20, 2.18, 2.16, 2.14,
+        2.13, 2.12, 2.11, 2.10, 2.09, 2.09, 2.08, 2.07, 2.07, 2.06, 2.06, 2.06, 2.05, 2.05,
+        2.05, 2.04]
+
+
+def spread(values):
+    n = len(values)
+    mean = sum(values) / n
+    std = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1)) if n > 1 else 0.0
+    t = T975[n - 2] if 2 <= n <= 31 else 1.96
+    half = t * std / math.sqrt(n) if n > 1 else float("inf")
+    return {"n": n, "mean": round(mean, 4), "ci95": [round(mean - half, 4), round(mean + half, 4)]}
+
+
+def ring(entries):
+    if entries:
+        torch.cuda.memory._record_memory_history(enabled="all", context=None, stacks="python",
+                                                 max_entries=entries)
+    else:
+        torch.cuda.memory._record_memory_history(enabled=None)
+
+
+def snapshot_ms(times=10):
+    best = []
+    for _ in range(times):
+        began = time.perf_counter()
+        snap = torch.cuda.memory._snapshot()
+        best.append(1000 * (time.perf_counter() - began))
+    traces = sum(len(t) for t in snap.get("device_traces", []))
+    best.sort()
+    return {"median_ms": round(best[len(best) // 2], 3), "min_ms": round(best[0], 3), "trace_entries": traces}
+
+
+def micro(blocks=20, iterations=40000):
+    """The ring's price per event, where nothing else hides it: a cached 1 MiB alloc and free
+    (alloc, free_requested, free_completed: 3 entries), blocks alternating ring off/on."""
+    x = torch.empty(1 << 20, dtype=torch.uint8, device="cuda")
+    del x
+    times = {"off": [], "on": []}
+    for block in range(blocks + 1):
+        mode = "on" if block % 2 else "off"
+        ring(65536 if mode == "on" else 0)
+        began = time.perf_counter()
+        for _ in range(iterations):
+            x = torch.empty(1 << 20, dtype=torch.uint8, device="cuda")
+            del x
+        if block:
+            times[mode].append((time.perf_counter() - began) / iterations * 1e6)
+    ring(0)
+    pairs = [on - (times["off"][i] + times["off"][min(i + 1, len(times["off"]) - 1)]) / 2
+             for i, on in enumerate(times["on"])]
+    per_event = [p / 3 for p in pairs]
+    return {"iteration_off_us": round(sum(times["off"]) / len(times["off"]), 3),
+            "per_event_us": spread(per_event)}
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--blocks", type=int, default=30)
+    parser.add_argument("--block-steps", type=int, default=40)
+    parser.add_argument("--entries", type=int, default=65536)
+    args = parser.parse_args()
+    print(json.dumps({
+        "torch": torch.__version__,
+        "_snapshot": str(inspect.signature(torch.cuda.memory._snapshot)),
+        "_record_memory_history": str(inspect.signature(torch.cuda.memory._record_memory_history)),
+        "_cuda_memorySnapshot_doc": getattr(torch._C._cuda_memorySnapshot, "__doc__", None),
+        "_snapshot_source": inspect.getsource(torch.cuda.memory._snapshot)[-600:],
+    }), flush=True)
+    print(json.dumps({"micro": micro()}), flush=True)
+    torch.manual_seed(0)
+    config, model, optimizer = build(8)
+    ids = torch.randint(0, config.vocab_size, (8, 384), device="cuda")
+    for _ in range(10):
+        train_step(model, optimizer, ids)
+    before = torch.cuda.memory_stats()["allocation.all.allocated"]
+    train_step(model, optimizer, ids)
+    per_step = torch.cuda.memory_stats()["allocation.all.allocated"] - before
+
+    blocks = []
+    for block in range(args.blocks + 1):
+        mode = "on" if block % 2 else "off"
+        ring(args.entries if mode == "on" else 0)
+        times = [train_step(model, optimizer, ids)[1] for _ in range(args.block_steps)]
+        if block:
+            blocks.append((mode, sum(times) / len(times)))
+    ring(0)
+    pairs = []
+    for i, (mode, mean) in enumerate(blocks):
+        if mode == "on" and 0 < i < len(blocks) - 1:
+            off = (blocks[i - 1][1] + blocks[i + 1][1]) / 2
+            pairs.append(100.0 * (mean - off) / off)
+    off_ms = 1000 * sum(m for k, m in blocks if k == "off") / sum(k == "off" for k, _ in blocks)
+    recording = spread(pairs)
+    print(json.dumps({"recording_pct": recording, "pairs": [round(p, 3) for p in pairs]}), flush=True)
+
+    reads = {"off": snapshot_ms()}
+    for entries in (4096, 16384, 65536, 262144):
+        ring(entries)
+        for _ in range(entries // (2 * per_step) + 2):  # fill the ring
+            train_step(model, optimizer, ids)
+        reads[str(entries)] = snapshot_ms(5)
+        ring(0)
+    print(json.dumps({
+        "summary": True, "allocations_per_step": per_step, "events_per_step": 2 * per_step,
+        "off_step_ms": round(off_ms, 3), "recording_pct": recording,
+        "per_event_us": round(recording["mean"] / 100 * off_ms * 1000 / (2 * per_step), 4),
+        "snapshot_reads": reads,
+    }), flush=True)
+
+
+if __name__ == "__main__":
+    main()
