@@ -23,6 +23,7 @@ Workloads (each ends with one judged request, caught so the process ends normall
               not released); this one asks for 30 GiB.
 
 Remedies: none, empty_cache (torch.cuda.empty_cache() before the judged request),
+other_empty_cache (otherproc: the other process calls it before the judged request),
 gc_collect, expandable, max_split:N, gc_threshold:0.6 (PYTORCH_CUDA_ALLOC_CONF).
 """
 
@@ -164,14 +165,22 @@ def job_main(workload, remedy):
     stop_at = os.environ.get("WHATIF_STOP_AT")
     holder = None
     if workload == "otherproc":
-        # The other process: 60 GiB allocated and freed, cached; it waits for us to end.
+        # The other process: 60 GiB allocated and freed, cached; it waits for us to end,
+        # and calls empty_cache() when told to (the remedy `other_empty_cache`).
         holder = subprocess.Popen([sys.executable, "-c", (
             "import torch,sys,time\n"
             "t=torch.empty(60*2**30,dtype=torch.uint8,device='cuda'); del t\n"
             "print('held', torch.cuda.memory_reserved(), flush=True)\n"
-            "sys.stdin.read()\n")], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+            "for line in sys.stdin:\n"
+            "    torch.cuda.empty_cache(); print('emptied', torch.cuda.memory_reserved(), flush=True)\n")],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
             env={k: v for k, v in os.environ.items() if k != "PYTORCH_CUDA_ALLOC_CONF"})
         holder.stdout.readline()
+        time.sleep(2.0)  # a viewer at 0.5 s sees the holder's cache before the OOM
+        if remedy == "other_empty_cache":
+            holder.stdin.write("empty\n")
+            holder.stdin.flush()
+            holder.stdout.readline()
     try:
         run_job(workload, remedy, int(stop_at) if stop_at else None)
     finally:
@@ -255,6 +264,9 @@ def remedy_runs(verdicts, workload=""):
             "expandable": verdicts.get("expandable_segments:True"),
             "gc_threshold:0.6": verdicts.get("garbage_collection_threshold:0.6"),
             "gc_collect": None}
+    if workload == "otherproc":
+        runs["other_empty_cache"] = next(
+            (v for k, v in verdicts.items() if k.startswith("empty_cache() in pid")), None)
     split = [(k, v) for k, v in verdicts.items() if k.startswith("max_split_size_mb:")]
     for name, verdict in split:
         n = name.split(":")[1]

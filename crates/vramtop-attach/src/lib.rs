@@ -16,6 +16,7 @@ pub mod hook_files;
 pub mod job;
 pub mod launch;
 pub mod oom_files;
+pub mod other_caches;
 pub mod protocol;
 pub mod ranks;
 pub mod report;

@@ -15,7 +15,9 @@ use tokio::sync::watch;
 
 use super::client::{self, Peer, PeerEvent};
 use super::discovery::{pid_alive, scan};
-use super::job::{AttachedJob, JobView};
+use super::job::{AttachedJob, JobView, OomExplained};
+use super::other_caches::{self, OtherCache};
+use super::ranks::short_command;
 
 /// Ended jobs kept on screen, newest first, beyond the running ones.
 const ENDED_KEPT: usize = 16;
@@ -245,6 +247,15 @@ impl State {
             // A report from a connection already given up: nothing to add.
             return;
         }
+        let event = match event {
+            PeerEvent::Oom(mut oom) => {
+                let others = self.other_caches(pid, &oom);
+                let elsewhere = other_caches::empty_cache_elsewhere(&oom, &others);
+                oom.remedies.extend(elsewhere);
+                PeerEvent::Oom(oom)
+            }
+            event => event,
+        };
         let job = self.job(pid);
         match event {
             PeerEvent::Hello(hello) => job.on_hello(hello),
@@ -259,6 +270,30 @@ impl State {
                 self.peers.remove(&pid);
             }
         }
+    }
+
+    /// The other hooked processes on the GPU `pid` ran out of memory on, at their last
+    /// states (see `other_caches`).
+    fn other_caches(&self, pid: u32, oom: &OomExplained) -> Vec<OtherCache> {
+        let Some(gpu) = other_caches::gpu_of(pid, oom.device) else {
+            return Vec::new();
+        };
+        self.jobs
+            .values()
+            .filter(|j| j.view.pid != pid && !j.view.ended)
+            .filter_map(|j| {
+                let frame = j.view.frame.as_ref()?;
+                (other_caches::gpu_of(j.view.pid, frame.device)? == gpu).then(|| {
+                    let argv = j
+                        .view
+                        .hello
+                        .as_ref()
+                        .map(|h| h.argv.as_slice())
+                        .unwrap_or(&[]);
+                    OtherCache::of(j.view.pid, short_command(argv), frame, oom.time_s)
+                })
+            })
+            .collect()
     }
 
     /// `false` when nobody listens any more.
