@@ -462,3 +462,37 @@ fn resnet_training_with_random_batches_has_no_suspect() {
         assert!(suspects.is_empty(), "{windows} windows: {suspects:#?}");
     }
 }
+
+/// An attached job: the driver sees what PyTorch reserved, the hook what it allocated.
+/// A leak inside a roomy cache leaves the first flat; fragmentation grows it with no leak.
+#[test]
+fn an_attached_jobs_leak_flag_reads_its_allocated_bytes() {
+    let config = TrendConfig::default();
+    let run = |reserved: &dyn Fn(u64) -> u64, allocated: &dyn Fn(u64) -> u64| {
+        let mut watch = ProcessWatch::new(config.clone());
+        let mut last = None;
+        for s in 0..90u64 {
+            let mut device = DeviceSnapshot::unknown(0, "gpu", false);
+            device.processes = vec![process(1, Some(reserved(s)))];
+            watch.observe(s * 1000, &device);
+            watch.observe_allocated(s * 1000, &[(1, allocated(s)), (2, 5 * MIB)]);
+            last = watch.trends().first().cloned();
+        }
+        last.expect("a trend")
+    };
+    // 8 MiB/s of tensors kept, inside 4 GiB already reserved.
+    let leak = run(&|_| 4096 * MIB, &|s| 1024 * MIB + s * 8 * MIB);
+    assert!(leak.growing && leak.of_allocated, "{leak:?}");
+    // Reserved creeping up 2 MiB/s (fragmentation), tensors steady.
+    let frag = run(&|s| 2048 * MIB + s * 2 * MIB, &|_| 1024 * MIB);
+    assert!(!frag.growing && frag.of_allocated, "{frag:?}");
+    // Without the hook's figure the driver's decides, as before.
+    let mut watch = ProcessWatch::new(config.clone());
+    for s in 0..90u64 {
+        let mut device = DeviceSnapshot::unknown(0, "gpu", false);
+        device.processes = vec![process(1, Some(2048 * MIB + s * 2 * MIB))];
+        watch.observe(s * 1000, &device);
+    }
+    let driver = watch.trends()[0].clone();
+    assert!(driver.growing && !driver.of_allocated, "{driver:?}");
+}

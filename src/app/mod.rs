@@ -177,8 +177,20 @@ impl App {
                 ProcessWatch::new(TrendConfig::default())
             });
         }
+        // PyTorch's own figure for the jobs vramtop is attached to: their leak flag.
+        let allocated: Vec<(u32, u64)> = self
+            .attached
+            .jobs
+            .iter()
+            .filter(|job| !job.ended)
+            .filter_map(|job| {
+                let torch = job.frame.as_ref()?.torch.as_ref()?;
+                Some((job.pid, torch.allocated_bytes?))
+            })
+            .collect();
         for (watch, device) in self.process_watch.iter_mut().zip(&snapshot.devices) {
             watch.observe(snapshot.taken_at_ms, device);
+            watch.observe_allocated(snapshot.taken_at_ms, &allocated);
         }
         self.trends = self
             .process_watch

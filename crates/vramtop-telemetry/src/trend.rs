@@ -12,6 +12,12 @@
 //! one before by a share of `min_growth_bytes`, and the last part is still rising: growth
 //! that levelled off fails the last two tests, one step up (a larger batch seen once)
 //! fails the first.
+//!
+//! A job vramtop is attached to says more than the driver: PyTorch's allocated bytes. Its
+//! driver figure is what the caching allocator reserved, which a leak inside a roomy cache
+//! does not move for a long time and fragmentation moves with no leak at all; so for such a
+//! process the same test runs on its allocated bytes (the live tensors' floor per window,
+//! as the per-site leak detector does), and `growing` says what that test says.
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -68,6 +74,10 @@ pub struct ProcessTrend {
     /// Looks like a leak: a floor rising through every part of the history, still
     /// rising at its end (see the module docs); never for growth that levelled off.
     pub growing: bool,
+    /// `growing` was tested on PyTorch's allocated bytes (an attached job), not on the
+    /// driver's figure.
+    #[serde(default)]
+    pub of_allocated: bool,
 }
 
 impl ProcessTrend {
@@ -81,6 +91,7 @@ impl ProcessTrend {
             high_water_bytes: history.iter().map(|s| s.1).max().unwrap_or(current),
             slope_bytes_per_s: slope(history),
             growing: history.len() >= config.min_samples.max(2) && rising_floor(history, config),
+            of_allocated: false,
         })
     }
 }
@@ -164,6 +175,8 @@ impl UnattributedTrend {
 pub struct ProcessWatch {
     config: TrendConfig,
     per_pid: BTreeMap<u32, VecDeque<(u64, u64)>>,
+    /// PyTorch's allocated bytes of the listed processes vramtop is attached to.
+    allocated: BTreeMap<u32, VecDeque<(u64, u64)>>,
     unattributed: VecDeque<(u64, Option<u64>)>,
 }
 
@@ -192,6 +205,8 @@ impl ProcessWatch {
                 history.pop_front();
             }
         }
+        self.allocated
+            .retain(|pid, _| self.per_pid.contains_key(pid));
         self.unattributed
             .push_back((time_ms, device.unattributed_bytes()));
         while self.unattributed.len() > window {
@@ -199,13 +214,39 @@ impl ProcessWatch {
         }
     }
 
-    /// One trend per listed process with a known figure, by pid.
+    /// PyTorch's allocated bytes of attached processes, (pid, bytes), at `time_ms`: after
+    /// `observe` of the same poll. Processes this device does not list are left out.
+    pub fn observe_allocated(&mut self, time_ms: u64, figures: &[(u32, u64)]) {
+        let oldest = time_ms.saturating_sub(self.config.span_ms);
+        for &(pid, bytes) in figures {
+            if !self.per_pid.contains_key(&pid) {
+                continue;
+            }
+            let history = self.allocated.entry(pid).or_default();
+            history.push_back((time_ms, bytes));
+            while history.len() > MAX_SAMPLES || history.front().is_some_and(|s| s.0 < oldest) {
+                history.pop_front();
+            }
+        }
+    }
+
+    /// One trend per listed process with a known figure, by pid; for an attached
+    /// process the leak flag comes from its allocated bytes (see the module docs).
     pub fn trends(&self) -> Vec<ProcessTrend> {
         self.per_pid
             .iter()
             .filter_map(|(&pid, history)| {
                 let history: Vec<(u64, u64)> = history.iter().copied().collect();
-                ProcessTrend::compute(pid, &history, &self.config)
+                let mut trend = ProcessTrend::compute(pid, &history, &self.config)?;
+                if let Some(allocated) = self.allocated.get(&pid) {
+                    let allocated: Vec<(u64, u64)> = allocated.iter().copied().collect();
+                    if let Some(of_allocated) = ProcessTrend::compute(pid, &allocated, &self.config)
+                    {
+                        trend.growing = of_allocated.growing;
+                        trend.of_allocated = true;
+                    }
+                }
+                Some(trend)
             })
             .collect()
     }
