@@ -4,7 +4,8 @@
 # side by side on one GPU: a GPT-2 loop, a ResNet-50 loop, two DDP ranks (gloo, both on
 # GPU 0) and a job that leaks 8 MiB/s from its 60th second. The leak flag of an attached
 # job reads this series (its allocated floor per window). Writes $OUT/attach.jsonl (one
-# line a second), $OUT/jobs.json (pid -> job, leak onset) and the live view at 180 s and
+# line a second), $OUT/driver.jsonl (NVML's figure per pid, by nvidia-smi, on the same
+# clock), $OUT/jobs.json (pid -> job, leak onset) and the live view at 180 s and
 # at the end in a 200x60 tmux ($OUT/screen-*.txt).
 # usage: scripts/gpu-trend-allocated.sh PATH/TO/vramtop [DURATION]
 set -uo pipefail
@@ -23,6 +24,27 @@ python3 "$JOBS/trend_jobs.py" leak --onset 60 > "$W/leak.log" 2>&1 & LEAK=$!
 tmux new-session -d -s trend -x 200 -y 60 "VRAMTOP_SOCKET_DIR=$W/sock $BIN --interval 1"
 "$BIN" attach --json --interval 1 --seconds "$DURATION" > "$OUT/attach.jsonl" 2> "$OUT/attach.err" &
 ATTACH=$!
+# The driver's figure per process on the same clock (seconds since the attach began).
+python3 - "$DURATION" "$OUT/driver.jsonl" <<'PY' &
+import json, subprocess, sys, time
+duration, path = float(sys.argv[1]), sys.argv[2]
+start = time.time()
+with open(path, "w") as out:
+    while time.time() - start < duration:
+        tick = time.time()
+        rows = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory",
+                               "--format=csv,noheader,nounits"], capture_output=True, text=True).stdout
+        used = {}
+        for row in rows.splitlines():
+            try:
+                pid, mib = (int(x) for x in row.split(","))
+            except ValueError:
+                continue
+            used[pid] = mib * 1024 * 1024
+        out.write(json.dumps({"t": tick - start, "used": used}) + "\n")
+        out.flush()
+        time.sleep(max(0.0, 1.0 - (time.time() - tick)))
+PY
 sleep 180; tmux capture-pane -p -t trend > "$OUT/screen-180s.txt"
 wait "$ATTACH"
 tmux capture-pane -p -t trend > "$OUT/screen-end.txt"
@@ -40,5 +62,5 @@ print(json.dumps({"jobs": jobs, "leak_onset": onset}))
 PY
 kill "$GPT2" "$RESNET" "$LEAK" 2>/dev/null; kill -- "$DDP" 2>/dev/null; pkill -P "$DDP" 2>/dev/null
 sleep 2
-tail -3 "$W/resnet.log" "$W/ddp.log" "$W/leak.log" "$W/gpt2.log" | cut -c1-200 > "$OUT/job-tails.txt"
+tail -n 3 "$W/resnet.log" "$W/ddp.log" "$W/leak.log" "$W/gpt2.log" | cut -c1-200 > "$OUT/job-tails.txt"
 rm -rf "$W"

@@ -156,6 +156,7 @@ fn data() -> Data {
             high_water_bytes: 12 * GIB + 300 * MIB,
             slope_bytes_per_s: Some(8.0 * MIB as f64),
             growing: true,
+            of_allocated: true,
         },
         ProcessTrend {
             pid: 5151,
@@ -164,6 +165,7 @@ fn data() -> Data {
             high_water_bytes: 3 * GIB,
             slope_bytes_per_s: Some(-1024.0),
             growing: false,
+            of_allocated: false,
         },
         ProcessTrend {
             pid: 77,
@@ -172,6 +174,7 @@ fn data() -> Data {
             high_water_bytes: 300 * MIB,
             slope_bytes_per_s: None,
             growing: false,
+            of_allocated: false,
         },
     ];
     let unattributed = UnattributedTrend {

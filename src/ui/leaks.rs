@@ -110,7 +110,7 @@ const PROCESS_COLS: [Col; 5] = [
     col("now", 11, true),
     col("high-water", 12, true),
     col("slope", 14, true),
-    col("", 20, false),
+    col("", 10, false),
 ];
 
 #[derive(Clone, Debug)]
@@ -450,12 +450,7 @@ impl<'a> LeaksView<'a> {
                 human_bytes(p.current_bytes),
                 human_bytes(p.high_water_bytes),
                 slope_text(p.slope_bytes_per_s),
-                match (p.growing, p.of_allocated) {
-                    (true, true) => "growing (allocated)",
-                    (true, false) => "growing",
-                    _ => "",
-                }
-                .to_string(),
+                if p.growing { "growing" } else { "" }.to_string(),
             ];
             let style = if p.growing {
                 theme::alert_style()
