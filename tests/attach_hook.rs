@@ -95,6 +95,17 @@ fn a_hooked_python_job_is_seen_with_its_segments_sites_and_oom() {
     assert!(oom["pytorch_summary"]
         .as_str()
         .is_some_and(|s| s.contains("Tried to allocate")));
+    // The hook's event ring held the whole history (8 allocations with their segments and
+    // the OOM), so the live view replayed the file the hook kept under each remedy.
+    assert_eq!(oom["history_events"], 17, "{oom}");
+    let expandable = &oom["remedies"][0];
+    assert_eq!(expandable["remedy"], "expandable_segments:True", "{oom}");
+    assert!(
+        expandable["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("the job's own history replayed")),
+        "{expandable}"
+    );
     let site = format!("{}:5 keep", job.display());
     assert!(
         job_view["top_sites"]

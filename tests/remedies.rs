@@ -365,7 +365,18 @@ fn gpu_kept_files_with_the_whole_history_give_pytorchs_outcomes_on_both_paths() 
             at.what_would_fit.is_none(),
             "{workload}: from history, not one state"
         );
-        // ...and the live view, handed the same OOM by the hook.
+        // ...and the live view, handed the same OOM by the hook, which names its files
+        // `vramtop-oom-...` (the live view opens no other).
+        let dir = std::env::temp_dir().join(format!("vramtop-ring-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let kept_path = dir.join(format!("vramtop-oom-{workload}-4242-1.pickle.gz"));
+        std::fs::copy(&path, &kept_path).unwrap();
+        let misnamed = OomExplained::from_oom(&oom_message_for(&path, &kept, true));
+        assert_eq!(
+            misnamed.history_events, None,
+            "{workload}: not a name the hook gives"
+        );
+        let path = kept_path;
         let live = OomExplained::from_oom(&oom_message_for(&path, &kept, true));
         assert_eq!(live.history_events, Some(file.events.len()), "{workload}");
         assert_eq!(live.remedies, at.remedies, "{workload}");
@@ -381,5 +392,6 @@ fn gpu_kept_files_with_the_whole_history_give_pytorchs_outcomes_on_both_paths() 
         // A ring the hook does not call complete is not replayed from the live view.
         let partial = OomExplained::from_oom(&oom_message_for(&path, &kept, false));
         assert_eq!(partial.history_events, None, "{workload}");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -221,7 +221,20 @@ fn history_remedies(oom: &OomState) -> Option<(Vec<RemedyVerdict>, usize)> {
     if !oom.ring.is_some_and(|ring| ring.complete) {
         return None;
     }
-    let trace = vramtop_trace::load(std::path::Path::new(oom.kept_path.as_deref()?)).ok()?;
+    let path = std::path::Path::new(oom.kept_path.as_deref()?);
+    // Only a file the hook keeps (`oom_files`): a regular file, named as it names them. A
+    // path to a FIFO or a device would hang or flood this reader.
+    let name = path.file_name()?.to_str()?;
+    let kept_name = name.starts_with("vramtop-oom-")
+        && (name.ends_with(".pickle") || name.ends_with(".pickle.gz"));
+    if !kept_name || !std::fs::metadata(path).ok()?.is_file() {
+        return None;
+    }
+    let opts = vramtop_trace::LoadOptions {
+        device: Some(oom.device),
+        ..Default::default()
+    };
+    let trace = vramtop_trace::load_with(path, &opts).ok()?;
     let ooms = vramtop_trace::ooms::trace_ooms(&trace);
     // The file was kept at this OOM: its last `oom` event is this one.
     let last = ooms.last()?.event;
