@@ -72,6 +72,8 @@ def main():
             import vramtop_hook
 
             vramtop_hook.start()
+        elif cmd == "user_history":  # the job's own call, as users debug memory
+            torch.cuda.memory._record_memory_history(enabled="all", max_entries=100000)
         elif cmd == "history":
             reply = "ok %r" % (torch.cuda.memory.history_calls,)
         elif cmd == "exit":

@@ -381,6 +381,24 @@ class LiveTest(unittest.TestCase):
         calls = wait_for(lambda: (lambda c: c if "'enabled': None" in c else None)(job.do("history")), timeout=5)
         self.assertTrue(calls.endswith("{'enabled': None, 'context': 'all', 'stacks': 'all', 'max_entries': %d}]" % sys.maxsize), calls)
 
+    def test_the_jobs_own_history_is_never_turned_off_by_the_hook(self):
+        job = self.job(VRAMTOP_HISTORY="1", VRAMTOP_RING="6")
+        job.do("import")
+        job.wait_socket()
+        job.do("init")
+        job.do("user_history")
+        viewer = Viewer(job.socket_path)
+        viewer.subscribe(0.05)
+        for n in range(4):  # past the ring's 6 entries: the hook would turn it off
+            job.do("alloc t%d %d" % (n, MiB))
+        for _ in range(10):
+            viewer.recv_type("state")
+        time.sleep(2.5)  # HistoryDuty's periods and the ring's checks go by
+        calls = job.do("history")
+        last = calls[calls.rindex("{"):]
+        self.assertEqual(last, "{'enabled': 'all', 'context': 'all', 'stacks': 'all', 'max_entries': 100000}]", calls)
+        self.assertEqual(job.do("oom %d" % (1024 * MiB)), "ok caught OutOfMemoryError")
+
     def test_an_older_torch_is_served_with_what_it_has_and_told_once(self):
         job = self.job(STUB_TORCH_LACKS="oom_observer,allocator_settings,record_memory_history",
                        VRAMTOP_HISTORY="1")

@@ -298,6 +298,10 @@ class TorchAllocator:
         self.ring_from_start = False
         self.ring_fill = 0
         self.ring_start_count = None  # allocation_count() when the ring began
+        # The job called _record_memory_history itself: its settings stand from then on
+        # (see watch_user_history); the hook never switches recording again.
+        self.user_history = False
+        self.watch_user_history(memory)
         self.settings_from_torch = False
         self.last_device = 0
         self.internal_prefixes = self._internal_prefixes()
@@ -319,6 +323,33 @@ class TorchAllocator:
             self.capabilities.append("record_memory_history")
         if self._is_initialized is None:
             self.missing.append("no torch.cuda.is_initialized: cannot tell when CUDA is up")
+
+    def watch_user_history(self, memory):
+        """Notice the job's own calls of torch.cuda.memory._record_memory_history (users
+        turn it on to debug memory), so that turning our ring off, or HistoryDuty's
+        switching, never turns theirs off. Our own calls go to the original (self._record)."""
+        # A forked child's torch already carries its parent's wrapper: wrap the original.
+        original = getattr(self._record, "_vramtop_original", None) or self._record
+        self._record = original
+        if original is None or memory is None:
+            return
+        alloc = self
+
+        def _record_memory_history(*args, **kwargs):
+            alloc.user_history = True
+            return original(*args, **kwargs)
+
+        for attr in ("__name__", "__qualname__", "__doc__", "__module__"):
+            try:
+                setattr(_record_memory_history, attr, getattr(original, attr))
+            except Exception:
+                pass
+        _record_memory_history.__wrapped__ = original  # inspect.signature sees torch's
+        _record_memory_history._vramtop_original = original
+        try:
+            memory._record_memory_history = _record_memory_history
+        except Exception:
+            pass
 
     def cuda_initialised(self):
         try:
@@ -353,7 +384,7 @@ class TorchAllocator:
         """Keep PyTorch's last `entries` alloc/free events per device, without stacks
         (context=None: no Python stack is gathered for them). Started at CUDA's init, before
         the job's first allocation, it holds the job's whole history until it fills."""
-        if self._record is None or entries <= 0:
+        if self._record is None or entries <= 0 or self.user_history:
             return
         before = self.allocation_count()
         try:
@@ -390,13 +421,16 @@ class TorchAllocator:
         return {
             "max_entries": self.ring_entries,
             "entries": entries,
-            "complete": bool(self.ring_from_start and entries < self.ring_entries),
+            # Once the job set history itself, the ring is its (it may have cleared it).
+            "complete": bool(self.ring_from_start and entries < self.ring_entries and not self.user_history),
         }
 
     def retire_ring(self, recording_stacks):
         """The ring is full: turn it off (see RING_ENTRIES), history back to its own form."""
         self.ring_entries = 0
         self.ring_fill = 0
+        if self.user_history:
+            return  # the job's own settings stand
         try:
             if self._history_forms is not None:
                 self._record_on, self._record_off = self._history_forms
@@ -459,7 +493,10 @@ class TorchAllocator:
 
     def set_recording(self, on):
         """Turn the recording of new allocations' stacks on or off. Blocks already live
-        keep the stack they were recorded with; those allocated while it is off have none."""
+        keep the stack they were recorded with; those allocated while it is off have none.
+        Once the job set history itself, nothing is switched (its settings stand)."""
+        if self.user_history:
+            return True
         try:
             (self._record_on if on else self._record_off)()
             return True
