@@ -74,6 +74,8 @@ def main():
             vramtop_hook.start()
         elif cmd == "user_history":  # the job's own call, as users debug memory
             torch.cuda.memory._record_memory_history(enabled="all", max_entries=100000)
+        elif cmd == "traces":  # what a snapshot's trace holds now
+            reply = "ok %d" % len(torch.cuda.memory._snapshot()["device_traces"][0])
         elif cmd == "history":
             reply = "ok %r" % (torch.cuda.memory.history_calls,)
         elif cmd == "exit":

@@ -92,8 +92,9 @@ def _env_entries(name, default):
 # Recording is not free either: 0.33 us an event on its own (95 %: 0.10 to 0.56, a cached
 # 1 MiB alloc and free in a loop), which a GPT-2 step's 1,916 events would make about 2 %.
 # So without a viewer reading states the hook still looks, every RING_CHECK_S, at how many
-# allocations the job made since the ring began (each is at most 3 entries with its free;
+# allocations the job made since the ring began (about 3 entries each with its free;
 # the raw stats, 15 us), and turns the ring off when they may have filled it.
+# (Counted as 4 entries an allocation, for the segment events beside them.)
 RING_ENTRIES = _env_entries("VRAMTOP_RING", 8192)
 RING_CHECK_S = 1.0
 
@@ -337,6 +338,14 @@ class TorchAllocator:
 
         def _record_memory_history(*args, **kwargs):
             alloc.user_history = True
+            if alloc.ring_entries:
+                # Ours goes first, cleared: their history starts as it would without us,
+                # and a ring resized while wrapped would write past its end (retire_ring).
+                alloc.ring_entries = 0
+                try:
+                    original(enabled=None)
+                except Exception:
+                    pass
             return original(*args, **kwargs)
 
         for attr in ("__name__", "__qualname__", "__doc__", "__module__"):
@@ -386,6 +395,10 @@ class TorchAllocator:
         the job's first allocation, it holds the job's whole history until it fills."""
         if self._record is None or entries <= 0 or self.user_history:
             return
+        if self.history_already_on():
+            # The job (a notebook, before we were there) records history itself.
+            self.user_history = True
+            return
         before = self.allocation_count()
         try:
             self._record(enabled="all", context=None, stacks="python", max_entries=entries)
@@ -396,19 +409,33 @@ class TorchAllocator:
             self.missing.append("event ring refused: %r" % (err,))
             return
         self.ring_entries = entries
-        self.ring_from_start = before == 0
+        # An allocation made while we turned it on (from our thread, vramtop_hook.start())
+        # may be missing from it: then it is not the whole history.
+        self.ring_from_start = before == 0 and self.allocation_count() == 0
         self.ring_start_count = before
         self.capabilities.append("event_ring")
 
+    def history_already_on(self):
+        """Whether something records allocation history already: its trace holds entries,
+        or its live blocks carry stacks."""
+        try:
+            raw = self.raw_snapshot() or {}
+        except Exception:
+            return False
+        if any(raw.get("device_traces") or []):
+            return True
+        return any(b.get("frames") for seg in raw.get("segments") or [] for b in seg.get("blocks") or [])
+
     def ring_may_be_full(self):
-        """True when the job's allocations since the ring began (3 entries each at most:
-        alloc, free_requested, free_completed) may have filled it."""
+        """True when the job's allocations since the ring began may have filled it: 4
+        entries each (alloc, free_requested, free_completed, and segment events on top).
+        A ring that fills first anyway is read as not complete (ring_of counts it)."""
         if not self.ring_entries:
             return False
         count = self.allocation_count()
         if count is None or self.ring_start_count is None:
             return True  # cannot tell: a ring we cannot watch is not left to cost the job
-        return 3 * (count - self.ring_start_count) >= self.ring_entries
+        return 4 * (count - self.ring_start_count) >= self.ring_entries
 
     def ring_of(self, raw, device):
         """What the ring holds for `device` in the snapshot `raw`: None without a ring, else
@@ -426,19 +453,24 @@ class TorchAllocator:
         }
 
     def retire_ring(self, recording_stacks):
-        """The ring is full: turn it off (see RING_ENTRIES), history back to its own form."""
+        """The ring is full: turn it off (see RING_ENTRIES), history back to its own form.
+
+        Off first, always: only turning history off clears PyTorch's ring. Shrinking it in
+        place (enabled="state" sets 1 entry) leaves a wrapped ring writing past its end:
+        on the H100 (2.11) that killed the job with SIGSEGV."""
         self.ring_entries = 0
         self.ring_fill = 0
         if self.user_history:
             return  # the job's own settings stand
         try:
-            if self._history_forms is not None:
-                self._record_on, self._record_off = self._history_forms
-                self.set_recording(recording_stacks)
-            else:
-                self._record(enabled=None)
+            self._record(enabled=None)
         except Exception as err:
             say_once("ring", "cannot turn the event ring off (%r)" % (err,))
+            return
+        if self._history_forms is not None:
+            self._record_on, self._record_off = self._history_forms
+            if recording_stacks:
+                self.set_recording(True)
 
     def start_history(self):
         """Record each live block's allocation stack, with no trace ring to pay for.

@@ -17,9 +17,13 @@ _counters = {"num_ooms": 0, "num_alloc_retries": 0, "num_device_alloc": 0, "num_
 _peaks = {"allocated": 0, "reserved": 0}
 history_calls = []
 _history_on = False  # stacks kept on live blocks (context "state", "alloc" or "all")
-# PyTorch's trace ring: kept with enabled="all", max_entries long, cleared when turned off.
+# PyTorch's trace ring (c10 RingBuffer): max_entries long with enabled="all", 1 entry
+# otherwise; cleared only when history is turned off. Resized in place, never trimmed: a
+# ring shrunk below what it holds writes past its end, which kills the job (SIGSEGV on
+# the H100): the stub exits 139 there too.
 _ring = []
 _ring_max = 0
+_ring_next = 0
 LIMIT_BYTES = 8 * 1024 ** 3
 
 
@@ -76,10 +80,21 @@ def _frames():
 
 
 def _trace(action, address, size):
+    global _ring_next
     if _ring_max <= 0:
         return
-    _ring.append({"action": action, "addr": address, "size": size, "stream": 0, "time_us": 0, "frames": []})
-    del _ring[: max(0, len(_ring) - _ring_max)]
+    entry = {"action": action, "addr": address, "size": size, "stream": 0, "time_us": 0, "frames": []}
+    if len(_ring) < _ring_max:
+        _ring.append(entry)
+        return
+    if _ring_next >= len(_ring):
+        sys.stderr.write("stub torch: the trace ring was shrunk while full: PyTorch writes past its end (SIGSEGV)\n")
+        sys.stderr.flush()
+        os._exit(139)
+    _ring[_ring_next] = entry
+    _ring_next += 1
+    if _ring_next == _ring_max:
+        _ring_next = 0
 
 
 def stub_alloc(name, size):
@@ -181,7 +196,7 @@ def _snapshot(device=None):
     import copy
 
     with _lock:
-        result = {"segments": copy.deepcopy(list(_segments.values())), "device_traces": [copy.deepcopy(_ring)]}
+        result = {"segments": copy.deepcopy(list(_segments.values())), "device_traces": [copy.deepcopy(_ring[_ring_next:] + _ring[:_ring_next])]}
         if "allocator_settings" not in _LACKS:
             result["allocator_settings"] = {
                 "PYTORCH_CUDA_ALLOC_CONF": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""),
@@ -198,16 +213,18 @@ def memory_snapshot():
 
 
 def _record_memory_history(enabled="all", context="all", stacks="all", max_entries=sys.maxsize, device=None):
-    global _history_on, _ring_max
+    global _history_on, _ring_max, _ring_next
     _lazy_init()  # as the real binding does
     history_calls.append({"enabled": enabled, "context": context, "stacks": stacks, "max_entries": max_entries})
     _history_on = enabled is not None and context in ("state", "alloc", "all")
     # As recordHistory: the ring is max_entries long only with enabled="all", else 1 entry;
     # turning history off clears it.
-    _ring_max = (max_entries if enabled == "all" else 1) if enabled is not None else 0
     if enabled is None:
         _ring.clear()
-    del _ring[: max(0, len(_ring) - _ring_max)]
+        _ring_next = 0
+        _ring_max = 0
+    else:
+        _ring_max = max(1, max_entries if enabled == "all" else 1)
 
 
 if "memory_snapshot" in _LACKS:
