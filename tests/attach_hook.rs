@@ -15,7 +15,7 @@ for i in range(8):
     keep(i)
     time.sleep(0.1)
 try:
-    torch.cuda.stub_oom(1 << 30)
+    torch.cuda.stub_oom(9 << 30)  # more than the stub's 8 GiB device
 except torch.OutOfMemoryError:
     print("caught")
 time.sleep(1.0)
@@ -89,7 +89,7 @@ fn a_hooked_python_job_is_seen_with_its_segments_sites_and_oom() {
     assert!(
         oom["line"]
             .as_str()
-            .is_some_and(|l| l.starts_with("needed 1.0 GiB contiguous;")),
+            .is_some_and(|l| l.starts_with("needed 9.0 GiB contiguous;")),
         "{oom}"
     );
     assert!(oom["pytorch_summary"]

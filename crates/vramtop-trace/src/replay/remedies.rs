@@ -108,7 +108,14 @@ pub fn remedies(
     ooms: &[TraceOom],
     given: Option<u64>,
 ) -> Result<Vec<OomRemedies>, ReplayError> {
-    let Some(bounds) = capacity_bounds(trace, ooms, given) else {
+    // A file the hook kept at an OOM under a memory fraction names the cap PyTorch
+    // enforced (what it passed its OOM observer): no need to bound it.
+    let kept_cap = trace.stats.kept_oom.as_ref().and_then(|k| {
+        let needed = round_size(k.requested_bytes).unwrap_or(k.requested_bytes);
+        let capped = k.device_free_bytes >= segment_size_for(needed);
+        (capped && k.device_total_bytes > 0).then_some(k.device_total_bytes)
+    });
+    let Some(bounds) = capacity_bounds(trace, ooms, given.or(kept_cap)) else {
         return Ok(Vec::new());
     };
     // What came before the trace began: blocks live at its start. A replay places them
@@ -137,6 +144,10 @@ pub fn remedies(
     // in every run where an OOM shows one, and the tried one only there.
     let capped_any = ooms.iter().any(under_a_cap);
     let own_gc = settings.garbage_collection_threshold.filter(|_| capped_any);
+    // The GC acts at a share of the cap itself, so a replay that fails at one capacity may
+    // fit at a higher one and fail again higher still: its verdict needs the cap, not
+    // bounds.
+    let gc_cap = (bounds.low == bounds.high).then_some(bounds.low);
     let at = |run: Run| {
         let opts = ReplayOptions {
             capacity: run.capacity,
@@ -170,15 +181,17 @@ pub fn remedies(
                 });
             }
         }
-        if capped_any && own_gc.is_none() {
-            asked.push(Run {
-                gc_tried: true,
-                ..run
-            });
-        }
         if bounds.low == bounds.high {
             break;
         }
+    }
+    if let Some(cap) = gc_cap.filter(|_| capped_any && own_gc.is_none()) {
+        asked.push(Run {
+            policy: PolicyKind::Caching,
+            capacity: cap,
+            max_split: None,
+            gc_tried: true,
+        });
     }
     let answers: Vec<Result<Vec<OomCheck>, ReplayError>> = std::thread::scope(|scope| {
         let handles: Vec<_> = asked
@@ -286,15 +299,23 @@ pub fn remedies(
         }
         let history_gc = (replay_fails_there && capped && beyond.is_none() && live_at_start == 0)
             .then(|| {
-                gc_threshold(
-                    own_gc,
-                    verdict_of(
+                let at_cap = gc_cap.and_then(|cap| {
+                    fails(
                         event,
                         Run {
+                            capacity: cap,
                             gc_tried: true,
                             ..plain
                         },
-                    ),
+                    )
+                });
+                gc_threshold(
+                    own_gc,
+                    match at_cap {
+                        Some(false) => Verdict::Fits,
+                        Some(true) => Verdict::Fails,
+                        None => Verdict::CannotTell,
+                    },
                 )
             });
         remedies.push(history_gc.unwrap_or_else(|| gc_threshold_verdict(capped, beyond.clone())));
@@ -365,7 +386,7 @@ fn gc_threshold(own: Option<f64>, verdict: Verdict) -> RemedyVerdict {
         ),
         Verdict::CannotTell => (
             Verdict::CannotTell,
-            "the replay with it fits at the trace's lower capacity bound only: give --capacity",
+            "it acts at a share of the memory cap, which this trace only bounds: give --capacity",
         ),
     };
     RemedyVerdict::new(NAME, verdict, reason)
@@ -599,6 +620,18 @@ mod tests {
         };
         let capped = remedies(&t, &ooms, Some(1000 * MIB)).unwrap();
         assert_eq!(gc(&capped), Some(Verdict::Fits), "{capped:?}");
+        // A file the hook kept names the cap PyTorch enforced.
+        let mut kept = gc_helps();
+        kept.stats.kept_oom = Some(crate::KeptOom {
+            requested_bytes: 300 * MIB,
+            device_free_bytes: 70 << 30,
+            device_total_bytes: 1000 * MIB,
+            ring_complete: true,
+            ..Default::default()
+        });
+        let ooms = crate::ooms::trace_ooms(&kept);
+        let from_kept = remedies(&kept, &ooms, None).unwrap();
+        assert_eq!(gc(&from_kept), Some(Verdict::Fits), "{from_kept:?}");
         // The device itself full (no memory fraction): PyTorch never runs its GC.
         let mut full = gc_helps();
         full.events.last_mut().unwrap().addr = 0;
