@@ -327,7 +327,7 @@ fn pytorch_outcomes(workload: &str) -> Vec<(&'static str, bool)> {
 /// file and its ring.
 fn oom_message_for(path: &std::path::Path, kept: &KeptOom, complete: bool) -> OomState {
     OomState {
-        time_s: 1.0,
+        time_s: kept.time_us as f64 / 1e6,
         device: kept.device,
         requested_bytes: kept.requested_bytes,
         device_free_bytes: Some(kept.device_free_bytes),
@@ -369,8 +369,14 @@ fn gpu_kept_files_with_the_whole_history_give_pytorchs_outcomes_on_both_paths() 
         // `vramtop-oom-...` (the live view opens no other).
         let dir = std::env::temp_dir().join(format!("vramtop-ring-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let kept_path = dir.join(format!("vramtop-oom-{workload}-4242-1.pickle.gz"));
-        std::fs::copy(&path, &kept_path).unwrap();
+        let kept_path = dir.join(format!("vramtop-oom-{workload}-4242-1.pickle"));
+        let mut unzipped = Vec::new();
+        std::io::Read::read_to_end(
+            &mut flate2::read::GzDecoder::new(std::fs::File::open(&path).unwrap()),
+            &mut unzipped,
+        )
+        .unwrap();
+        std::fs::write(&kept_path, unzipped).unwrap();
         let misnamed = OomExplained::from_oom(&oom_message_for(&path, &kept, true));
         assert_eq!(
             misnamed.history_events, None,
@@ -392,6 +398,14 @@ fn gpu_kept_files_with_the_whole_history_give_pytorchs_outcomes_on_both_paths() 
         // A ring the hook does not call complete is not replayed from the live view.
         let partial = OomExplained::from_oom(&oom_message_for(&path, &kept, false));
         assert_eq!(partial.history_events, None, "{workload}");
+        // Nor is a file kept at another OOM (the hook rewrites its `last` file).
+        let mut later = oom_message_for(&path, &kept, true);
+        later.time_s += 1.0;
+        assert_eq!(
+            OomExplained::from_oom(&later).history_events,
+            None,
+            "{workload}"
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -221,22 +221,18 @@ fn history_remedies(oom: &OomState) -> Option<(Vec<RemedyVerdict>, usize)> {
     if !oom.ring.is_some_and(|ring| ring.complete) {
         return None;
     }
-    let path = std::path::Path::new(oom.kept_path.as_deref()?);
-    // Only a file the hook keeps (`oom_files`): a regular file, named as it names them. A
-    // path to a FIFO or a device would hang or flood this reader.
-    let name = path.file_name()?.to_str()?;
-    let kept_name = name.starts_with("vramtop-oom-")
-        && (name.ends_with(".pickle") || name.ends_with(".pickle.gz"));
-    if !kept_name || !std::fs::metadata(path).ok()?.is_file() {
-        return None;
-    }
+    let bytes = read_kept_file(std::path::Path::new(oom.kept_path.as_deref()?))?;
     let opts = vramtop_trace::LoadOptions {
         device: Some(oom.device),
         ..Default::default()
     };
-    let trace = vramtop_trace::load_with(path, &opts).ok()?;
+    let trace = vramtop_trace::from_bytes(&bytes, &opts).ok()?;
+    // After its third OOM the hook rewrites one file at each: it must be this OOM's.
+    let kept = trace.stats.kept_oom.as_ref()?;
+    if (kept.time_us - (oom.time_s * 1e6) as i64).abs() > 1 {
+        return None;
+    }
     let ooms = vramtop_trace::ooms::trace_ooms(&trace);
-    // The file was kept at this OOM: its last `oom` event is this one.
     let last = ooms.last()?.event;
     let answers = vramtop_trace::replay::remedies::remedies(&trace, &ooms, None).ok()?;
     let at = answers.into_iter().find(|r| r.event == last)?;
@@ -244,6 +240,33 @@ fn history_remedies(oom: &OomState) -> Option<(Vec<RemedyVerdict>, usize)> {
     at.what_would_fit
         .is_none()
         .then_some((at.remedies, trace.events.len()))
+}
+
+/// Most bytes read of a kept file (the hook caps them at 64 MiB unless told otherwise).
+const KEPT_FILE_MAX: u64 = 256 << 20;
+
+/// The bytes of a file the hook kept (`oom_files`): named as it names them, a regular file
+/// once opened, not through a link, never blocking (a FIFO put in its place would hang
+/// this reader), at most KEPT_FILE_MAX.
+fn read_kept_file(path: &std::path::Path) -> Option<Vec<u8>> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let name = path.file_name()?.to_str()?;
+    if !(name.starts_with("vramtop-oom-") && name.ends_with(".pickle")) {
+        return None;
+    }
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+        .ok()?;
+    let meta = file.metadata().ok()?;
+    if !meta.is_file() || meta.len() > KEPT_FILE_MAX {
+        return None;
+    }
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    file.take(KEPT_FILE_MAX).read_to_end(&mut bytes).ok()?;
+    Some(bytes)
 }
 
 /// The driver had room for the request's new segment, so a per-process memory fraction
@@ -478,6 +501,28 @@ impl AttachedJob {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn only_regular_files_named_as_the_hook_names_them_are_read() {
+        let dir = std::env::temp_dir().join(format!("vramtop-kept-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let good = dir.join("vramtop-oom-7-1.pickle");
+        std::fs::write(&good, b"data").unwrap();
+        assert_eq!(super::read_kept_file(&good).as_deref(), Some(&b"data"[..]));
+        let misnamed = dir.join("notes.pickle");
+        std::fs::write(&misnamed, b"data").unwrap();
+        assert_eq!(super::read_kept_file(&misnamed), None);
+        // A FIFO in its place would block a plain open for ever.
+        let fifo = dir.join("vramtop-oom-7-2.pickle");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        assert_eq!(super::read_kept_file(&fifo), None);
+        // So would a link to one.
+        let link = dir.join("vramtop-oom-7-3.pickle");
+        std::os::unix::fs::symlink(&good, &link).unwrap();
+        assert_eq!(super::read_kept_file(&link), None);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     use super::*;
     use crate::protocol::{AllocatorSettings, HookBlock};
 
