@@ -475,7 +475,7 @@ fn an_attached_job_is_flagged_only_when_its_allocated_floor_rises_too() {
             let mut device = DeviceSnapshot::unknown(0, "gpu", false);
             device.processes = vec![process(1, Some(reserved(s)))];
             watch.observe(s * 1000, &device);
-            watch.observe_allocated(s * 1000, &[(1, allocated(s)), (2, 5 * MIB)]);
+            watch.observe_allocated(s * 1000, &[(1, s, allocated(s)), (2, s, 5 * MIB)]);
             last = watch.trends().first().cloned();
         }
         last.expect("a trend")
@@ -495,6 +495,19 @@ fn an_attached_job_is_flagged_only_when_its_allocated_floor_rises_too() {
     }
     let driver = watch.trends()[0].clone();
     assert!(driver.growing && !driver.of_allocated, "{driver:?}");
+    // A hook that went quiet repeats its last state: no flat series hides the driver's
+    // leak once its last figure is older than a part of the history.
+    let quiet = run(&|s| 2048 * MIB + s * 8 * MIB, &|_| 1024 * MIB);
+    assert!(!quiet.growing, "{quiet:?}");
+    let mut watch = ProcessWatch::new(config.clone());
+    for s in 0..90u64 {
+        let mut device = DeviceSnapshot::unknown(0, "gpu", false);
+        device.processes = vec![process(1, Some(2048 * MIB + s * 8 * MIB))];
+        watch.observe(s * 1000, &device);
+        watch.observe_allocated(s * 1000, &[(1, s.min(10), 1024 * MIB)]);
+    }
+    let stale = watch.trends()[0].clone();
+    assert!(stale.growing && !stale.of_allocated, "{stale:?}");
 }
 
 /// Real series (tests/fixtures/allocated_series.json): five hooked processes side by side
@@ -522,7 +535,7 @@ fn real_attached_jobs_warm_up_unflagged_and_the_real_leak_is_flagged_within_a_mi
                 device.processes = vec![process(1, Some(n(2)))];
                 watch.observe(n(0), &device);
                 if use_allocated {
-                    watch.observe_allocated(n(0), &[(1, n(1))]);
+                    watch.observe_allocated(n(0), &[(1, n(0), n(1))]);
                 }
                 let trend = watch.trends()[0].clone();
                 assert_eq!(trend.of_allocated, use_allocated);

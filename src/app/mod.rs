@@ -178,14 +178,14 @@ impl App {
             });
         }
         // PyTorch's own figure for the jobs vramtop is attached to: their leak flag.
-        let allocated: Vec<(u32, u64)> = self
+        let allocated: Vec<(u32, u64, u64)> = self
             .attached
             .jobs
             .iter()
             .filter(|job| !job.ended)
             .filter_map(|job| {
-                let torch = job.frame.as_ref()?.torch.as_ref()?;
-                Some((job.pid, torch.allocated_bytes?))
+                let frame = job.frame.as_ref()?;
+                Some((job.pid, frame.seq, frame.torch.as_ref()?.allocated_bytes?))
             })
             .collect();
         for (watch, device) in self.process_watch.iter_mut().zip(&snapshot.devices) {

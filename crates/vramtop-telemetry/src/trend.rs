@@ -178,8 +178,10 @@ impl UnattributedTrend {
 pub struct ProcessWatch {
     config: TrendConfig,
     per_pid: BTreeMap<u32, VecDeque<(u64, u64)>>,
-    /// PyTorch's allocated bytes of the listed processes vramtop is attached to.
+    /// PyTorch's allocated bytes of the listed processes vramtop is attached to, and the
+    /// sequence number of the hook's state each came from.
     allocated: BTreeMap<u32, VecDeque<(u64, u64)>>,
+    allocated_seq: BTreeMap<u32, u64>,
     unattributed: VecDeque<(u64, Option<u64>)>,
 }
 
@@ -210,6 +212,8 @@ impl ProcessWatch {
         }
         self.allocated
             .retain(|pid, _| self.per_pid.contains_key(pid));
+        self.allocated_seq
+            .retain(|pid, _| self.per_pid.contains_key(pid));
         self.unattributed
             .push_back((time_ms, device.unattributed_bytes()));
         while self.unattributed.len() > window {
@@ -217,14 +221,17 @@ impl ProcessWatch {
         }
     }
 
-    /// PyTorch's allocated bytes of attached processes, (pid, bytes), at `time_ms`: after
-    /// `observe` of the same poll. Processes this device does not list are left out.
-    pub fn observe_allocated(&mut self, time_ms: u64, figures: &[(u32, u64)]) {
+    /// PyTorch's allocated bytes of attached processes, (pid, state seq, bytes), at
+    /// `time_ms`: after `observe` of the same poll. Processes this device does not list
+    /// are left out, and so is a state already taken (a hook that went quiet would make a
+    /// flat series that hides a leak the driver sees).
+    pub fn observe_allocated(&mut self, time_ms: u64, figures: &[(u32, u64, u64)]) {
         let oldest = time_ms.saturating_sub(self.config.span_ms);
-        for &(pid, bytes) in figures {
-            if !self.per_pid.contains_key(&pid) {
+        for &(pid, seq, bytes) in figures {
+            if !self.per_pid.contains_key(&pid) || self.allocated_seq.get(&pid) == Some(&seq) {
                 continue;
             }
+            self.allocated_seq.insert(pid, seq);
             let history = self.allocated.entry(pid).or_default();
             history.push_back((time_ms, bytes));
             while history.len() > MAX_SAMPLES || history.front().is_some_and(|s| s.0 < oldest) {
@@ -241,7 +248,15 @@ impl ProcessWatch {
             .filter_map(|(&pid, history)| {
                 let history: Vec<(u64, u64)> = history.iter().copied().collect();
                 let mut trend = ProcessTrend::compute(pid, &history, &self.config)?;
-                if let Some(allocated) = self.allocated.get(&pid) {
+                // Only a series that is still fed: its last figure within the last part.
+                let part_ms = self.config.span_ms / self.config.windows.max(1) as u64;
+                let fresh = |s: &&VecDeque<(u64, u64)>| {
+                    let (Some(&(own, _)), Some(&(now, _))) = (s.back(), history.last()) else {
+                        return false;
+                    };
+                    now.saturating_sub(own) <= part_ms
+                };
+                if let Some(allocated) = self.allocated.get(&pid).filter(fresh) {
                     let allocated: Vec<(u64, u64)> = allocated.iter().copied().collect();
                     if let Some(of_allocated) = ProcessTrend::compute(pid, &allocated, &self.config)
                     {
