@@ -536,6 +536,7 @@ fn oom_at(time_s: f64) -> Arc<vramtop::attach::job::OomExplained> {
         settings: AllocatorSettings::default(),
         ring: None,
         kept_path: None,
+        device_uuid: None,
     }))
 }
 
@@ -592,6 +593,7 @@ fn a_rank_that_dies_of_its_oom_keeps_the_mark_on_its_screen() {
         use vramtop::attach::protocol::JobState;
         view.frame = Some(Arc::new(JobFrame::from_state(&JobState {
             seq: 1,
+            device_uuid: None,
             time_s: 1.0,
             device: 0,
             stats: None,

@@ -71,7 +71,14 @@ fn segments(size: u64, used: u64) -> serde_json::Value {
 /// A fake hook for `pid`: hello, one state (`reserved` bytes, `allocated` of them live),
 /// then, if `oom` is given as (requested, device free, allowed), that OOM once a viewer
 /// has had time to see the other process; the connection stays open.
-fn fake_hook(dir: &Path, pid: u32, reserved: u64, allocated: u64, oom: Option<(u64, u64, u64)>) {
+fn fake_hook(
+    dir: &Path,
+    pid: u32,
+    reserved: u64,
+    allocated: u64,
+    oom: Option<(u64, u64, u64)>,
+    uuid: Option<&'static str>,
+) {
     let listener = UnixListener::bind(dir.join(format!("vramtop-{pid}.sock"))).expect("bind");
     std::thread::spawn(move || {
         let Ok((mut stream, _)) = listener.accept() else {
@@ -93,6 +100,7 @@ fn fake_hook(dir: &Path, pid: u32, reserved: u64, allocated: u64, oom: Option<(u
         send(
             &mut stream,
             &json!({"type": "state", "seq": 1, "time_s": 100.0, "device": 0, "stats": stats,
+                    "device_uuid": uuid,
                     "settings": {"expandable_segments": false},
                     "segments": segments(reserved, allocated), "truncated": false}),
         );
@@ -100,7 +108,7 @@ fn fake_hook(dir: &Path, pid: u32, reserved: u64, allocated: u64, oom: Option<(u
             std::thread::sleep(Duration::from_millis(600));
             send(
                 &mut stream,
-                &json!({"type": "oom", "time_s": 100.5, "device": 0,
+                &json!({"type": "oom", "time_s": 100.5, "device": 0, "device_uuid": uuid,
                         "requested_bytes": requested, "device_free_bytes": free,
                         "device_total_bytes": allowed, "stats": stats,
                         "segments": segments(reserved, allocated), "truncated": false}),
@@ -116,12 +124,22 @@ fn remedies_at_oom(
     holder_gpu: Option<&str>,
     oom: (u64, u64, u64),
 ) -> (u32, Vec<RemedyVerdict>) {
+    remedies_with_uuids(name, holder_gpu, oom, (None, None))
+}
+
+/// As `remedies_at_oom`, the hooks sending these GPU UUIDs (holder, job).
+fn remedies_with_uuids(
+    name: &str,
+    holder_gpu: Option<&str>,
+    oom: (u64, u64, u64),
+    uuids: (Option<&'static str>, Option<&'static str>),
+) -> (u32, Vec<RemedyVerdict>) {
     let dir = temp_dir(name);
     let mut processes = vec![sleeper(holder_gpu), sleeper(None)];
     let (holder, job) = (processes[0].id(), processes[1].id());
     // The other process: 60 GiB cached, nothing live (a model freed, its cache kept).
-    fake_hook(&dir, holder, 60 * GIB, 0, None);
-    fake_hook(&dir, job, 2 * GIB, 2 * GIB, Some(oom));
+    fake_hook(&dir, holder, 60 * GIB, 0, None, uuids.0);
+    fake_hook(&dir, job, 2 * GIB, 2 * GIB, Some(oom), uuids.1);
     let attacher = Attacher::spawn(dir.clone(), Duration::from_millis(100)).expect("attacher");
     let deadline = Instant::now() + Duration::from_secs(10);
     let remedies = loop {
@@ -207,4 +225,32 @@ fn a_process_on_another_gpu_is_not_offered() {
             .any(|r| r.remedy.starts_with("empty_cache() in pid")),
         "{remedies:#?}"
     );
+}
+
+#[test]
+fn the_gpus_uuid_decides_where_both_hooks_send_it() {
+    const A: &str = "GPU-aaaa";
+    const B: &str = "GPU-bbbb";
+    let offered = |remedies: &[RemedyVerdict]| {
+        remedies
+            .iter()
+            .any(|r| r.remedy.starts_with("empty_cache() in pid"))
+    };
+    // Its CUDA_VISIBLE_DEVICES says GPU 1 (it may have changed it in its code since), but
+    // torch says the same GPU as the job's.
+    let (_, same) = remedies_with_uuids(
+        "uuid-same",
+        Some("1"),
+        (30 * GIB, 18 * GIB, 80 * GIB),
+        (Some(A), Some(A)),
+    );
+    assert!(offered(&same), "{same:#?}");
+    // Both started with the same environment, but are on different GPUs.
+    let (_, other) = remedies_with_uuids(
+        "uuid-other",
+        None,
+        (30 * GIB, 18 * GIB, 80 * GIB),
+        (Some(A), Some(B)),
+    );
+    assert!(!offered(&other), "{other:#?}");
 }

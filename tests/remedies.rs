@@ -110,6 +110,7 @@ fn oom(segments: Vec<HookSegment>, requested: u64, free: u64, allowed: u64) -> O
         settings: AllocatorSettings::default(),
         ring: None,
         kept_path: None,
+        device_uuid: None,
     }
 }
 
@@ -343,6 +344,7 @@ fn oom_message_for(path: &std::path::Path, kept: &KeptOom, complete: bool) -> Oo
             complete,
         }),
         kept_path: Some(path.to_string_lossy().into_owned()),
+        device_uuid: None,
     }
 }
 

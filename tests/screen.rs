@@ -339,6 +339,7 @@ fn an_attached_job_shows_its_segments_and_its_oom() {
     });
     job.on_frame(JobFrame::from_state(&JobState {
         seq: 1,
+        device_uuid: None,
         time_s: 1.0,
         device: 0,
         stats: None,
@@ -361,6 +362,7 @@ fn an_attached_job_shows_its_segments_and_its_oom() {
         settings: AllocatorSettings::default(),
         ring: None,
         kept_path: None,
+        device_uuid: None,
     }));
     job.on_error(ErrorReport {
         time_s: 2.0,

@@ -149,6 +149,7 @@ mod tests {
     fn job(pid: u32, ppid: u32, rank: Option<u32>, cuda: bool) -> JobView {
         let state = JobState {
             seq: 1,
+            device_uuid: None,
             time_s: 1.0,
             device: 3,
             stats: None,

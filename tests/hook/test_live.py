@@ -118,6 +118,7 @@ class LiveTest(unittest.TestCase):
         self.assertIsNone(blocks[0]["site"])  # no history asked for
         self.assertFalse(state["truncated"])
         self.assertIn("expandable_segments", state["settings"])
+        self.assertEqual(state["device_uuid"], "5a1e0000-0000-0000-0000-000000000000")
         # The pace changes when the viewer subscribes again.
         viewer.subscribe(3600)
         viewer.recv_type("state")  # one may already be on its way

@@ -92,6 +92,7 @@ pub struct JobFrame {
     pub seq: u64,
     pub time_s: f64,
     pub device: i64,
+    pub device_uuid: Option<String>,
     pub torch: Option<TorchStats>,
     pub settings: AllocatorSettings,
     pub truncated: bool,
@@ -107,6 +108,7 @@ impl JobFrame {
             seq: state.seq,
             time_s: state.time_s,
             device: state.device,
+            device_uuid: state.device_uuid.clone(),
             torch: state.stats.clone(),
             settings: state.settings.clone(),
             truncated: state.truncated,
@@ -123,6 +125,7 @@ impl JobFrame {
 pub struct OomExplained {
     pub time_s: f64,
     pub device: i64,
+    pub device_uuid: Option<String>,
     pub report: OomReport,
     pub expandable: ExpandableVerdict,
     /// Every remedy's verdict: from the job's whole history when `history_events` is
@@ -187,6 +190,7 @@ impl OomExplained {
         OomExplained {
             time_s: oom.time_s,
             device: oom.device,
+            device_uuid: oom.device_uuid.clone(),
             report,
             expandable,
             remedies,
@@ -578,6 +582,7 @@ mod tests {
             settings: AllocatorSettings::default(),
             ring: None,
             kept_path: None,
+            device_uuid: None,
         };
         let explained = OomExplained::from_oom(&oom);
         // Every remedy, in the order users are told to try them: the device itself was
@@ -664,6 +669,7 @@ mod tests {
                 .collect();
             let state = JobState {
                 seq: step,
+                device_uuid: None,
                 time_s: step as f64,
                 device: 0,
                 stats: None,

@@ -4,10 +4,11 @@
 //! device itself ran out, what the other hooked processes hold in wholly free cached
 //! segments is what their `empty_cache()` would give back.
 //!
-//! Which GPU a process is on: its CUDA ordinal through its own `CUDA_VISIBLE_DEVICES`
-//! (read from /proc/PID/environ; unset: the ordinal itself). Two processes that name the
-//! same GPU differently (an index and a UUID) are not matched: no verdict is better than
-//! one about another GPU.
+//! Which GPU a process is on: the UUID its hook sends (hook 1.2, from torch), else its
+//! CUDA ordinal through its `CUDA_VISIBLE_DEVICES` as it started (/proc/PID/environ;
+//! unset: the ordinal itself). Two processes that name the same GPU differently (an index
+//! and a UUID) are not matched: no verdict is better than one about another GPU. Only
+//! states taken before the OOM count.
 
 use vramtop_alloc::remedy::{RemedyVerdict, Verdict};
 use vramtop_alloc::{human_bytes, round_size, segment_size_for, BlockState};

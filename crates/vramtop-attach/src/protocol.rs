@@ -215,6 +215,10 @@ pub struct HookBlock {
 pub struct JobState {
     #[serde(default)]
     pub seq: u64,
+    /// The GPU's UUID as torch reports it (hook 1.2): the same GPU in every process,
+    /// whatever each one's CUDA_VISIBLE_DEVICES makes of its ordinal.
+    #[serde(default)]
+    pub device_uuid: Option<String>,
     #[serde(default)]
     pub time_s: f64,
     #[serde(default)]
@@ -267,6 +271,9 @@ pub struct OomState {
     /// The file the hook kept this OOM's state in (None: not kept).
     #[serde(default)]
     pub kept_path: Option<String>,
+    /// As in `JobState` (hook 1.2).
+    #[serde(default)]
+    pub device_uuid: Option<String>,
 }
 
 /// PyTorch's trace ring of alloc/free events, as the hook had it at an OOM.

@@ -15,7 +15,7 @@ use tokio::sync::watch;
 
 use super::client::{self, Peer, PeerEvent};
 use super::discovery::{pid_alive, scan};
-use super::job::{AttachedJob, JobView, OomExplained};
+use super::job::{AttachedJob, JobFrame, JobView, OomExplained};
 use super::other_caches::{self, OtherCache};
 use super::ranks::short_command;
 
@@ -275,15 +275,22 @@ impl State {
     /// The other hooked processes on the GPU `pid` ran out of memory on, at their last
     /// states (see `other_caches`).
     fn other_caches(&self, pid: u32, oom: &OomExplained) -> Vec<OtherCache> {
-        let Some(gpu) = other_caches::gpu_of(pid, oom.device) else {
-            return Vec::new();
+        // The GPU's UUID where both hooks send it, else the ordinal through each
+        // process's CUDA_VISIBLE_DEVICES as it started.
+        let gpu = other_caches::gpu_of(pid, oom.device);
+        let same_gpu = |other: u32, frame: &JobFrame| match (&oom.device_uuid, &frame.device_uuid) {
+            (Some(a), Some(b)) => a == b,
+            _ => gpu.is_some() && other_caches::gpu_of(other, frame.device) == gpu,
         };
         self.jobs
             .values()
             .filter(|j| j.view.pid != pid && !j.view.ended)
             .filter_map(|j| {
                 let frame = j.view.frame.as_ref()?;
-                (other_caches::gpu_of(j.view.pid, frame.device)? == gpu).then(|| {
+                // A state taken after the OOM (one replayed to a viewer that came later)
+                // is not what the device held then.
+                let before = frame.time_s <= oom.time_s;
+                (before && same_gpu(j.view.pid, frame)).then(|| {
                     let argv = j
                         .view
                         .hello

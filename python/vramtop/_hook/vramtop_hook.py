@@ -578,11 +578,26 @@ class TorchAllocator:
         segments, truncated = self.convert_segments(raw_segments, device)
         return {
             "device": device,
+            "device_uuid": self.device_uuid(device),
             "stats": self.stats(device),
             "settings": self.settings(raw_settings),
             "segments": segments,
             "truncated": truncated,
         }
+
+    def device_uuid(self, device):
+        """The GPU's UUID as torch reports it: the same GPU in every process, whatever its
+        CUDA_VISIBLE_DEVICES makes of the ordinal. None where torch does not say."""
+        cache = self.__dict__.setdefault("_uuids", {})
+        if device not in cache:
+            uuid = None
+            try:
+                raw = getattr(self.torch.cuda.get_device_properties(device), "uuid", None)
+                uuid = str(raw) if raw is not None else None
+            except Exception:
+                pass
+            cache[device] = uuid
+        return cache[device]
 
     def pick_device(self, raw_segments):
         """The job's device: the one it holds most memory on. (The current device is per
@@ -1576,6 +1591,7 @@ def on_oom(device, alloc_size, limit_bytes, device_free):
             "type": "oom",
             "time_s": time.time(),
             "device": int(device),
+            "device_uuid": state.get("device_uuid"),
             "requested_bytes": int(alloc_size),
             "device_free_bytes": int(device_free),
             "device_total_bytes": int(limit_bytes),

@@ -19,6 +19,16 @@ def device_count():
     return 1
 
 
+class _Properties:
+    def __init__(self, device):
+        self.name = "stub GPU (SIMULATED)"
+        self.uuid = "5a1e0000-0000-0000-0000-00000000000%d" % device
+
+
+def get_device_properties(device=None):
+    return _Properties(device or 0)
+
+
 def current_device():
     _lazy_init()
     return 0
