@@ -340,6 +340,46 @@ impl Policy for Caching {
 mod tests {
     use super::*;
 
+    /// Under a 1,000 MiB cap with the GC at 0.6: A (150 MiB) freed long ago and B
+    /// (100 MiB) freed recently are both cached when the next request finds no cached block
+    /// (the first small one). Reserved (650) is 50 past the threshold (600): PyTorch
+    /// releases the blocks at least as old as their average age first, and stops once that
+    /// covers the excess: A goes, B stays.
+    #[test]
+    fn garbage_collection_releases_the_oldest_free_segments_first() {
+        use crate::backing::BookkeepingBacking;
+        use crate::{AllocConfig, Allocator, PolicyKind};
+        let run = |gc: Option<f64>| {
+            let config = AllocConfig {
+                garbage_collection_threshold: gc,
+                ..AllocConfig::default()
+            };
+            let backing = Box::new(BookkeepingBacking::new(1000 * MIB));
+            let a = Allocator::new(PolicyKind::Caching, backing, config);
+            let block_a = a.alloc(150 * MIB, 0, "a").unwrap();
+            let block_b = a.alloc(100 * MIB, 0, "b").unwrap();
+            a.free(&block_a).unwrap(); // age counted from search 2
+            let _e = a.alloc(200 * MIB, 0, "e").unwrap();
+            let _f = a.alloc(200 * MIB, 0, "f").unwrap();
+            a.free(&block_b).unwrap(); // from search 4
+            let small: Vec<_> = (0..8).map(|_| a.alloc(512, 0, "s").unwrap()).collect();
+            let _h = a.alloc(160 * MIB, 0, "h").unwrap();
+            let free_segments: Vec<u64> = a
+                .layout()
+                .segments
+                .iter()
+                .filter(|s| s.runs.iter().all(|r| r.state == crate::BlockState::Free))
+                .map(|s| s.size / MIB)
+                .collect();
+            drop(small);
+            (a.stats().reserved_bytes / MIB, free_segments)
+        };
+        // 150 + 100 + 200 + 200 + 2 (small pool) - 150 + 160
+        assert_eq!(run(Some(0.6)), (662, vec![100]));
+        // Without it both stay cached: 812 reserved.
+        assert_eq!(run(None), (812, vec![150, 100]));
+    }
+
     #[test]
     fn segment_sizes_follow_pytorch() {
         assert_eq!(allocation_size(512), SMALL_BUFFER);
