@@ -218,6 +218,15 @@ bash "$HERE/gpu-job-ranks.sh" "$BIN" "$OUT/ranks" >> "$LOG" 2>&1
 while IFS='|' read -r name verdict details; do
   result "ranks: $name" "$verdict" "$details"
 done < "$OUT/ranks/results.txt"
+# 15. The hook's event ring in real jobs (scripts/gpu-ring-check.sh): GPT-2 with history
+#    (the ring turned off mid-run), a small ring wrapped then turned off and the job's own
+#    history after it, the checkerboard's OOM replayed live from its whole history.
+say "event ring (gpu-ring-check.sh)"
+OUT="$OUT/ring" bash "$HERE/gpu-ring-check.sh" "$BIN" >> "$LOG" 2>&1
+while IFS= read -r line; do
+  rc=$(printf '%s' "$line" | sed -n 's/.*| rc \([0-9]*\).*/\1/p')
+  result "ring: ${line%% |*}" "$([ "$rc" = 0 ] && echo PASS || echo FAIL)" "${line#*| }"
+done < "$OUT/ring/summary.txt"
 
 echo
 echo "check                                        result details"
