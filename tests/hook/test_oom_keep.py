@@ -90,7 +90,9 @@ class OomKeepTest(unittest.TestCase):
         (name,) = self.kept()
         with open(os.path.join(self.oom_dir, name), "rb") as f:
             ring = pickle.load(f)["vramtop_oom"]["ring"]
-        self.assertEqual(ring, {"max_entries": 4, "entries": 4, "complete": False})
+        # Full: not the whole history. The hook may also have turned it off already (its
+        # once-a-second look at the allocation count), and then the file has none.
+        self.assertIn(ring, (None, {"max_entries": 4, "entries": 4, "complete": False}))
         self.assertEqual(job.finish()[0], 0)
 
     def test_a_ring_started_after_the_first_allocation_is_not_complete(self):
