@@ -387,6 +387,12 @@ fn gpu_kept_files_with_the_whole_history_give_pytorchs_outcomes_on_both_paths() 
         let path = kept_path;
         let live = OomExplained::from_oom(&oom_message_for(&path, &kept, true));
         assert_eq!(live.history_events, Some(file.events.len()), "{workload}");
+        assert!(
+            live.expandable_line()
+                .contains("the job's own history replayed"),
+            "{workload}: {}",
+            live.expandable_line()
+        );
         assert_eq!(live.remedies, at.remedies, "{workload}");
         for (remedy, fits) in pytorch_outcomes(workload) {
             let ours = live

@@ -210,9 +210,18 @@ impl OomExplained {
         self.report.to_string()
     }
 
-    /// What `expandable_segments:True` would have done, in one line with its reason.
+    /// What `expandable_segments:True` would have done, in one line with its reason: the
+    /// history's verdict when the remedies come from it, else this one state's.
     pub fn expandable_line(&self) -> String {
-        self.expandable.line()
+        let from_history = self
+            .remedies
+            .iter()
+            .find(|r| r.remedy == "expandable_segments:True")
+            .filter(|_| self.history_events.is_some());
+        match from_history {
+            Some(r) => r.line(),
+            None => self.expandable.line(),
+        }
     }
 }
 
@@ -505,9 +514,15 @@ impl AttachedJob {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+    use crate::protocol::{AllocatorSettings, HookBlock};
+
+    const MIB: u64 = 1 << 20;
+
     #[test]
     fn only_regular_files_named_as_the_hook_names_them_are_read() {
         let dir = std::env::temp_dir().join(format!("vramtop-kept-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let good = dir.join("vramtop-oom-7-1.pickle");
         std::fs::write(&good, b"data").unwrap();
@@ -526,11 +541,6 @@ mod tests {
         assert_eq!(super::read_kept_file(&link), None);
         let _ = std::fs::remove_dir_all(&dir);
     }
-
-    use super::*;
-    use crate::protocol::{AllocatorSettings, HookBlock};
-
-    const MIB: u64 = 1 << 20;
 
     fn block(address: u64, size: u64, state: &str, site: Option<&str>) -> HookBlock {
         HookBlock {
