@@ -417,7 +417,10 @@ class TorchAllocator:
 
     def history_already_on(self):
         """Whether something records allocation history already: its trace holds entries,
-        or its live blocks carry stacks."""
+        or its live blocks carry stacks. Only a job that has allocated can show either, so
+        at CUDA's init (inside torch's lazy init, before any allocation) nothing is read."""
+        if not self.allocation_count():
+            return False
         try:
             raw = self.raw_snapshot() or {}
         except Exception:
