@@ -402,6 +402,20 @@ class LiveTest(unittest.TestCase):
         self.assertEqual(last, "{'enabled': 'all', 'context': 'all', 'stacks': 'all', 'max_entries': 100000}]", calls)
         self.assertEqual(job.do("oom %d" % (1024 * MiB)), "ok caught OutOfMemoryError")
 
+    def test_a_hook_started_late_leaves_history_the_job_already_records(self):
+        job = self.job(VRAMTOP_HOOK="0")  # no bootstrap: started by hand, as in a notebook
+        job.do("import")
+        job.do("init")
+        job.do("user_history")
+        job.do("alloc a %d" % MiB)
+        job.do("start")
+        job.wait_socket()
+        viewer = Viewer(job.socket_path)
+        hello = wait_for(lambda: (lambda h: h if h["cuda_ready"] else None)(viewer.recv_type("hello")))
+        self.assertEqual(hello["ring"], 0)
+        calls = job.do("history")
+        self.assertNotIn("'max_entries': 8192", calls)
+
     def test_an_older_torch_is_served_with_what_it_has_and_told_once(self):
         job = self.job(STUB_TORCH_LACKS="oom_observer,allocator_settings,record_memory_history",
                        VRAMTOP_HISTORY="1")
