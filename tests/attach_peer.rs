@@ -1,10 +1,15 @@
 //! The attacher against fake hooks: Rust servers that speak (or break) the attach
 //! protocol over real Unix sockets, named after real (sleeping) processes.
 
-use std::io::{Read, Write};
+#[path = "hook_wire.rs"]
+mod wire;
+
+use wire::{read_json, send, sleeper, socket_dir};
+
+use std::io::Write;
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
+use std::path::Path;
+use std::process::Child;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -14,36 +19,8 @@ use vramtop::attach::{AttachedJobs, Attacher, JobReport};
 
 const MIB: u64 = 1 << 20;
 
-fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("vramtop-peer-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    vramtop::attach::discovery::ensure_private_dir(&dir).expect("temp dir");
-    dir
-}
-
-/// A live process to name a socket after (the attacher removes sockets of dead pids).
-fn sleeper() -> Child {
-    Command::new("sleep").arg("60").spawn().expect("sleep")
-}
-
 fn listen(dir: &Path, pid: u32) -> UnixListener {
     UnixListener::bind(dir.join(format!("vramtop-{pid}.sock"))).expect("bind")
-}
-
-fn send(stream: &mut UnixStream, value: &serde_json::Value) {
-    let body = value.to_string().into_bytes();
-    let mut frame = (body.len() as u32).to_be_bytes().to_vec();
-    frame.extend_from_slice(&body);
-    // A viewer that went away is what some tests are about: ignore write errors.
-    let _ = stream.write_all(&frame);
-}
-
-fn read_json(stream: &mut UnixStream) -> serde_json::Value {
-    let mut header = [0u8; 4];
-    stream.read_exact(&mut header).expect("frame header");
-    let mut body = vec![0u8; u32::from_be_bytes(header) as usize];
-    stream.read_exact(&mut body).expect("frame body");
-    serde_json::from_slice(&body).expect("json")
 }
 
 fn hello(pid: u32) -> serde_json::Value {
@@ -105,14 +82,14 @@ fn wait_for(
 
 #[test]
 fn hello_and_state_become_a_block_map() {
-    let dir = temp_dir("state");
+    let dir = socket_dir("peer", "state");
     let mut job = sleeper();
     let pid = job.id();
     let listener = listen(&dir, pid);
     let server = std::thread::spawn(move || {
         let (mut stream, _) = listener.accept().expect("accept");
         send(&mut stream, &hello(pid));
-        let subscribe = read_json(&mut stream);
+        let subscribe = read_json(&mut stream).expect("a subscribe");
         send(&mut stream, &state(1));
         std::thread::sleep(Duration::from_secs(1));
         subscribe
@@ -142,7 +119,7 @@ fn hello_and_state_become_a_block_map() {
 
 /// Runs one misbehaving peer and returns the reason it was dropped.
 fn dropped_reason(name: &str, misbehave: fn(&mut UnixStream, u32)) -> String {
-    let dir = temp_dir(name);
+    let dir = socket_dir("peer", name);
     let mut job = sleeper();
     let pid = job.id();
     let listener = listen(&dir, pid);
@@ -199,7 +176,7 @@ fn a_silent_peer_is_dropped_after_two_seconds() {
 
 #[test]
 fn a_vanishing_peer_keeps_its_last_state_marked_ended() {
-    let dir = temp_dir("vanish");
+    let dir = socket_dir("peer", "vanish");
     let mut job = sleeper();
     let pid = job.id();
     let listener = listen(&dir, pid);
@@ -233,7 +210,7 @@ fn a_vanishing_peer_keeps_its_last_state_marked_ended() {
 
 #[test]
 fn several_peers_at_once_and_an_oom_explained() {
-    let dir = temp_dir("several");
+    let dir = socket_dir("peer", "several");
     let mut jobs: Vec<Child> = (0..3).map(|_| sleeper()).collect();
     let pids: Vec<u32> = jobs.iter().map(Child::id).collect();
     for (i, &pid) in pids.iter().enumerate() {
@@ -295,7 +272,7 @@ fn several_peers_at_once_and_an_oom_explained() {
 
 #[test]
 fn a_dropped_peer_is_reconnected_on_the_next_scan() {
-    let dir = temp_dir("reconnect");
+    let dir = socket_dir("peer", "reconnect");
     let mut job = sleeper();
     let pid = job.id();
     let listener = listen(&dir, pid);
@@ -332,7 +309,7 @@ fn a_dropped_peer_is_reconnected_on_the_next_scan() {
 
 #[test]
 fn once_json_and_attach_json_include_the_hooked_job() {
-    let dir = temp_dir("once");
+    let dir = socket_dir("peer", "once");
     let mut job = sleeper();
     let pid = job.id();
     let listener = listen(&dir, pid);
@@ -399,7 +376,7 @@ fn once_json_and_attach_json_include_the_hooked_job() {
 /// nothing after the first, and a new job still does.
 #[test]
 fn an_idle_directory_publishes_once_and_a_new_job_wakes_it() {
-    let dir = temp_dir("idle");
+    let dir = socket_dir("peer", "idle");
     let mut attacher = Attacher::spawn(dir.clone(), Duration::from_millis(10)).expect("attacher");
     wait_for(&attacher, Duration::from_secs(10), "the first scan", |j| {
         j.scans > 0

@@ -3,10 +3,14 @@
 //! socket named after a real (sleeping) process, watched by the real attacher and shown
 //! by the real app and screen.
 
-use std::io::{Read, Write};
-use std::os::unix::net::{UnixListener, UnixStream};
+#[path = "hook_wire.rs"]
+mod wire;
+
+use wire::{read_json, send, sleeper, socket_dir};
+
+use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
+use std::process::Child;
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -21,32 +25,6 @@ use vramtop::telemetry::sim::{SimSource, WorkloadGauge};
 use vramtop::telemetry::TelemetrySource;
 
 const MIB: u64 = 1 << 20;
-
-fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("vramtop-ranks-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    vramtop::attach::discovery::ensure_private_dir(&dir).expect("temp dir");
-    dir
-}
-
-fn sleeper() -> Child {
-    Command::new("sleep").arg("60").spawn().expect("sleep")
-}
-
-fn send(stream: &mut UnixStream, value: &serde_json::Value) {
-    let body = value.to_string().into_bytes();
-    let mut frame = (body.len() as u32).to_be_bytes().to_vec();
-    frame.extend_from_slice(&body);
-    let _ = stream.write_all(&frame);
-}
-
-fn read_json(stream: &mut UnixStream) -> Option<serde_json::Value> {
-    let mut header = [0u8; 4];
-    stream.read_exact(&mut header).ok()?;
-    let mut body = vec![0u8; u32::from_be_bytes(header) as usize];
-    stream.read_exact(&mut body).ok()?;
-    serde_json::from_slice(&body).ok()
-}
 
 /// One segment of `size` MiB holding `used` MiB at its start, the rest free.
 fn segments(size: u64, used: u64) -> serde_json::Value {
@@ -172,7 +150,7 @@ struct Job {
 
 impl Job {
     fn start(name: &str) -> Job {
-        let dir = temp_dir(name);
+        let dir = socket_dir("ranks", name);
         let processes: Vec<Child> = (0..3).map(|_| sleeper()).collect();
         let [launcher, r0, r1] = [processes[0].id(), processes[1].id(), processes[2].id()];
         let me = std::process::id();

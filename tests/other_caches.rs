@@ -3,9 +3,13 @@
 //! attach protocol over a real Unix socket named after a real (sleeping) process, whose
 //! `CUDA_VISIBLE_DEVICES` says which GPU it is on; the real attacher judges the remedy.
 
-use std::io::{Read, Write};
-use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::{Path, PathBuf};
+#[path = "hook_wire.rs"]
+mod wire;
+
+use wire::{read_json, send, socket_dir};
+
+use std::os::unix::net::UnixListener;
+use std::path::Path;
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
@@ -16,13 +20,6 @@ use vramtop::attach::Attacher;
 const MIB: u64 = 1 << 20;
 const GIB: u64 = 1 << 30;
 
-fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("vramtop-others-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    vramtop::attach::discovery::ensure_private_dir(&dir).expect("temp dir");
-    dir
-}
-
 /// A sleeping process that CUDA would put on `visible` (None: CUDA_VISIBLE_DEVICES unset).
 fn sleeper(visible: Option<&str>) -> Child {
     let mut command = Command::new("sleep");
@@ -31,21 +28,6 @@ fn sleeper(visible: Option<&str>) -> Child {
         command.env("CUDA_VISIBLE_DEVICES", v);
     }
     command.spawn().expect("sleep")
-}
-
-fn send(stream: &mut UnixStream, value: &serde_json::Value) {
-    let body = value.to_string().into_bytes();
-    let mut frame = (body.len() as u32).to_be_bytes().to_vec();
-    frame.extend_from_slice(&body);
-    let _ = stream.write_all(&frame);
-}
-
-fn read_json(stream: &mut UnixStream) -> Option<serde_json::Value> {
-    let mut header = [0u8; 4];
-    stream.read_exact(&mut header).ok()?;
-    let mut body = vec![0u8; u32::from_be_bytes(header) as usize];
-    stream.read_exact(&mut body).ok()?;
-    serde_json::from_slice(&body).ok()
 }
 
 /// One segment of `size` bytes: `used` of it live, the rest free.
@@ -134,7 +116,7 @@ fn remedies_with_uuids(
     oom: (u64, u64, u64),
     uuids: (Option<&'static str>, Option<&'static str>),
 ) -> (u32, Vec<RemedyVerdict>) {
-    let dir = temp_dir(name);
+    let dir = socket_dir("others", name);
     let mut processes = vec![sleeper(holder_gpu), sleeper(None)];
     let (holder, job) = (processes[0].id(), processes[1].id());
     // The other process: 60 GiB cached, nothing live (a model freed, its cache kept).

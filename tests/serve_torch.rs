@@ -6,9 +6,11 @@
 
 #[path = "serve_support.rs"]
 mod support;
+#[path = "hook_wire.rs"]
+mod wire;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{Read, Write};
+use std::io::Read;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
@@ -16,6 +18,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
+use wire::try_send;
 
 use serde_json::{json, Value};
 use support::{get, wait_for, ChildGuard};
@@ -48,13 +51,6 @@ impl Drop for TempDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
     }
-}
-
-fn send(stream: &mut UnixStream, value: &Value) -> std::io::Result<()> {
-    let body = value.to_string().into_bytes();
-    let mut frame = (body.len() as u32).to_be_bytes().to_vec();
-    frame.extend_from_slice(&body);
-    stream.write_all(&frame)
 }
 
 /// A hooked job: a real process (`sleep`) and a server on `vramtop-<pid>.sock` that
@@ -126,7 +122,7 @@ impl Drop for FakeHook {
 
 fn serve_viewer(mut stream: UnixStream, hello: &Value, state: Option<Value>, stop: &AtomicBool) {
     let _ = stream.set_nonblocking(false);
-    if send(&mut stream, hello).is_err() {
+    if try_send(&mut stream, hello).is_err() {
         return;
     }
     // The viewer's subscribe: read and let go (the pace is fixed here).
@@ -142,7 +138,7 @@ fn serve_viewer(mut stream: UnixStream, hello: &Value, state: Option<Value>, sto
             seq += 1;
             let mut state = state.clone();
             state["seq"] = json!(seq);
-            if send(&mut stream, &state).is_err() {
+            if try_send(&mut stream, &state).is_err() {
                 return;
             }
         }
