@@ -16,26 +16,12 @@ Prints JSON lines; the last is the summary.
 import argparse
 import inspect
 import json
-import math
 import time
 
 import torch
 
+from hook_read_cost import spread  # the same statistics as the hook's cost check
 from train_gpt2 import build, train_step
-
-T975 = [12.71, 4.30, 3.18, 2.78, 2.57, 2.45, 2.36, 2.31, 2.26, 2.23, 2.20, 2.18, 2.16, 2.14,
-        2.13, 2.12, 2.11, 2.10, 2.09, 2.09, 2.08, 2.07, 2.07, 2.06, 2.06, 2.06, 2.05, 2.05,
-        2.05, 2.04]
-
-
-def spread(values):
-    n = len(values)
-    mean = sum(values) / n
-    std = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1)) if n > 1 else 0.0
-    t = T975[n - 2] if 2 <= n <= 31 else 1.96
-    half = t * std / math.sqrt(n) if n > 1 else float("inf")
-    return {"n": n, "mean": round(mean, 4), "ci95": [round(mean - half, 4), round(mean + half, 4)]}
-
 
 def ring(entries):
     if entries:
