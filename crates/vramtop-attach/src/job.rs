@@ -250,9 +250,7 @@ fn history_remedies(oom: &OomState) -> Option<(Vec<RemedyVerdict>, usize)> {
     let answers = vramtop_trace::replay::remedies::remedies(&trace, &ooms, None).ok()?;
     let at = answers.into_iter().find(|r| r.event == last)?;
     // A file that turned out not to hold the whole history got one-state answers there.
-    at.what_would_fit
-        .is_none()
-        .then_some((at.remedies, trace.events.len()))
+    at.from_history.then_some((at.remedies, trace.events.len()))
 }
 
 /// Most bytes read of a kept file (the hook caps them at 64 MiB unless told otherwise).

@@ -38,6 +38,9 @@ pub struct OomRemedies {
     /// Index of the `oom` event in `Trace::events`.
     pub event: usize,
     pub remedies: Vec<RemedyVerdict>,
+    /// The verdicts replay the trace's history (else they are the one state's at the OOM).
+    #[serde(skip)]
+    pub from_history: bool,
     /// From one state only (a trace kept at the OOM without history).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub what_would_fit: Option<WhatWouldFit>,
@@ -327,6 +330,7 @@ pub fn remedies(
         out.push(OomRemedies {
             event,
             remedies,
+            from_history: true,
             what_would_fit: None,
         });
     }
@@ -513,6 +517,7 @@ fn one_state(trace: &Trace, ooms: &[TraceOom]) -> Vec<OomRemedies> {
     vec![OomRemedies {
         event: last.event,
         remedies: remedy::one_state(&scene, &remedy::expandable(&scene)),
+        from_history: false,
         what_would_fit: Some(remedy::what_would_fit(&scene)),
     }]
 }
