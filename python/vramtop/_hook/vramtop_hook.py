@@ -299,6 +299,7 @@ class TorchAllocator:
         self.ring_from_start = False
         self.ring_fill = 0
         self.ring_start_count = None  # allocation_count() when the ring began
+        self._uuids = {}  # device -> its GPU's UUID (device_uuid)
         # The job called _record_memory_history itself: its settings stand from then on
         # (see watch_user_history); the hook never switches recording again.
         self.user_history = False
@@ -591,7 +592,7 @@ class TorchAllocator:
     def device_uuid(self, device):
         """The GPU's UUID as torch reports it: the same GPU in every process, whatever its
         CUDA_VISIBLE_DEVICES makes of the ordinal. None where torch does not say."""
-        cache = self.__dict__.setdefault("_uuids", {})
+        cache = self._uuids
         if device not in cache:
             uuid = None
             try:
