@@ -577,6 +577,7 @@ fn a_rank_that_dies_of_its_oom_keeps_the_mark_on_its_screen() {
             stats: None,
             settings: AllocatorSettings::default(),
             segments: Vec::new(),
+            segments_omitted: false,
             truncated: false,
             collect_ms: None,
             history_share: None,

@@ -345,6 +345,7 @@ fn an_attached_job_shows_its_segments_and_its_oom() {
         stats: None,
         settings: AllocatorSettings::default(),
         segments: segments.clone(),
+        segments_omitted: false,
         truncated: false,
         collect_ms: None,
         history_share: Some(0.25),

@@ -19,12 +19,20 @@ Workloads (each ends with one judged request, caught so the process ends normall
               with jitter, under a 6 GiB cap; judged: the step the plain run failed.
   kvcache     a KV cache of 24 layers grown by torch.cat each step under a 4 GiB cap;
               judged: the step the plain run failed.
+  gpt2mixed   a GPT-2 (6 layers, 1024 wide, random weights, AdamW, bf16 autocast) whose
+              batch and sequence length both vary from step to step, under a 13.5 GiB
+              cap; judged: the step the plain run failed.
   otherproc   a second process holds a 60 GiB cache on the same GPU (freed tensors,
               not released); this one asks for 30 GiB.
 
-Remedies: none, empty_cache (torch.cuda.empty_cache() before the judged request),
+The plain run is a plain `vramtop run` (WHATIF_RUN_FLAGS adds flags, say --history).
+
+Remedies: none, empty_cache (torch.cuda.empty_cache() before the judged request, or in
+the stepped workloads before the judged step), empty_cache_steps (stepped workloads:
+torch.cuda.empty_cache() after every step, judged by `empty_cache() between steps`),
 other_empty_cache (otherproc: the other process calls it before the judged request),
-gc_collect, expandable, max_split:N, gc_threshold:0.6 (PYTORCH_CUDA_ALLOC_CONF).
+gc_collect, expandable, max_split:N, gc_threshold:0.6, roundup:4, expandable_gc
+(PYTORCH_CUDA_ALLOC_CONF).
 """
 
 import glob
@@ -37,7 +45,7 @@ import time
 
 MiB = 1 << 20
 GiB = 1 << 30
-WORKLOADS = ["checker", "splitcache", "tails", "gpt2var", "kvcache", "otherproc"]
+WORKLOADS = ["checker", "splitcache", "tails", "gpt2var", "kvcache", "gpt2mixed", "otherproc"]
 STEP_LIMIT = 400
 
 
@@ -48,6 +56,10 @@ def conf_for(remedy):
         return "max_split_size_mb:" + remedy.split(":")[1]
     if remedy.startswith("gc_threshold:"):
         return "garbage_collection_threshold:" + remedy.split(":")[1]
+    if remedy.startswith("roundup:"):
+        return "roundup_power2_divisions:" + remedy.split(":")[1]
+    if remedy == "expandable_gc":
+        return "expandable_segments:True,garbage_collection_threshold:0.6"
     return None
 
 
@@ -108,11 +120,12 @@ def run_job(workload, remedy, stop_at):
         ask(100 * MiB)
     elif workload == "otherproc":
         ask(30 * GiB)
-    elif workload in ("gpt2var", "kvcache"):
-        steps(workload, cap, stop_at, judged, before_judged)
+    elif workload in STEPPED:
+        after_step = torch.cuda.empty_cache if remedy == "empty_cache_steps" else (lambda: None)
+        steps(workload, cap, stop_at, judged, before_judged, after_step)
 
 
-def steps(workload, cap, stop_at, judged, before_judged):
+def steps(workload, cap, stop_at, judged, before_judged, after_step):
     """Runs steps until an OOM (the plain run) or through step `stop_at` (a remedy run)."""
     import random
 
@@ -131,6 +144,23 @@ def steps(workload, cap, stop_at, judged, before_judged):
             length = min(4096, 256 + 24 * i + random.randint(0, 256))
             x = torch.randint(0, 50257, (4, length), device="cuda")
             loss = model(x, labels=x).loss
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+    elif workload == "gpt2mixed":
+        from transformers import GPT2Config, GPT2LMHeadModel
+
+        cap(int(13.5 * GiB))
+        model = GPT2LMHeadModel(GPT2Config(n_layer=6, n_embd=1024, n_head=16, n_positions=2048)).cuda()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+        def step(i):
+            batch = random.choice([2, 4, 6, 8, 12, 16])
+            length = random.randint(64, 256 + 8 * i)
+            length = min(2048, length)
+            x = torch.randint(0, 50257, (batch, length), device="cuda")
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = model(x, labels=x).loss
             loss.backward()
             opt.step()
             opt.zero_grad(set_to_none=True)
@@ -158,6 +188,7 @@ def steps(workload, cap, stop_at, judged, before_judged):
         if stop_at is not None and i == stop_at:
             judged(True, step=i)
             return
+        after_step()
     judged(True, step=STEP_LIMIT, note="no OOM in the step limit")
 
 
@@ -222,10 +253,13 @@ def under_vramtop(binary, workload, work):
                                "400", "--until-ended"], env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.DEVNULL, text=True)
     time.sleep(0.5)
-    p = subprocess.run([binary, "run", "--history", "--", sys.executable, __file__, "job",
+    flags = os.environ.get("WHATIF_RUN_FLAGS", "").split()
+    p = subprocess.run([binary, "run", *flags, "--", sys.executable, __file__, "job",
                         workload, "none"], env=env, capture_output=True, text=True,
                        timeout=500, stdin=subprocess.DEVNULL)
     out, _ = attach.communicate(timeout=60)
+    with open(os.path.join(work, "attach.jsonl"), "w") as f:
+        f.write(out)
     live = None
     for line in out.splitlines():
         try:
@@ -252,18 +286,25 @@ def under_vramtop(binary, workload, work):
     return judged_line(p.stdout), live, history, p.stdout + p.stderr
 
 
-STEPPED = ("gpt2var", "kvcache")
+STEPPED = ("gpt2var", "kvcache", "gpt2mixed")
 
 
 def remedy_runs(verdicts, workload=""):
     """The remedies to run and, for each, vramtop's verdict ('fits', 'fails', 'cannot_tell').
     In the stepped workloads empty_cache() runs before the judged step, not right before the
-    failing request: vramtop's `empty_cache() between steps` is the verdict for that."""
-    cache = "empty_cache() between steps" if workload in STEPPED else "empty_cache()"
-    runs = {"empty_cache": verdicts.get(cache),
-            "expandable": verdicts.get("expandable_segments:True"),
-            "gc_threshold:0.6": verdicts.get("garbage_collection_threshold:0.6"),
-            "gc_collect": None}
+    failing request, which no verdict judges; `empty_cache() between steps` is judged by
+    empty_cache_steps (after every step)."""
+    runs = {
+        "expandable": verdicts.get("expandable_segments:True"),
+        "gc_threshold:0.6": verdicts.get("garbage_collection_threshold:0.6"),
+        "roundup:4": verdicts.get("roundup_power2_divisions:4"),
+        "expandable_gc": verdicts.get("expandable_segments:True,garbage_collection_threshold:0.6"),
+    }
+    if workload in STEPPED:
+        runs["empty_cache_steps"] = verdicts.get("empty_cache() between steps")
+    else:
+        # gc.collect() is a control: no verdict claims it.
+        runs.update({"empty_cache": verdicts.get("empty_cache()"), "gc_collect": None})
     if workload == "otherproc":
         runs["other_empty_cache"] = next(
             (v for k, v in verdicts.items() if k.startswith("empty_cache() in pid")), None)
@@ -287,6 +328,9 @@ def ab_main(binary, out):
             plain, live, history, log = under_vramtop(binary, workload, work)
             with open(os.path.join(out, workload + "-vramtop.log"), "w") as f:
                 f.write(log)
+            if os.path.exists(os.path.join(work, "attach.jsonl")):
+                os.replace(os.path.join(work, "attach.jsonl"),
+                           os.path.join(out, workload + "-attach.jsonl"))
             if os.path.exists(os.path.join(work, "kept.pickle.gz")):
                 os.replace(os.path.join(work, "kept.pickle.gz"),
                            os.path.join(out, workload + "-kept.pickle.gz"))

@@ -155,6 +155,7 @@ mod tests {
             stats: None,
             settings: Default::default(),
             segments: Vec::new(),
+            segments_omitted: false,
             truncated: false,
             collect_ms: None,
             history_share: None,

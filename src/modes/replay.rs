@@ -154,7 +154,8 @@ pub fn run(path: &Path, args: &ReplayArgs) -> Result<u8> {
                 Vec::new()
             }
         };
-        let bounds = remedies::capacity_bounds(&trace, &ooms, args.capacity);
+        let bounds =
+            remedies::capacity_bounds(&trace, &ooms, args.capacity.or(remedies::kept_cap(&trace)));
         if args.json {
             let json = ReplayJson {
                 capacity: bounds,

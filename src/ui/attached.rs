@@ -94,6 +94,16 @@ fn title(job: &JobView) -> Line<'static> {
             _ => spans.push(Span::raw("· history ")),
         }
     }
+    // The hook sends stats alone while reading the segments would mean converting a long
+    // event ring (hook 1.3): the map is then that of an earlier state.
+    if job.map_is_the_oom() {
+        spans.push(Span::raw("· map at the OOM "));
+    } else if let Some(f) = job.frame.as_ref() {
+        let age = f.time_s - f.map_time_s;
+        if age >= 2.0 {
+            spans.push(Span::raw(format!("· map {age:.0} s old ")));
+        }
+    }
     spans.push(Span::styled(
         format!("{HOOKED} hooked "),
         Style::new().bold().cyan(),

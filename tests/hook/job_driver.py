@@ -78,6 +78,8 @@ def main():
             reply = "ok %d" % len(torch.cuda.memory._snapshot()["device_traces"][0])
         elif cmd == "history":
             reply = "ok %r" % (torch.cuda.memory.history_calls,)
+        elif cmd == "step":  # an optimizer step, as a training loop makes
+            torch.optim.Optimizer().step()
         elif cmd == "exit":
             sys.stdout.write("ok\n")
             sys.stdout.flush()

@@ -343,14 +343,14 @@ class LiveTest(unittest.TestCase):
         job.do("alloc leak %d" % (2 * MiB))
         # Stacks for live blocks only, on top of the event ring (no stacks in the ring).
         calls = job.do("history")
-        self.assertIn("{'enabled': 'all', 'context': 'state', 'stacks': 'python', 'max_entries': 8192}", calls)
+        self.assertIn("{'enabled': 'all', 'context': 'state', 'stacks': 'python', 'max_entries': 65536}", calls)
         viewer.subscribe(0.05)
         state = viewer.recv_type("state")
         sites = [b["site"] for s in state["segments"] for b in s["blocks"] if b["state"] == "active_allocated"]
         expected = "%s:%d alloc_named" % (DRIVER, leak_site_line())
         self.assertEqual(sites, [expected])
 
-    def test_a_full_ring_is_turned_off_and_history_keeps_its_own_form(self):
+    def test_a_full_ring_is_restarted_from_a_checkpoint_and_history_keeps_its_stacks(self):
         job = self.job(VRAMTOP_HISTORY="1", VRAMTOP_RING="6")
         job.do("import")
         job.wait_socket()
@@ -361,28 +361,31 @@ class LiveTest(unittest.TestCase):
             job.do("alloc t%d %d" % (n, MiB))
         viewer.subscribe(0.05)
         viewer.recv_type("state")
-        # Read full, the ring is turned off: history goes back to stacks for live blocks.
-        calls = wait_for(lambda: (lambda c: c if "'enabled': 'state'" in c else None)(job.do("history")))
-        self.assertIn("{'enabled': 'state', 'context': 'state', 'stacks': 'python'", calls)
-        for n in range(4):  # PyTorch would write past a ring shrunk while full (the stub exits)
+        # Checkpointed: off (which clears it), then on again with stacks for live blocks.
+        calls = wait_for(lambda: (lambda c: c if "'enabled': None" in c else None)(job.do("history")))
+        after_off = calls[calls.rindex("'enabled': None"):]
+        self.assertIn("{'enabled': 'all', 'context': 'state', 'stacks': 'python', 'max_entries': 6}", after_off)
+        self.assertNotIn("'enabled': 'state'", calls)  # never shrunk in place (PyTorch would crash)
+        for n in range(4):  # the stub exits 139 where PyTorch would write past a shrunk ring
             job.do("alloc later%d %d" % (n, MiB))
-        self.assertEqual(job.do("traces"), "ok 1")  # cleared: reads no longer pay for it
-        state = viewer.recv_type("state")
+        state = wait_for(lambda: (lambda s: s if len(s["segments"]) == 8 else None)(viewer.recv_type("state")))
         sites = [b["site"] for s in state["segments"] for b in s["blocks"] if b["state"] == "active_allocated"]
         self.assertTrue(all(site and "alloc_named" in site for site in sites), sites)
 
-    def test_a_ring_the_allocations_may_have_filled_is_turned_off_with_no_viewer(self):
-        job = self.job(VRAMTOP_RING="9")
+    def test_a_ring_the_allocations_may_fill_is_checkpointed_with_no_viewer(self):
+        job = self.job(VRAMTOP_RING="13")
         job.do("import")
         job.wait_socket()
         job.do("init")
         job.do("alloc a %d" % MiB)
-        job.do("alloc b %d" % MiB)  # 2 allocations: 6 entries at most, under 9
-        time.sleep(1.5)
+        job.do("alloc b %d" % MiB)  # 2 allocations: 6 entries at most, under half of 13
+        time.sleep(1.0)
         self.assertNotIn("'enabled': None", job.do("history"))
-        job.do("alloc c %d" % MiB)  # 9: it may be full
+        job.do("alloc c %d" % MiB)  # 9: it may be half full
         calls = wait_for(lambda: (lambda c: c if "'enabled': None" in c else None)(job.do("history")), timeout=5)
-        self.assertTrue(calls.endswith("{'enabled': None, 'context': 'all', 'stacks': 'all', 'max_entries': %d}]" % sys.maxsize), calls)
+        # Off (which clears it) and at once on again: the ring goes on from a checkpoint.
+        self.assertTrue(calls.endswith("'max_entries': %d}, {'enabled': 'all', 'context': None, 'stacks': 'python', 'max_entries': 13}]" % sys.maxsize), calls)
+        self.assertEqual(job.do("traces"), "ok 0")
 
     def test_the_jobs_own_history_is_never_turned_off_by_the_hook(self):
         job = self.job(VRAMTOP_HISTORY="1", VRAMTOP_RING="6")
@@ -414,7 +417,7 @@ class LiveTest(unittest.TestCase):
         hello = wait_for(lambda: (lambda h: h if h["cuda_ready"] else None)(viewer.recv_type("hello")))
         self.assertEqual(hello["ring"], 0)
         calls = job.do("history")
-        self.assertNotIn("'max_entries': 8192", calls)
+        self.assertNotIn("'max_entries': 65536", calls)
 
     def test_an_older_torch_is_served_with_what_it_has_and_told_once(self):
         job = self.job(STUB_TORCH_LACKS="oom_observer,allocator_settings,record_memory_history",

@@ -7,9 +7,10 @@ import os
 import pickle
 import shutil
 import tempfile
+import time
 import unittest
 
-from support import Job, Viewer
+from support import Job, Viewer, wait_for
 
 MiB = 1024 * 1024
 
@@ -80,23 +81,40 @@ class OomKeepTest(unittest.TestCase):
         self.assertEqual(actions, ["segment_alloc", "alloc", "segment_alloc", "alloc",
                                    "free_requested", "free_completed", "oom"])
         self.assertFalse(any(e.get("vramtop_added") for e in snapshot["device_traces"][0]))
-        self.assertEqual(snapshot["vramtop_oom"]["ring"], {"max_entries": 8192, "entries": 7, "complete": True})
+        self.assertEqual(snapshot["vramtop_oom"]["ring"], {"max_entries": 65536, "entries": 7, "complete": True, "checkpoint": False})
+        self.assertIsNone(snapshot["vramtop_oom"]["checkpoint"])
         self.assertEqual(job.finish()[0], 0)
 
-    def test_a_ring_that_was_full_is_not_called_complete(self):
+    def test_the_jobs_optimizer_steps_are_kept_for_a_replay(self):
+        job = self.ready_job()
+        before = time.time()
+        for n in range(3):
+            job.do("alloc s%d %d" % (n, MiB))
+            job.do("step")
+        self.assertEqual(job.do("oom %d" % (1024 * MiB)), "ok caught OutOfMemoryError")
+        (name,) = self.kept()
+        with open(os.path.join(self.oom_dir, name), "rb") as f:
+            steps = pickle.load(f)["vramtop_oom"]["steps"]
+        self.assertEqual(len(steps), 3)
+        self.assertTrue(before <= steps[0] <= steps[1] <= steps[2] <= time.time(), steps)
+        self.assertEqual(job.finish()[0], 0)
+
+    def test_a_ring_is_complete_only_while_it_never_filled(self):
         job = self.ready_job(VRAMTOP_RING="4")  # `a` made 2 entries
-        job.do("alloc b %d" % MiB)
+        for n in range(3):
+            job.do("alloc b%d %d" % (n, MiB))
         self.assertEqual(job.do("oom %d" % (1024 * MiB)), "ok caught OutOfMemoryError")
         (name,) = self.kept()
         with open(os.path.join(self.oom_dir, name), "rb") as f:
             ring = pickle.load(f)["vramtop_oom"]["ring"]
-        # Full: not the whole history. The hook may also have turned it off already (its
-        # once-a-second look at the allocation count), and then the file has none.
-        self.assertIn(ring, (None, {"max_entries": 4, "entries": 4, "complete": False}))
+        # Wrapped (the hook's look at the allocation count came too late): not complete;
+        # else it was checkpointed in time and holds every event since.
+        self.assertEqual(ring["complete"], ring["entries"] < 4, ring)
         self.assertEqual(job.finish()[0], 0)
 
-    def test_a_ring_started_after_the_first_allocation_is_not_complete(self):
-        # Started by hand after CUDA and an allocation: the ring lacks the job's start.
+    def test_a_ring_started_after_the_first_allocation_replays_from_a_checkpoint(self):
+        # Started by hand after CUDA and an allocation: the ring lacks the job's start, so
+        # the hook checkpoints at once: the segments then, and every event since.
         job = Job(VRAMTOP_OOM_DIR=self.oom_dir, VRAMTOP_HOOK="0")
         self.jobs.append(job)
         job.do("import")
@@ -105,11 +123,20 @@ class OomKeepTest(unittest.TestCase):
         job.do("start")
         job.wait_socket()
         Viewer(job.socket_path).ready_hello()
+        wait_for(lambda: (lambda c: c if "'enabled': None" in c else None)(job.do("history")), timeout=5)
+        job.do("alloc b %d" % (3 * MiB))
         self.assertEqual(job.do("oom %d" % (1024 * MiB)), "ok caught OutOfMemoryError")
         (name,) = self.kept()
         with open(os.path.join(self.oom_dir, name), "rb") as f:
-            ring = pickle.load(f)["vramtop_oom"]["ring"]
-        self.assertFalse(ring["complete"])
+            snapshot = pickle.load(f)
+        ring = snapshot["vramtop_oom"]["ring"]
+        self.assertEqual((ring["complete"], ring["checkpoint"]), (True, True), ring)
+        checkpoint = snapshot["vramtop_oom"]["checkpoint"]
+        sizes = [b["size"] for s in checkpoint["segments"] for b in s["blocks"] if b["state"] == "active_allocated"]
+        self.assertEqual(sizes, [MiB])  # `a`, not `b`
+        self.assertEqual(checkpoint["skip"], 0)
+        actions = [e["action"] for e in snapshot["device_traces"][0][checkpoint["skip"]:]]
+        self.assertEqual(actions, ["segment_alloc", "alloc", "oom"])
         self.assertEqual(job.finish()[0], 0)
 
     def test_the_first_three_and_the_latest_are_kept(self):

@@ -254,7 +254,7 @@ class PacingTest(unittest.TestCase):
             history_on = False
             ring_entries = 0
 
-            def collect(self):
+            def collect(self, raw=None, segments=True):
                 spin(next(costs))
                 return {"device": 0, "stats": None, "settings": {}, "segments": [], "truncated": False}
 

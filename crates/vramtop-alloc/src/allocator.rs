@@ -271,6 +271,12 @@ impl Allocator {
         self.lock().policy.can_adopt()
     }
 
+    /// Where the next segment of `size` bytes should go, if the backing can choose (see
+    /// `Backing::hint_segment`); `(0, 0)` clears it.
+    pub fn hint_segment(&self, addr: u64, size: u64) {
+        self.lock().backing.hint_segment(addr, size);
+    }
+
     /// Books a segment of `size` bytes with live blocks already at the given places, as
     /// the traced allocator had them when a trace began: `blocks` are (offset, size,
     /// tag), each a multiple of 512 B, in offset order, not overlapping, inside the
@@ -354,7 +360,9 @@ impl Allocator {
         Ok(Some(out))
     }
 
-    /// Asks the policy; on exhaustion releases cached segments and asks once more.
+    /// Asks the policy; on exhaustion releases cached segments and asks once more, as
+    /// PyTorch's malloc does: first just enough oversize ones (under max_split_size),
+    /// then all of them.
     fn place(
         &self,
         inner: &mut Inner,
@@ -364,13 +372,24 @@ impl Allocator {
     ) -> Result<Placement, Shortfall> {
         let (policy, mut cx, _) = inner.split(&self.ring, now_ns, live.stream);
         match policy.alloc(size, live, &mut cx) {
-            Err(Shortfall::Exhausted) if policy.release_cached(&mut cx) > 0 => {
-                let placed = policy.alloc(size, live, &mut cx)?;
-                cx.counters.retries += 1;
-                Ok(placed)
-            }
-            other => other,
+            Err(Shortfall::Exhausted) => {}
+            other => return other,
         }
+        if policy.release_available(size, live.stream, &mut cx) {
+            match policy.alloc(size, live, &mut cx) {
+                Err(Shortfall::Exhausted) => {}
+                other => {
+                    cx.counters.retries += 1;
+                    return other;
+                }
+            }
+        }
+        if policy.release_cached(&mut cx) == 0 {
+            return Err(Shortfall::Exhausted);
+        }
+        let placed = policy.alloc(size, live, &mut cx)?;
+        cx.counters.retries += 1;
+        Ok(placed)
     }
 
     fn oom(

@@ -9,8 +9,9 @@
 //! block first releases wholly free large segments, the longest unused first, as
 //! `garbage_collect_cached_blocks` does.
 //!
-//! Deviation: among free blocks of exactly equal size PyTorch takes the lowest address;
-//! here the most recently freed one (LIFO class lists keep best fit O(1)).
+//! Among free blocks of equal size PyTorch takes the lowest address, and so does this
+//! (`SizeIndex::lowest_address_first`); which block is lowest follows the backing's
+//! addresses, which a replay takes from the trace where it can (`Backing::hint_segment`).
 
 use std::collections::HashMap;
 
@@ -77,7 +78,7 @@ impl PoolIndex {
         // Nodes keep `home` in 30 bits; a billion (pool, stream) indexes would take
         // 32 TB of bitmaps first.
         self.keys.push((pool, stream));
-        self.subs.push(SizeIndex::default());
+        self.subs.push(SizeIndex::lowest_address_first());
         (self.keys.len() - 1) as u32
     }
 }
@@ -302,6 +303,40 @@ impl Policy for Caching {
 
     fn release_cached(&mut self, cx: &mut BackingCx<'_>) -> u64 {
         self.heap.release_free_segments(cx)
+    }
+
+    /// `release_available_cached_blocks`: the smallest cached oversize segment of the
+    /// request's pool and stream that holds max(size, max_split_size); failing one, the
+    /// largest ones down until they add up to that (released even when they do not).
+    fn release_available(&mut self, size: u64, stream: StreamId, cx: &mut BackingCx<'_>) -> bool {
+        if self.max_split_size == u64::MAX {
+            return false;
+        }
+        let key = size.max(self.max_split_size);
+        let pool = pool_of(size);
+        // Oversize blocks are never split: the free ones are wholly free segments.
+        let mut oversize: Vec<(u64, crate::arena::SegmentRec)> = self
+            .heap
+            .idle_segments()
+            .into_iter()
+            .filter(|(_, rec)| {
+                rec.pool == pool && rec.stream == Some(stream) && rec.size >= self.max_split_size
+            })
+            .collect();
+        oversize.sort_by_key(|&(addr, rec)| (rec.size, addr));
+        if let Some(&(addr, rec)) = oversize.iter().find(|(_, rec)| rec.size >= key) {
+            return self.heap.release_segment(addr, rec, cx);
+        }
+        let mut released = 0u64;
+        for &(addr, rec) in oversize.iter().rev() {
+            if released >= key {
+                break;
+            }
+            if self.heap.release_segment(addr, rec, cx) {
+                released += rec.size;
+            }
+        }
+        released >= key
     }
 
     fn free_summary(&self) -> FreeSummary {

@@ -60,6 +60,17 @@ pub(crate) trait Policy: Send {
     fn set_pending(&mut self, node: u32);
     /// Gives wholly free segments back to the backing; returns how many.
     fn release_cached(&mut self, cx: &mut BackingCx<'_>) -> u64;
+    /// Before releasing every cached segment, what PyTorch tries first under
+    /// `max_split_size_mb` (`release_available_cached_blocks`): just enough of the cached
+    /// oversize segments for a request of `size` on `stream`. True when they sufficed.
+    fn release_available(
+        &mut self,
+        _size: u64,
+        _stream: StreamId,
+        _cx: &mut BackingCx<'_>,
+    ) -> bool {
+        false
+    }
     /// Free runs as `Stats` counts them: inside reserved memory.
     fn free_summary(&self) -> FreeSummary;
     /// Free space a request could be placed into, for OOM reports; by default the free

@@ -2,7 +2,9 @@
 //! 128 MiB, found through a three-level bitmap (64^3 classes) in O(1), plus an ordered
 //! set for the few runs above that. "Smallest run >= size" is then a handful of
 //! bit scans instead of a tree walk, which is what keeps best fit near 100 ns.
-//! Runs of equal size come out last-in first-out.
+//! Runs of equal size come out last-in first-out, or, in an index made
+//! `lowest_address_first` (PyTorch's BlockComparatorSize: size, then address), the one
+//! at the lowest address: its class list is kept in address order.
 
 use std::collections::BTreeSet;
 
@@ -22,8 +24,11 @@ pub(crate) struct SizeIndex {
     l2: Vec<u64>,
     /// First node of each class list, grown on demand.
     heads: Vec<u32>,
-    big: BTreeSet<(u64, u32)>,
+    /// (size, address or 0, slot): the middle key orders equal sizes by address only
+    /// when `lowest_address_first`.
+    big: BTreeSet<(u64, u64, u32)>,
     tally: FreeTally,
+    lowest_address_first: bool,
 }
 
 impl Default for SizeIndex {
@@ -35,6 +40,7 @@ impl Default for SizeIndex {
             heads: Vec::new(),
             big: BTreeSet::new(),
             tally: FreeTally::default(),
+            lowest_address_first: false,
         }
     }
 }
@@ -61,26 +67,67 @@ fn high_bit(word: u64) -> usize {
 }
 
 impl SizeIndex {
+    /// An index whose equal-size runs come out lowest address first, as PyTorch's
+    /// caching allocator takes them.
+    pub fn lowest_address_first() -> Self {
+        SizeIndex {
+            lowest_address_first: true,
+            ..SizeIndex::default()
+        }
+    }
+
+    fn big_key(&self, arena: &Arena, slot: u32) -> (u64, u64, u32) {
+        let node = arena.get(slot);
+        let order = if self.lowest_address_first {
+            node.addr
+        } else {
+            0
+        };
+        (node.size, order, slot)
+    }
+
     pub fn insert(&mut self, arena: &mut Arena, slot: u32) {
         let size = arena.get(slot).size;
         self.tally.add(size);
         let Some(c) = class_of(size) else {
-            self.big.insert((size, slot));
+            let key = self.big_key(arena, slot);
+            self.big.insert(key);
             return;
         };
         if self.heads.len() <= c {
             self.heads.resize(c + 1, NIL);
         }
         let head = self.heads[c];
-        let node = arena.get_mut(slot);
-        node.link_prev = NIL;
-        node.link_next = head;
-        if head != NIL {
-            arena.get_mut(head).link_prev = slot;
-        } else {
+        if head == NIL {
             self.set_bit(c);
         }
-        self.heads[c] = slot;
+        // Where it goes: first (last in, first out), or before the first run at a higher
+        // address.
+        let mut after = NIL;
+        if self.lowest_address_first {
+            let addr = arena.get(slot).addr;
+            let mut at = head;
+            while at != NIL && arena.get(at).addr < addr {
+                after = at;
+                at = arena.get(at).link_next;
+            }
+        }
+        let next = if after == NIL {
+            head
+        } else {
+            arena.get(after).link_next
+        };
+        let node = arena.get_mut(slot);
+        node.link_prev = after;
+        node.link_next = next;
+        if next != NIL {
+            arena.get_mut(next).link_prev = slot;
+        }
+        if after == NIL {
+            self.heads[c] = slot;
+        } else {
+            arena.get_mut(after).link_next = slot;
+        }
     }
 
     pub fn remove(&mut self, arena: &mut Arena, slot: u32) {
@@ -88,7 +135,8 @@ impl SizeIndex {
         let (size, prev, next) = (node.size, node.link_prev, node.link_next);
         self.tally.remove(size);
         let Some(c) = class_of(size) else {
-            self.big.remove(&(size, slot));
+            let key = self.big_key(arena, slot);
+            self.big.remove(&key);
             return;
         };
         if prev == NIL {
@@ -112,7 +160,10 @@ impl SizeIndex {
                 return self.smallest_fit_in(arena, found, size);
             }
         }
-        self.big.range((size, 0)..).next().map(|&(_, slot)| slot)
+        self.big
+            .range((size, 0, 0)..)
+            .next()
+            .map(|&(_, _, slot)| slot)
     }
 
     /// Node of class `c` with size >= `size` (all of a class are when sizes are
@@ -131,12 +182,12 @@ impl SizeIndex {
         }
         match self.find_class_ge(c + 1) {
             Some(next) if next < CLASSES => Some(self.heads[next]),
-            _ => self.big.iter().next().map(|&(_, s)| s),
+            _ => self.big.iter().next().map(|&(_, _, s)| s),
         }
     }
 
     pub fn largest(&self, arena: &Arena) -> u64 {
-        if let Some(&(size, _)) = self.big.iter().next_back() {
+        if let Some(&(size, _, _)) = self.big.iter().next_back() {
             return size;
         }
         if self.l0 == 0 {
@@ -256,6 +307,46 @@ mod tests {
         assert_eq!(index.summary(&arena).runs, 3);
         let s = index.summary(&arena);
         assert_eq!(s.total, 512 + 4096 + (64 << 20));
+    }
+
+    #[test]
+    fn equal_sizes_come_out_lowest_address_first_when_asked() {
+        let mut arena = Arena::default();
+        let mut index = SizeIndex::lowest_address_first();
+        let mut lifo = SizeIndex::default();
+        let mut slots = Vec::new();
+        // Freed in the order 3, 1, 2 (by address); then one larger, and two beyond the
+        // classes (the ordered set).
+        for (addr, size) in [
+            (3 << 30, 1024),
+            (1 << 30, 1024),
+            (2 << 30, 1024),
+            (0, 2048),
+            (5 << 30, 256 << 20),
+            (4 << 30, 256 << 20),
+        ] {
+            let slot = arena.new_free(addr, size, 0);
+            index.insert(&mut arena, slot);
+            slots.push(slot);
+        }
+        let addr_of = |slot: Option<u32>, arena: &Arena| slot.map(|s| arena.get(s).addr);
+        assert_eq!(addr_of(index.find(&arena, 1024), &arena), Some(1 << 30));
+        assert_eq!(
+            addr_of(index.find(&arena, 200 << 20), &arena),
+            Some(4 << 30)
+        );
+        index.remove(&mut arena, slots[1]);
+        assert_eq!(addr_of(index.find(&arena, 1024), &arena), Some(2 << 30));
+        index.remove(&mut arena, slots[2]);
+        index.remove(&mut arena, slots[0]);
+        assert_eq!(arena.get(index.find(&arena, 1024).unwrap()).size, 2048);
+        // The default index: the last one in.
+        let mut arena = Arena::default();
+        for addr in [3u64 << 30, 1 << 30, 2 << 30] {
+            let slot = arena.new_free(addr, 1024, 0);
+            lifo.insert(&mut arena, slot);
+        }
+        assert_eq!(addr_of(lifo.find(&arena, 1024), &arena), Some(2 << 30));
     }
 
     #[test]

@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use super::job::{JobFrame, OomExplained};
 use super::protocol::{
-    decode, read_frame, write_frame, Bye, Decoded, ErrorReport, Hello, HookMessage, ProtocolError,
-    Subscribe, PROTOCOL_VERSION,
+    decode, read_frame, write_frame, Bye, Decoded, ErrorReport, Hello, HookMessage, HookSegment,
+    ProtocolError, Subscribe, PROTOCOL_VERSION,
 };
 
 /// A peer that sends no `hello` this long after connecting is dropped.
@@ -98,6 +98,9 @@ pub fn serve(
         return Err(ProtocolError::Version(hello.protocol));
     }
     let mut cuda_ready = hello.cuda_ready;
+    // The segments of the last state that had them, with its time, for the states that
+    // carry stats only (`segments_omitted`).
+    let mut last_segments: (Vec<HookSegment>, f64) = (Vec::new(), 0.0);
     if !report(PeerEvent::Hello(hello)) {
         return Ok(());
     }
@@ -122,9 +125,18 @@ pub fn serve(
         let event = match decoded {
             Decoded::Skipped(why) => PeerEvent::Skipped(why),
             Decoded::Message(message) => match *message {
-                HookMessage::State(state) => {
+                HookMessage::State(mut state) => {
                     cuda_ready = true;
-                    PeerEvent::Frame(Box::new(JobFrame::from_state(&state)))
+                    let map_time_s = if state.segments_omitted {
+                        state.segments = last_segments.0.clone();
+                        last_segments.1
+                    } else {
+                        last_segments = (state.segments.clone(), state.time_s);
+                        state.time_s
+                    };
+                    let mut frame = JobFrame::from_state(&state);
+                    frame.map_time_s = map_time_s;
+                    PeerEvent::Frame(Box::new(frame))
                 }
                 HookMessage::Oom(oom) => PeerEvent::Oom(Box::new(OomExplained::from_oom(&oom))),
                 HookMessage::Error(error) => PeerEvent::Error(error),

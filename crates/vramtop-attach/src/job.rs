@@ -100,6 +100,9 @@ pub struct JobFrame {
     pub history_share: Option<f64>,
     pub map: MapView,
     pub site_usage: Vec<(String, u64, u64)>,
+    /// When the segments behind `map` were read (the state's own time, unless the hook
+    /// sent stats only: then the last state's that had segments).
+    pub map_time_s: f64,
 }
 
 impl JobFrame {
@@ -116,6 +119,7 @@ impl JobFrame {
             history_share: state.history_share,
             map: map_of(&state.segments),
             site_usage: site_usage(&state.segments),
+            map_time_s: state.time_s,
         }
     }
 }
@@ -355,9 +359,19 @@ pub struct JobView {
 }
 
 impl JobView {
-    /// The block map on screen: the last state, with its fragmentation history.
+    /// The block map on screen: the last state, with its fragmentation history; once a
+    /// job that ran out of memory has ended, the state at its OOM (what the hook sent
+    /// before the exception unwound), not what was left after it.
     pub fn map(&self) -> Option<&MapView> {
+        if let Some(oom) = self.oom.as_ref().filter(|_| self.ended) {
+            return Some(&oom.map);
+        }
         self.frame.as_ref().map(|f| &f.map)
+    }
+
+    /// The map on screen is the state at the job's OOM (see `map`).
+    pub fn map_is_the_oom(&self) -> bool {
+        self.ended && self.oom.is_some()
     }
 
     /// The launcher's rank (torchrun's `RANK`), when a launcher started this process.
@@ -427,6 +441,9 @@ impl JobView {
 #[derive(Debug)]
 pub struct AttachedJob {
     pub view: JobView,
+    /// The state before `view.frame`: what the job held before another's OOM when its
+    /// latest state came after it (states and OOMs arrive on separate connections).
+    previous_frame: Option<Arc<JobFrame>>,
     leaks: LeakWatch,
     frag_history: std::collections::VecDeque<u64>,
 }
@@ -438,6 +455,7 @@ impl AttachedJob {
                 pid,
                 ..JobView::default()
             },
+            previous_frame: None,
             leaks: LeakWatch::new(interval_s),
             frag_history: Default::default(),
         }
@@ -465,7 +483,15 @@ impl AttachedJob {
         self.view.suspects = self.leaks.detector.suspects();
         self.view.sites = self.leaks.detector.sites();
         self.view.states += 1;
-        self.view.frame = Some(Arc::new(frame));
+        self.previous_frame = self.view.frame.replace(Arc::new(frame));
+    }
+
+    /// The latest state taken at or before `time_s`, of the last two.
+    pub fn frame_at(&self, time_s: f64) -> Option<&Arc<JobFrame>> {
+        [self.view.frame.as_ref(), self.previous_frame.as_ref()]
+            .into_iter()
+            .flatten()
+            .find(|f| f.time_s <= time_s)
     }
 
     pub fn on_oom(&mut self, oom: OomExplained) {
@@ -683,6 +709,7 @@ mod tests {
                 stats: None,
                 settings: AllocatorSettings::default(),
                 segments: vec![checker_segment(0x1000_0000), leaking],
+                segments_omitted: false,
                 truncated: false,
                 collect_ms: None,
                 history_share: None,

@@ -228,6 +228,10 @@ pub struct JobState {
     #[serde(default)]
     pub settings: AllocatorSettings,
     pub segments: Vec<HookSegment>,
+    /// Hook 1.3: this state carries the stats only (reading the segments would have meant
+    /// converting a long event ring): the segments are those of the last state with them.
+    #[serde(default)]
+    pub segments_omitted: bool,
     #[serde(default)]
     pub truncated: bool,
     /// What reading the allocator cost the job, in milliseconds.

@@ -286,11 +286,10 @@ impl State {
             .values()
             .filter(|j| j.view.pid != pid && !j.view.ended)
             .filter_map(|j| {
-                let frame = j.view.frame.as_ref()?;
-                // A state taken after the OOM (one replayed to a viewer that came later)
-                // is not what the device held then.
-                let before = frame.time_s <= oom.time_s;
-                (before && same_gpu(j.view.pid, frame)).then(|| {
+                // A state taken after the OOM (one replayed to a viewer that came later,
+                // or one that overtook the OOM on its way) is not what the device held then.
+                let frame = j.frame_at(oom.time_s)?;
+                same_gpu(j.view.pid, frame).then(|| {
                     let argv = j
                         .view
                         .hello

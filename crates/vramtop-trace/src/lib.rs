@@ -32,6 +32,7 @@
 //! # Ok::<(), String>(())
 //! ```
 
+mod checkpoint;
 mod initial;
 pub mod leaks;
 pub mod ooms;
@@ -218,8 +219,29 @@ pub struct KeptOom {
     /// The allocation history was dropped to keep the file under the hook's size cap.
     pub history_left_out: bool,
     /// The hook's event ring held the job's whole history: it began before the job's
-    /// first allocation and was never full (`vramtop_oom.ring.complete`, hook 1.2).
+    /// first allocation and was never full (`vramtop_oom.ring.complete`, hook 1.2), or
+    /// it holds every event since `checkpoint` (hook 1.3).
     pub ring_complete: bool,
+    /// Hook 1.3: the ring was restarted at a checkpoint, and the trace's initial state is
+    /// the allocator's segments then (`vramtop_oom.checkpoint`), not an empty allocator.
+    pub checkpoint: Option<Checkpoint>,
+    /// Hook 1.3: when the job's optimizers stepped, in the trace's clock (microseconds
+    /// since the epoch), the last few thousand (`vramtop_oom.steps`).
+    pub steps_us: Vec<i64>,
+}
+
+/// Where a kept file's history begins when it is not the job's start: the allocator's
+/// segments at a moment the hook took them, then every event since.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Checkpoint {
+    pub time_us: i64,
+    /// Entries at the head of the ring that the checkpoint's segments already hold.
+    pub skipped: u64,
+    /// Events just after those that its segments held too (PyTorch reads a device's trace
+    /// before its segments): dropped when the replay would see them twice.
+    pub reconciled: u64,
+    /// Events later on that contradict the checkpoint: a replay from it is not the job's.
+    pub contradictions: u64,
 }
 
 #[derive(Clone, Debug, PartialEq)]

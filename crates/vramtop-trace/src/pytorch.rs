@@ -92,8 +92,52 @@ fn import(
         kept_oom: kept,
         ..TraceStats::default()
     };
-    let events = entries.events_of(device_trace, chosen, &mut stats);
+    // Hook 1.3: the history begins at a checkpoint; the ring's first entries are in it.
+    let checkpoint = root
+        .get("vramtop_oom")
+        .and_then(|k| k.get("checkpoint"))
+        .filter(|c| c.as_dict().is_some());
+    let skip = checkpoint
+        .and_then(|c| int_field(c, "skip"))
+        .and_then(|n| usize::try_from(n).ok())
+        .unwrap_or(0)
+        .min(device_trace.len());
+    let mut events = entries.events_of(&device_trace[skip..], chosen, &mut stats);
     let segments_at_end = import_segments(segments, chosen, &mut entries)?;
+    if let Some(cp) = checkpoint {
+        let at_checkpoint = import_segments(
+            cp.get("segments").and_then(Value::as_seq).unwrap_or(&[]),
+            chosen,
+            &mut entries,
+        )?;
+        let time_us = match cp.get("time_s") {
+            Some(Value::Float(s)) if s.is_finite() => (*s * 1e6) as i64,
+            _ => 0,
+        };
+        let (reconciled, contradictions) =
+            super::checkpoint::reconcile(&at_checkpoint, &mut events);
+        if let Some(kept) = stats.kept_oom.as_mut() {
+            kept.checkpoint = Some(crate::Checkpoint {
+                time_us,
+                skipped: skip as u64,
+                reconciled,
+                contradictions,
+            });
+        }
+        let (initial, initial_segments) = super::checkpoint::initial_state(&at_checkpoint);
+        let mut trace = Trace {
+            source: TraceFormat::PytorchSnapshot,
+            device: chosen,
+            initial,
+            initial_segments,
+            events,
+            segments_at_end,
+            settings: settings_of(root.get("allocator_settings")),
+            stats,
+        };
+        trace.tally();
+        return Ok(trace);
+    }
     if device.is_some() && device_trace.is_empty() && segments_at_end.is_empty() {
         return Err(not_a_snapshot(format!(
             "device {chosen} has neither a trace nor segments in this snapshot; \
@@ -626,6 +670,20 @@ fn kept_oom(value: &Value) -> Option<KeptOom> {
             .and_then(|ring| ring.get("complete"))
             .and_then(Value::as_bool)
             == Some(true),
+        checkpoint: None, // set by `import`, which reads its segments
+        steps_us: value
+            .get("steps")
+            .and_then(Value::as_seq)
+            .map(|steps| {
+                steps
+                    .iter()
+                    .filter_map(|t| match t {
+                        Value::Float(s) if s.is_finite() && *s > 0.0 => Some((*s * 1e6) as i64),
+                        _ => None,
+                    })
+                    .collect()
+            })
+            .unwrap_or_default(),
     })
 }
 

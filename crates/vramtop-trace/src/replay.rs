@@ -62,6 +62,31 @@ pub struct ReplayOptions {
     /// `caching`'s `garbage_collection_threshold`. PyTorch acts on it only under a memory
     /// fraction (then `capacity` stands for the fraction), so the caller decides.
     pub gc_threshold: Option<f64>,
+    /// A remedy tried: these `roundup_power2_divisions` instead of the trace's own.
+    pub roundup_power2_divisions: Option<[u32; 16]>,
+    /// A remedy tried: `torch.cuda.empty_cache()` after each of the job's optimizer steps
+    /// (`KeptOom::steps_us`), just before the first allocation that follows it.
+    pub empty_cache_at_steps: bool,
+    /// Where new segments go. Among free blocks of equal size PyTorch takes the lowest
+    /// address, so the order of the addresses CUDA hands out decides between them: the
+    /// job's own replay takes the trace's; a remedy's run would have got its own, which
+    /// no trace tells, so its verdict must hold under each order.
+    pub addresses: AddressOrder,
+}
+
+/// Where a replay's new segments go (`ReplayOptions::addresses`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub enum AddressOrder {
+    /// At the trace's own address where the trace made a segment of that size just then,
+    /// else upwards.
+    #[default]
+    Trace,
+    /// Each below the last, as CUDA's driver tends to place them.
+    Down,
+    /// Each above the last.
+    Up,
+    /// At random free places (this seed).
+    Scattered(u64),
 }
 
 impl Default for ReplayOptions {
@@ -71,8 +96,40 @@ impl Default for ReplayOptions {
             source: CapacitySource::Unlimited,
             max_split_size: None,
             gc_threshold: None,
+            roundup_power2_divisions: None,
+            empty_cache_at_steps: false,
+            addresses: AddressOrder::Trace,
         }
     }
+}
+
+/// Where the job's optimizer steps fall in its events: for each step the hook marked, the
+/// first allocation after it (a loop frees its gradients between the step and the next
+/// batch, so "after the step" is that first allocation). Sorted, each once.
+pub fn step_boundaries(trace: &Trace) -> Vec<usize> {
+    let Some(kept) = trace.stats.kept_oom.as_ref() else {
+        return Vec::new();
+    };
+    let events = &trace.events;
+    let mut out: Vec<usize> = Vec::new();
+    for &step in &kept.steps_us {
+        if events
+            .first()
+            .and_then(|e| e.time_us)
+            .is_none_or(|t0| step < t0)
+        {
+            continue; // before the history (or no times to place it by)
+        }
+        let after = events.partition_point(|e| e.time_us.is_some_and(|t| t <= step));
+        if let Some(i) = (after..events.len()).find(|&i| events[i].kind == TraceEventKind::Alloc) {
+            if out.last() != Some(&i) {
+                out.push(i);
+            }
+        }
+    }
+    out.sort_unstable();
+    out.dedup();
+    out
 }
 
 /// What the replay did with the trace's events.
@@ -140,6 +197,13 @@ pub struct Replay<'t> {
     stats_at_peak: Option<Stats>,
     /// The trace's own OOMs, each asked of this policy in turn.
     oom_checks: Vec<OomCheck>,
+    /// A segment address is hinted to the backing for the next alloc.
+    hinted: bool,
+    addresses: AddressOrder,
+    /// Event indices before which the cache is emptied (`empty_cache_at_steps`), in
+    /// order, and the next of them.
+    empty_at: Vec<usize>,
+    empty_next: usize,
 }
 
 /// A trace OOM asked of a policy: would it have failed on the same request?
@@ -150,6 +214,9 @@ pub struct OomCheck {
     pub requested_bytes: u64,
     /// True when this policy, in the state the replay had reached, could not place it.
     pub fails: bool,
+    /// Allocations of the trace that this policy could not place before it got here: a
+    /// job run so would have died of one of those first.
+    pub failed_before: u64,
     /// What the policy held when asked.
     pub reserved_bytes: u64,
     /// Its largest free run then (inside what it held).
@@ -173,12 +240,18 @@ impl<'t> Replay<'t> {
         policy: PolicyKind,
         opts: ReplayOptions,
     ) -> Result<Replay<'t>, ReplayError> {
-        let backing = BookkeepingBacking::new(opts.capacity);
+        let backing = match opts.addresses {
+            AddressOrder::Down => BookkeepingBacking::new(opts.capacity).top_down(),
+            AddressOrder::Scattered(seed) => BookkeepingBacking::new(opts.capacity).scattered(seed),
+            _ => BookkeepingBacking::new(opts.capacity),
+        };
         // The traced allocator's own settings: `caching` models them (PyTorch's
         // max_split_size_mb and roundup_power2_divisions); the other policies ignore them.
         let config = AllocConfig {
             max_split_size: opts.max_split_size.or(trace.settings.max_split_size),
-            roundup_power2_divisions: trace.settings.roundup_power2_divisions,
+            roundup_power2_divisions: opts
+                .roundup_power2_divisions
+                .unwrap_or(trace.settings.roundup_power2_divisions),
             garbage_collection_threshold: opts.gc_threshold,
             ..AllocConfig::default()
         };
@@ -194,6 +267,14 @@ impl<'t> Replay<'t> {
             peak_reserved_bytes: 0,
             stats_at_peak: None,
             oom_checks: Vec::new(),
+            hinted: false,
+            addresses: opts.addresses,
+            empty_at: if opts.empty_cache_at_steps {
+                step_boundaries(trace)
+            } else {
+                Vec::new()
+            },
+            empty_next: 0,
         };
         let adopted = replay.adopt_initial_segments()?;
         // Blocks freed before any alloc in formats whose importer does not infer them
@@ -242,6 +323,9 @@ impl<'t> Replay<'t> {
                     (b.addr - seg.addr, b.size, tag)
                 })
                 .collect();
+            // At PyTorch's own address: equal free blocks are taken lowest address first.
+            // (Every order keeps the blocks live then where they were.)
+            self.allocator.hint_segment(seg.addr, seg.size);
             let placed = match self
                 .allocator
                 .adopt_segment(seg.size, seg.pool, seg.stream, &blocks)
@@ -313,6 +397,14 @@ impl<'t> Replay<'t> {
         };
         let index = self.next;
         self.next += 1;
+        while self
+            .empty_at
+            .get(self.empty_next)
+            .is_some_and(|&at| at <= index)
+        {
+            self.empty_next += 1;
+            self.allocator.empty_cache();
+        }
         self.apply(event).map_err(|error| ReplayError {
             event: Some(index),
             error,
@@ -332,11 +424,26 @@ impl<'t> Replay<'t> {
 
     fn apply(&mut self, event: &TraceEvent) -> Result<(), AllocError> {
         match event.kind {
-            TraceEventKind::Alloc => self.alloc(event)?,
+            TraceEventKind::Alloc => {
+                self.alloc(event)?;
+                if self.hinted {
+                    // A hint the alloc did not take is not for a later one.
+                    self.allocator.hint_segment(0, 0);
+                    self.hinted = false;
+                }
+            }
             TraceEventKind::FreeCompleted => self.free(event.addr)?,
             TraceEventKind::FreeRequested => self.counts.free_requests += 1,
-            TraceEventKind::SegmentAlloc
-            | TraceEventKind::SegmentFree
+            TraceEventKind::SegmentAlloc => {
+                // The segment PyTorch made for the alloc that follows: where the policy
+                // makes one too, at the same address, so that address order is PyTorch's.
+                self.counts.segment_events += 1;
+                if self.addresses == AddressOrder::Trace {
+                    self.allocator.hint_segment(event.addr, event.size);
+                    self.hinted = true;
+                }
+            }
+            TraceEventKind::SegmentFree
             | TraceEventKind::SegmentMap
             | TraceEventKind::SegmentUnmap => self.counts.segment_events += 1,
             TraceEventKind::Oom => self.check_oom(event)?,
@@ -390,6 +497,7 @@ impl<'t> Replay<'t> {
             event: index,
             requested_bytes: event.size,
             fails,
+            failed_before: self.counts.ooms,
             reserved_bytes: stats.reserved_bytes,
             largest_free_bytes: stats.largest_free_bytes,
         });
@@ -615,6 +723,9 @@ pub fn plan_capacity(
             source: CapacitySource::Given,
             max_split_size: None,
             gc_threshold: None,
+            roundup_power2_divisions: None,
+            empty_cache_at_steps: false,
+            addresses: AddressOrder::Trace,
         };
     }
     match super::ooms::inferred_capacity(trace, ooms) {
@@ -623,6 +734,9 @@ pub fn plan_capacity(
             source: CapacitySource::Inferred,
             max_split_size: None,
             gc_threshold: None,
+            roundup_power2_divisions: None,
+            empty_cache_at_steps: false,
+            addresses: AddressOrder::Trace,
         },
         _ => ReplayOptions::default(),
     }
@@ -720,6 +834,9 @@ mod tests {
             source: CapacitySource::Given,
             max_split_size: None,
             gc_threshold: None,
+            roundup_power2_divisions: None,
+            empty_cache_at_steps: false,
+            addresses: AddressOrder::Trace,
         };
         let run = replay(&t, PolicyKind::FirstFit, opts).unwrap();
         assert_eq!(run.ooms, 1);

@@ -13,6 +13,7 @@ Python 3.8+, stdlib only. Optional torch APIs are found by feature (hasattr), no
 """
 
 import atexit
+import collections
 import json
 import os
 import selectors
@@ -23,7 +24,7 @@ import sys
 import threading
 import time
 
-HOOK_VERSION = "1.2.0"
+HOOK_VERSION = "1.3.0"
 PROTOCOL_VERSION = 1
 MAX_FRAME = 16 * 1024 * 1024
 # Viewers only ever send `subscribe`; a bigger frame from one is garbage, not a request.
@@ -79,24 +80,30 @@ def _env_entries(name, default):
     return value
 
 
-# The event ring: PyTorch's own trace of alloc/free/segment events (no stacks), kept from
-# CUDA's start so that at an OOM the job's whole history can be replayed under each remedy
-# (`vramtop replay` does; so does the viewer, from the file kept at the OOM). Recording an
-# event is a push under the allocator's lock; on the H100 a GPT-2 step's 1,916 events cost
-# nothing measurable (ring_cost.py: -0.78 %, 95 % interval -4.3 to +2.8 %). Reading is
-# what costs: PyTorch turns every entry into a dict at each _snapshot(), 0.8 us an entry
-# (3.7 ms at 4,096 entries, 13 ms at 16,384; 0.55 ms without). So the ring lives only
-# while it still holds the job's start: once full it would forget that start, and every
-# state read would pay for history no replay can use, so the hook turns it off then.
-# A job of few allocations (where fragmentation bites hardest) keeps it to its OOM.
-# Recording is not free either: 0.33 us an event on its own (95 %: 0.10 to 0.56, a cached
-# 1 MiB alloc and free in a loop), which a GPT-2 step's 1,916 events would make about 2 %.
-# So without a viewer reading states the hook still looks, every RING_CHECK_S, at how many
-# allocations the job made since the ring began (about 3 entries each with its free;
-# the raw stats, 15 us), and turns the ring off when they may have filled it.
-# (Counted as 4 entries an allocation, for the segment events beside them.)
-RING_ENTRIES = _env_entries("VRAMTOP_RING", 8192)
-RING_CHECK_S = 1.0
+# The event ring: PyTorch's own trace of alloc/free/segment events (no stacks), from which
+# the job's history is replayed under each remedy at an OOM (`vramtop replay` does; so
+# does the viewer, from the file kept at the OOM). Recording an event is a push under the
+# allocator's lock: +0.04 % of a GPT-2 step with 8,192 entries, +0.47 % with 200,000 (95 %
+# intervals -0.07 to +0.14 and -0.09 to +1.03; ring_cost.py on an H100). Reading is what
+# costs: PyTorch turns every entry into a dict at each _snapshot(), 0.8 us an entry (3.7 ms
+# at 4,096 entries, 69 ms at 65,536; 0.55 ms without), holding the GIL. So:
+# - A state read never pays for a ring that may hold more than READ_RING_MAX entries: it
+#   sends stats only, and the viewer keeps the block map of the last read that had one.
+# - Before the ring can fill, the hook takes a checkpoint: history off (which clears the
+#   ring: nothing converted), on again, and a snapshot that now converts only the entries
+#   made since (a handful). That snapshot's segments, kept in memory, plus every event of
+#   the ring since, is the job's history from then on: an OOM's file carries both
+#   (`vramtop_oom.checkpoint`), and a replay starts from the checkpoint's segments.
+# - Whether it may fill is told without reading it: the allocations since the checkpoint
+#   (the raw stats, 15 us, every RING_CHECK_S), counted as 3 entries each (alloc,
+#   free_requested, free_completed) and checkpointed at half the ring, which leaves room
+#   for a job allocating at GPT-2's pace (about 90,000 entries a second) between looks.
+RING_ENTRIES = _env_entries("VRAMTOP_RING", 65536)
+RING_CHECK_S = 0.25
+# Optimizer steps remembered for a replay (a float each).
+STEP_MARKS = 4096
+READ_RING_MAX = 4096
+ENTRIES_PER_ALLOCATION = 3
 
 _said = set()
 
@@ -298,17 +305,25 @@ class TorchAllocator:
         self.ring_entries = 0
         self.ring_from_start = False
         self.ring_fill = 0
-        self.ring_start_count = None  # allocation_count() when the ring began
+        self.ring_start_count = None  # allocation_count() when the ring (re)started
+        # The allocator's segments when the ring last restarted (`checkpoint`), and how many
+        # entries that snapshot already held per device (they are in its segments).
+        self.checkpoint = None
         self._uuids = {}  # device -> its GPU's UUID (device_uuid)
+        # When the job's optimizers stepped (time.time()), the last STEP_MARKS of them: a
+        # replay empties the cache there to judge `empty_cache()` between steps.
+        self.steps = collections.deque(maxlen=STEP_MARKS)
         # The job called _record_memory_history itself: its settings stand from then on
         # (see watch_user_history); the hook never switches recording again.
         self.user_history = False
         self.watch_user_history(memory)
         self.settings_from_torch = False
+        self._last_raw_settings = None
         self.last_device = 0
         self.internal_prefixes = self._internal_prefixes()
         self._internal_cache = {}
         self.capabilities, self.missing = [], []
+        self.watch_steps(torch)
         if self._snapshot or self._memory_snapshot:
             self.capabilities.append("memory_snapshot")
         else:
@@ -325,6 +340,38 @@ class TorchAllocator:
             self.capabilities.append("record_memory_history")
         if self._is_initialized is None:
             self.missing.append("no torch.cuda.is_initialized: cannot tell when CUDA is up")
+
+    def watch_steps(self, torch):
+        """Mark each optimizer step of the job (a global post-step hook of torch.optim:
+        one append per step). Never raises into the job.
+
+        The hook lives in the module torch.optim.optimizer, which torch/optim/__init__.py
+        deletes from the package's names (`del optimizer`): it is found in sys.modules."""
+        module = sys.modules.get("torch.optim.optimizer")
+        if module is None and getattr(torch, "optim", None) is not None:
+            try:
+                import importlib
+
+                module = importlib.import_module("torch.optim.optimizer")
+            except Exception:
+                module = None
+        register = getattr(module, "register_optimizer_step_post_hook", None)
+        if register is None:
+            self.missing.append("no torch.optim.optimizer.register_optimizer_step_post_hook: no step marks")
+            return
+        steps = self.steps
+
+        def _vramtop_step_done(optimizer, args, kwargs):
+            try:
+                steps.append(time.time())
+            except Exception:
+                pass
+
+        try:
+            register(_vramtop_step_done)
+            self.capabilities.append("step_marks")
+        except Exception:
+            pass
 
     def watch_user_history(self, memory):
         """Notice the job's own calls of torch.cuda.memory._record_memory_history (users
@@ -390,10 +437,23 @@ class TorchAllocator:
         except Exception as err:
             self.missing.append("OOM observer refused: %r" % (err,))
 
+    def record_ring(self, entries, stacks=False):
+        """Turn the ring of `entries` on (with stacks for live blocks when `stacks`).
+
+        Annotations are recorded by a callback PyTorch registers per thread unless asked for
+        a global one; the ring starts in the job's thread (CUDA's init) and is restarted from
+        ours, and a thread-local callback removed from another thread makes PyTorch warn
+        "Requested callback is not found" on the job's stderr. Global, it is found."""
+        context = "state" if stacks else None
+        try:
+            self._record(enabled="all", context=context, stacks="python", max_entries=entries, global_record_annotations=True)
+        except TypeError:
+            self._record(enabled="all", context=context, stacks="python", max_entries=entries)
+
     def start_ring(self, entries):
-        """Keep PyTorch's last `entries` alloc/free events per device, without stacks
-        (context=None: no Python stack is gathered for them). Started at CUDA's init, before
-        the job's first allocation, it holds the job's whole history until it fills."""
+        """Keep PyTorch's alloc/free events per device, without stacks (context=None: no
+        Python stack is gathered for them). Started at CUDA's init, before the job's first
+        allocation, it holds the job's whole history until its first checkpoint."""
         if self._record is None or entries <= 0 or self.user_history:
             return
         if self.history_already_on():
@@ -402,7 +462,7 @@ class TorchAllocator:
             return
         before = self.allocation_count()
         try:
-            self._record(enabled="all", context=None, stacks="python", max_entries=entries)
+            self.record_ring(entries)
         except TypeError:
             self.missing.append("no event ring: this torch's _record_memory_history takes no max_entries")
             return
@@ -411,10 +471,12 @@ class TorchAllocator:
             return
         self.ring_entries = entries
         # An allocation made while we turned it on (from our thread, vramtop_hook.start())
-        # may be missing from it: then it is not the whole history.
+        # may be missing from it: then the history needs a checkpoint to begin from.
         self.ring_from_start = before == 0 and self.allocation_count() == 0
         self.ring_start_count = before
         self.capabilities.append("event_ring")
+        # Otherwise the hook's thread takes a checkpoint at its next look (ring_may_be_full):
+        # not here, where we may be inside torch's lazy init.
 
     def history_already_on(self):
         """Whether something records allocation history already: its trace holds entries,
@@ -430,40 +492,103 @@ class TorchAllocator:
             return True
         return any(b.get("frames") for seg in raw.get("segments") or [] for b in seg.get("blocks") or [])
 
-    def ring_may_be_full(self):
-        """True when the job's allocations since the ring began may have filled it: 4
-        entries each (alloc, free_requested, free_completed, and segment events on top).
-        A ring that fills first anyway is read as not complete (ring_of counts it)."""
+    def ring_estimate(self):
+        """How many entries the ring may hold now, from the allocations since it (re)started
+        (None: cannot tell). Reading the ring itself is what costs."""
         if not self.ring_entries:
-            return False
+            return 0
         count = self.allocation_count()
         if count is None or self.ring_start_count is None:
-            return True  # cannot tell: a ring we cannot watch is not left to cost the job
-        return 4 * (count - self.ring_start_count) >= self.ring_entries
+            return None
+        return ENTRIES_PER_ALLOCATION * max(0, count - self.ring_start_count)
+
+    def ring_may_be_full(self):
+        """True when the ring may be half full by now: time for a checkpoint (RING_ENTRIES)."""
+        if not self.ring_entries:
+            return False
+        if not self.ring_from_start and self.checkpoint is None:
+            return True  # no start to replay from yet: the checkpoint is one
+        estimate = self.ring_estimate()
+        return estimate is None or 2 * estimate >= self.ring_entries
+
+    def ring_cheap_to_read(self):
+        """Whether a snapshot now converts few enough ring entries (READ_RING_MAX)."""
+        estimate = self.ring_estimate()
+        return estimate is not None and estimate <= READ_RING_MAX
 
     def ring_of(self, raw, device):
         """What the ring holds for `device` in the snapshot `raw`: None without a ring, else
-        {"max_entries", "entries", "complete"}: complete when it began before the job's
-        first allocation and has never been full (a full ring may have dropped its oldest)."""
+        {"max_entries", "entries", "complete", "checkpoint"}: complete when it holds every
+        event since the job's first allocation, or since its checkpoint (`checkpoint` true),
+        and has never been full (a full ring may have dropped its oldest)."""
         if not self.ring_entries:
             return None
         traces = (raw or {}).get("device_traces") or []
         entries = len(traces[device]) if 0 <= device < len(traces) else 0
+        since_checkpoint = self.checkpoint is not None
         return {
             "max_entries": self.ring_entries,
             "entries": entries,
             # Once the job set history itself, the ring is its (it may have cleared it).
-            "complete": bool(self.ring_from_start and entries < self.ring_entries and not self.user_history),
+            "complete": bool(
+                (self.ring_from_start or since_checkpoint) and entries < self.ring_entries and not self.user_history
+            ),
+            "checkpoint": since_checkpoint,
         }
 
-    def retire_ring(self, recording_stacks):
-        """The ring is full: turn it off (see RING_ENTRIES), history back to its own form.
+    def checkpoint_of(self, device):
+        """The checkpoint as an OOM's file carries it (`vramtop_oom.checkpoint`): the segments
+        of `device` then, in PyTorch's own form, and how many of the ring's first entries
+        that snapshot had already seen (`skip`: they are in its segments)."""
+        cp = self.checkpoint
+        if cp is None:
+            return None
+        skips = cp["skip"]
+        return {
+            "time_s": cp["time_s"],
+            "skip": skips[device] if 0 <= device < len(skips) else 0,
+            "segments": [seg for seg in cp["segments"] if seg.get("device", device) == device],
+        }
 
-        Off first, always: only turning history off clears PyTorch's ring. Shrinking it in
-        place (enabled="state" sets 1 entry) leaves a wrapped ring writing past its end:
-        on the H100 (2.11) that killed the job with SIGSEGV."""
+    def restart_ring(self, stacks):
+        """Checkpoint: clear the ring without reading it and keep the allocator's segments
+        now (see RING_ENTRIES). Returns the snapshot taken, or None when the ring is gone.
+
+        Off first, always: only turning history off clears PyTorch's ring, and shrinking
+        one in place (enabled="state" sets 1 entry) leaves a wrapped ring writing past its
+        end: on the H100 (2.11) that killed the job with SIGSEGV. The snapshot is taken with
+        the ring already on again, so no event falls between the two: the entries it holds
+        happened before its segments were read (PyTorch reads a device's trace first), and
+        a replay skips them; an event between its trace and its segments is in both, which
+        the replay recognises (an alloc of a block already live, a free of a free one)."""
+        if self.user_history or not self.ring_entries:
+            return None
+        entries = self.ring_entries
+        count = self.allocation_count()
+        try:
+            self._record(enabled=None)
+            self.record_ring(entries, stacks=stacks)
+            raw = self.raw_snapshot() or {}
+        except Exception as err:
+            say_once("ring", "cannot restart the event ring (%r): no history from here" % (err,))
+            self.ring_entries = 0
+            self.checkpoint = None
+            return None
+        self.ring_start_count = count
+        self.ring_fill = max([len(t) for t in raw.get("device_traces") or []] or [0])
+        self.checkpoint = {
+            "time_s": time.time(),
+            "segments": raw.get("segments") or [],
+            "skip": [len(t) for t in raw.get("device_traces") or []],
+        }
+        return raw
+
+    def retire_ring(self, recording_stacks):
+        """Turn the ring off for good (history back to its own form): for a ring the hook
+        cannot restart. Off first, always (restart_ring says why)."""
         self.ring_entries = 0
         self.ring_fill = 0
+        self.checkpoint = None
         if self.user_history:
             return  # the job's own settings stand
         try:
@@ -491,10 +616,9 @@ class TorchAllocator:
         record = self._record
         if self.ring_entries:
             # With the ring: stacks for live blocks on top of it, and "off" keeps the ring.
-            entries = self.ring_entries
             ring_forms = (
-                lambda: record(enabled="all", context="state", stacks="python", max_entries=entries),
-                lambda: record(enabled="all", context=None, stacks="python", max_entries=entries),
+                lambda: self.record_ring(self.ring_entries, stacks=True),
+                lambda: self.record_ring(self.ring_entries, stacks=False),
             )
             self._history_forms = (
                 lambda: record(enabled="state", context="state", stacks="python"),
@@ -567,13 +691,26 @@ class TorchAllocator:
             return {"segments": self._memory_snapshot(), "device_traces": []}
         return None
 
-    def collect(self, device=None, raw=None):
+    def collect(self, device=None, raw=None, segments=True):
         """The allocator's state for one device: stats, settings, segments with blocks.
-        `raw` is a snapshot already taken (`raw_snapshot`), else one is taken here."""
+        `raw` is a snapshot already taken (`raw_snapshot`), else one is taken here; without
+        `segments` none is taken (`segments_omitted`: the viewer keeps its last ones)."""
+        if not segments:
+            device = self.last_device if device is None else device
+            return {
+                "device": device,
+                "device_uuid": self.device_uuid(device),
+                "stats": self.stats(device),
+                "settings": self.settings(self._last_raw_settings),
+                "segments": [],
+                "segments_omitted": True,
+                "truncated": False,
+            }
         if raw is None:
             raw = self.raw_snapshot()
         raw_segments = (raw or {}).get("segments") or []
         raw_settings = (raw or {}).get("allocator_settings")
+        self._last_raw_settings = raw_settings
         if self.ring_entries:
             self.ring_fill = max([len(t) for t in (raw or {}).get("device_traces") or []] or [0])
         if device is None:
@@ -964,13 +1101,16 @@ class Hook:
             self.on_event(key, mask)
 
     def watch_ring(self, now):
-        """Turn the event ring off once it may be full, viewer or not (RING_ENTRIES)."""
+        """Checkpoint the event ring before it can fill, viewer or not (RING_ENTRIES)."""
         alloc = self.alloc
         if not self.cuda_ready or alloc is None or not alloc.ring_entries or now < self.next_ring_check:
             return
         self.next_ring_check = now + RING_CHECK_S
         if alloc.ring_may_be_full():
-            alloc.retire_ring(self.duty.recording if self.duty is not None else False)
+            alloc.restart_ring(self.recording_stacks())
+
+    def recording_stacks(self):
+        return self.duty.recording if self.duty is not None else bool(self.alloc and self.alloc.history_on)
 
     def timeout(self, now):
         if not self.cuda_ready:
@@ -1239,13 +1379,21 @@ class Hook:
         started = time.monotonic()
         cpu_started = time.thread_time()
         try:
-            state = self.alloc.collect()
+            alloc = self.alloc
+            raw, with_segments = None, True
+            if alloc.ring_entries and not alloc.ring_cheap_to_read():
+                # Reading the ring now would cost more than the state is worth: a checkpoint
+                # if it is due (its snapshot is cheap), else the stats alone.
+                if alloc.ring_may_be_full():
+                    raw = alloc.restart_ring(self.recording_stacks())
+                with_segments = raw is not None or not alloc.ring_entries
+            state = alloc.collect(raw=raw, segments=with_segments)
         except Exception as err:
             say_once("collect", "reading the allocator failed: %r" % (err,))
             state = None
         cost = time.monotonic() - started
         if self.alloc.ring_entries and self.alloc.ring_fill >= self.alloc.ring_entries:
-            self.alloc.retire_ring(self.duty.recording if self.duty is not None else False)
+            self.alloc.restart_ring(self.recording_stacks())
         frame = None
         if state is not None:
             self.seq += 1
@@ -1492,6 +1640,7 @@ class OomKeeper:
             snapshot["vramtop_oom"]["history_left_out"] = True
             if snapshot["vramtop_oom"].get("ring"):
                 snapshot["vramtop_oom"]["ring"] = dict(snapshot["vramtop_oom"]["ring"], complete=False)
+            snapshot["vramtop_oom"]["checkpoint"] = None  # nothing to replay from it now
             data = pickle.dumps(snapshot, protocol=4)
         if len(data) > limit:
             self.say_once("cap", "OOM %d: the allocator state is %d MiB, over VRAMTOP_OOM_MAX_MB (%g); not kept" % (n, len(data) >> 20, OOM_MAX_MB))
@@ -1533,6 +1682,10 @@ class OomKeeper:
             "summary": oom["summary"],
             "history_left_out": False,
             "ring": oom.get("ring"),
+            "checkpoint": oom.get("checkpoint"),
+            # When the job's optimizers stepped (time.time(); the trace's time_us is the same
+            # clock in microseconds): `empty_cache()` between steps is replayed there.
+            "steps": oom.get("steps") or [],
         }
         traces = [list(t) for t in (snapshot.get("device_traces") or [])]
         while len(traces) <= device:
@@ -1605,11 +1758,16 @@ def on_oom(device, alloc_size, limit_bytes, device_free):
             "truncated": state["truncated"],
             "summary": oom_summary(alloc_size, stats, device_free),
             "ring": hook.alloc.ring_of(raw, int(device)),
+            "checkpoint": hook.alloc.checkpoint_of(int(device)),
+            "steps": list(hook.alloc.steps),
         }
         # The file first: a job that dies of this OOM may be gone before a viewer reads.
         # A viewer replays the job's history from it when the ring holds all of it.
         if raw is not None:
             message["kept_path"] = _oom_keeper.keep(raw, message)
+        # The checkpoint's segments are for the file (a replay starts from them), not the wire.
+        message.pop("checkpoint", None)
+        message.pop("steps", None)
         frame = encode_fitting(message)
         if frame is None:
             return

@@ -6,6 +6,8 @@ use super::{check_capacity, Backing, BackingError, RangeBook, SegmentBook, DEFAU
 
 /// Where the fake address space starts: far from zero, so a stray 0 stands out.
 const BASE_ADDR: u64 = 0x7f00_0000_0000;
+/// Where a top-down backing starts handing out segments (downwards from here).
+const TOP_ADDR: u64 = 0x7fff_0000_0000;
 
 #[derive(Debug)]
 pub struct BookkeepingBacking {
@@ -13,8 +15,17 @@ pub struct BookkeepingBacking {
     page_size: u64,
     held: u64,
     /// Next unused address; addresses are never reused, which keeps stale receipts
-    /// from aliasing new ranges.
+    /// from aliasing new ranges (except where a replay hints an address the traced
+    /// allocator reused: then the trace says it was free).
     next_addr: u64,
+    /// The address the next segment of this size should get (`hint_segment`).
+    hint: Option<(u64, u64)>,
+    /// Segments go downwards from TOP_ADDR, as CUDA's driver tends to place them (the
+    /// order of addresses decides which of equal free blocks PyTorch takes); else up.
+    /// Reserved ranges always go up from BASE_ADDR.
+    top_down: Option<u64>,
+    /// Segments at random free places between BASE_ADDR and TOP_ADDR (`scattered`).
+    scatter: Option<crate::rng::Rng>,
     segments: SegmentBook,
     ranges: RangeBook,
 }
@@ -32,20 +43,87 @@ impl BookkeepingBacking {
             page_size: page_size.max(512).next_power_of_two(),
             held: 0,
             next_addr: BASE_ADDR,
+            hint: None,
+            top_down: None,
+            scatter: None,
             segments: SegmentBook::default(),
             ranges: RangeBook::default(),
         }
     }
 
-    /// Hands out the next `size` bytes of address space, page-aligned.
-    fn take_addresses(&mut self, size: u64) -> Result<u64, BackingError> {
-        let addr = self.next_addr;
+    /// Segments from the top of the address space downwards (see `top_down`).
+    pub fn top_down(mut self) -> Self {
+        self.top_down = Some(TOP_ADDR);
+        self
+    }
+
+    /// Segments at random free places (seeded): an address order no driver follows, for
+    /// telling which outcomes turn on the order at all.
+    pub fn scattered(mut self, seed: u64) -> Self {
+        self.scatter = Some(crate::rng::Rng::new(seed));
+        self
+    }
+
+    fn take_addresses_scattered(&mut self, size: u64) -> Result<u64, BackingError> {
+        let span = size.checked_next_multiple_of(self.page_size);
+        let (Some(span), Some(rng)) = (span, self.scatter.as_mut()) else {
+            return self.take_addresses(size);
+        };
+        // Half the space above where reserved ranges grow, in pages.
+        let lo = BASE_ADDR + (TOP_ADDR - BASE_ADDR) / 2;
+        let pages = (TOP_ADDR - lo - span) / self.page_size;
+        for _ in 0..64 {
+            let addr = lo + rng.range(0, pages) * self.page_size;
+            if self.segments.overlapping(addr, span).is_none() {
+                return Ok(addr);
+            }
+        }
+        self.take_addresses(size)
+    }
+
+    /// The next `size` bytes below the last segment placed top-down, below any segment
+    /// in the way.
+    fn take_addresses_down(&mut self, below: u64, size: u64) -> Result<u64, BackingError> {
+        let exhausted = || BackingError::Failed(format!("address space exhausted ({size} B)"));
         let span = size
             .checked_next_multiple_of(self.page_size)
-            .and_then(|s| addr.checked_add(s))
-            .ok_or_else(|| BackingError::Failed(format!("address space exhausted ({size} B)")))?;
-        self.next_addr = span;
+            .ok_or_else(exhausted)?;
+        let mut addr = below.checked_sub(span).ok_or_else(exhausted)?;
+        addr -= addr % self.page_size;
+        while let Some((base, _)) = self.segments.overlapping(addr, span) {
+            addr = base.checked_sub(span).ok_or_else(exhausted)?;
+            addr -= addr % self.page_size;
+        }
+        if addr < self.next_addr {
+            return Err(exhausted());
+        }
+        self.top_down = Some(addr);
         Ok(addr)
+    }
+
+    /// Hands out the next `size` bytes of address space, page-aligned, past any segment
+    /// placed at a hinted address.
+    fn take_addresses(&mut self, size: u64) -> Result<u64, BackingError> {
+        let exhausted = || BackingError::Failed(format!("address space exhausted ({size} B)"));
+        let span = size
+            .checked_next_multiple_of(self.page_size)
+            .ok_or_else(exhausted)?;
+        let mut addr = self.next_addr;
+        while let Some(end) = self.segments.overlap_end(addr, span) {
+            addr = end
+                .checked_next_multiple_of(self.page_size)
+                .ok_or_else(exhausted)?;
+        }
+        self.next_addr = addr.checked_add(span).ok_or_else(exhausted)?;
+        Ok(addr)
+    }
+
+    /// The hinted address for a segment of `size`, if there is one and it is free.
+    fn hinted(&mut self, size: u64) -> Option<u64> {
+        let (addr, hinted_size) = self.hint.take()?;
+        let free =
+            !self.ranges.overlaps(addr, size) && self.segments.overlap_end(addr, size).is_none();
+        (hinted_size == size && free && addr != 0).then_some(addr)
     }
 }
 
@@ -68,10 +146,25 @@ impl Backing for BookkeepingBacking {
 
     fn alloc_segment(&mut self, size: u64) -> Result<u64, BackingError> {
         check_capacity(self.held, size, self.capacity)?;
-        let addr = self.take_addresses(size)?;
+        let addr = match (self.hinted(size), self.top_down) {
+            (Some(addr), below) => {
+                // Later segments go below this one too.
+                if below.is_some_and(|b| addr < b) {
+                    self.top_down = Some(addr);
+                }
+                addr
+            }
+            (None, Some(below)) => self.take_addresses_down(below, size)?,
+            (None, None) if self.scatter.is_some() => self.take_addresses_scattered(size)?,
+            (None, None) => self.take_addresses(size)?,
+        };
         self.segments.insert(addr, size);
         self.held += size;
         Ok(addr)
+    }
+
+    fn hint_segment(&mut self, addr: u64, size: u64) {
+        self.hint = Some((addr, size));
     }
 
     fn free_segment(&mut self, addr: u64, size: u64) -> Result<(), BackingError> {
@@ -135,6 +228,23 @@ mod tests {
         b.free_segment(a, 4 << 20).unwrap();
         assert!(b.free_segment(a, 4 << 20).is_err());
         assert_eq!(b.held(), 4 << 20);
+    }
+
+    #[test]
+    fn a_hinted_address_is_taken_when_free_and_skipped_by_later_segments() {
+        let mut b = BookkeepingBacking::new(1 << 30);
+        b.hint_segment(BASE_ADDR + (8 << 20), 4 << 20);
+        assert_eq!(b.alloc_segment(4 << 20).unwrap(), BASE_ADDR + (8 << 20));
+        // Not for another size, and only once.
+        b.hint_segment(BASE_ADDR + (64 << 20), 4 << 20);
+        let other = b.alloc_segment(2 << 20).unwrap();
+        assert_eq!(other, BASE_ADDR);
+        // The bump skips the hinted segment.
+        let next = b.alloc_segment(8 << 20).unwrap();
+        assert_eq!(next, BASE_ADDR + (12 << 20));
+        // A hint over a live segment is ignored.
+        b.hint_segment(BASE_ADDR, 2 << 20);
+        assert_ne!(b.alloc_segment(2 << 20).unwrap(), BASE_ADDR);
     }
 
     #[test]

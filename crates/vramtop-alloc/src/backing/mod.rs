@@ -122,6 +122,11 @@ pub trait Backing: Send {
     fn held(&self) -> u64;
     /// A new segment of `size` bytes (a multiple of 512); its base address.
     fn alloc_segment(&mut self, size: u64) -> Result<u64, BackingError>;
+    /// Where the next segment of `size` bytes should go, if the backing can choose: a
+    /// replay gives the address the traced allocator got, so that its policy's address
+    /// order (PyTorch takes the lowest of equal free blocks) is the trace's. Backings
+    /// that cannot choose ignore it.
+    fn hint_segment(&mut self, _addr: u64, _size: u64) {}
     fn free_segment(&mut self, addr: u64, size: u64) -> Result<(), BackingError>;
     /// Reserve `size` bytes of address space (a multiple of `page_size`) with nothing
     /// behind it; costs no capacity.
@@ -171,6 +176,14 @@ pub(crate) struct RangeBook {
 }
 
 impl RangeBook {
+    /// True when a reserved range overlaps `[addr, addr+len)`.
+    pub(crate) fn overlaps(&self, addr: u64, len: u64) -> bool {
+        self.ranges
+            .range(..addr.saturating_add(len))
+            .next_back()
+            .is_some_and(|(&base, (size, _))| base.saturating_add(*size) > addr)
+    }
+
     pub(crate) fn insert(&mut self, base: u64, size: u64, page: u64) {
         self.ranges
             .insert(base, (size, vec![false; (size / page) as usize]));
@@ -273,6 +286,22 @@ impl SegmentBook {
                 "no segment of {size} bytes at {addr:#x}"
             ))),
         }
+    }
+
+    /// The end of a live segment that overlaps `[addr, addr+len)`, if one does.
+    pub(crate) fn overlap_end(&self, addr: u64, len: u64) -> Option<u64> {
+        self.overlapping(addr, len)
+            .map(|(base, size)| base.saturating_add(size))
+    }
+
+    /// A live segment (base, size) that overlaps `[addr, addr+len)`, if one does.
+    pub(crate) fn overlapping(&self, addr: u64, len: u64) -> Option<(u64, u64)> {
+        let end = addr.saturating_add(len);
+        self.segments
+            .range(..end)
+            .next_back()
+            .map(|(&base, &size)| (base, size))
+            .filter(|&(base, size)| base.saturating_add(size) > addr)
     }
 
     /// True when `[addr, addr+len)` lies inside one live segment.

@@ -18,7 +18,7 @@
 
 use serde::Serialize;
 
-use super::{replay, OomCheck, ReplayError, ReplayOptions};
+use super::{replay, AddressOrder, OomCheck, ReplayError, ReplayOptions};
 use crate::ooms::{CapacitySource, TraceOom};
 use crate::{snapshot, Trace, TraceEventKind};
 use vramtop_alloc::remedy::{
@@ -105,20 +105,23 @@ pub fn capacity_bounds(
     })
 }
 
+/// The cap PyTorch enforced, where a file the hook kept at an OOM under a memory fraction
+/// names it (what PyTorch passed its OOM observer): no need to bound it then.
+pub fn kept_cap(trace: &Trace) -> Option<u64> {
+    trace.stats.kept_oom.as_ref().and_then(|k| {
+        let needed = round_size(k.requested_bytes).unwrap_or(k.requested_bytes);
+        let capped = k.device_free_bytes >= segment_size_for(needed);
+        (capped && k.device_total_bytes > 0).then_some(k.device_total_bytes)
+    })
+}
+
 /// Every remedy at each of the trace's OOMs (`ooms` is `ooms::trace_ooms(trace)`).
 pub fn remedies(
     trace: &Trace,
     ooms: &[TraceOom],
     given: Option<u64>,
 ) -> Result<Vec<OomRemedies>, ReplayError> {
-    // A file the hook kept at an OOM under a memory fraction names the cap PyTorch
-    // enforced (what it passed its OOM observer): no need to bound it.
-    let kept_cap = trace.stats.kept_oom.as_ref().and_then(|k| {
-        let needed = round_size(k.requested_bytes).unwrap_or(k.requested_bytes);
-        let capped = k.device_free_bytes >= segment_size_for(needed);
-        (capped && k.device_total_bytes > 0).then_some(k.device_total_bytes)
-    });
-    let Some(bounds) = capacity_bounds(trace, ooms, given.or(kept_cap)) else {
+    let Some(bounds) = capacity_bounds(trace, ooms, given.or(kept_cap(trace))) else {
         return Ok(Vec::new());
     };
     // What came before the trace began: blocks live at its start. A replay places them
@@ -131,11 +134,19 @@ pub fn remedies(
             .map(|s| s.blocks.len())
             .sum::<usize>(),
     );
-    let kept_without_whole_history = trace
+    let checkpoint = trace
         .stats
         .kept_oom
         .as_ref()
-        .is_some_and(|kept| !kept.ring_complete || live_at_start > 0);
+        .and_then(|kept| kept.checkpoint.clone());
+    let kept_without_whole_history = trace.stats.kept_oom.as_ref().is_some_and(|kept| {
+        !kept.ring_complete
+            || match &kept.checkpoint {
+                // Its blocks are the checkpoint's; a replay that contradicts it is not the job's.
+                Some(cp) => cp.contradictions > 0,
+                None => live_at_start > 0,
+            }
+    });
     if trace.stats.no_history || kept_without_whole_history {
         // A file kept at the OOM without the job's whole history (no event ring, or one
         // that was full and forgot the job's start): its segments are the state at the
@@ -151,14 +162,24 @@ pub fn remedies(
     // fit at a higher one and fail again higher still: its verdict needs the cap, not
     // bounds.
     let gc_cap = (bounds.low == bounds.high).then_some(bounds.low);
+    // From a checkpoint, the blocks live then were laid out under the job's own settings,
+    // not the remedy's: each run starts from both ends (`Start`), and a verdict is given
+    // only where they agree.
+    let starts = Starts::of(trace, checkpoint.is_some());
+    // The job's optimizer steps, where the hook marked them within the history.
+    let step_marks = super::step_boundaries(trace);
+    let steps_marked = !step_marks.is_empty();
     let at = |run: Run| {
         let opts = ReplayOptions {
             capacity: run.capacity,
             source: bounds.source,
             max_split_size: run.max_split,
             gc_threshold: if run.gc_tried { Some(GC_TRIED) } else { own_gc },
+            roundup_power2_divisions: run.roundup.map(|n| [n; 16]),
+            empty_cache_at_steps: run.empty_steps,
+            addresses: run.addresses,
         };
-        replay(trace, run.policy, opts).map(|run| run.oom_checks)
+        replay(starts.trace(trace, run.start), run.policy, opts).map(|run| run.oom_checks)
     };
     // Each run on a thread of its own: they share nothing but the trace.
     let mut asked: Vec<Run> = Vec::new();
@@ -168,6 +189,10 @@ pub fn remedies(
             capacity,
             max_split: None,
             gc_tried: false,
+            roundup: None,
+            empty_steps: false,
+            start: Start::AsFound,
+            addresses: AddressOrder::Trace,
         };
         asked.push(run);
         if !settings.expandable_segments {
@@ -184,6 +209,18 @@ pub fn remedies(
                 });
             }
         }
+        if settings.roundup_power2_divisions == [0; 16] {
+            asked.push(Run {
+                roundup: Some(ROUNDUP_TRIED),
+                ..run
+            });
+        }
+        if steps_marked {
+            asked.push(Run {
+                empty_steps: true,
+                ..run
+            });
+        }
         if bounds.low == bounds.high {
             break;
         }
@@ -194,8 +231,19 @@ pub fn remedies(
             capacity: cap,
             max_split: None,
             gc_tried: true,
+            roundup: None,
+            empty_steps: false,
+            start: Start::AsFound,
+            addresses: AddressOrder::Trace,
         });
     }
+    // Each remedy's run from every start and under every address order (the job's own
+    // run stays as PyTorch had it: it must fail where PyTorch failed).
+    let others: Vec<Run> = asked
+        .iter()
+        .flat_map(|&r| starts.variants(r).into_iter().skip(1))
+        .collect();
+    asked.extend(others);
     let answers: Vec<Result<Vec<OomCheck>, ReplayError>> = std::thread::scope(|scope| {
         let handles: Vec<_> = asked
             .iter()
@@ -210,33 +258,29 @@ pub fn remedies(
     for (key, answer) in asked.into_iter().zip(answers) {
         runs.push((key, answer?));
     }
-    // Did `run` fail the OOM at `event`?
+    // Would a job run so have died by the OOM at `event`: there, or at an allocation
+    // before it that the run could not place (PyTorch's own run placed them all)?
     let fails = |event: usize, run: Run| -> Option<bool> {
         runs.iter()
             .find(|(k, _)| *k == run)
             .and_then(|(_, checks)| checks.iter().find(|c| c.event == event))
-            .map(|c| c.fails)
+            .map(|c| c.fails || c.failed_before > 0)
     };
+    // Fits only where it fits at the low capacity in every variant; fails only where it
+    // fails at the high capacity in every variant.
     let verdict_of = |event: usize, run: Run| -> Verdict {
-        match (
-            fails(
-                event,
-                Run {
-                    capacity: bounds.low,
-                    ..run
-                },
-            ),
-            fails(
-                event,
-                Run {
-                    capacity: bounds.high,
-                    ..run
-                },
-            ),
-        ) {
-            (Some(false), _) => Verdict::Fits,
-            (_, Some(true)) => Verdict::Fails,
-            _ => Verdict::CannotTell,
+        let variants = starts.variants(run);
+        let at = |capacity: u64| {
+            variants
+                .iter()
+                .map(move |&v| fails(event, Run { capacity, ..v }))
+        };
+        if at(bounds.low).all(|f| f == Some(false)) {
+            Verdict::Fits
+        } else if at(bounds.high).all(|f| f == Some(true)) {
+            Verdict::Fails
+        } else {
+            Verdict::CannotTell
         }
     };
     let plain = Run {
@@ -244,6 +288,33 @@ pub fn remedies(
         capacity: bounds.low,
         max_split: None,
         gc_tried: false,
+        roundup: None,
+        empty_steps: false,
+        start: Start::AsFound,
+        addresses: AddressOrder::Trace,
+    };
+    // Why variants of a run disagree, at some capacity: the start (where the blocks live
+    // at a checkpoint would have been), or the addresses (where CUDA would have put the
+    // remedy's new segments).
+    let disagreement = |event: usize, run: Run| -> Option<Disagreement> {
+        let variants = starts.variants(run);
+        let split = |same: &dyn Fn(&Run) -> bool| {
+            [bounds.low, bounds.high].iter().any(|&capacity| {
+                let mut seen = variants
+                    .iter()
+                    .filter(|v| same(v))
+                    .map(|&v| fails(event, Run { capacity, ..v }));
+                let first = seen.next().flatten();
+                seen.any(|f| f != first)
+            })
+        };
+        if split(&|v| v.addresses == AddressOrder::Trace) {
+            Some(Disagreement::Start)
+        } else if split(&|v| v.start == Start::AsFound) {
+            Some(Disagreement::Addresses)
+        } else {
+            None
+        }
     };
     let mut out = Vec::new();
     for oom in ooms {
@@ -253,6 +324,41 @@ pub fn remedies(
         let beyond = beyond_any_setting(oom.allocated_bytes.saturating_add(needed), bounds.high);
         let released = released_before(trace, event);
         let mut remedies = Vec::new();
+        // What a replayed verdict says of where it came from: a checkpoint, and for one left
+        // open, what its variants disagree on.
+        let from_checkpoint = |r: RemedyVerdict, runs: &[Run]| -> RemedyVerdict {
+            let mut r = r;
+            let since = event.min(trace.events.len());
+            let split = runs.iter().find_map(|&run| disagreement(event, run));
+            if r.verdict == Verdict::CannotTell {
+                match (split, &checkpoint) {
+                    (Some(Disagreement::Start), Some(cp)) => {
+                        r.reason = format!(
+                            "the blocks live at the hook's checkpoint ({}) decide it: the \
+                             {since} events since, replayed with those blocks where PyTorch \
+                             had them and with them packed anew, give different answers",
+                            checkpoint_age(cp, trace)
+                        );
+                    }
+                    (Some(Disagreement::Addresses), _) => {
+                        r.reason = "it turns on where CUDA would place the new segments \
+                                    (PyTorch takes the lowest of equal free blocks): the \
+                                    replays under different address orders give different \
+                                    answers, and so may PyTorch from run to run"
+                            .to_string();
+                    }
+                    _ => {}
+                }
+            } else if let Some(cp) = &checkpoint {
+                r.reason = format!(
+                    "{} (from the hook's checkpoint {} and the {since} events since, with \
+                     the blocks live then where PyTorch had them and packed anew alike)",
+                    r.reason,
+                    checkpoint_age(cp, trace)
+                );
+            }
+            r
+        };
         // The replay must fail where PyTorch failed before its answers mean anything.
         let replay_fails_there = fails(event, plain) == Some(true);
         if !replay_fails_there {
@@ -269,16 +375,17 @@ pub fn remedies(
                 why,
             ));
         } else {
-            let partial = live_at_start > 0;
-            remedies.push(expandable(settings.expandable_segments, partial, || {
-                verdict_of(
-                    event,
-                    Run {
-                        policy: PolicyKind::PytorchExpandable,
-                        ..plain
-                    },
-                )
-            }));
+            let partial = live_at_start > 0 && checkpoint.is_none();
+            let run = Run {
+                policy: PolicyKind::PytorchExpandable,
+                ..plain
+            };
+            remedies.push(from_checkpoint(
+                expandable(settings.expandable_segments, partial, || {
+                    verdict_of(event, run)
+                }),
+                &[run],
+            ));
             if partial {
                 remedies.push(RemedyVerdict::new(
                     "max_split_size_mb:N",
@@ -289,44 +396,75 @@ pub fn remedies(
                     ),
                 ));
             } else {
-                remedies.push(max_split(&|mb| {
-                    verdict_of(
-                        event,
-                        Run {
-                            max_split: Some(mb * MIB),
-                            ..plain
-                        },
-                    )
-                }));
+                let split_run = |mb: u64| Run {
+                    max_split: Some(mb * MIB),
+                    ..plain
+                };
+                let runs: Vec<Run> = MAX_SPLIT_TRIED_MB.iter().map(|&mb| split_run(mb)).collect();
+                remedies.push(from_checkpoint(
+                    max_split(&|mb| verdict_of(event, split_run(mb))),
+                    &runs,
+                ));
+            }
+            if !partial && settings.roundup_power2_divisions == [0; 16] {
+                let run = Run {
+                    roundup: Some(ROUNDUP_TRIED),
+                    ..plain
+                };
+                remedies.push(from_checkpoint(roundup(verdict_of(event, run)), &[run]));
             }
         }
-        let history_gc = (replay_fails_there && capped && beyond.is_none() && live_at_start == 0)
-            .then(|| {
-                let at_cap = gc_cap.and_then(|cap| {
-                    fails(
-                        event,
-                        Run {
-                            capacity: cap,
-                            gc_tried: true,
-                            ..plain
-                        },
-                    )
-                });
-                gc_threshold(
-                    own_gc,
-                    match at_cap {
-                        Some(false) => Verdict::Fits,
-                        Some(true) => Verdict::Fails,
-                        None => Verdict::CannotTell,
-                    },
-                )
+        let history_gc = (replay_fails_there
+            && capped
+            && beyond.is_none()
+            && (live_at_start == 0 || checkpoint.is_some()))
+        .then(|| {
+            let run = gc_cap.map(|cap| Run {
+                capacity: cap,
+                gc_tried: true,
+                ..plain
             });
+            let verdict = run.map_or(Verdict::CannotTell, |run| verdict_of(event, run));
+            let judged = gc_threshold(own_gc, verdict);
+            match run {
+                Some(run) if own_gc.is_none() => from_checkpoint(judged, &[run]),
+                _ => judged,
+            }
+        });
         remedies.push(history_gc.unwrap_or_else(|| gc_threshold_verdict(capped, beyond.clone())));
+        // Expandable segments with the GC threshold as well: PyTorch unmaps every free page
+        // and retries before it raises, so at the OOM the threshold changes nothing that
+        // expandable segments alone would not; its verdict is theirs.
+        if let Some(alone) = remedies
+            .iter()
+            .find(|r| r.remedy == "expandable_segments:True" && !settings.expandable_segments)
+            .cloned()
+        {
+            remedies.push(RemedyVerdict::new(
+                "expandable_segments:True,garbage_collection_threshold:0.6",
+                alone.verdict,
+                format!(
+                    "as expandable_segments:True alone (PyTorch unmaps every free page and \
+                     retries before it raises, whatever the threshold): {}",
+                    alone.reason
+                ),
+            ));
+        }
         remedies.push(empty_cache_verdict(Some(released)));
-        remedies.push(remedy::empty_cache_between_steps(beyond_any_setting(
-            oom.allocated_bytes.saturating_add(needed),
-            bounds.high,
-        )));
+        let marks_before = step_marks.iter().filter(|&&at| at < event).count();
+        let between = (replay_fails_there && beyond.is_none() && marks_before > 0).then(|| {
+            let run = Run {
+                empty_steps: true,
+                ..plain
+            };
+            from_checkpoint(between_steps(verdict_of(event, run), marks_before), &[run])
+        });
+        remedies.push(between.unwrap_or_else(|| {
+            remedy::empty_cache_between_steps(beyond_any_setting(
+                oom.allocated_bytes.saturating_add(needed),
+                bounds.high,
+            ))
+        }));
         out.push(OomRemedies {
             event,
             remedies,
@@ -335,6 +473,156 @@ pub fn remedies(
         });
     }
     Ok(out)
+}
+
+/// "3.2 s before the OOM", or "before the OOM" where the times are not known.
+fn checkpoint_age(cp: &crate::Checkpoint, trace: &Trace) -> String {
+    let at = trace.stats.kept_oom.as_ref().map_or(0, |k| k.time_us);
+    if cp.time_us > 0 && at >= cp.time_us {
+        format!("{:.1} s before the OOM", (at - cp.time_us) as f64 / 1e6)
+    } else {
+        "before the OOM".to_string()
+    }
+}
+
+/// The `roundup_power2_divisions` tried (PyTorch's value for every size interval).
+const ROUNDUP_TRIED: u32 = 4;
+
+/// Where a replay from a checkpoint starts: the blocks live then, where PyTorch had them
+/// (`AsFound`: its segments adopted, free parts and all); packed into a fresh allocator in
+/// address order (`Packed`); or, for expandable segments, each large block grown to whole
+/// pages plus one (`Padded`: a block can touch at most that many pages wherever it lies).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Start {
+    AsFound,
+    Packed,
+    Padded,
+}
+
+/// The traces each `Start` replays (only made for a trace that begins at a checkpoint).
+struct Starts {
+    packed: Option<Trace>,
+    padded: Option<Trace>,
+}
+
+impl Starts {
+    fn of(trace: &Trace, from_checkpoint: bool) -> Starts {
+        if !from_checkpoint {
+            return Starts {
+                packed: None,
+                padded: None,
+            };
+        }
+        let packed = Trace {
+            initial_segments: Vec::new(),
+            ..trace.clone()
+        };
+        let mut padded = packed.clone();
+        for b in &mut padded.initial {
+            if b.size >= EXPANDABLE_PAGE / 2 {
+                b.size = (b.size.div_ceil(EXPANDABLE_PAGE) + 1) * EXPANDABLE_PAGE;
+            }
+        }
+        Starts {
+            packed: Some(packed),
+            padded: Some(padded),
+        }
+    }
+
+    fn trace<'a>(&'a self, own: &'a Trace, start: Start) -> &'a Trace {
+        match start {
+            Start::AsFound => own,
+            Start::Packed => self.packed.as_ref().unwrap_or(own),
+            Start::Padded => self.padded.as_ref().unwrap_or(own),
+        }
+    }
+
+    /// The variants of `run` its verdict must agree across, `run` itself first: the job's
+    /// own run is only as PyTorch had it; a remedy's from every start (from a checkpoint)
+    /// under every address order.
+    fn variants(&self, run: Run) -> Vec<Run> {
+        if run.is_plain() {
+            return vec![run];
+        }
+        let starts: &[Start] = match (&self.packed, run.policy) {
+            (None, _) => &[Start::AsFound],
+            // It cannot adopt PyTorch's segments: its own start is the packed one.
+            (Some(_), PolicyKind::PytorchExpandable) => &[Start::AsFound, Start::Padded],
+            (Some(_), _) => &[Start::AsFound, Start::Packed],
+        };
+        let mut out = vec![Run {
+            start: Start::AsFound,
+            addresses: AddressOrder::Trace,
+            ..run
+        }];
+        for &start in starts {
+            for addresses in ADDRESS_ORDERS {
+                let v = Run {
+                    start,
+                    addresses,
+                    ..run
+                };
+                if !out.contains(&v) {
+                    out.push(v);
+                }
+            }
+        }
+        out
+    }
+}
+
+/// The address orders a remedy's verdict must hold under: the trace's, CUDA's usual
+/// top-down, bottom-up, and two scattered at random.
+const ADDRESS_ORDERS: [AddressOrder; 5] = [
+    AddressOrder::Trace,
+    AddressOrder::Down,
+    AddressOrder::Up,
+    AddressOrder::Scattered(1),
+    AddressOrder::Scattered(2),
+];
+
+/// PyTorch's page for expandable segments (the large pool's granularity).
+const EXPANDABLE_PAGE: u64 = 2 << 20;
+
+/// `empty_cache()` between steps, from the history replayed with the cache emptied after
+/// each of the `steps` optimizer steps the hook marked before the OOM.
+fn between_steps(verdict: Verdict, steps: usize) -> RemedyVerdict {
+    let reason = match verdict {
+        Verdict::Fits => format!(
+            "the job's history replayed with the cache emptied after each of its {steps} \
+             optimizer steps serves the request"
+        ),
+        Verdict::Fails => format!(
+            "the job's history replayed with the cache emptied after each of its {steps} \
+             optimizer steps still fails the request"
+        ),
+        Verdict::CannotTell => format!(
+            "replayed with the cache emptied after each of its {steps} optimizer steps, it \
+             fits at the trace's lower capacity bound only"
+        ),
+    };
+    RemedyVerdict::new("empty_cache() between steps", verdict, reason)
+}
+
+/// `roundup_power2_divisions:4`: requests rounded up to the next quarter of a power of
+/// two, so that varying sizes reuse the same blocks.
+fn roundup(verdict: Verdict) -> RemedyVerdict {
+    let name = format!("roundup_power2_divisions:{ROUNDUP_TRIED}");
+    let reason = match verdict {
+        Verdict::Fits => {
+            "the job's history replayed with requests rounded as PyTorch rounds them \
+                          under it serves the request"
+        }
+        Verdict::Fails => {
+            "the job's history replayed with requests rounded as PyTorch rounds \
+                           them under it still fails the request"
+        }
+        Verdict::CannotTell => {
+            "the replay fits it at the trace's lower capacity bound only, or \
+                                from one start of the checkpoint only"
+        }
+    };
+    RemedyVerdict::new(name, verdict, reason)
 }
 
 /// The threshold tried for `garbage_collection_threshold` (the value users are told).
@@ -348,6 +636,30 @@ struct Run {
     max_split: Option<u64>,
     /// With `garbage_collection_threshold:0.6` (else the job's own threshold).
     gc_tried: bool,
+    /// With `roundup_power2_divisions:N` for every interval (else the job's own).
+    roundup: Option<u32>,
+    /// With `torch.cuda.empty_cache()` after each of the job's optimizer steps.
+    empty_steps: bool,
+    start: Start,
+    addresses: AddressOrder,
+}
+
+/// What the variants of a run disagree on (see `Starts::variants`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Disagreement {
+    Start,
+    Addresses,
+}
+
+impl Run {
+    /// The job's own settings: the run that must fail where PyTorch failed.
+    fn is_plain(&self) -> bool {
+        self.policy == PolicyKind::Caching
+            && self.max_split.is_none()
+            && !self.gc_tried
+            && self.roundup.is_none()
+            && !self.empty_steps
+    }
 }
 
 /// The device had room for the request's new segment: a memory fraction refused it.

@@ -17,3 +17,4 @@ class OutOfMemoryError(RuntimeError):
 
 from . import _C  # noqa: E402
 from . import cuda  # noqa: E402
+from . import optim  # noqa: E402

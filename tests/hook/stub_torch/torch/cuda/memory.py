@@ -212,7 +212,8 @@ def memory_snapshot():
     return _snapshot()["segments"]
 
 
-def _record_memory_history(enabled="all", context="all", stacks="all", max_entries=sys.maxsize, device=None):
+def _record_memory_history(enabled="all", context="all", stacks="all", max_entries=sys.maxsize, device=None,
+                           clear_history=False, compile_context=False, global_record_annotations=False):
     global _history_on, _ring_max, _ring_next
     _lazy_init()  # as the real binding does
     history_calls.append({"enabled": enabled, "context": context, "stacks": stacks, "max_entries": max_entries})

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# The job's history at its OOM, on the GPU (issue "Right on real training jobs"):
+#   1. remedies A/B: each workload once under a plain `vramtop run` (its live verdicts and
+#      the kept file's replay), then each remedy in a fresh process (PyTorch's outcome);
+#   2. what the hook's states cost a GPT-2 step, in one process (hook_read_cost.py), with
+#      the default ring (65,536 entries, checkpointed) and with none;
+#   3. the hook's host memory with and without the ring (VmHWM of the same GPT-2 loop).
+# Usage: scripts/gpu-history-check.sh path/to/vramtop [ab|cost|all] [workload...]
+set -uo pipefail
+BIN=$(realpath "${1:?usage: gpu-history-check.sh path/to/vramtop [ab|cost|all] [workload...]}")
+PART=${2:-all}
+shift 2 2>/dev/null || shift
+OUT=${OUT:-/tmp/vramtop-history}
+mkdir -p "$OUT"
+cd "$(dirname "$0")/gpu-jobs" || exit 1
+
+if [ "$PART" = ab ] || [ "$PART" = all ]; then
+  python3 whatif_ab.py ab "$BIN" "$OUT/ab" "$@"
+fi
+
+if [ "$PART" = cost ] || [ "$PART" = all ]; then
+  for ring in 65536 0; do
+    VRAMTOP_RING=$ring "$BIN" run --quiet -- python3 hook_read_cost.py --blocks 20 --block-steps 40 --rate 20 \
+      > "$OUT/read-cost-ring$ring.json" 2> "$OUT/read-cost-ring$ring.err"
+    echo "read cost, ring $ring: $(tail -1 "$OUT/read-cost-ring$ring.json")"
+  done
+  for ring in 65536 0; do
+    VRAMTOP_RING=$ring "$BIN" run --quiet -- python3 -c '
+import re, torch
+from train_gpt2 import build, train_step
+config, model, optimizer = build(8)
+ids = torch.randint(0, config.vocab_size, (8, 512), device="cuda")
+for _ in range(300):
+    train_step(model, optimizer, ids)
+torch.cuda.synchronize()
+print(re.search(r"VmHWM:\s+(\d+) kB", open("/proc/self/status").read()).group(1))
+' > "$OUT/hwm-ring$ring.txt" 2>&1
+    echo "VmHWM kB, ring $ring: $(tail -1 "$OUT/hwm-ring$ring.txt")"
+  done
+fi
