@@ -720,4 +720,64 @@ mod tests {
         assert_eq!(tags, vec!["leak.py:12 step"]);
         assert_eq!(job.view.map().map(|m| m.frag_history.len()), Some(12));
     }
+
+    #[test]
+    fn once_the_job_ended_its_map_is_the_state_at_its_oom_and_other_caches_see_states_before_it() {
+        let state = |seq: u64, time_s: f64, segments: Vec<HookSegment>| JobState {
+            seq,
+            device_uuid: None,
+            time_s,
+            device: 0,
+            stats: None,
+            settings: AllocatorSettings::default(),
+            segments,
+            segments_omitted: false,
+            truncated: false,
+            collect_ms: None,
+            history_share: None,
+        };
+        let mut job = AttachedJob::new(7, 1.0);
+        job.on_frame(JobFrame::from_state(&state(
+            1,
+            1.0,
+            vec![checker_segment(0x1000_0000)],
+        )));
+        let at_oom: Vec<HookSegment> = (0..4)
+            .map(|i| checker_segment(0x7f00_0000_0000 + i * 20 * MIB))
+            .collect();
+        job.on_oom(OomExplained::from_oom(&OomState {
+            time_s: 2.0,
+            device: 0,
+            requested_bytes: 16 * MIB,
+            device_free_bytes: Some(0),
+            device_total_bytes: Some(80 << 30),
+            stats: None,
+            segments: at_oom,
+            truncated: false,
+            summary: None,
+            settings: AllocatorSettings::default(),
+            ring: None,
+            kept_path: None,
+            device_uuid: None,
+        }));
+        // What was left once the exception unwound: one segment.
+        job.on_frame(JobFrame::from_state(&state(
+            2,
+            3.0,
+            vec![checker_segment(0x1000_0000)],
+        )));
+        let segments = |job: &AttachedJob| job.view.map().map(|m| m.layout.segments.len());
+        assert_eq!(segments(&job), Some(1), "running: the last state");
+        assert!(!job.view.map_is_the_oom());
+        job.on_bye(Bye {
+            time_s: 4.0,
+            exit_code: Some(1),
+        });
+        assert_eq!(segments(&job), Some(4), "ended: the state at the OOM");
+        assert!(job.view.map_is_the_oom());
+        // Another process's OOM at 2.5 s sees the state of 1.0 s, not the later one.
+        assert_eq!(job.frame_at(2.5).map(|f| f.time_s), Some(1.0));
+        assert_eq!(job.frame_at(3.5).map(|f| f.time_s), Some(3.0));
+        assert!(job.frame_at(0.5).is_none());
+    }
 }
