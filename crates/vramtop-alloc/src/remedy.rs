@@ -213,8 +213,7 @@ pub fn max_split_size(scene: &OomScene<'_>) -> RemedyVerdict {
         NAME,
         Verdict::CannotTell,
         "it changes which cached blocks earlier requests split, which one state does not \
-         show: replay the job's history (run with --history, then vramtop replay the kept \
-         file) to find an N",
+         show, and no history of the job's allocations came with this OOM",
     )
 }
 
@@ -443,9 +442,9 @@ impl ExpandableVerdict {
             Answer::CannotTell => (
                 Verdict::CannotTell,
                 format!(
-                    "one state does not settle it (run with --history to replay the job): it \
-                     fits packed tight ({}), not if each live tensor keeps its pages mapped \
-                     ({}; a 20 MiB page stays while any tensor touches it)",
+                    "one state does not settle it (no history of the job's allocations came \
+                     with this OOM): it fits packed tight ({}), not if each live tensor keeps \
+                     its pages mapped ({}; a 20 MiB page stays while any tensor touches it)",
                     human_bytes(v.best_case_bytes),
                     human_bytes(v.worst_case_bytes)
                 ),

@@ -670,7 +670,8 @@ mod tests {
         assert!(explained
             .expandable_line()
             .contains("cannot tell: one state does not settle it"));
-        assert!(explained.expandable_line().contains("--history"));
+        // No flag is offered: --history records stacks, which decide no remedy.
+        assert!(!explained.expandable_line().contains("--history"));
         // Over the budget even packed tight: a firm no.
         let too_big = expandable_would_fit(&explained.map.layout, 40 * MIB, 0, false);
         assert_eq!(too_big.answer, Answer::DoesNotFit);

@@ -93,8 +93,10 @@ fn import(
         ..TraceStats::default()
     };
     // Hook 1.3: the history begins at a checkpoint; the ring's first entries are in it.
+    // It is the OOM's device's: another device's trace begins at CUDA's start.
     let checkpoint = root
         .get("vramtop_oom")
+        .filter(|_| stats.kept_oom.as_ref().is_some_and(|k| k.device == chosen))
         .and_then(|k| k.get("checkpoint"))
         .filter(|c| c.as_dict().is_some());
     let skip = checkpoint

@@ -111,20 +111,26 @@ pub fn step_boundaries(trace: &Trace) -> Vec<usize> {
         return Vec::new();
     };
     let events = &trace.events;
+    let Some(first) = events.iter().find_map(|e| e.time_us) else {
+        return Vec::new(); // no times to place the steps by
+    };
+    let mut steps: Vec<i64> = kept
+        .steps_us
+        .iter()
+        .copied()
+        .filter(|&s| s >= first)
+        .collect();
+    steps.sort_unstable();
+    // One pass: events without a time, or a time a little behind the one before (PyTorch's
+    // timestamps are approximate), never move a step back.
     let mut out: Vec<usize> = Vec::new();
-    for &step in &kept.steps_us {
-        if events
-            .first()
-            .and_then(|e| e.time_us)
-            .is_none_or(|t0| step < t0)
-        {
-            continue; // before the history (or no times to place it by)
+    let mut at = 0;
+    for step in steps {
+        while at < events.len() && events[at].time_us.is_none_or(|t| t <= step) {
+            at += 1;
         }
-        let after = events.partition_point(|e| e.time_us.is_some_and(|t| t <= step));
-        if let Some(i) = (after..events.len()).find(|&i| events[i].kind == TraceEventKind::Alloc) {
-            if out.last() != Some(&i) {
-                out.push(i);
-            }
+        if let Some(i) = (at..events.len()).find(|&i| events[i].kind == TraceEventKind::Alloc) {
+            out.push(i);
         }
     }
     out.sort_unstable();
@@ -890,6 +896,54 @@ mod tests {
             assert_eq!(row.events, 9);
             assert!(row.peak_reserved_bytes >= 20 * MIB, "{row:?}");
         }
+    }
+
+    #[test]
+    fn a_step_falls_before_the_first_allocation_after_it() {
+        use TraceEventKind::*;
+        // Block 3 (4 MiB) takes a large segment; block 1 (1 MiB) a small one, cached
+        // once freed unless the cache is emptied.
+        let timed = |kind, addr, t: i64| TraceEvent {
+            time_us: Some(t),
+            ..event(kind, addr, if addr == 3 { 4 * MIB } else { MIB })
+        };
+        let mut t = trace(
+            Vec::new(),
+            vec![
+                timed(Alloc, 1, 100),         // 0
+                timed(FreeCompleted, 1, 200), // 1: the step at 250 is after it
+                timed(FreeCompleted, 2, 260), // 2: zero_grad's frees
+                timed(Alloc, 3, 255),         // 3: a time a little behind: still after
+                timed(Alloc, 4, 400),         // 4
+            ],
+        );
+        t.stats.kept_oom = Some(crate::KeptOom {
+            // One before the history began, two in it, one past its end.
+            steps_us: vec![50, 250, 390, 900],
+            ..Default::default()
+        });
+        assert_eq!(step_boundaries(&t), vec![3, 4]);
+        // Emptied there, the cache holds nothing of the first block when the next comes.
+        let opts = ReplayOptions {
+            empty_cache_at_steps: true,
+            ..ReplayOptions::default()
+        };
+        let mut r = Replay::new(&t, PolicyKind::Caching, opts).unwrap();
+        r.run_to(3).unwrap();
+        assert!(r.allocator().reserved_bytes() > 0, "cached until the step");
+        r.run_to(4).unwrap();
+        assert_eq!(
+            r.allocator().reserved_bytes(),
+            20 * MIB,
+            "only the new block's segment"
+        );
+        let mut kept = Replay::new(&t, PolicyKind::Caching, ReplayOptions::default()).unwrap();
+        kept.run_to(4).unwrap();
+        assert_eq!(
+            kept.allocator().reserved_bytes(),
+            22 * MIB,
+            "without: the cache stays"
+        );
     }
 
     #[test]

@@ -309,6 +309,7 @@ class TorchAllocator:
         # The allocator's segments when the ring last restarted (`checkpoint`), and how many
         # entries that snapshot already held per device (they are in its segments).
         self.checkpoint = None
+        self.restarting = False  # restart_ring between clearing the ring and its checkpoint
         self._uuids = {}  # device -> its GPU's UUID (device_uuid)
         # When the job's optimizers stepped (time.time()), the last STEP_MARKS of them: a
         # replay empties the cache there to judge `empty_cache()` between steps.
@@ -531,7 +532,10 @@ class TorchAllocator:
             "entries": entries,
             # Once the job set history itself, the ring is its (it may have cleared it).
             "complete": bool(
-                (self.ring_from_start or since_checkpoint) and entries < self.ring_entries and not self.user_history
+                (self.ring_from_start or since_checkpoint)
+                and entries < self.ring_entries
+                and not self.user_history
+                and not self.restarting
             ),
             "checkpoint": since_checkpoint,
         }
@@ -557,22 +561,27 @@ class TorchAllocator:
         Off first, always: only turning history off clears PyTorch's ring, and shrinking
         one in place (enabled="state" sets 1 entry) leaves a wrapped ring writing past its
         end: on the H100 (2.11) that killed the job with SIGSEGV. The snapshot is taken with
-        the ring already on again, so no event falls between the two: the entries it holds
-        happened before its segments were read (PyTorch reads a device's trace first), and
-        a replay skips them; an event between its trace and its segments is in both, which
-        the replay recognises (an alloc of a block already live, a free of a free one)."""
+        the ring already on again, so no event falls between the two. Reading the segments
+        writes a `snapshot` entry to the ring under the allocator's lock: a replay starts
+        from these segments and the events after that entry.
+
+        An OOM in another thread while this runs finds `restarting` set: its file says the
+        history is not complete (the ring is cleared before the new checkpoint is kept)."""
         if self.user_history or not self.ring_entries:
             return None
         entries = self.ring_entries
         count = self.allocation_count()
+        self.restarting = True
         try:
             self._record(enabled=None)
             self.record_ring(entries, stacks=stacks)
             raw = self.raw_snapshot() or {}
         except Exception as err:
             say_once("ring", "cannot restart the event ring (%r): no history from here" % (err,))
-            self.ring_entries = 0
-            self.checkpoint = None
+            # Off for good, off first (a ring left on would be read whole at every state,
+            # and the history switches would resize it in place).
+            self.restarting = False
+            self.retire_ring(stacks)
             return None
         self.ring_start_count = count
         self.ring_fill = max([len(t) for t in raw.get("device_traces") or []] or [0])
@@ -581,6 +590,7 @@ class TorchAllocator:
             "segments": raw.get("segments") or [],
             "skip": [len(t) for t in raw.get("device_traces") or []],
         }
+        self.restarting = False
         return raw
 
     def retire_ring(self, recording_stacks):
@@ -992,6 +1002,7 @@ class Hook:
         self.prepare_lock = threading.Lock()
         self.prepared = False
         self.next_ring_check = 0.0
+        self.segments_wanted = False  # a viewer subscribed and has no map yet
 
     # ----- the thread -------------------------------------------------------------------
 
@@ -1202,6 +1213,9 @@ class Hook:
                         low, high = INTERVAL_RANGE
                         viewer.interval = min(max(float(interval), low), high)
                         viewer.next_due = time.monotonic()
+                        # Its first state has segments, whatever the ring costs to read
+                        # once (the pacing after it accounts for it): it has no map yet.
+                        self.segments_wanted = True
             # other types are ignored (forward compatibility)
 
     def offer(self, viewer, frame, keep=None):
@@ -1381,13 +1395,15 @@ class Hook:
         try:
             alloc = self.alloc
             raw, with_segments = None, True
-            if alloc.ring_entries and not alloc.ring_cheap_to_read():
+            if alloc.ring_entries and not alloc.ring_cheap_to_read() and not self.segments_wanted:
                 # Reading the ring now would cost more than the state is worth: a checkpoint
                 # if it is due (its snapshot is cheap), else the stats alone.
                 if alloc.ring_may_be_full():
                     raw = alloc.restart_ring(self.recording_stacks())
                 with_segments = raw is not None or not alloc.ring_entries
             state = alloc.collect(raw=raw, segments=with_segments)
+            if with_segments:
+                self.segments_wanted = False
         except Exception as err:
             say_once("collect", "reading the allocator failed: %r" % (err,))
             state = None
