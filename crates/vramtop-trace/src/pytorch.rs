@@ -106,47 +106,39 @@ fn import(
         .min(device_trace.len());
     let mut events = entries.events_of(&device_trace[skip..], chosen, &mut stats);
     let segments_at_end = import_segments(segments, chosen, &mut entries)?;
-    if let Some(cp) = checkpoint {
-        let at_checkpoint = import_segments(
-            cp.get("segments").and_then(Value::as_seq).unwrap_or(&[]),
-            chosen,
-            &mut entries,
-        )?;
-        let time_us = match cp.get("time_s") {
-            Some(Value::Float(s)) if s.is_finite() => (*s * 1e6) as i64,
-            _ => 0,
-        };
-        let (reconciled, contradictions) =
-            super::checkpoint::reconcile(&at_checkpoint, &mut events);
-        if let Some(kept) = stats.kept_oom.as_mut() {
-            kept.checkpoint = Some(crate::Checkpoint {
-                time_us,
-                skipped: skip as u64,
-                reconciled,
-                contradictions,
-            });
-        }
-        let (initial, initial_segments) = super::checkpoint::initial_state(&at_checkpoint);
-        let mut trace = Trace {
-            source: TraceFormat::PytorchSnapshot,
-            device: chosen,
-            initial,
-            initial_segments,
-            events,
-            segments_at_end,
-            settings: settings_of(root.get("allocator_settings")),
-            stats,
-        };
-        trace.tally();
-        return Ok(trace);
-    }
     if device.is_some() && device_trace.is_empty() && segments_at_end.is_empty() {
         return Err(not_a_snapshot(format!(
             "device {chosen} has neither a trace nor segments in this snapshot; \
              pick another device"
         )));
     }
-    let (initial, initial_segments) = super::initial::infer(&segments_at_end, &events);
+    // Where the replay starts: the checkpoint's segments, else what the events and the
+    // final segments say was there before the trace began.
+    let (initial, initial_segments) = match checkpoint {
+        Some(cp) => {
+            let at_checkpoint = import_segments(
+                cp.get("segments").and_then(Value::as_seq).unwrap_or(&[]),
+                chosen,
+                &mut entries,
+            )?;
+            let time_us = match cp.get("time_s") {
+                Some(Value::Float(s)) if s.is_finite() => (*s * 1e6) as i64,
+                _ => 0,
+            };
+            let (reconciled, contradictions) =
+                super::checkpoint::reconcile(&at_checkpoint, &mut events);
+            if let Some(kept) = stats.kept_oom.as_mut() {
+                kept.checkpoint = Some(crate::Checkpoint {
+                    time_us,
+                    skipped: skip as u64,
+                    reconciled,
+                    contradictions,
+                });
+            }
+            super::checkpoint::initial_state(&at_checkpoint)
+        }
+        None => super::initial::infer(&segments_at_end, &events),
+    };
     let mut trace = Trace {
         source: TraceFormat::PytorchSnapshot,
         device: chosen,
