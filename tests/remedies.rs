@@ -355,6 +355,22 @@ fn oom_message_for(path: &std::path::Path, kept: &KeptOom, complete: bool) -> Oo
     }
 }
 
+/// The fixture `path`, unzipped into a fresh folder under the name the hook gives its
+/// files (`vramtop-oom-...`: the live view opens no other): (the folder, the file).
+fn unzipped_as_kept(path: &std::path::Path, name: &str) -> (PathBuf, PathBuf) {
+    let dir = std::env::temp_dir().join(format!("vramtop-kept-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let kept_path = dir.join(format!("vramtop-oom-{name}-4242-1.pickle"));
+    let mut unzipped = Vec::new();
+    std::io::Read::read_to_end(
+        &mut flate2::read::GzDecoder::new(std::fs::File::open(path).unwrap()),
+        &mut unzipped,
+    )
+    .unwrap();
+    std::fs::write(&kept_path, unzipped).unwrap();
+    (dir, kept_path)
+}
+
 #[test]
 fn gpu_kept_files_with_the_whole_history_give_pytorchs_outcomes_on_both_paths() {
     for workload in ["checker", "splitcache", "tails", "otherproc"] {
@@ -376,16 +392,7 @@ fn gpu_kept_files_with_the_whole_history_give_pytorchs_outcomes_on_both_paths() 
         );
         // ...and the live view, handed the same OOM by the hook, which names its files
         // `vramtop-oom-...` (the live view opens no other).
-        let dir = std::env::temp_dir().join(format!("vramtop-ring-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let kept_path = dir.join(format!("vramtop-oom-{workload}-4242-1.pickle"));
-        let mut unzipped = Vec::new();
-        std::io::Read::read_to_end(
-            &mut flate2::read::GzDecoder::new(std::fs::File::open(&path).unwrap()),
-            &mut unzipped,
-        )
-        .unwrap();
-        std::fs::write(&kept_path, unzipped).unwrap();
+        let (dir, kept_path) = unzipped_as_kept(&path, workload);
         let misnamed = OomExplained::from_oom(&oom_message_for(&path, &kept, true));
         assert_eq!(
             misnamed.history_events, None,
@@ -490,17 +497,7 @@ fn gpu_kept_files_of_stepped_jobs_give_pytorchs_outcomes_on_both_paths() {
             assert_eq!(ours.verdict, expected, "{name} {remedy}: {ours:?}");
         }
         // The live view, handed the same OOM, replays the same file to the same verdicts.
-        let dir =
-            std::env::temp_dir().join(format!("vramtop-stepped-{}-{name}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let kept_path = dir.join(format!("vramtop-oom-{name}-4242-1.pickle"));
-        let mut unzipped = Vec::new();
-        std::io::Read::read_to_end(
-            &mut flate2::read::GzDecoder::new(std::fs::File::open(&path).unwrap()),
-            &mut unzipped,
-        )
-        .unwrap();
-        std::fs::write(&kept_path, unzipped).unwrap();
+        let (dir, kept_path) = unzipped_as_kept(&path, name);
         let live = OomExplained::from_oom(&oom_message_for(&kept_path, &kept, true));
         assert_eq!(live.history_events, Some(file.events.len()), "{name}");
         assert_eq!(live.remedies, at.remedies, "{name}");

@@ -332,3 +332,104 @@ fn recording_errors_name_the_line() {
     assert_eq!(t.events.len(), 0);
     assert_eq!(t.stats.unknown_actions.get("teleport"), Some(&1));
 }
+
+/// A file hook 1.3 kept at an OOM: `snapshot` as `_snapshot()` returns it, with the hook's
+/// `vramtop_oom` (its ring, its checkpoint's segments and how many entries they held).
+fn kept_with_checkpoint(checkpoint_segments: Vec<P>) -> P {
+    let base: i64 = 0x7f00_0000_0000;
+    let mib: i64 = 1 << 20;
+    let at_oom = segment(
+        base,
+        20 * mib,
+        vec![
+            block(base, 4 * mib, "active_allocated"),
+            block(base + 4 * mib, 16 * mib, "active_allocated"),
+        ],
+    );
+    let ring = vec![
+        event("free_completed", base + 8 * mib, 2 * mib, vec![]), // before the mark: in it
+        event("snapshot", 0, 4 * mib, vec![]),
+        event("alloc", base + 4 * mib, 16 * mib, vec![]),
+        dict(vec![
+            ("action", s("oom")),
+            ("device_free", P::Int(70 << 30)),
+            ("size", P::Int(64 * mib)),
+            ("stream", P::Int(0)),
+            ("time_us", P::Int(1_795_321_078_558_700)),
+        ]),
+    ];
+    let P::Dict(mut pairs) = snapshot(vec![at_oom], vec![ring]) else {
+        unreachable!()
+    };
+    pairs.push((
+        s("vramtop_oom"),
+        dict(vec![
+            ("number", P::Int(1)),
+            ("pid", P::Int(4242)),
+            ("argv", P::List(vec![s("train.py")])),
+            ("time_s", P::Float(1_795_321_078.6)),
+            ("device", P::Int(0)),
+            ("requested_bytes", P::Int(64 * mib)),
+            ("device_free_bytes", P::Int(70 << 30)),
+            ("device_total_bytes", P::Int(24 * mib)),
+            (
+                "ring",
+                dict(vec![
+                    ("max_entries", P::Int(65536)),
+                    ("entries", P::Int(4)),
+                    ("complete", P::Bool(true)),
+                    ("checkpoint", P::Bool(true)),
+                ]),
+            ),
+            (
+                "checkpoint",
+                dict(vec![
+                    ("time_s", P::Float(1_795_321_078.5)),
+                    ("skip", P::Int(0)),
+                    ("segments", P::List(checkpoint_segments)),
+                ]),
+            ),
+            ("steps", P::List(vec![])),
+        ]),
+    ));
+    P::Dict(pairs)
+}
+
+#[test]
+fn a_kept_file_replays_from_its_checkpoint_and_a_broken_one_still_opens() {
+    let base: i64 = 0x7f00_0000_0000;
+    let mib: i64 = 1 << 20;
+    let checkpoint = vec![segment(
+        base,
+        20 * mib,
+        vec![
+            block(base, 4 * mib, "active_allocated"),
+            block(base + 4 * mib, 16 * mib, "inactive"),
+        ],
+    )];
+    let t = trace::from_bytes(
+        &pickle(&kept_with_checkpoint(checkpoint)),
+        &LoadOptions::default(),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let kept = t.stats.kept_oom.as_ref().expect("kept");
+    let cp = kept.checkpoint.as_ref().expect("a checkpoint");
+    // Everything up to the checkpoint's own `snapshot` entry is in its segments.
+    assert_eq!((cp.reconciled, cp.contradictions), (2, 0), "{cp:?}");
+    assert!(kept.ring_complete);
+    assert_eq!(t.initial.len(), 1, "the block live at the checkpoint");
+    assert_eq!(t.initial_segments.len(), 1);
+    assert_eq!(t.events[0].kind, TraceEventKind::Alloc);
+    // A checkpoint whose segments cannot be read: the state at the OOM still opens, and
+    // its history is not called complete (no verdict is replayed from it).
+    let broken = vec![dict(vec![("address", s("not a number"))])];
+    let t = trace::from_bytes(
+        &pickle(&kept_with_checkpoint(broken)),
+        &LoadOptions::default(),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let kept = t.stats.kept_oom.as_ref().expect("kept");
+    assert!(!kept.ring_complete);
+    assert!(kept.checkpoint.is_none());
+    assert_eq!(t.segments_at_end.len(), 1);
+}

@@ -598,13 +598,10 @@ mod tests {
         }
     }
 
-    #[test]
-    fn an_oom_is_explained_like_a_probe_and_expandable_would_fit() {
-        let segments: Vec<HookSegment> = (0..4)
-            .map(|i| checker_segment(0x7f00_0000_0000 + i * 20 * MIB))
-            .collect();
-        let oom = OomState {
-            time_s: 1.0,
+    /// 16 MiB asked at `time_s` on a device with nothing free (80 GiB), no history.
+    fn device_full_oom(time_s: f64, segments: Vec<HookSegment>) -> OomState {
+        OomState {
+            time_s,
             device: 0,
             requested_bytes: 16 * MIB,
             device_free_bytes: Some(0),
@@ -617,7 +614,15 @@ mod tests {
             ring: None,
             kept_path: None,
             device_uuid: None,
-        };
+        }
+    }
+
+    #[test]
+    fn an_oom_is_explained_like_a_probe_and_expandable_would_fit() {
+        let segments: Vec<HookSegment> = (0..4)
+            .map(|i| checker_segment(0x7f00_0000_0000 + i * 20 * MIB))
+            .collect();
+        let oom = device_full_oom(1.0, segments);
         let explained = OomExplained::from_oom(&oom);
         // Every remedy, in the order users are told to try them: the device itself was
         // full (0 B free), so the GC threshold, which needs a memory fraction, cannot help.
@@ -726,16 +731,9 @@ mod tests {
     fn once_the_job_ended_its_map_is_the_state_at_its_oom_and_other_caches_see_states_before_it() {
         let state = |seq: u64, time_s: f64, segments: Vec<HookSegment>| JobState {
             seq,
-            device_uuid: None,
             time_s,
-            device: 0,
-            stats: None,
-            settings: AllocatorSettings::default(),
             segments,
-            segments_omitted: false,
-            truncated: false,
-            collect_ms: None,
-            history_share: None,
+            ..JobState::default()
         };
         let mut job = AttachedJob::new(7, 1.0);
         job.on_frame(JobFrame::from_state(&state(
@@ -746,21 +744,7 @@ mod tests {
         let at_oom: Vec<HookSegment> = (0..4)
             .map(|i| checker_segment(0x7f00_0000_0000 + i * 20 * MIB))
             .collect();
-        job.on_oom(OomExplained::from_oom(&OomState {
-            time_s: 2.0,
-            device: 0,
-            requested_bytes: 16 * MIB,
-            device_free_bytes: Some(0),
-            device_total_bytes: Some(80 << 30),
-            stats: None,
-            segments: at_oom,
-            truncated: false,
-            summary: None,
-            settings: AllocatorSettings::default(),
-            ring: None,
-            kept_path: None,
-            device_uuid: None,
-        }));
+        job.on_oom(OomExplained::from_oom(&device_full_oom(2.0, at_oom)));
         // What was left once the exception unwound: one segment.
         job.on_frame(JobFrame::from_state(&state(
             2,

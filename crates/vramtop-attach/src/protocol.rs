@@ -211,7 +211,7 @@ pub struct HookBlock {
     pub site: Option<String>,
 }
 
-#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
 pub struct JobState {
     #[serde(default)]
     pub seq: u64,

@@ -129,14 +129,7 @@ mod tests {
     const MIB: u64 = 1 << 20;
 
     fn ev(kind: TraceEventKind, addr: u64, size: u64) -> TraceEvent {
-        TraceEvent {
-            kind,
-            addr,
-            size,
-            stream: 0,
-            tag: None,
-            time_us: None,
-        }
+        TraceEvent::bare(kind, addr, size)
     }
 
     #[test]

@@ -261,6 +261,21 @@ pub struct Trace {
     pub stats: TraceStats,
 }
 
+#[cfg(test)]
+impl TraceEvent {
+    /// An event on stream 0 with no tag and no time, as the crate's tests write them.
+    pub(crate) fn bare(kind: TraceEventKind, addr: u64, size: u64) -> TraceEvent {
+        TraceEvent {
+            kind,
+            addr,
+            size,
+            stream: 0,
+            tag: None,
+            time_us: None,
+        }
+    }
+}
+
 impl Trace {
     /// Peak of live bytes over the trace's own events: Alloc adds a block, FreeCompleted
     /// removes it, sizes rounded up to `round_to` (0 or 1: no rounding). Blocks live

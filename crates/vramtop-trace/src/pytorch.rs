@@ -16,8 +16,9 @@ use std::sync::Arc;
 
 use super::pickle::{self, Dict, Finished, IdHasher, Value};
 use super::{
-    AllocatorSettings, KeptOom, LoadOptions, SnapshotBlock, SnapshotSegment, StreamIds, Trace,
-    TraceErrorKind, TraceEvent, TraceEventKind, TraceFormat, TraceStats,
+    AllocatorSettings, InitialSegment, KeptOom, LiveAtStart, LoadOptions, SnapshotBlock,
+    SnapshotSegment, StreamIds, Trace, TraceErrorKind, TraceEvent, TraceEventKind, TraceFormat,
+    TraceStats,
 };
 use vramtop_alloc::{BlockState, Pool};
 
@@ -116,11 +117,25 @@ fn import(
     // final segments say was there before the trace began.
     let (initial, initial_segments) = match checkpoint {
         Some(cp) => {
-            let at_checkpoint = import_segments(
+            // A checkpoint that cannot be read leaves the file's state at the OOM readable:
+            // only its history is unusable (no verdict is replayed from it).
+            let Ok(at_checkpoint) = import_segments(
                 cp.get("segments").and_then(Value::as_seq).unwrap_or(&[]),
                 chosen,
                 &mut entries,
-            )?;
+            ) else {
+                if let Some(kept) = stats.kept_oom.as_mut() {
+                    kept.ring_complete = false;
+                }
+                return Ok(finish(
+                    chosen,
+                    (Vec::new(), Vec::new()),
+                    events,
+                    segments_at_end,
+                    root,
+                    stats,
+                ));
+            };
             let time_us = match cp.get("time_s") {
                 Some(Value::Float(s)) if s.is_finite() => (*s * 1e6) as i64,
                 _ => 0,
@@ -139,9 +154,28 @@ fn import(
         }
         None => super::initial::infer(&segments_at_end, &events),
     };
+    Ok(finish(
+        chosen,
+        (initial, initial_segments),
+        events,
+        segments_at_end,
+        root,
+        stats,
+    ))
+}
+
+/// The trace of `device`, from where its replay starts, its events and its final segments.
+fn finish(
+    device: i64,
+    (initial, initial_segments): (Vec<LiveAtStart>, Vec<InitialSegment>),
+    events: Vec<TraceEvent>,
+    segments_at_end: Vec<SnapshotSegment>,
+    root: &Value,
+    stats: TraceStats,
+) -> Trace {
     let mut trace = Trace {
         source: TraceFormat::PytorchSnapshot,
-        device: chosen,
+        device,
         initial,
         initial_segments,
         events,
@@ -150,7 +184,7 @@ fn import(
         stats,
     };
     trace.tally();
-    Ok(trace)
+    trace
 }
 
 /// `device_traces` and `segments`, or why this pickle is not a snapshot.

@@ -757,12 +757,8 @@ mod tests {
 
     fn event(kind: TraceEventKind, addr: u64, size: u64) -> TraceEvent {
         TraceEvent {
-            kind,
-            addr,
-            size,
-            stream: 0,
             tag: Some("t.py:1 f".into()),
-            time_us: None,
+            ..TraceEvent::bare(kind, addr, size)
         }
     }
 

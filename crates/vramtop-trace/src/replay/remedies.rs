@@ -182,18 +182,20 @@ pub fn remedies(
         replay(starts.trace(trace, run.start), run.policy, opts).map(|run| run.oom_checks)
     };
     // Each run on a thread of its own: they share nothing but the trace.
+    // The job's own settings, replayed as PyTorch had it: every run is this and a remedy.
+    let plain = Run {
+        policy: PolicyKind::Caching,
+        capacity: bounds.low,
+        max_split: None,
+        gc_tried: false,
+        roundup: None,
+        empty_steps: false,
+        start: Start::AsFound,
+        addresses: AddressOrder::Trace,
+    };
     let mut asked: Vec<Run> = Vec::new();
     for capacity in [bounds.low, bounds.high] {
-        let run = Run {
-            policy: PolicyKind::Caching,
-            capacity,
-            max_split: None,
-            gc_tried: false,
-            roundup: None,
-            empty_steps: false,
-            start: Start::AsFound,
-            addresses: AddressOrder::Trace,
-        };
+        let run = Run { capacity, ..plain };
         asked.push(run);
         if !settings.expandable_segments {
             asked.push(Run {
@@ -227,14 +229,9 @@ pub fn remedies(
     }
     if let Some(cap) = gc_cap.filter(|_| capped_any && own_gc.is_none()) {
         asked.push(Run {
-            policy: PolicyKind::Caching,
             capacity: cap,
-            max_split: None,
             gc_tried: true,
-            roundup: None,
-            empty_steps: false,
-            start: Start::AsFound,
-            addresses: AddressOrder::Trace,
+            ..plain
         });
     }
     // Each remedy's run from every start and under every address order (the job's own
@@ -244,16 +241,23 @@ pub fn remedies(
         .flat_map(|&r| starts.variants(r).into_iter().skip(1))
         .collect();
     asked.extend(others);
-    let answers: Vec<Result<Vec<OomCheck>, ReplayError>> = std::thread::scope(|scope| {
-        let handles: Vec<_> = asked
-            .iter()
-            .map(|&run| scope.spawn(move || at(run)))
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().unwrap_or_else(|_| Ok(Vec::new())))
-            .collect()
-    });
+    // A hundred runs or more from a checkpoint: as many threads at once as there are
+    // cores (this runs on a viewer's reader thread at a live OOM too).
+    let workers = std::thread::available_parallelism().map_or(4, |n| n.get());
+    let mut answers: Vec<Result<Vec<OomCheck>, ReplayError>> = Vec::with_capacity(asked.len());
+    for batch in asked.chunks(workers) {
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = batch
+                .iter()
+                .map(|&run| scope.spawn(move || at(run)))
+                .collect();
+            answers.extend(
+                handles
+                    .into_iter()
+                    .map(|h| h.join().unwrap_or_else(|_| Ok(Vec::new()))),
+            );
+        });
+    }
     let mut runs = Vec::with_capacity(asked.len());
     for (key, answer) in asked.into_iter().zip(answers) {
         runs.push((key, answer?));
@@ -282,16 +286,6 @@ pub fn remedies(
         } else {
             Verdict::CannotTell
         }
-    };
-    let plain = Run {
-        policy: PolicyKind::Caching,
-        capacity: bounds.low,
-        max_split: None,
-        gc_tried: false,
-        roundup: None,
-        empty_steps: false,
-        start: Start::AsFound,
-        addresses: AddressOrder::Trace,
     };
     // Why variants of a run disagree, at some capacity: the start (where the blocks live
     // at a checkpoint would have been), or the addresses (where CUDA would have put the
@@ -840,14 +834,7 @@ mod tests {
     use crate::{LiveAtStart, TraceEvent, TraceFormat, TraceStats};
 
     fn event(kind: TraceEventKind, addr: u64, size: u64) -> TraceEvent {
-        TraceEvent {
-            kind,
-            addr,
-            size,
-            stream: 0,
-            tag: None,
-            time_us: None,
-        }
+        TraceEvent::bare(kind, addr, size)
     }
 
     fn trace(initial: Vec<LiveAtStart>, events: Vec<TraceEvent>) -> Trace {

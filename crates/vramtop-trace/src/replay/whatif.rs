@@ -100,14 +100,7 @@ mod tests {
     const MIB: u64 = 1 << 20;
 
     fn trace() -> Trace {
-        let event = |kind, addr, size| TraceEvent {
-            kind,
-            addr,
-            size,
-            stream: 0,
-            tag: None,
-            time_us: None,
-        };
+        let event = TraceEvent::bare;
         Trace {
             source: TraceFormat::VramtopRecord,
             device: 0,
