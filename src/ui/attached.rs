@@ -99,8 +99,9 @@ fn title(job: &JobView) -> Line<'static> {
     if job.map_is_the_oom() {
         spans.push(Span::raw("· map at the OOM "));
     } else if let Some(f) = job.frame.as_ref() {
+        // 0: no state of this connection had segments yet (the map is empty, not old).
         let age = f.time_s - f.map_time_s;
-        if age >= 2.0 {
+        if f.map_time_s > 0.0 && age >= 2.0 {
             spans.push(Span::raw(format!("· map {age:.0} s old ")));
         }
     }
