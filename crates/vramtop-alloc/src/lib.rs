@@ -60,6 +60,7 @@ mod caching;
 pub mod events;
 mod expandable;
 mod fit;
+pub mod framework;
 mod heap;
 pub mod leaks;
 mod ledger;
