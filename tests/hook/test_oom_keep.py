@@ -99,6 +99,26 @@ class OomKeepTest(unittest.TestCase):
         self.assertTrue(before <= steps[0] <= steps[1] <= steps[2] <= time.time(), steps)
         self.assertEqual(job.finish()[0], 0)
 
+    def test_the_jobs_allocated_series_and_the_gpus_own_total_are_kept(self):
+        job = self.ready_job(VRAMTOP_RING="0")  # 3 MiB allocated as `a`
+        for n in range(3):
+            job.do("alloc g%d %d" % (n, MiB))
+            time.sleep(0.6)  # a sample each SERIES_PERIOD_S (0.5 s)
+        self.assertEqual(job.do("oom %d" % (1024 * MiB)), "ok caught OutOfMemoryError")
+        (name,) = self.kept()
+        with open(os.path.join(self.oom_dir, name), "rb") as f:
+            oom = pickle.load(f)["vramtop_oom"]
+        rows = oom["series"]["rows"]
+        self.assertGreaterEqual(len(rows), 3, rows)
+        lows = [low for _, low, _ in rows]
+        self.assertEqual(lows, sorted(lows), rows)  # it only ever grew
+        self.assertEqual(lows[-1], 6 * MiB, rows)
+        self.assertTrue(all(low <= high for _, low, high in rows), rows)
+        self.assertEqual(oom["physical_total_bytes"], 8 * 1024 * MiB)
+        # No NVML on this machine (or the stub GPU unknown to it): said as unknown, not empty.
+        self.assertIsNone(oom["gpu_processes"])
+        self.assertEqual(job.finish()[0], 0)
+
     def test_a_ring_is_complete_only_while_it_never_filled(self):
         job = self.ready_job(VRAMTOP_RING="4")  # `a` made 2 entries
         for n in range(3):
@@ -261,3 +281,55 @@ class OomKeeperUnitTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class SeriesAndProcessesUnitTest(unittest.TestCase):
+    """The allocated series' bounds and the GPU's processes, in this process."""
+
+    def setUp(self):
+        import sys
+
+        from support import HOOK_DIR
+
+        if HOOK_DIR not in sys.path:
+            sys.path.insert(0, HOOK_DIR)
+        import vramtop_hook
+
+        self.hook = vramtop_hook
+
+    def test_a_full_series_merges_pairs_keeping_their_low_and_high(self):
+        series = self.hook.AllocatedSeries(period=0.5, limit=8)
+        for n in range(8):
+            series.add(0, float(n), 100 + (n % 2) * 50 + n)
+        rows = series.of(0)["rows"]
+        self.assertEqual(len(rows), 4)
+        self.assertEqual(series.period, 1.0)
+        self.assertEqual(rows[0], [0.0, 100, 151])  # samples 100 and 151
+        self.assertEqual(rows[3], [6.0, 106, 157])
+        for n in range(100):  # bounded however long the job runs
+            series.add(0, 8.0 + n, n)
+        self.assertLess(len(series.of(0)["rows"]), 8)
+        self.assertEqual(series.of(1), {"period_s": series.period, "rows": []})
+
+    def test_frameworks_are_read_from_mapped_libraries(self):
+        import os
+
+        # This interpreter maps no framework; a pid that is not there cannot be read.
+        self.assertEqual(self.hook.frameworks_of(os.getpid()), [])
+        self.assertIsNone(self.hook.frameworks_of(2 ** 22 + 7))
+        facts = self.hook.process_facts(os.getpid())
+        self.assertIn("python", facts["command"])
+        self.assertIsNotNone(facts["user"])
+
+    def test_the_markers_are_the_viewers(self):
+        import os
+
+        from support import HOOK_DIR
+
+        rust = os.path.join(HOOK_DIR, "..", "..", "..", "crates", "vramtop-alloc", "src", "framework.rs")
+        with open(rust) as f:
+            text = f.read()
+        for name, marks in self.hook.FRAMEWORK_MARKERS:
+            self.assertIn('"%s"' % name, text)
+            for mark in marks:
+                self.assertIn('"%s"' % mark, text)

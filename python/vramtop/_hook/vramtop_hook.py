@@ -24,7 +24,7 @@ import sys
 import threading
 import time
 
-HOOK_VERSION = "1.3.0"
+HOOK_VERSION = "1.4.0"
 PROTOCOL_VERSION = 1
 MAX_FRAME = 16 * 1024 * 1024
 # Viewers only ever send `subscribe`; a bigger frame from one is garbage, not a request.
@@ -103,6 +103,12 @@ RING_CHECK_S = 0.25
 # Optimizer steps remembered for a replay (a float each).
 STEP_MARKS = 4096
 READ_RING_MAX = 4096
+# The job's allocated bytes, sampled from its start (one memory_stats call a device each
+# SERIES_PERIOD_S, on the hook's thread): a leak shows as a floor that rises and never falls
+# back. At SERIES_MAX samples pairs merge (keeping each pair's low and high) and the period
+# doubles, so the series covers the whole job in bounded memory.
+SERIES_PERIOD_S = 0.5
+SERIES_MAX = 1024
 ENTRIES_PER_ALLOCATION = 3
 
 _said = set()
@@ -314,6 +320,9 @@ class TorchAllocator:
         # When the job's optimizers stepped (time.time()), the last STEP_MARKS of them: a
         # replay empties the cache there to judge `empty_cache()` between steps.
         self.steps = collections.deque(maxlen=STEP_MARKS)
+        self.series = AllocatedSeries()
+        self._raw_stats = getattr(getattr(torch, "_C", None), "_cuda_memoryStats", None)
+        self._device_count = None
         # The job called _record_memory_history itself: its settings stand from then on
         # (see watch_user_history); the hook never switches recording again.
         self.user_history = False
@@ -762,6 +771,26 @@ class TorchAllocator:
             return self.last_device
         return max(sorted(held), key=lambda d: held[d])
 
+    def allocated_now(self, device):
+        """PyTorch's allocated bytes on `device`; the nested stats are read unflattened
+        (memory_stats flattens ~150 keys for the one figure)."""
+        if self._raw_stats is not None:
+            raw = self._raw_stats(device) or {}
+            value = ((raw.get("allocated_bytes") or {}).get("all") or {}).get("current")
+        else:
+            value = (self._stats(device) or {}).get("allocated_bytes.all.current") if self._stats else None
+        return int(value) if isinstance(value, (int, float)) else None
+
+    def sample_allocated(self):
+        """One row of the allocated series for each device the job has allocated on."""
+        if self._device_count is None:
+            self._device_count = int(self.torch.cuda.device_count())
+        now = time.time()
+        for device in range(self._device_count):
+            allocated = self.allocated_now(device)
+            if allocated or device in self.series.rows:
+                self.series.add(device, now, allocated or 0)
+
     def stats(self, device):
         raw = {}
         if self._stats is not None:
@@ -972,6 +1001,177 @@ class HistoryDuty:
         self.share = 0.0 if on else 1.0
 
 
+class AllocatedSeries:
+    """The allocated bytes of each device over the job's life: rows [time_s, low, high]
+    (time.time(); the lowest and highest sample the row covers). Kept at an OOM so a leak
+    can be told without the allocation history."""
+
+    def __init__(self, period=SERIES_PERIOD_S, limit=SERIES_MAX):
+        self.period = period
+        self.limit = limit
+        self.rows = {}  # device -> [[time_s, low, high], ...]
+        self.next_due = 0.0
+
+    def add(self, device, time_s, allocated):
+        rows = self.rows.setdefault(device, [])
+        rows.append([time_s, allocated, allocated])
+        if len(rows) >= self.limit:
+            merged = []
+            for i in range(0, len(rows) - 1, 2):
+                a, b = rows[i], rows[i + 1]
+                merged.append([a[0], min(a[1], b[1]), max(a[2], b[2])])
+            if len(rows) % 2:
+                merged.append(rows[-1])
+            self.rows[device] = merged
+            self.period *= 2  # every device merges at the same count: one period for all
+
+    def due(self, now):
+        if now < self.next_due:
+            return False
+        self.next_due = now + self.period
+        return True
+
+    def of(self, device):
+        return {"period_s": self.period, "rows": [list(r) for r in self.rows.get(device, [])]}
+
+
+# Mapped-library fragments that name a framework; the same list as the viewer's
+# (crates/vramtop-alloc/src/framework.rs, MARKERS), which a test keeps in step.
+FRAMEWORK_MARKERS = (
+    ("JAX/XLA", ("/jaxlib/", "/jax_plugins/", "xla_cuda_plugin", "xla_extension")),
+    ("TensorFlow", ("libtensorflow_framework", "_pywrap_tensorflow")),
+    ("PyTorch", ("libtorch_cuda", "libc10_cuda")),
+    ("CuPy", ("/cupy/", "/cupy_backends/")),
+    ("ONNX Runtime", ("libonnxruntime_providers_cuda",)),
+    ("TensorRT", ("libnvinfer.",)),
+    ("PaddlePaddle", ("/paddle/base/libpaddle", "libpaddle_inference")),
+)
+
+
+def frameworks_of(pid):
+    """The frameworks whose libraries process `pid` has mapped; None when its maps cannot
+    be read (another user's process, or gone)."""
+    paths = set()
+    try:
+        with open("/proc/%d/maps" % pid, "r", errors="replace") as f:
+            for line in f:
+                parts = line.split(None, 5)
+                if len(parts) == 6 and parts[5].startswith("/"):
+                    paths.add(parts[5].strip())
+    except OSError:
+        return None
+    return [name for name, marks in FRAMEWORK_MARKERS if any(m in p for p in paths for m in marks)]
+
+
+def process_facts(pid):
+    """User, command line and frameworks of `pid` from /proc; None for what cannot be read."""
+    facts = {"user": None, "command": None, "frameworks": frameworks_of(pid)}
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as f:
+            parts = [p.decode("utf-8", "replace") for p in f.read().split(b"\0") if p]
+        facts["command"] = " ".join(parts)[:512] or None
+    except OSError:
+        pass
+    try:
+        with open("/proc/%d/status" % pid) as f:
+            uid = next((int(l.split()[1]) for l in f if l.startswith("Uid:")), None)
+        if uid is not None:
+            try:
+                import pwd
+
+                facts["user"] = pwd.getpwuid(uid).pw_name
+            except (ImportError, KeyError):
+                facts["user"] = str(uid)
+    except (OSError, ValueError, IndexError):
+        pass
+    return facts
+
+
+NVML_VALUE_NOT_AVAILABLE = (1 << 64) - 1
+
+
+def gpu_processes(uuid, pci_bus_id=None):
+    """Every process NVML lists on one GPU (compute and graphics), each with its bytes and
+    what /proc says of it: {"processes": [...], "own_pid_listed": bool}, or None where NVML
+    cannot say (no libnvidia-ml, an unknown GPU). Through ctypes, stdlib only; called at an
+    OOM, off the job's hot path. When this process is not among the pids listed, NVML speaks
+    of another PID namespace (a container): the pids are not ours to read."""
+    import ctypes
+
+    try:
+        nvml = ctypes.CDLL("libnvidia-ml.so.1")
+    except OSError:
+        return None
+
+    class Info(ctypes.Structure):  # nvmlProcessInfo_t (v2 and v3 share it)
+        _fields_ = [
+            ("pid", ctypes.c_uint),
+            ("usedGpuMemory", ctypes.c_ulonglong),
+            ("gpuInstanceId", ctypes.c_uint),
+            ("computeInstanceId", ctypes.c_uint),
+        ]
+
+    if nvml.nvmlInit_v2() != 0:
+        return None
+    try:
+        handle = ctypes.c_void_p()
+        found = False
+        if uuid:
+            name = uuid if uuid.startswith(("GPU-", "MIG-")) else "GPU-" + uuid
+            found = nvml.nvmlDeviceGetHandleByUUID(name.encode(), ctypes.byref(handle)) == 0
+        if not found and pci_bus_id:
+            found = nvml.nvmlDeviceGetHandleByPciBusId_v2(pci_bus_id.encode(), ctypes.byref(handle)) == 0
+        if not found:
+            return None
+        listed = {}
+        for getter in ("nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetGraphicsRunningProcesses_v3"):
+            call = getattr(nvml, getter, None)
+            if call is None:
+                continue
+            size = 64
+            while size <= 4096:
+                infos = (Info * size)()
+                count = ctypes.c_uint(size)
+                rc = call(handle, ctypes.byref(count), infos)
+                if rc == 7:  # NVML_ERROR_INSUFFICIENT_SIZE
+                    size *= 4
+                    continue
+                if rc == 0:
+                    for info in infos[: count.value]:
+                        used = info.usedGpuMemory
+                        used = None if used == NVML_VALUE_NOT_AVAILABLE else int(used)
+                        old = listed.get(info.pid)
+                        listed[info.pid] = used if old is None else max(old, used or 0)
+                break
+    finally:
+        nvml.nvmlShutdown()
+    own = os.getpid()
+    own_listed = own in listed
+    processes = []
+    for pid in sorted(listed):
+        row = {"pid": pid, "bytes": listed[pid], "own": pid == own}
+        if own_listed:
+            row.update(process_facts(pid))
+        processes.append(row)
+    return {"processes": processes, "own_pid_listed": own_listed}
+
+
+def who_holds_the_gpu(alloc, device):
+    """At an OOM: the GPU's own total (not the per-process cap) and the processes on it.
+    Never raises."""
+    out = {"physical_total_bytes": None, "gpu_processes": None}
+    try:
+        props = alloc.torch.cuda.get_device_properties(device)
+        out["physical_total_bytes"] = int(props.total_memory)
+        bus = None
+        if all(hasattr(props, a) for a in ("pci_domain_id", "pci_bus_id", "pci_device_id")):
+            bus = "%08x:%02x:%02x.0" % (props.pci_domain_id, props.pci_bus_id, props.pci_device_id)
+        out["gpu_processes"] = gpu_processes(alloc.device_uuid(device), bus)
+    except Exception:
+        pass
+    return out
+
+
 class Hook:
     """The server of one process. A forked child gets a fresh one (see _after_fork)."""
 
@@ -1103,6 +1303,7 @@ class Hook:
         if self.duty is not None:
             self.duty.tick(now)
         self.watch_ring(now)
+        self.sample_series(now)
         self.send_due_states(now)
         with self.lock:
             self.drop_stalled(now)
@@ -1120,6 +1321,11 @@ class Hook:
         if alloc.ring_may_be_full():
             alloc.restart_ring(self.recording_stacks())
 
+    def sample_series(self, now):
+        alloc = self.alloc
+        if self.cuda_ready and alloc is not None and alloc.series.due(now):
+            alloc.sample_allocated()
+
     def recording_stacks(self):
         return self.duty.recording if self.duty is not None else bool(self.alloc and self.alloc.history_on)
 
@@ -1134,6 +1340,8 @@ class Hook:
             limit = min(limit, self.duty.next_switch - now)
         if self.alloc is not None and self.alloc.ring_entries:
             limit = min(limit, self.next_ring_check - now)
+        if self.alloc is not None:
+            limit = min(limit, self.alloc.series.next_due - now)
         return max(0.0, limit)
 
     def on_event(self, key, mask):
@@ -1702,6 +1910,11 @@ class OomKeeper:
             # When the job's optimizers stepped (time.time(); the trace's time_us is the same
             # clock in microseconds): `empty_cache()` between steps is replayed there.
             "steps": oom.get("steps") or [],
+            # The job's allocated bytes from its start ([time_s, low, high] rows), the
+            # GPU's own total, and every process NVML listed on it (hook 1.4).
+            "series": oom.get("series"),
+            "physical_total_bytes": oom.get("physical_total_bytes"),
+            "gpu_processes": oom.get("gpu_processes"),
         }
         traces = [list(t) for t in (snapshot.get("device_traces") or [])]
         while len(traces) <= device:
@@ -1776,7 +1989,10 @@ def on_oom(device, alloc_size, limit_bytes, device_free):
             "ring": hook.alloc.ring_of(raw, int(device)),
             "checkpoint": hook.alloc.checkpoint_of(int(device)),
             "steps": list(hook.alloc.steps),
+            "series": hook.alloc.series.of(int(device)),
         }
+        # The processes sharing the GPU and its own total: who else held the memory.
+        message.update(who_holds_the_gpu(hook.alloc, int(device)))
         # The file first: a job that dies of this OOM may be gone before a viewer reads.
         # A viewer replays the job's history from it when the ring holds all of it.
         if raw is not None:

@@ -23,6 +23,7 @@ class _Properties:
     def __init__(self, device):
         self.name = "stub GPU (SIMULATED)"
         self.uuid = "5a1e0000-0000-0000-0000-00000000000%d" % device
+        self.total_memory = memory.LIMIT_BYTES
 
 
 def get_device_properties(device=None):
