@@ -94,8 +94,11 @@ class OomKeepTest(unittest.TestCase):
         self.assertEqual(job.do("oom %d" % (1024 * MiB)), "ok caught OutOfMemoryError")
         (name,) = self.kept()
         with open(os.path.join(self.oom_dir, name), "rb") as f:
-            steps = pickle.load(f)["vramtop_oom"]["steps"]
+            oom = pickle.load(f)["vramtop_oom"]
+        steps = oom["steps"]
         self.assertEqual(len(steps), 3)
+        # Allocated just after the first step (the next ones came within a period).
+        self.assertEqual([r[1] for r in oom["step_series"]["rows"]], [4 * MiB], oom["step_series"])
         self.assertTrue(before <= steps[0] <= steps[1] <= steps[2] <= time.time(), steps)
         self.assertEqual(job.finish()[0], 0)
 

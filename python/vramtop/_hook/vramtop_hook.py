@@ -321,6 +321,9 @@ class TorchAllocator:
         # replay empties the cache there to judge `empty_cache()` between steps.
         self.steps = collections.deque(maxlen=STEP_MARKS)
         self.series = AllocatedSeries()
+        # The same, sampled just after an optimizer step (at most one step a period): the
+        # step's activations are gone then, so the samples are the job's floor itself.
+        self.step_series = AllocatedSeries()
         self._raw_stats = getattr(getattr(torch, "_C", None), "_cuda_memoryStats", None)
         self._device_count = None
         # The job called _record_memory_history itself: its settings stand from then on
@@ -370,10 +373,14 @@ class TorchAllocator:
             self.missing.append("no torch.optim.optimizer.register_optimizer_step_post_hook: no step marks")
             return
         steps = self.steps
+        alloc = self
 
         def _vramtop_step_done(optimizer, args, kwargs):
             try:
-                steps.append(time.time())
+                now = time.time()
+                steps.append(now)
+                if now >= alloc.step_series.next_due:
+                    alloc.sample_at_step(optimizer, now)
             except Exception:
                 pass
 
@@ -790,6 +797,21 @@ class TorchAllocator:
             allocated = self.allocated_now(device)
             if allocated or device in self.series.rows:
                 self.series.add(device, now, allocated or 0)
+
+    def sample_at_step(self, optimizer, now):
+        """A row of the step series, on the device of the optimizer's first parameter.
+        Runs on the job's thread: one stats read at most every period (tens of µs)."""
+        self.step_series.next_due = now + self.step_series.period
+        device = self.last_device
+        try:
+            index = optimizer.param_groups[0]["params"][0].device.index
+            if index is not None:
+                device = int(index)
+        except Exception:
+            pass
+        allocated = self.allocated_now(device)
+        if allocated is not None:
+            self.step_series.add(device, now, allocated)
 
     def stats(self, device):
         raw = {}
@@ -1913,6 +1935,7 @@ class OomKeeper:
             # The job's allocated bytes from its start ([time_s, low, high] rows), the
             # GPU's own total, and every process NVML listed on it (hook 1.4).
             "series": oom.get("series"),
+            "step_series": oom.get("step_series"),
             "physical_total_bytes": oom.get("physical_total_bytes"),
             "gpu_processes": oom.get("gpu_processes"),
         }
@@ -1990,6 +2013,7 @@ def on_oom(device, alloc_size, limit_bytes, device_free):
             "checkpoint": hook.alloc.checkpoint_of(int(device)),
             "steps": list(hook.alloc.steps),
             "series": hook.alloc.series.of(int(device)),
+            "step_series": hook.alloc.step_series.of(int(device)),
         }
         # The processes sharing the GPU and its own total: who else held the memory.
         message.update(who_holds_the_gpu(hook.alloc, int(device)))
