@@ -77,6 +77,7 @@ fn kept_file(oom: &OomState) -> Trace {
         ring_complete: false,
         checkpoint: None,
         steps_us: Vec::new(),
+        ..Default::default()
     });
     Trace {
         source: TraceFormat::PytorchSnapshot,

@@ -34,6 +34,7 @@
 
 mod checkpoint;
 mod initial;
+pub mod cause;
 pub mod leaks;
 pub mod ooms;
 pub mod pickle;
@@ -173,7 +174,7 @@ pub struct AllocatorSettings {
 }
 
 /// What the importer counted while reading; the replayer and the UI report it.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct TraceStats {
     /// Events per action, as the source spells it ("alloc", "free_completed", "free").
     pub actions: BTreeMap<String, u64>,
@@ -200,7 +201,7 @@ pub struct TraceStats {
 
 /// A snapshot the vramtop hook kept at an OOM says which OOM, of which process, and the
 /// figures PyTorch had then that a snapshot alone does not hold.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct KeptOom {
     /// 1 for the process's first OOM; the hook keeps the first 3 and the latest.
     pub number: u64,
@@ -228,6 +229,15 @@ pub struct KeptOom {
     /// Hook 1.3: when the job's optimizers stepped, in the trace's clock (microseconds
     /// since the epoch), the last few thousand (`vramtop_oom.steps`).
     pub steps_us: Vec<i64>,
+    /// Hook 1.4: the device's own total (`device_total_bytes` is the cap when one is set).
+    pub physical_total_bytes: Option<u64>,
+    /// Hook 1.4: the job's allocated bytes over its life, sampled in time and just after
+    /// optimizer steps: a leak shows there without the allocation history.
+    pub series: Option<cause::AllocatedSeries>,
+    pub step_series: Option<cause::AllocatedSeries>,
+    /// Hook 1.4: every process NVML listed on the GPU at the OOM; None where NVML could
+    /// not say.
+    pub gpu_processes: Option<cause::GpuProcesses>,
 }
 
 /// Where a kept file's history begins when it is not the job's start: the allocator's

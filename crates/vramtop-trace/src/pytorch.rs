@@ -15,6 +15,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use super::pickle::{self, Dict, Finished, IdHasher, Value};
+use super::cause::{AllocatedSeries, GpuProcess, GpuProcesses};
 use super::{
     AllocatorSettings, InitialSegment, KeptOom, LiveAtStart, LoadOptions, SnapshotBlock,
     SnapshotSegment, StreamIds, Trace, TraceErrorKind, TraceEvent, TraceEventKind, TraceFormat,
@@ -712,6 +713,61 @@ fn kept_oom(value: &Value) -> Option<KeptOom> {
                     .collect()
             })
             .unwrap_or_default(),
+        physical_total_bytes: uint("physical_total_bytes"),
+        series: value.get("series").and_then(allocated_series),
+        step_series: value.get("step_series").and_then(allocated_series),
+        gpu_processes: value.get("gpu_processes").and_then(gpu_processes),
+    })
+}
+
+/// The hook's `{"period_s": .., "rows": [[time_s, low, high], ..]}`; rows that are not
+/// three numbers are skipped.
+fn allocated_series(value: &Value) -> Option<AllocatedSeries> {
+    let number = |v: &Value| match v {
+        Value::Float(f) if f.is_finite() => Some(*f),
+        v => v.as_int().map(|i| i as f64),
+    };
+    let rows = value
+        .get("rows")?
+        .as_seq()?
+        .iter()
+        .filter_map(|row| match row.as_seq()? {
+            [t, low, high] => Some((number(t)?, number(low)?, number(high)?)),
+            _ => None,
+        })
+        .collect();
+    Some(AllocatedSeries {
+        period_s: value.get("period_s").and_then(number).unwrap_or(0.0),
+        rows,
+    })
+}
+
+/// The hook's `gpu_processes`: NVML's list with what /proc said of each.
+fn gpu_processes(value: &Value) -> Option<GpuProcesses> {
+    let text = |v: &Value, key: &str| v.get(key).and_then(Value::as_str).map(str::to_string);
+    let processes = value
+        .get("processes")?
+        .as_seq()?
+        .iter()
+        .filter_map(|p| {
+            Some(GpuProcess {
+                pid: u32::try_from(int_field(p, "pid")?).ok()?,
+                bytes: int_field(p, "bytes").and_then(|b| u64::try_from(b).ok()),
+                own: p.get("own").and_then(Value::as_bool) == Some(true),
+                user: text(p, "user"),
+                command: text(p, "command"),
+                frameworks: p.get("frameworks").and_then(Value::as_seq).map(|names| {
+                    names
+                        .iter()
+                        .filter_map(|n| n.as_str().map(str::to_string))
+                        .collect()
+                }),
+            })
+        })
+        .collect();
+    Some(GpuProcesses {
+        processes,
+        own_pid_listed: value.get("own_pid_listed").and_then(Value::as_bool) == Some(true),
     })
 }
 

@@ -1,0 +1,830 @@
+//! Why an OOM happened, in one line first: another process held the GPU, the job's own
+//! cap, a leak, a job too big for what it may ever have, or fragmentation and the cache.
+//! Told from the figures the hook keeps at every OOM (`OomFacts`): PyTorch's own, the
+//! device's, the processes NVML listed on the GPU, and the job's allocated bytes over its
+//! life. Every cause that applies is kept, ranked by the bytes it accounts for.
+//!
+//! The same facts come from a kept file (`KeptOom`) and from the hook's `oom` message, so
+//! the batch log, the live view and every JSON say the same cause.
+
+use serde::{Deserialize, Serialize};
+
+use vramtop_alloc::framework::Framework;
+use vramtop_alloc::human_bytes;
+
+/// The job's allocated bytes over its life, as the hook sampled them (hook 1.4).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct AllocatedSeries {
+    /// Seconds between rows now (it doubles each time full rows merge in pairs).
+    #[serde(default)]
+    pub period_s: f64,
+    /// `[time_s, low, high]`: the lowest and highest allocated bytes a row covers.
+    #[serde(default)]
+    pub rows: Vec<(f64, f64, f64)>,
+}
+
+/// A process NVML listed on the OOM's GPU, with what /proc said of it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct GpuProcess {
+    pub pid: u32,
+    /// NVML's figure; None where it has none (some drivers in containers).
+    #[serde(default)]
+    pub bytes: Option<u64>,
+    /// The job itself.
+    #[serde(default)]
+    pub own: bool,
+    #[serde(default)]
+    pub user: Option<String>,
+    #[serde(default)]
+    pub command: Option<String>,
+    /// Names as `Framework::name` writes them; None where its maps could not be read.
+    #[serde(default)]
+    pub frameworks: Option<Vec<String>>,
+}
+
+/// Every process on the OOM's GPU, as the hook found them through NVML.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct GpuProcesses {
+    #[serde(default)]
+    pub processes: Vec<GpuProcess>,
+    /// False: the job's own pid was not among them, so NVML speaks of another PID
+    /// namespace (a container) and none of its pids can be read from here.
+    #[serde(default)]
+    pub own_pid_listed: bool,
+}
+
+/// What the hook knew at an OOM, wherever it is read from.
+#[derive(Clone, Debug, Default)]
+pub struct OomFacts<'a> {
+    pub time_s: f64,
+    /// The request as PyTorch rounded it.
+    pub requested_bytes: u64,
+    pub allocated_bytes: u64,
+    pub reserved_bytes: u64,
+    /// Reserved but not allocated, in how many runs, the largest.
+    pub free_runs: u64,
+    pub largest_free_bytes: u64,
+    /// cudaMemGetInfo's free bytes at the OOM.
+    pub device_free_bytes: Option<u64>,
+    /// What PyTorch passed its OOM observers: the per-process cap when
+    /// `set_per_process_memory_fraction` was in force, else the device's total.
+    pub limit_bytes: Option<u64>,
+    /// The device's own total (hook 1.4); None: taken to be `limit_bytes`.
+    pub physical_total_bytes: Option<u64>,
+    pub processes: Option<&'a GpuProcesses>,
+    pub series: Option<&'a AllocatedSeries>,
+    pub step_series: Option<&'a AllocatedSeries>,
+    /// The first remedy whose verdict is "fits", as the user writes it.
+    pub remedy_that_fits: Option<String>,
+    /// Sites whose blocks were still alive at the OOM, allocated over the whole history
+    /// (`leak_sites`): known only with the allocation history.
+    pub leak_sites: Vec<LeakSite>,
+    /// The job recorded its allocation sites (a rerun with --history would add nothing).
+    pub history_recorded: bool,
+}
+
+/// A call site whose blocks piled up: allocated all through the history, still alive.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct LeakSite {
+    pub site: String,
+    pub blocks: u64,
+    pub bytes: u64,
+    /// Seconds between the first and the last of its live blocks' allocations.
+    pub over_s: f64,
+    /// Optimizer steps in that time, where the job's steps are known.
+    pub steps: Option<u64>,
+}
+
+/// One process holding memory outside the job.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Holder {
+    pub pid: u32,
+    pub bytes: u64,
+    pub user: Option<String>,
+    pub command: Option<String>,
+    /// Empty: none found; None: could not be read.
+    pub frameworks: Option<Vec<String>>,
+}
+
+/// One cause of an OOM, with the bytes it accounts for.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Cause {
+    /// Processes other than the job held this much of the GPU, and the request would have
+    /// had more room without them.
+    OtherProcesses {
+        bytes: u64,
+        holders: Vec<Holder>,
+        /// Held by processes vramtop cannot see (another container or PID namespace, or
+        /// NVML listing none).
+        unseen_bytes: u64,
+        /// The held bytes are the device's used bytes less PyTorch's reserved: the job's
+        /// own CUDA context is among them (NVML did not list the job).
+        approximate: bool,
+    },
+    /// `set_per_process_memory_fraction` stopped the job short of what it needed.
+    Cap {
+        cap_bytes: u64,
+        physical_total_bytes: u64,
+        /// Live tensors plus the request, over the cap.
+        shortfall_bytes: u64,
+        device_free_bytes: u64,
+    },
+    /// Live tensors plus the request exceed the GPU even with nothing else on it.
+    TooBig {
+        shortfall_bytes: u64,
+        room_bytes: u64,
+        needed_bytes: u64,
+    },
+    /// Allocated rose step after step and never fell back.
+    Leak {
+        from_bytes: u64,
+        to_bytes: u64,
+        over_s: f64,
+        /// Measured at optimizer steps (the floor itself), else sampled in time.
+        at_steps: bool,
+        sites: Vec<LeakSite>,
+        /// The job recorded its sites: a rerun with --history would name none more.
+        history_recorded: bool,
+    },
+    /// The live tensors and the request fit in what the job may have, yet no free run
+    /// did: the cache held the memory in pieces.
+    Fragmentation {
+        free_bytes: u64,
+        free_runs: u64,
+        largest_free_bytes: u64,
+        remedy: Option<String>,
+    },
+}
+
+/// Held outside the job below this is noise (drivers and contexts), not a cause.
+const OUTSIDE_MIN: u64 = 256 << 20;
+
+impl Cause {
+    /// The bytes this cause accounts for: what ranks it.
+    pub fn bytes(&self) -> u64 {
+        match self {
+            Cause::OtherProcesses { bytes, .. } => *bytes,
+            Cause::Cap {
+                shortfall_bytes, ..
+            }
+            | Cause::TooBig {
+                shortfall_bytes, ..
+            } => *shortfall_bytes,
+            Cause::Leak {
+                from_bytes,
+                to_bytes,
+                ..
+            } => to_bytes.saturating_sub(*from_bytes),
+            Cause::Fragmentation { free_bytes, .. } => *free_bytes,
+        }
+    }
+
+    /// "another process", "leak", ...: the JSON's `kind` in words.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Cause::OtherProcesses { .. } => "another process",
+            Cause::Cap { .. } => "the job's own cap",
+            Cause::Leak { .. } => "a leak",
+            Cause::TooBig { .. } => "too big",
+            Cause::Fragmentation { .. } => "fragmentation and the cache",
+        }
+    }
+
+    /// The cause in one line, with what settles it.
+    pub fn line(&self) -> String {
+        match self {
+            Cause::OtherProcesses {
+                bytes,
+                holders,
+                unseen_bytes,
+                approximate,
+            } => {
+                let mut text = format!(
+                    "another process held {} of this GPU{}",
+                    human_bytes(*bytes),
+                    if *approximate {
+                        " (with this job's CUDA context)"
+                    } else {
+                        ""
+                    }
+                );
+                let named: Vec<String> = holders.iter().take(3).map(holder_text).collect();
+                if !named.is_empty() {
+                    text.push_str(": ");
+                    text.push_str(&named.join("; "));
+                }
+                if *unseen_bytes >= OUTSIDE_MIN {
+                    text.push_str(&format!(
+                        "; {} by processes vramtop cannot see (another container or PID namespace)",
+                        human_bytes(*unseen_bytes)
+                    ));
+                }
+                text
+            }
+            Cause::Cap {
+                cap_bytes,
+                physical_total_bytes,
+                shortfall_bytes,
+                device_free_bytes,
+            } => format!(
+                "over the job's own cap: set_per_process_memory_fraction allows {} of {}, and the \
+                 live tensors with this request need {} more (the GPU had {} free): raise the \
+                 fraction, or the job must hold less",
+                human_bytes(*cap_bytes),
+                human_bytes(*physical_total_bytes),
+                human_bytes(*shortfall_bytes),
+                human_bytes(*device_free_bytes)
+            ),
+            Cause::TooBig {
+                shortfall_bytes,
+                room_bytes,
+                needed_bytes,
+            } => format!(
+                "too big for this GPU: the live tensors with this request need {}, {} more than \
+                 the {} the job may ever have; no allocator setting frees that: the job must \
+                 hold less (a smaller batch or sequence, activation checkpointing, lower precision)",
+                human_bytes(*needed_bytes),
+                human_bytes(*shortfall_bytes),
+                human_bytes(*room_bytes)
+            ),
+            Cause::Leak {
+                from_bytes,
+                to_bytes,
+                over_s,
+                at_steps,
+                sites,
+                history_recorded,
+            } => {
+                let rise = format!(
+                    "allocated{} rose from {} to {} over {}, never falling back",
+                    if *at_steps { " after each step" } else { "" },
+                    human_bytes(*from_bytes),
+                    human_bytes(*to_bytes),
+                    seconds(*over_s)
+                );
+                if sites.is_empty() && *history_recorded {
+                    return format!(
+                        "likely a leak: {rise}; no one call site's blocks piled up over the history"
+                    );
+                }
+                if sites.is_empty() {
+                    return format!(
+                        "likely a leak: {rise}; rerun with --history to name the line"
+                    );
+                }
+                let named: Vec<String> = sites.iter().take(3).map(LeakSite::text).collect();
+                format!("a leak: {}; {rise}", named.join("; "))
+            }
+            Cause::Fragmentation {
+                free_bytes,
+                free_runs,
+                largest_free_bytes,
+                remedy,
+            } => {
+                let held = format!(
+                    "{} free in PyTorch's cache in {} runs, largest {}",
+                    human_bytes(*free_bytes),
+                    free_runs,
+                    human_bytes(*largest_free_bytes)
+                );
+                match remedy {
+                    Some(r) => format!("fragmentation and the cache: {held}; {r} fits"),
+                    None => format!("fragmentation and the cache: {held}"),
+                }
+            }
+        }
+    }
+}
+
+impl LeakSite {
+    /// "1002 blocks from leak_oom.py:9 still alive (2.0 GiB), one a step"
+    pub fn text(&self) -> String {
+        let pace = match self.steps {
+            Some(steps) if steps > 0 => {
+                let per = self.blocks as f64 / steps as f64;
+                if (0.9..=1.1).contains(&per) {
+                    ", one a step".to_string()
+                } else {
+                    format!(", {per:.1} a step")
+                }
+            }
+            _ => format!(", allocated over {}", seconds(self.over_s)),
+        };
+        format!(
+            "{} blocks from {} still alive ({}){pace}",
+            self.blocks,
+            self.site,
+            human_bytes(self.bytes)
+        )
+    }
+}
+
+fn holder_text(h: &Holder) -> String {
+    let who = [
+        h.user.clone(),
+        h.command
+            .as_deref()
+            .map(|c| c.chars().take(60).collect::<String>()),
+    ]
+    .into_iter()
+    .flatten()
+    .collect::<Vec<_>>()
+    .join(", ");
+    let frameworks: Vec<Framework> = h
+        .frameworks
+        .iter()
+        .flatten()
+        .filter_map(|name| Framework::from_name(name))
+        .collect();
+    let label = vramtop_alloc::framework::label(&frameworks);
+    let mut text = format!("pid {}", h.pid);
+    match (who.is_empty(), label.is_empty()) {
+        (false, false) => text.push_str(&format!(" ({who}; {label})")),
+        (false, true) => text.push_str(&format!(" ({who})")),
+        (true, false) => text.push_str(&format!(" ({label})")),
+        (true, true) => {}
+    }
+    text.push_str(&format!(" {}", human_bytes(h.bytes)));
+    // The framework's own switch; one process holding with several names gets the first.
+    if let Some(f) = frameworks.first() {
+        text.push_str(&format!(": {}", f.switch()));
+    }
+    text
+}
+
+fn seconds(s: f64) -> String {
+    if s >= 120.0 {
+        format!("{:.0} min", s / 60.0)
+    } else {
+        format!("{s:.0} s")
+    }
+}
+
+/// Every cause that applies to the OOM, the largest (by bytes) first; empty when the
+/// figures say nothing (a file without the device's figures).
+pub fn causes(facts: &OomFacts) -> Vec<Cause> {
+    let mut found = Vec::new();
+    let needed = facts.allocated_bytes.saturating_add(facts.requested_bytes);
+    let limit = facts.limit_bytes.filter(|&l| l > 0);
+    let total = facts.physical_total_bytes.filter(|&t| t > 0).or(limit);
+    let own = facts.processes.and_then(|p| {
+        p.own_pid_listed
+            .then(|| p.processes.iter().find(|x| x.own).and_then(|x| x.bytes))
+            .flatten()
+    });
+    // The job's memory outside PyTorch's cache (its CUDA context, libraries' workspaces).
+    let overhead = own.map_or(0, |o| o.saturating_sub(facts.reserved_bytes));
+    let cap = match (limit, total) {
+        // PyTorch passes the cap only when a fraction is set; a total a MiB short of the
+        // device's is the same device (rounding).
+        (Some(l), Some(t)) if l.saturating_add(1 << 20) < t => Some(l),
+        _ => None,
+    };
+    if let (Some(total), Some(free)) = (total, facts.device_free_bytes) {
+        let used = total.saturating_sub(free);
+        let outside = match own {
+            Some(own) => used.saturating_sub(own),
+            None => used.saturating_sub(facts.reserved_bytes),
+        };
+        if let Some(cap) = cap.filter(|&c| needed > c) {
+            found.push(Cause::Cap {
+                cap_bytes: cap,
+                physical_total_bytes: total,
+                shortfall_bytes: needed - cap,
+                device_free_bytes: free,
+            });
+        }
+        let room_alone = total.saturating_sub(overhead);
+        if cap.is_none() && needed > room_alone {
+            found.push(Cause::TooBig {
+                shortfall_bytes: needed - room_alone,
+                room_bytes: room_alone,
+                needed_bytes: needed,
+            });
+        }
+        let room_shared = room_alone.saturating_sub(outside);
+        let cap_stopped = cap.is_some_and(|c| needed > c);
+        if outside >= OUTSIDE_MIN && needed > room_shared && !cap_stopped {
+            found.push(other_processes(facts.processes, outside, own.is_none()));
+        }
+        let room = cap.unwrap_or(u64::MAX).min(room_shared);
+        if needed <= room && facts.reserved_bytes > facts.allocated_bytes {
+            found.push(Cause::Fragmentation {
+                free_bytes: facts.reserved_bytes - facts.allocated_bytes,
+                free_runs: facts.free_runs,
+                largest_free_bytes: facts.largest_free_bytes,
+                remedy: facts.remedy_that_fits.clone(),
+            });
+        }
+    }
+    if let Some(leak) = leak(facts) {
+        found.push(leak);
+    }
+    found.sort_by_key(|c| std::cmp::Reverse(c.bytes()));
+    found
+}
+
+/// The processes other than the job on the GPU, largest first, and what none of them
+/// accounts for.
+fn other_processes(listed: Option<&GpuProcesses>, outside: u64, approximate: bool) -> Cause {
+    let mut holders: Vec<Holder> = match listed {
+        Some(p) if p.own_pid_listed => p
+            .processes
+            .iter()
+            .filter(|x| !x.own && x.bytes.unwrap_or(0) > 0)
+            .map(|x| Holder {
+                pid: x.pid,
+                bytes: x.bytes.unwrap_or(0),
+                user: x.user.clone(),
+                command: x.command.clone(),
+                frameworks: x.frameworks.clone(),
+            })
+            .collect(),
+        _ => Vec::new(),
+    };
+    holders.sort_by_key(|h| std::cmp::Reverse(h.bytes));
+    let seen: u64 = holders.iter().map(|h| h.bytes).sum();
+    Cause::OtherProcesses {
+        bytes: outside,
+        unseen_bytes: outside.saturating_sub(seen),
+        holders,
+        approximate,
+    }
+}
+
+/// Windows the series is cut into to find its floor.
+const LEAK_WINDOWS: usize = 5;
+/// Fewest rows (of either series) a leak is judged on.
+const LEAK_MIN_ROWS: usize = 10;
+
+/// A leak: the floor of allocated (the lowest in each fifth of the job's life, or the
+/// bytes just after each step) rose in most fifths, never fell back, and by enough to
+/// matter (64 MiB and a tenth of what was allocated at the OOM).
+fn leak(facts: &OomFacts) -> Option<Cause> {
+    let (series, at_steps) = match facts.step_series {
+        Some(s) if s.rows.len() >= LEAK_MIN_ROWS => (s, true),
+        _ => (facts.series?, false),
+    };
+    let rows = &series.rows;
+    if rows.len() < LEAK_MIN_ROWS {
+        return None;
+    }
+    let start = rows.first()?.0;
+    let end = rows.last()?.0.max(start);
+    let span = end - start;
+    if span <= 0.0 {
+        return None;
+    }
+    let mut floors = [f64::INFINITY; LEAK_WINDOWS];
+    for &(t, low, _) in rows {
+        let w = (((t - start) / span) * LEAK_WINDOWS as f64) as usize;
+        let w = w.min(LEAK_WINDOWS - 1);
+        floors[w] = floors[w].min(low);
+    }
+    let floors: Vec<f64> = floors.into_iter().filter(|f| f.is_finite()).collect();
+    if floors.len() < LEAK_WINDOWS - 1 {
+        return None;
+    }
+    let never_fell = floors.windows(2).all(|w| w[1] >= w[0]);
+    let rises = floors.windows(2).filter(|w| w[1] > w[0]).count();
+    // The first fifth is the job's start (weights, the optimizer's first state): the rise
+    // is judged from the second on.
+    let from = floors[1];
+    let to = *floors.last()?;
+    let rise = to - from;
+    let enough = (64u64 << 20) as f64;
+    let share = facts.allocated_bytes as f64 / 10.0;
+    if !never_fell || rises + 1 < floors.len() - 1 || rise < enough.max(share) {
+        return None;
+    }
+    Some(Cause::Leak {
+        from_bytes: from as u64,
+        to_bytes: to as u64,
+        over_s: (facts.time_s - start).max(span),
+        at_steps,
+        sites: facts.leak_sites.clone(),
+        history_recorded: facts.history_recorded,
+    })
+}
+
+/// The causes of the trace's OOM `oom`, from what the hook kept with it; empty for a file
+/// the hook did not keep (a snapshot has no device figures). `remedy_that_fits`: the
+/// first remedy the replay says fits, as the user writes it.
+pub fn of_kept_file(
+    trace: &crate::Trace,
+    oom: &crate::ooms::TraceOom,
+    remedy_that_fits: Option<String>,
+) -> Vec<Cause> {
+    let Some(kept) = &trace.stats.kept_oom else {
+        return Vec::new();
+    };
+    let facts = OomFacts {
+        time_s: kept.time_us as f64 / 1e6,
+        // What PyTorch passed its observers: already rounded.
+        requested_bytes: kept.requested_bytes.max(oom.requested_bytes),
+        allocated_bytes: oom.allocated_bytes,
+        reserved_bytes: oom.reserved_bytes,
+        free_runs: oom.free_runs,
+        largest_free_bytes: oom.largest_free_bytes,
+        device_free_bytes: Some(kept.device_free_bytes),
+        limit_bytes: Some(kept.device_total_bytes),
+        physical_total_bytes: kept.physical_total_bytes,
+        processes: kept.gpu_processes.as_ref(),
+        series: kept.series.as_ref(),
+        step_series: kept.step_series.as_ref(),
+        remedy_that_fits,
+        leak_sites: leak_sites(trace, &kept.steps_us),
+        history_recorded: trace.events.iter().any(|e| e.tag.is_some()),
+    };
+    causes(&facts)
+}
+
+/// Fewest live blocks of one site that make it a leak's site.
+const LEAK_SITE_MIN_BLOCKS: u64 = 8;
+
+/// The sites whose blocks still alive at the trace's end were allocated all through it
+/// (their first and last allocations at least half the trace apart): what a leak leaves.
+/// Needs the allocation history with sites (`--history`); empty without.
+pub fn leak_sites(trace: &crate::Trace, steps_us: &[i64]) -> Vec<LeakSite> {
+    use crate::TraceEventKind;
+    use std::collections::HashMap;
+    let times = || trace.events.iter().filter_map(|e| e.time_us);
+    let (Some(first), Some(last)) = (times().min(), times().max()) else {
+        return Vec::new();
+    };
+    let span = last - first;
+    if span <= 0 {
+        return Vec::new();
+    }
+    let mut live: HashMap<u64, (&str, i64, u64)> = HashMap::new();
+    for event in &trace.events {
+        match event.kind {
+            TraceEventKind::Alloc => {
+                if let (Some(tag), Some(t)) = (event.tag.as_deref(), event.time_us) {
+                    live.insert(event.addr, (tag, t, event.size));
+                } else {
+                    live.remove(&event.addr);
+                }
+            }
+            TraceEventKind::FreeCompleted => {
+                live.remove(&event.addr);
+            }
+            _ => {}
+        }
+    }
+    // site -> (blocks, bytes, first allocation, last allocation)
+    let mut by_site: HashMap<&str, (u64, u64, i64, i64)> = HashMap::new();
+    for (site, t, size) in live.into_values() {
+        if site == crate::leaks::UNTAGGED_SITE {
+            continue;
+        }
+        let entry = by_site.entry(site).or_insert((0, 0, t, t));
+        entry.0 += 1;
+        entry.1 = entry.1.saturating_add(size);
+        entry.2 = entry.2.min(t);
+        entry.3 = entry.3.max(t);
+    }
+    let mut sites: Vec<LeakSite> = by_site
+        .into_iter()
+        .filter(|(_, (blocks, _, from, to))| {
+            *blocks >= LEAK_SITE_MIN_BLOCKS && (to - from) * 2 >= span
+        })
+        .map(|(site, (blocks, bytes, from, to))| LeakSite {
+            site: site.to_string(),
+            blocks,
+            bytes,
+            over_s: (to - from) as f64 / 1e6,
+            steps: (!steps_us.is_empty()).then(|| {
+                steps_us.iter().filter(|&&s| s >= from && s <= to).count() as u64
+            }),
+        })
+        .collect();
+    sites.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.site.cmp(&b.site)));
+    sites
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GIB: u64 = 1 << 30;
+    const MIB: u64 = 1 << 20;
+
+    fn process(pid: u32, bytes: u64, own: bool, frameworks: &[&str]) -> GpuProcess {
+        GpuProcess {
+            pid,
+            bytes: Some(bytes),
+            own,
+            user: Some("ana".into()),
+            command: Some(format!("python job{pid}.py")),
+            frameworks: Some(frameworks.iter().map(|s| s.to_string()).collect()),
+        }
+    }
+
+    fn series(rows: &[(f64, u64)]) -> AllocatedSeries {
+        AllocatedSeries {
+            period_s: 0.5,
+            rows: rows
+                .iter()
+                .map(|&(t, b)| (t, b as f64, b as f64))
+                .collect(),
+        }
+    }
+
+    /// The JAX case of the issue: 59.9 GiB held by an idle XLA process, 40 GiB asked.
+    #[test]
+    fn a_jax_process_holding_the_gpu_is_named_with_its_switch() {
+        let listed = GpuProcesses {
+            processes: vec![
+                process(720, 60 * GIB, false, &["JAX/XLA"]),
+                process(800, 500 * MIB, true, &["PyTorch"]),
+            ],
+            own_pid_listed: true,
+        };
+        let facts = OomFacts {
+            requested_bytes: 40 * GIB,
+            device_free_bytes: Some(19 * GIB),
+            limit_bytes: Some(80 * GIB),
+            physical_total_bytes: Some(80 * GIB),
+            processes: Some(&listed),
+            ..Default::default()
+        };
+        let found = causes(&facts);
+        assert_eq!(found.len(), 1, "{found:?}");
+        let line = found[0].line();
+        assert!(line.starts_with("another process held 60.5 GiB"), "{line}");
+        assert!(line.contains("pid 720 (ana, python job720.py; JAX/XLA) 60.0 GiB"), "{line}");
+        assert!(line.contains("XLA_PYTHON_CLIENT_PREALLOCATE=false"), "{line}");
+        // 61 GiB used, 60.5 GiB of it by the job (500 MiB) and JAX: 524 MiB no one accounts for.
+        assert!(line.contains("524.0 MiB by processes vramtop cannot see"), "{line}");
+    }
+
+    #[test]
+    fn without_nvml_the_outside_share_is_the_used_less_the_cache() {
+        let facts = OomFacts {
+            requested_bytes: 40 * GIB,
+            reserved_bytes: 2 * GIB,
+            allocated_bytes: 2 * GIB,
+            device_free_bytes: Some(10 * GIB),
+            limit_bytes: Some(80 * GIB),
+            ..Default::default()
+        };
+        let found = causes(&facts);
+        let Cause::OtherProcesses {
+            bytes, approximate, ..
+        } = &found[0]
+        else {
+            panic!("{found:?}")
+        };
+        assert_eq!(*bytes, 68 * GIB);
+        assert!(approximate);
+    }
+
+    #[test]
+    fn a_job_over_its_cap_is_told_so_and_not_blamed_on_others() {
+        let facts = OomFacts {
+            requested_bytes: 2 * GIB,
+            allocated_bytes: 13 * GIB,
+            reserved_bytes: 13 * GIB,
+            device_free_bytes: Some(60 * GIB),
+            limit_bytes: Some(14 * GIB),
+            physical_total_bytes: Some(80 * GIB),
+            ..Default::default()
+        };
+        let found = causes(&facts);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(matches!(found[0], Cause::Cap { shortfall_bytes, .. } if shortfall_bytes == GIB));
+        assert!(found[0].line().contains("set_per_process_memory_fraction allows 14.0 GiB"));
+    }
+
+    #[test]
+    fn too_big_for_the_gpu_says_by_how_much() {
+        let listed = GpuProcesses {
+            processes: vec![process(1, 70 * GIB, true, &["PyTorch"])],
+            own_pid_listed: true,
+        };
+        let facts = OomFacts {
+            requested_bytes: 12 * GIB,
+            allocated_bytes: 69 * GIB,
+            reserved_bytes: 69 * GIB + 500 * MIB,
+            device_free_bytes: Some(10 * GIB),
+            limit_bytes: Some(80 * GIB),
+            physical_total_bytes: Some(80 * GIB),
+            processes: Some(&listed),
+            ..Default::default()
+        };
+        let found = causes(&facts);
+        assert_eq!(found.len(), 1, "{found:?}");
+        // NVML's 70 GiB for the job, 69.5 GiB of it reserved: 524 MiB of context outside the
+        // cache, so the tensors' room is 80 GiB less that, and 81 GiB were needed.
+        assert_eq!(found[0].bytes(), GIB + 524 * MIB);
+        assert!(found[0].line().starts_with("too big for this GPU"));
+    }
+
+    #[test]
+    fn free_memory_in_pieces_is_fragmentation_with_the_remedy_that_fits() {
+        let facts = OomFacts {
+            requested_bytes: 1500 * MIB,
+            allocated_bytes: 12 * GIB,
+            reserved_bytes: 13 * GIB + 600 * MIB,
+            free_runs: 40,
+            largest_free_bytes: 200 * MIB,
+            device_free_bytes: Some(60 * GIB),
+            limit_bytes: Some(14 * GIB),
+            physical_total_bytes: Some(80 * GIB),
+            remedy_that_fits: Some("expandable_segments:True".into()),
+            ..Default::default()
+        };
+        let found = causes(&facts);
+        assert_eq!(found.len(), 1, "{found:?}");
+        let line = found[0].line();
+        assert!(line.starts_with("fragmentation and the cache: 1.6 GiB free"), "{line}");
+        assert!(line.ends_with("expandable_segments:True fits"), "{line}");
+    }
+
+    #[test]
+    fn a_floor_that_rises_and_never_falls_is_a_likely_leak_ranked_first() {
+        // 40 s of a loop keeping 50 MiB a second, sawtooth above its floor.
+        let rows: Vec<(f64, u64)> = (0..80)
+            .map(|i| {
+                let t = i as f64 * 0.5;
+                (t, GIB + (t * 50.0) as u64 * MIB + (i % 3) * 100 * MIB)
+            })
+            .collect();
+        let s = series(&rows);
+        let facts = OomFacts {
+            time_s: 40.0,
+            requested_bytes: 64 * MIB,
+            allocated_bytes: 3 * GIB,
+            reserved_bytes: 3 * GIB,
+            device_free_bytes: Some(60 * GIB),
+            limit_bytes: Some(3 * GIB),
+            physical_total_bytes: Some(80 * GIB),
+            series: Some(&s),
+            ..Default::default()
+        };
+        let found = causes(&facts);
+        assert_eq!(found.len(), 2, "{found:?}");
+        let line = found[0].line();
+        assert!(line.starts_with("likely a leak: allocated rose from"), "{line}");
+        assert!(line.ends_with("rerun with --history to name the line"), "{line}");
+        assert!(matches!(found[1], Cause::Cap { .. }));
+    }
+
+    #[test]
+    fn a_training_loops_sawtooth_over_a_flat_floor_is_no_leak() {
+        // Weights and optimizer state come in the first seconds, then steps of activations
+        // allocated and freed: the floor stays put however high the peaks go.
+        let rows: Vec<(f64, u64)> = (0..120)
+            .map(|i| {
+                let t = i as f64 * 0.5;
+                let floor = if t < 3.0 { GIB } else { 4 * GIB };
+                (t, floor + ((i * 7) % 10) as u64 * 300 * MIB)
+            })
+            .collect();
+        let s = series(&rows);
+        let facts = OomFacts {
+            time_s: 60.0,
+            allocated_bytes: 8 * GIB,
+            series: Some(&s),
+            ..Default::default()
+        };
+        assert!(causes(&facts).is_empty());
+    }
+
+    #[test]
+    fn a_short_series_tells_nothing() {
+        let s = series(&[(0.0, GIB), (0.5, 2 * GIB), (1.0, 3 * GIB)]);
+        let facts = OomFacts {
+            series: Some(&s),
+            ..Default::default()
+        };
+        assert!(leak(&facts).is_none());
+    }
+
+    #[test]
+    fn with_history_the_leak_names_its_lines() {
+        let rows: Vec<(f64, u64)> = (0..40).map(|i| (i as f64, GIB + i * 64 * MIB)).collect();
+        let s = series(&rows);
+        let facts = OomFacts {
+            time_s: 40.0,
+            allocated_bytes: 3 * GIB,
+            step_series: Some(&s),
+            leak_sites: vec![LeakSite {
+                site: "leak_oom.py:9".into(),
+                blocks: 1002,
+                bytes: 2 * GIB,
+                over_s: 39.0,
+                steps: Some(1000),
+            }],
+            ..Default::default()
+        };
+        let found = causes(&facts);
+        let line = found[0].line();
+        assert!(
+            line.starts_with("a leak: 1002 blocks from leak_oom.py:9 still alive (2.0 GiB), one a step; allocated after each step rose"),
+            "{line}"
+        );
+    }
+}
