@@ -76,6 +76,8 @@ def main():
             torch.cuda.memory._record_memory_history(enabled="all", max_entries=100000)
         elif cmd == "traces":  # what a snapshot's trace holds now
             reply = "ok %d" % len(torch.cuda.memory._snapshot()["device_traces"][0])
+        elif cmd == "inductor?":  # which thread imported torch._inductor, if one did
+            reply = "ok %s" % getattr(sys.modules.get("torch._inductor"), "IMPORTED_BY", "none")
         elif cmd == "history":
             reply = "ok %r" % (torch.cuda.memory.history_calls,)
         elif cmd == "step":  # an optimizer step, as a training loop makes

@@ -340,6 +340,9 @@ class LiveTest(unittest.TestCase):
         viewer = Viewer(job.socket_path)
         hello = wait_for(lambda: viewer.recv_type("hello")["history"], timeout=5)
         self.assertTrue(hello)
+        # What reading stacks imports came in on the job's thread, at its CUDA init: never
+        # on the hook's, where it raced the job's own imports.
+        self.assertEqual(job.do("inductor?"), "ok MainThread")
         job.do("alloc leak %d" % (2 * MiB))
         # Stacks for live blocks only, on top of the event ring (no stacks in the ring).
         calls = job.do("history")

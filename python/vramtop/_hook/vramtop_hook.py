@@ -403,6 +403,8 @@ class TorchAllocator:
 
         def _record_memory_history(*args, **kwargs):
             alloc.user_history = True
+            # The job's thread: the one that may import what reading stacks needs.
+            alloc.import_symbolizer()
             if alloc.ring_entries:
                 # Ours goes first, cleared: their history starts as it would without us,
                 # and a ring resized while wrapped would write past its end (retire_ring).
@@ -435,7 +437,7 @@ class TorchAllocator:
         """Learn once whether PyTorch reports its allocator settings itself."""
         try:
             if self._settings_string is not None or (
-                self._snapshot and isinstance(self._snapshot().get("allocator_settings"), dict)
+                self._snapshot and isinstance((self.raw_snapshot() or {}).get("allocator_settings"), dict)
             ):
                 self.settings_from_torch = True
                 self.capabilities.append("allocator_settings")
@@ -709,8 +711,52 @@ class TorchAllocator:
         except Exception:
             return None
 
-    def raw_snapshot(self):
-        """What torch.cuda.memory._snapshot() returns (segments only where it is missing)."""
+    def frames_recorded(self):
+        """Whether PyTorch may be gathering Python stacks (ours with history, or the job's)."""
+        return self.history_on or self.user_history
+
+    @staticmethod
+    def symbolizer_ready():
+        """Whether a snapshot can turn recorded Python frames into text without importing.
+
+        PyTorch symbolizes them (combined_traceback.cpp) behind `hasattr(torch, "_inductor")`,
+        and torch's lazy __getattr__ imports torch._inductor then, with torch._dynamo: 3.6 s
+        on the H100, the first time. From the hook's thread that import races the job's own
+        imports of those modules, which import each other: a job whose optimizer imported
+        torch._dynamo at that moment died of "cannot import name 'IndentedBuffer' from
+        partially initialized module 'torch._inductor.utils'". So only the job's own thread
+        imports it (`import_symbolizer`), and the hook's thread waits until it is there."""
+        module = sys.modules.get("torch._inductor")
+        spec = getattr(module, "__spec__", None)
+        return module is not None and not getattr(spec, "_initializing", False)
+
+    def import_symbolizer(self):
+        """On the job's own thread (its CUDA init, its own history call, an OOM): import
+        torch._inductor before Python stacks are recorded, so the hook's thread never does."""
+        if self.symbolizer_ready():
+            return
+        try:
+            import importlib
+
+            importlib.import_module("torch._inductor")
+        except Exception:
+            pass
+
+    def raw_snapshot(self, on_job_thread=False):
+        """What torch.cuda.memory._snapshot() returns (segments only where it is missing).
+        None from the hook's thread while recorded frames cannot be symbolized without an
+        import (`symbolizer_ready`)."""
+        if self.frames_recorded() and not self.symbolizer_ready():
+            if on_job_thread:
+                self.import_symbolizer()
+            else:
+                say_once(
+                    "symbolizer",
+                    "the job records Python stacks but has not imported torch._inductor, which "
+                    "PyTorch imports to read them: the map waits until it has (importing it from "
+                    "the hook's thread could break the job's own imports)",
+                )
+                return None
         if self._snapshot is not None:
             return self._snapshot()
         if self._memory_snapshot is not None:
@@ -1592,6 +1638,14 @@ class Hook:
             self.alloc.attach_oom_observer(on_oom)
             self.alloc.start_ring(RING_ENTRIES)
             if self.history_wanted:
+                # Stacks are read on our thread later: what reading them imports comes in
+                # now, on the job's thread (its CUDA init), or history waits (see
+                # TorchAllocator.symbolizer_ready).
+                if threading.current_thread() is not self.thread:
+                    self.alloc.import_symbolizer()
+                if not self.alloc.symbolizer_ready():
+                    say_once("history-symbolizer", "history is off: torch._inductor, which PyTorch imports to read recorded stacks, could not be imported on the job's thread")
+                    return
                 self.alloc.start_history()
                 if self.alloc.history_on:
                     self.duty = HistoryDuty(self.alloc)
@@ -1993,7 +2047,7 @@ def on_oom(device, alloc_size, limit_bytes, device_free):
         hook = _hook
         if hook is None or hook.alloc is None or hook.pid != os.getpid():
             return
-        raw = hook.alloc.raw_snapshot()
+        raw = hook.alloc.raw_snapshot(on_job_thread=True)
         state = hook.alloc.collect(device=int(device), raw=raw)
         stats = state["stats"]
         message = {

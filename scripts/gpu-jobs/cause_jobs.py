@@ -1,0 +1,130 @@
+#!/usr/bin/env python3
+"""Jobs that die of "CUDA out of memory" for each cause users meet, for the GPU checks of
+the OOM's cause line (scripts/gpu-cause-check.sh). Each prints one JSON line with PyTorch's
+outcome (`"oom": true/false`, its message) and exits 1 on an OOM, 0 when it fit.
+
+  jax_hold SECONDS   a JAX process that makes one array (XLA preallocates 75 % of the GPU
+                     unless XLA_PYTHON_CLIENT_PREALLOCATE=false) and sits idle
+  cupy_hold SECONDS  a CuPy process that allocates 30 GiB, frees it (its pool keeps it)
+  big GIB            a PyTorch job asking for GIB at once (beside a holder)
+  cap FRACTION       set_per_process_memory_fraction(FRACTION), 6 GiB live, asks for 3 GiB
+  leak               a training loop that keeps each step's output (8 MiB a step) under a
+                     7.9 GiB cap (fraction 0.1 on an H100), one optimizer step each
+  leak_loop          the same without a model or optimizer: keeps 8 MiB a pass
+  toobig             a GPT-2 (transformers, random weights) whose batch doubles each step
+"""
+
+import json
+import sys
+import time
+
+GiB = 1 << 30
+MiB = 1 << 20
+
+
+def report(outcome):
+    print(json.dumps(outcome), flush=True)
+    sys.exit(1 if outcome.get("oom") else 0)
+
+
+def hold(make, seconds):
+    thing = make()
+    print(json.dumps({"holding": True}), flush=True)
+    time.sleep(float(seconds))
+    del thing
+
+
+def jax_hold(seconds):
+    import jax.numpy as jnp
+
+    hold(lambda: jnp.ones((1024,)).block_until_ready(), seconds)
+
+
+def cupy_hold(seconds):
+    import cupy
+
+    def make():
+        a = cupy.empty(30 * GiB, dtype=cupy.uint8)
+        del a  # back to CuPy's pool, not to the driver
+        return cupy.get_default_memory_pool()
+
+    hold(make, seconds)
+
+
+def torch_oom(body):
+    import torch
+
+    try:
+        body(torch)
+        report({"oom": False})
+    except torch.cuda.OutOfMemoryError as err:
+        report({"oom": True, "message": str(err)[:400]})
+
+
+def big(gib):
+    torch_oom(lambda torch: torch.empty(int(float(gib) * GiB), dtype=torch.uint8, device="cuda"))
+
+
+def cap(fraction):
+    def body(torch):
+        torch.cuda.set_per_process_memory_fraction(float(fraction))
+        live = torch.empty(6 * GiB, dtype=torch.uint8, device="cuda")
+        more = torch.empty(3 * GiB, dtype=torch.uint8, device="cuda")
+        del live, more
+
+    torch_oom(body)
+
+
+def leak(with_model):
+    def body(torch):
+        torch.cuda.set_per_process_memory_fraction(0.1)
+        kept = []
+        if with_model:
+            model = torch.nn.Sequential(torch.nn.Linear(1024, 4096), torch.nn.ReLU(), torch.nn.Linear(4096, 1024)).cuda()
+            opt = torch.optim.AdamW(model.parameters())
+        for step in range(100000):
+            x = torch.randn(2048, 1024, device="cuda")
+            if with_model:
+                out = model(x)
+                out.sum().backward()
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+                kept.append(out.detach().clone())  # the leak: 8 MiB a step
+            else:
+                kept.append(x * 2)  # the leak: 8 MiB a pass
+            time.sleep(0.01)
+
+    torch_oom(body)
+
+
+def toobig():
+    def body(torch):
+        from transformers import GPT2Config, GPT2LMHeadModel
+
+        model = GPT2LMHeadModel(GPT2Config(n_layer=6, n_embd=768, n_head=12, n_positions=1024)).cuda()
+        opt = torch.optim.AdamW(model.parameters())
+        batch = 4
+        while True:
+            ids = torch.randint(0, 50257, (batch, 1024), device="cuda")
+            loss = model(ids, labels=ids).loss
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            print(json.dumps({"batch": batch}), flush=True)
+            batch *= 2
+
+    torch_oom(body)
+
+
+if __name__ == "__main__":
+    what, args = sys.argv[1], sys.argv[2:]
+    jobs = {
+        "jax_hold": jax_hold,
+        "cupy_hold": cupy_hold,
+        "big": big,
+        "cap": cap,
+        "leak": lambda: leak(True),
+        "leak_loop": lambda: leak(False),
+        "toobig": toobig,
+    }
+    jobs[what](*args)
