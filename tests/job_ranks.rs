@@ -515,6 +515,7 @@ fn oom_at(time_s: f64) -> Arc<vramtop::attach::job::OomExplained> {
         ring: None,
         kept_path: None,
         device_uuid: None,
+        ..Default::default()
     }))
 }
 

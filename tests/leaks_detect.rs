@@ -406,6 +406,7 @@ fn process(pid: u32, used: Option<u64>) -> ProcessSnapshot {
         rss_bytes: None,
         host_view: HostView::Visible,
         cgroup: None,
+        frameworks: None,
     }
 }
 

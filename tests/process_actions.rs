@@ -45,6 +45,7 @@ fn process(pid: u32, used: u64, command: &str, view: HostView) -> ProcessSnapsho
         rss_bytes: None,
         host_view: view,
         cgroup: None,
+        frameworks: None,
     }
 }
 
@@ -258,8 +259,8 @@ fn sort_cycles_through_columns_and_reverses() {
     app.handle(Action::SortReverse);
     assert_eq!(pids(&app), [300, 200, 100]);
     assert!(render(&app, 120, 40).contains("by memory (reversed)"));
-    // Memory -> trend -> sm% -> cpu% -> rss -> group -> command.
-    for _ in 0..6 {
+    // Memory -> trend -> sm% -> cpu% -> rss -> group -> framework -> command.
+    for _ in 0..7 {
         app.handle(Action::SortNext);
     }
     assert!(render(&app, 120, 40).contains("by command"));

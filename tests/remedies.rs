@@ -114,6 +114,7 @@ fn oom(segments: Vec<HookSegment>, requested: u64, free: u64, allowed: u64) -> O
         ring: None,
         kept_path: None,
         device_uuid: None,
+        ..Default::default()
     }
 }
 
@@ -353,6 +354,7 @@ fn oom_message_for(path: &std::path::Path, kept: &KeptOom, complete: bool) -> Oo
         }),
         kept_path: Some(path.to_string_lossy().into_owned()),
         device_uuid: None,
+        ..Default::default()
     }
 }
 

@@ -73,6 +73,7 @@ fn fixture_with_processes() -> SystemSnapshot {
         rss_bytes: Some(3 << 30),
         host_view: view,
         cgroup: None,
+        frameworks: None,
     };
     d.processes = vec![
         proc(300, 4 << 30, HostView::Visible),
@@ -364,6 +365,7 @@ fn an_attached_job_shows_its_segments_and_its_oom() {
         ring: None,
         kept_path: None,
         device_uuid: None,
+        ..Default::default()
     }));
     job.on_error(ErrorReport {
         time_s: 2.0,

@@ -55,6 +55,7 @@ fn process(pid: u32, used: u64, k: usize) -> ProcessSnapshot {
             HostView::Visible
         },
         cgroup,
+        frameworks: None,
     }
 }
 

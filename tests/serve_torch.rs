@@ -587,6 +587,7 @@ fn the_dashboards_query_only_series_serve_writes() {
         rss_bytes: None,
         host_view: vramtop::telemetry::HostView::Visible,
         cgroup: None,
+        frameworks: None,
     });
     let snapshot = vramtop::telemetry::SystemSnapshot {
         hostname: "h".into(),

@@ -89,6 +89,7 @@ impl App {
                     cpu_pct: None,
                     rss_bytes: None,
                     cgroup: None,
+                    frameworks: None,
                     host_view: if job.ended {
                         HostView::Exited
                     } else {

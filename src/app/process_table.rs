@@ -3,6 +3,7 @@
 
 use std::cmp::Ordering;
 
+use vramtop_alloc::framework::{label, Framework};
 use vramtop_telemetry::trend::ProcessTrend;
 use vramtop_telemetry::{HostView, ProcessSnapshot, SystemSnapshot};
 
@@ -22,11 +23,13 @@ pub enum SortKey {
     Rss,
     /// Container, pod or systemd unit.
     Group,
+    /// JAX/XLA, PyTorch, ...: named first, then none, then not known.
+    Framework,
     Command,
 }
 
 impl SortKey {
-    pub const ALL: [SortKey; 10] = [
+    pub const ALL: [SortKey; 11] = [
         SortKey::Gpu,
         SortKey::Pid,
         SortKey::User,
@@ -36,6 +39,7 @@ impl SortKey {
         SortKey::Cpu,
         SortKey::Rss,
         SortKey::Group,
+        SortKey::Framework,
         SortKey::Command,
     ];
 
@@ -60,6 +64,7 @@ impl SortKey {
             SortKey::Cpu => "by cpu%",
             SortKey::Rss => "by rss",
             SortKey::Group => "by group",
+            SortKey::Framework => "by framework",
             SortKey::Command => "by command",
         }
     }
@@ -100,6 +105,16 @@ impl ProcessRow {
         self.process.cgroup.as_ref().and_then(|c| c.label())
     }
 
+    /// The frameworks its mapped libraries name; empty for none, None when not known.
+    pub fn frameworks(&self) -> Option<&[Framework]> {
+        self.process.frameworks.as_deref()
+    }
+
+    /// "JAX/XLA", "PyTorch + CuPy": None when it has none or they are not known.
+    pub fn framework_label(&self) -> Option<String> {
+        self.frameworks().filter(|f| !f.is_empty()).map(label)
+    }
+
     /// The command as the table shows it (processes we cannot see say why).
     pub fn command_text(&self) -> String {
         match self.process.host_view {
@@ -109,8 +124,8 @@ impl ProcessRow {
         }
     }
 
-    /// Whether the row holds `needle` (already lower-case) in its pid, user, command or
-    /// group; an empty needle matches everything.
+    /// Whether the row holds `needle` (already lower-case) in its pid, user, command,
+    /// group or frameworks; an empty needle matches everything.
     pub fn matches(&self, needle: &str) -> bool {
         if needle.is_empty() {
             return true;
@@ -121,6 +136,7 @@ impl ProcessRow {
             p.user.clone(),
             Some(self.command_text()),
             self.group(),
+            self.framework_label(),
         ];
         hay.iter()
             .flatten()
@@ -183,6 +199,12 @@ fn compare(a: &ProcessRow, b: &ProcessRow, key: SortKey, descending: bool) -> Or
         SortKey::Cpu => known(p.cpu_pct, q.cpu_pct, descending),
         SortKey::Rss => known(p.rss_bytes, q.rss_bytes, descending),
         SortKey::Group => known(a.group(), b.group(), descending),
+        // Named before none: (false, name) sorts ahead of (true, "").
+        SortKey::Framework => known(
+            a.frameworks().map(|f| (f.is_empty(), label(f))),
+            b.frameworks().map(|f| (f.is_empty(), label(f))),
+            descending,
+        ),
         SortKey::Command => known(
             Some(a.command_text()).filter(|c| !c.is_empty()),
             Some(b.command_text()).filter(|c| !c.is_empty()),
@@ -228,6 +250,7 @@ mod tests {
                 rss_bytes: None,
                 host_view: HostView::Visible,
                 cgroup: None,
+                frameworks: None,
             },
             trend_bytes_per_s: trend,
             growing: false,
@@ -280,6 +303,37 @@ mod tests {
         assert_eq!(pids(&rows), [3, 1, 2]);
         sort(&mut rows, SortKey::Trend, false);
         assert_eq!(pids(&rows), [1, 2, 3], "growing first, no trend last");
+    }
+
+    #[test]
+    fn frameworks_sort_by_name_then_none_then_unknown() {
+        let with = |pid, frameworks: Option<Vec<Framework>>| {
+            let mut r = row(pid, Some(1), "python", None);
+            r.process.frameworks = frameworks;
+            r
+        };
+        let mut rows = vec![
+            with(1, None),
+            with(2, Some(vec![])),
+            with(3, Some(vec![Framework::PyTorch])),
+            with(4, Some(vec![Framework::Jax])),
+        ];
+        sort(&mut rows, SortKey::Framework, false);
+        assert_eq!(pids(&rows), [4, 3, 2, 1]);
+        sort(&mut rows, SortKey::Framework, true);
+        assert_eq!(pids(&rows), [2, 3, 4, 1], "reversed: unknown still last");
+        assert_eq!(rows[1].framework_label().as_deref(), Some("PyTorch"));
+        assert_eq!(rows[0].framework_label(), None, "none has no label");
+        assert_eq!(SortKey::from_name("framework"), Some(SortKey::Framework));
+    }
+
+    #[test]
+    fn filter_matches_frameworks() {
+        let mut r = row(9, Some(1), "python serve.py", None);
+        r.process.frameworks = Some(vec![Framework::PyTorch, Framework::CuPy]);
+        assert!(r.matches("cupy"));
+        assert!(r.matches("pytorch"));
+        assert!(!r.matches("jax"));
     }
 
     #[test]

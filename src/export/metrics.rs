@@ -382,6 +382,7 @@ mod tests {
             rss_bytes: None,
             host_view: HostView::Visible,
             cgroup: None,
+            frameworks: None,
         });
         SystemSnapshot {
             hostname: "box\"1".into(),

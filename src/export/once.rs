@@ -107,3 +107,55 @@ pub fn table(snapshot: &SystemSnapshot) -> String {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use vramtop_alloc::framework::Framework;
+    use vramtop_telemetry::{DeviceSnapshot, ProcessKind, ProcessSnapshot};
+
+    fn process(pid: u32, frameworks: Option<Vec<Framework>>) -> ProcessSnapshot {
+        ProcessSnapshot {
+            pid,
+            kind: ProcessKind::Compute,
+            used_memory_bytes: Some(1 << 30),
+            sm_util_pct: None,
+            user: None,
+            command: Some("python train.py".into()),
+            cpu_pct: None,
+            rss_bytes: None,
+            host_view: HostView::Visible,
+            cgroup: None,
+            frameworks,
+        }
+    }
+
+    #[test]
+    fn each_process_entry_names_its_frameworks_or_null() {
+        let mut d = DeviceSnapshot::unknown(0, "Test GPU", false);
+        d.processes = vec![
+            process(1, Some(vec![Framework::Jax])),
+            process(2, Some(vec![Framework::PyTorch, Framework::CuPy])),
+            process(3, Some(vec![])),
+            process(4, None),
+        ];
+        let snapshot = SystemSnapshot {
+            hostname: "box".into(),
+            source: "test".into(),
+            driver_version: None,
+            cuda_version: None,
+            devices: vec![d],
+            taken_at_ms: 0,
+            warnings: Vec::new(),
+        };
+        for text in [json(&snapshot), json_with_attached(&snapshot, &[])] {
+            let v: serde_json::Value = serde_json::from_str(&text).expect("valid JSON");
+            let entries = v["devices"][0]["processes"].as_array().expect("processes");
+            let frameworks: Vec<_> = entries.iter().map(|p| &p["frameworks"]).collect();
+            assert_eq!(frameworks[0], &serde_json::json!(["JAX/XLA"]));
+            assert_eq!(frameworks[1], &serde_json::json!(["PyTorch", "CuPy"]));
+            assert_eq!(frameworks[2], &serde_json::json!([]), "none: an empty list");
+            assert!(frameworks[3].is_null(), "not known: null");
+        }
+    }
+}

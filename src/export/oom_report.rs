@@ -10,8 +10,10 @@ use std::path::Path;
 
 use vramtop_alloc::remedy::Verdict;
 use vramtop_alloc::{human_bytes, BlockState, PolicyKind};
+use vramtop_trace::cause;
 use vramtop_trace::ooms::{trace_ooms, TraceOom};
-use vramtop_trace::replay::{self, plan_capacity, remedies};
+use vramtop_trace::replay::remedies::{self, OomRemedies};
+use vramtop_trace::replay::{self, plan_capacity};
 use vramtop_trace::Trace;
 
 /// The policies a trace with history is replayed through for the failed request.
@@ -50,6 +52,22 @@ pub fn explain(trace: &Trace, path: &Path, file_bytes: u64) -> Vec<String> {
         human_bytes(oom.reserved_bytes),
         human_bytes(oom.allocated_bytes)
     ));
+    // Every remedy at this OOM, replayed once: the cause names the one that fits.
+    let answers = remedies::remedies(trace, &ooms, None)
+        .map(|all| all.into_iter().find(|r| r.event == oom.event))
+        .map_err(|e| e.to_string());
+    let fits = answers
+        .as_ref()
+        .ok()
+        .and_then(Option::as_ref)
+        .and_then(|at| {
+            let fits = at.remedies.iter().find(|r| r.verdict == Verdict::Fits)?;
+            Some(fits.remedy.clone())
+        });
+    for (i, c) in cause::of_kept_file(trace, oom, fits).iter().enumerate() {
+        let head = if i == 0 { "cause" } else { "also" };
+        lines.push(format!("  {head}: {}", c.line()));
+    }
     if let Some(kept) = trace
         .stats
         .kept_oom
@@ -62,7 +80,7 @@ pub fn explain(trace: &Trace, path: &Path, file_bytes: u64) -> Vec<String> {
     // later has moved on.
     let Some(_) = &trace.stats.kept_oom else {
         lines.push(format!("  {}", replay_line(trace, &ooms, &REPLAYED)));
-        lines.extend(remedy_lines(trace, &ooms));
+        lines.extend(remedy_lines(&answers));
         return lines;
     };
     // One state and no events: a replay from it would pack the live tensors (the best
@@ -73,7 +91,7 @@ pub fn explain(trace: &Trace, path: &Path, file_bytes: u64) -> Vec<String> {
         &REPLAYED
     };
     lines.push(format!("  {}", replay_line(trace, &ooms, replayed)));
-    lines.extend(remedy_lines(trace, &ooms));
+    lines.extend(remedy_lines(&answers));
     lines.push(format!("  {}", holders_line(trace)));
     let open = path.display();
     lines.push(format!(
@@ -107,16 +125,11 @@ fn replay_line(trace: &Trace, ooms: &[TraceOom], policies: &[PolicyKind]) -> Str
 }
 
 /// Every remedy at the last OOM, a line each, and what would fit when none does.
-fn remedy_lines(trace: &Trace, ooms: &[TraceOom]) -> Vec<String> {
-    let Some(last) = ooms.last() else {
-        return Vec::new();
-    };
-    let all = match remedies::remedies(trace, ooms, None) {
-        Ok(all) => all,
+fn remedy_lines(answers: &Result<Option<OomRemedies>, String>) -> Vec<String> {
+    let at = match answers {
+        Ok(Some(at)) => at,
+        Ok(None) => return Vec::new(),
         Err(e) => return vec![format!("  remedies: the replay failed: {e}")],
-    };
-    let Some(at) = all.into_iter().find(|r| r.event == last.event) else {
-        return Vec::new();
     };
     let mut lines: Vec<String> = at
         .remedies
@@ -125,6 +138,7 @@ fn remedy_lines(trace: &Trace, ooms: &[TraceOom]) -> Vec<String> {
         .collect();
     if let Some(would) = at
         .what_would_fit
+        .as_ref()
         .filter(|_| !at.remedies.iter().any(|r| r.verdict == Verdict::Fits))
     {
         lines.push(format!("  what would: {}", would.line()));

@@ -64,6 +64,10 @@ struct TraceOomJson<'a> {
     remedies: Vec<vramtop_alloc::remedy::RemedyVerdict>,
     #[serde(skip_serializing_if = "Option::is_none")]
     what_would_fit: Option<vramtop_alloc::remedy::WhatWouldFit>,
+    /// Why it happened (the first cause's line), and every cause: only for the OOM a
+    /// file kept by the hook was kept at (the others have no device figures).
+    cause: Option<String>,
+    causes: Vec<vramtop_trace::cause::CauseReport>,
 }
 
 /// What `vramtop replay` was asked for.
@@ -164,7 +168,20 @@ pub fn run(path: &Path, args: &ReplayArgs) -> Result<u8> {
                     .iter()
                     .map(|oom| {
                         let at = remedies.iter().find(|r| r.event == oom.event);
+                        let causes = if ooms.last().map(|o| o.event) == Some(oom.event) {
+                            let fits = at.and_then(|r| {
+                                r.remedies
+                                    .iter()
+                                    .find(|v| v.verdict == vramtop_alloc::remedy::Verdict::Fits)
+                                    .map(|v| v.remedy.clone())
+                            });
+                            vramtop_trace::cause::of_kept_file(&trace, oom, fits)
+                        } else {
+                            Vec::new()
+                        };
                         TraceOomJson {
+                            cause: causes.first().map(|c| c.line()),
+                            causes: vramtop_trace::cause::CauseReport::of_all(&causes),
                             oom,
                             line: oom.explain(),
                             remedies: at.map(|r| r.remedies.clone()).unwrap_or_default(),

@@ -31,6 +31,8 @@ use vramtop_attach::JobView;
 
 /// Rows PyTorch's own message may take under the OOM line.
 const PYTORCH_ROWS: u16 = 2;
+/// Rows a cause line may wrap to (another process's line carries its framework's switch).
+const CAUSE_ROWS: u16 = 2;
 
 /// The marker a hooked process carries in the process table.
 pub const HOOKED: &str = "⚓";
@@ -164,6 +166,22 @@ pub(super) fn head_lines(job: &JobView) -> Vec<(Line<'static>, u16)> {
         )),
         1,
     )];
+    // Why, before PyTorch's figures and the remedies: the cause with most bytes first.
+    for (i, line) in oom.cause_lines().into_iter().enumerate() {
+        let style = if i == 0 {
+            Style::new().bold().magenta()
+        } else {
+            Style::new().magenta()
+        };
+        // A short line takes one row; a long one (another process's, with its framework's
+        // switch) may wrap to a second.
+        let rows = if line.chars().count() > 110 {
+            CAUSE_ROWS
+        } else {
+            1
+        };
+        lines.push((Line::from(Span::styled(format!(" {line}"), style)), rows));
+    }
     let pytorch = job
         .error
         .as_ref()

@@ -1,12 +1,13 @@
 //! The process table: every GPU process on every device, filtered, sorted by any column,
 //! scrollable. Columns that do not fit the width are left out whole, least useful first;
-//! GROUP appears only when some process runs in a container, pod or unit.
+//! GROUP appears only when some process runs in a container, pod or unit, FRAMEWORK only
+//! when some process's mapped libraries name one ("-": none, "?": its maps not readable).
 //!
 //! ```text
-//! ┌ processes · by memory · 3 ───────────────────────────────────────────────────────┐
-//! │ GPU PID     USER     GPU MEM    TREND    SM%  CPU%   RSS      GROUP        COMMAND │
-//! │ 0   41235   alice    12.0 GiB   +8.0M/s↑ 87%  101%   3.1 GiB  docker 3f2a… python… │
-//! └───────────────────────────────────────────────────────────────────────────────────┘
+//! ┌ processes · by memory · 3 ──────────────────────────────────────────────────────────────────┐
+//! │ GPU PID     USER     GPU MEM    TREND    SM%  CPU%   RSS      GROUP        FRAMEWORK  COMMAND │
+//! │ 0   41235   alice    12.0 GiB   +8.0M/s↑ 87%  101%   3.1 GiB  docker 3f2a… PyTorch    python… │
+//! └──────────────────────────────────────────────────────────────────────────────────────────────┘
 //! ```
 
 use ratatui::layout::{Constraint, Rect};
@@ -17,6 +18,7 @@ use ratatui::Frame;
 
 use crate::app::{App, ProcessRow, SortKey};
 use crate::units::{bytes, pct, NA};
+use vramtop_alloc::framework::{label, Framework};
 use vramtop_telemetry::HostView;
 
 /// A column: its header, its width, and how readily it is left out when space is short
@@ -37,8 +39,10 @@ const fn col(key: SortKey, header: &'static str, width: u16, drop_rank: u8) -> C
     }
 }
 
-/// In display order. COMMAND takes what is left, at least `COMMAND_MIN`.
-const COLUMNS: [Column; 10] = [
+/// In display order. COMMAND takes what is left, at least `COMMAND_MIN`. FRAMEWORK fits
+/// every single name ("ONNX Runtime"); it is left out right after RSS, before the rest,
+/// so an 80-column terminal keeps the columns it had.
+const COLUMNS: [Column; 11] = [
     col(SortKey::Gpu, "GPU", 3, 3),
     col(SortKey::Pid, "PID", 8, 0),
     col(SortKey::User, "USER", 9, 4),
@@ -46,11 +50,13 @@ const COLUMNS: [Column; 10] = [
     col(SortKey::Trend, "TREND", 9, 2),
     col(SortKey::SmUtil, "SM%", 4, 5),
     col(SortKey::Cpu, "CPU%", 5, 6),
-    col(SortKey::Rss, "RSS", 10, 7),
+    col(SortKey::Rss, "RSS", 10, 8),
     col(SortKey::Group, "GROUP", 20, 1),
+    col(SortKey::Framework, "FRAMEWORK", FRAMEWORK_WIDTH, 7),
     col(SortKey::Command, "COMMAND", 0, 0),
 ];
 const COMMAND_MIN: u16 = 14;
+const FRAMEWORK_WIDTH: u16 = 12;
 const SPACING: u16 = 1;
 
 pub fn draw(frame: &mut Frame, area: Rect, app: &App) {
@@ -74,10 +80,16 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App) {
         frame.render_widget(Paragraph::new(text).dark_gray().block(block), area);
         return;
     }
-    let any_group = app.rows.iter().any(|r| r.group().is_some());
+    let mut nothing_to_show = Vec::new();
+    if !app.rows.iter().any(|r| r.group().is_some()) {
+        nothing_to_show.push(SortKey::Group);
+    }
+    if !app.rows.iter().any(|r| r.framework_label().is_some()) {
+        nothing_to_show.push(SortKey::Framework);
+    }
     let shown = columns_for(
         area.width.saturating_sub(2),
-        any_group,
+        &nothing_to_show,
         app.columns.as_deref(),
     );
     let header = Row::new(shown.iter().map(|c| {
@@ -127,14 +139,18 @@ fn title(app: &App) -> Line<'static> {
     Line::from(spans)
 }
 
-/// The columns that fit `width`, dropping the most droppable first.
 /// The columns that fit `width`: the ones `wanted` names (the settings file's `columns`;
-/// None or empty: all), least useful dropped first when they do not fit.
-fn columns_for(width: u16, any_group: bool, wanted: Option<&[SortKey]>) -> Vec<&'static Column> {
+/// None or empty: all) less those no row has anything for (`nothing_to_show`), least
+/// useful dropped first when they do not fit.
+fn columns_for(
+    width: u16,
+    nothing_to_show: &[SortKey],
+    wanted: Option<&[SortKey]>,
+) -> Vec<&'static Column> {
     let wanted = wanted.filter(|w| !w.is_empty());
     let mut shown: Vec<&Column> = COLUMNS
         .iter()
-        .filter(|c| any_group || c.key != SortKey::Group)
+        .filter(|c| !nothing_to_show.contains(&c.key))
         .filter(|c| wanted.is_none_or(|w| w.contains(&c.key)))
         .collect();
     let needed = |cols: &[&Column]| -> u16 {
@@ -183,6 +199,9 @@ fn cell(r: &ProcessRow, key: SortKey) -> Cell<'static> {
         ),
         SortKey::Rss => Cell::from(bytes(p.rss_bytes)),
         SortKey::Group => Cell::from(r.group().unwrap_or_default()),
+        SortKey::Framework => {
+            Cell::from(framework_text(r.frameworks(), usize::from(FRAMEWORK_WIDTH)))
+        }
         SortKey::Command => {
             let text = r.command_text();
             let text = if text.is_empty() {
@@ -204,6 +223,34 @@ fn cell(r: &ProcessRow, key: SortKey) -> Cell<'static> {
                 Line::from(text)
             })
         }
+    }
+}
+
+/// The frameworks in at most `width` characters: "PyTorch + CuPy" when it fits, else the
+/// first and how many more ("PyTorch +1"); "-" for none, "?" when not known.
+fn framework_text(frameworks: Option<&[Framework]>, width: usize) -> String {
+    let Some(frameworks) = frameworks else {
+        return "?".to_string();
+    };
+    let Some(first) = frameworks.first() else {
+        return "-".to_string();
+    };
+    let all = label(frameworks);
+    if all.chars().count() <= width {
+        return all;
+    }
+    let more = if frameworks.len() > 1 {
+        format!(" +{}", frameworks.len() - 1)
+    } else {
+        String::new()
+    };
+    let room = width.saturating_sub(more.chars().count());
+    let name = first.name();
+    if name.chars().count() <= room {
+        format!("{name}{more}")
+    } else {
+        let cut: String = name.chars().take(room.saturating_sub(1)).collect();
+        format!("{cut}…{more}")
     }
 }
 
@@ -258,12 +305,12 @@ mod tests {
 
     #[test]
     fn narrow_tables_drop_the_least_useful_columns_first() {
-        let wide: Vec<_> = columns_for(200, true, None)
+        let wide: Vec<_> = columns_for(200, &[], None)
             .iter()
             .map(|c| c.header)
             .collect();
         assert_eq!(wide.len(), COLUMNS.len());
-        let narrow: Vec<_> = columns_for(78, false, None)
+        let narrow: Vec<_> = columns_for(78, &[SortKey::Group], None)
             .iter()
             .map(|c| c.header)
             .collect();
@@ -271,17 +318,148 @@ mod tests {
         assert!(narrow.contains(&"TREND") && narrow.contains(&"COMMAND"));
         assert!(!narrow.contains(&"RSS"), "{narrow:?}");
         assert!(!narrow.contains(&"GROUP"), "no group known: no column");
-        let tiny: Vec<_> = columns_for(30, true, None)
+        let tiny: Vec<_> = columns_for(30, &[], None)
             .iter()
             .map(|c| c.header)
             .collect();
         assert_eq!(tiny, ["PID", "GPU MEM", "COMMAND"]);
         // The settings file's `columns` keeps only those named, in the table's order.
         let chosen = [SortKey::Command, SortKey::Pid];
-        let picked: Vec<_> = columns_for(200, true, Some(&chosen))
+        let picked: Vec<_> = columns_for(200, &[], Some(&chosen))
             .iter()
             .map(|c| c.header)
             .collect();
         assert_eq!(picked, ["PID", "COMMAND"]);
+    }
+
+    fn headers(width: u16, nothing_to_show: &[SortKey]) -> Vec<&'static str> {
+        columns_for(width, nothing_to_show, None)
+            .iter()
+            .map(|c| c.header)
+            .collect()
+    }
+
+    #[test]
+    fn framework_column_gives_way_after_rss_and_before_the_rest() {
+        // An 80-column terminal (78 inside the border) shows what it showed before.
+        assert_eq!(
+            headers(78, &[SortKey::Group]),
+            headers(78, &[SortKey::Group, SortKey::Framework])
+        );
+        assert!(!headers(78, &[SortKey::Group]).contains(&"FRAMEWORK"));
+        // A little wider, it takes RSS's place.
+        let wider = headers(88, &[SortKey::Group]);
+        assert!(
+            wider.contains(&"FRAMEWORK") && wider.contains(&"CPU%"),
+            "{wider:?}"
+        );
+        assert!(!wider.contains(&"RSS"), "{wider:?}");
+        assert_eq!(wider.last(), Some(&"COMMAND"));
+        assert!(!headers(200, &[SortKey::Framework]).contains(&"FRAMEWORK"));
+    }
+
+    #[test]
+    fn framework_cells_are_short_and_say_unknown_apart_from_none() {
+        let w = usize::from(FRAMEWORK_WIDTH);
+        assert_eq!(framework_text(None, w), "?");
+        assert_eq!(framework_text(Some(&[]), w), "-");
+        assert_eq!(framework_text(Some(&[Framework::Jax]), w), "JAX/XLA");
+        assert_eq!(
+            framework_text(Some(&[Framework::OnnxRuntime]), w),
+            "ONNX Runtime"
+        );
+        let torch_cupy = [Framework::PyTorch, Framework::CuPy];
+        assert_eq!(framework_text(Some(&torch_cupy), 20), "PyTorch + CuPy");
+        assert_eq!(framework_text(Some(&torch_cupy), w), "PyTorch +1");
+        let long = [Framework::OnnxRuntime, Framework::TensorRt];
+        assert_eq!(framework_text(Some(&long), w), "ONNX Run… +1");
+        for (framework, _) in vramtop_alloc::framework::MARKERS {
+            let text = framework_text(Some(&[framework, Framework::CuPy]), w);
+            assert!(text.chars().count() <= w, "{text}");
+        }
+    }
+
+    mod rendering {
+        use super::*;
+        use ratatui::backend::TestBackend;
+        use ratatui::Terminal;
+        use vramtop_telemetry::{ProcessKind, ProcessSnapshot};
+
+        fn row(pid: u32, frameworks: Option<Vec<Framework>>) -> ProcessRow {
+            ProcessRow {
+                device: 0,
+                process: ProcessSnapshot {
+                    pid,
+                    kind: ProcessKind::Compute,
+                    used_memory_bytes: Some(u64::from(pid) << 20),
+                    sm_util_pct: None,
+                    user: Some("alice".into()),
+                    command: Some(format!("python job{pid}.py")),
+                    cpu_pct: None,
+                    rss_bytes: None,
+                    host_view: HostView::Visible,
+                    cgroup: None,
+                    frameworks,
+                },
+                trend_bytes_per_s: None,
+                growing: false,
+                hooked: false,
+                rank: None,
+            }
+        }
+
+        fn screen(app: &App, width: u16) -> String {
+            let mut terminal = Terminal::new(TestBackend::new(width, 8)).expect("test backend");
+            terminal.draw(|f| draw(f, f.area(), app)).expect("draw");
+            crate::ui::buffer_text(terminal.backend().buffer())
+        }
+
+        /// The table line that holds `needle`.
+        fn line_of<'a>(text: &'a str, needle: &str) -> &'a str {
+            text.lines()
+                .find(|l| l.contains(needle))
+                .unwrap_or_else(|| panic!("no line holds {needle}: {text}"))
+        }
+
+        #[test]
+        fn each_process_names_its_framework() {
+            let mut app = App::new(1.0);
+            app.rows = vec![
+                row(101, Some(vec![Framework::Jax])),
+                row(102, Some(vec![Framework::PyTorch, Framework::CuPy])),
+                row(103, Some(vec![])),
+                row(104, None),
+            ];
+            let text = screen(&app, 120);
+            assert!(line_of(&text, "PID").contains("FRAMEWORK"), "{text}");
+            assert!(line_of(&text, "job101").contains("JAX/XLA"), "{text}");
+            assert!(line_of(&text, "job102").contains("PyTorch +1"), "{text}");
+            // The framework cell sits just before the command.
+            assert!(
+                line_of(&text, "job103").contains(" -            python job103"),
+                "{text}"
+            );
+            assert!(
+                line_of(&text, "job104").contains(" ?            python job104"),
+                "{text}"
+            );
+            // 80 columns: the column gives way, the command keeps its room.
+            let narrow = screen(&app, 80);
+            assert!(!narrow.contains("FRAMEWORK"), "{narrow}");
+            assert!(!narrow.contains("JAX/XLA"), "{narrow}");
+            assert!(
+                line_of(&narrow, "101").contains("python job101.py"),
+                "{narrow}"
+            );
+        }
+
+        #[test]
+        fn no_framework_named_anywhere_means_no_column() {
+            let mut app = App::new(1.0);
+            app.rows = vec![row(201, Some(vec![])), row(202, None)];
+            let text = screen(&app, 160);
+            assert!(!text.contains("FRAMEWORK"), "{text}");
+            assert!(line_of(&text, "PID").contains("COMMAND"), "{text}");
+        }
     }
 }

@@ -26,7 +26,12 @@ pub enum Framework {
 pub const MARKERS: [(Framework, &[&str]); 7] = [
     (
         Framework::Jax,
-        &["/jaxlib/", "/jax_plugins/", "xla_cuda_plugin", "xla_extension"],
+        &[
+            "/jaxlib/",
+            "/jax_plugins/",
+            "xla_cuda_plugin",
+            "xla_extension",
+        ],
     ),
     (
         Framework::TensorFlow,
@@ -36,7 +41,10 @@ pub const MARKERS: [(Framework, &[&str]); 7] = [
     (Framework::CuPy, &["/cupy/", "/cupy_backends/"]),
     (Framework::OnnxRuntime, &["libonnxruntime_providers_cuda"]),
     (Framework::TensorRt, &["libnvinfer."]),
-    (Framework::Paddle, &["/paddle/base/libpaddle", "libpaddle_inference"]),
+    (
+        Framework::Paddle,
+        &["/paddle/base/libpaddle", "libpaddle_inference"],
+    ),
 ];
 
 impl Framework {

@@ -133,6 +133,10 @@ pub fn summary(job: &JobView, all: &[JobView]) -> String {
             .collect();
         // From the job's whole history, the remedies say it all; from one state, the
         // expandable line gives its bounds.
+        // The cause first: it says what the remedies then address.
+        if let Some(cause) = oom.causes.first() {
+            parts.push(format!("OOM cause: {}", cause.line()));
+        }
         parts.push(match oom.history_events {
             Some(events) => format!(
                 "OOM: {}; remedies from the job's whole history ({events} events replayed): {}",

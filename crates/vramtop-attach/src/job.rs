@@ -14,6 +14,7 @@ use super::protocol::{
 use vramtop_alloc::leaks::{DetectorConfig, LeakDetector, SiteTrend, Suspect};
 use vramtop_alloc::metrics::layout_stats;
 use vramtop_alloc::{round_size, BlockState, MapView, OomReport, Pool};
+use vramtop_trace::cause::{self, Cause, OomFacts};
 use vramtop_trace::{snapshot, SnapshotBlock, SnapshotSegment};
 
 /// Fragmentation samples kept per job (five minutes at 1 s).
@@ -146,6 +147,8 @@ pub struct OomExplained {
     /// PyTorch's own figures in its words, when the hook caught them.
     pub summary: Option<String>,
     pub map: MapView,
+    /// Why it happened, the cause accounting for most bytes first (see `cause`).
+    pub causes: Vec<Cause>,
 }
 
 impl OomExplained {
@@ -187,10 +190,42 @@ impl OomExplained {
         };
         let expandable = remedy::expandable(&scene);
         let what_would_fit = remedy::what_would_fit(&scene);
-        let (remedies, history_events) = match history_remedies(oom) {
+        // The file the hook kept at this OOM: its history decides the remedies when the
+        // ring held all of it, and names the sites a leak left.
+        let kept = kept_trace(oom);
+        let whole_history = kept
+            .as_ref()
+            .filter(|_| oom.ring.is_some_and(|ring| ring.complete));
+        let (remedies, history_events) = match whole_history.and_then(history_remedies) {
             Some((remedies, events)) => (remedies, Some(events)),
             None => (remedy::one_state(&scene, &expandable), None),
         };
+        let remedy_that_fits = remedies
+            .iter()
+            .find(|r| r.verdict == remedy::Verdict::Fits)
+            .map(|r| r.remedy.clone());
+        let facts = OomFacts {
+            time_s: oom.time_s,
+            requested_bytes: rounded,
+            allocated_bytes: stats.allocated_bytes,
+            reserved_bytes: stats.reserved_bytes,
+            free_runs: stats.free_runs,
+            largest_free_bytes: stats.largest_free_bytes,
+            device_free_bytes: oom.device_free_bytes,
+            limit_bytes: oom.device_total_bytes,
+            physical_total_bytes: oom.physical_total_bytes,
+            processes: oom.gpu_processes.as_ref(),
+            series: oom.series.as_ref(),
+            step_series: oom.step_series.as_ref(),
+            remedy_that_fits,
+            leak_sites: kept.as_ref().map_or_else(Vec::new, cause::leak_sites),
+            steps_us: kept
+                .as_ref()
+                .and_then(|t| t.stats.kept_oom.as_ref())
+                .map_or(&[][..], |k| &k.steps_us[..]),
+            history_recorded: kept.as_ref().is_some_and(cause::sites_recorded),
+        };
+        let causes = cause::causes(&facts);
         OomExplained {
             time_s: oom.time_s,
             device: oom.device,
@@ -206,7 +241,21 @@ impl OomExplained {
             truncated: oom.truncated,
             summary: oom.summary.clone(),
             map,
+            causes,
         }
+    }
+
+    /// "cause: another process held 59.9 GiB of this GPU: ..." for the first cause, and
+    /// "also: ..." for each other; empty when the figures say nothing.
+    pub fn cause_lines(&self) -> Vec<String> {
+        self.causes
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                let head = if i == 0 { "cause" } else { "also" };
+                format!("{head}: {}", c.line())
+            })
+            .collect()
     }
 
     /// "needed 1.0 GiB contiguous; 4.3 GiB free in 306 runs, largest 6.0 MiB"
@@ -234,27 +283,29 @@ impl OomExplained {
 /// `vramtop replay` answers that file with. Runs on the connection's reader thread (a
 /// ring of 8,192 events replays in milliseconds). None, and the one-state answers, when
 /// there is no such file or it cannot be read: the OOM is still explained.
-fn history_remedies(oom: &OomState) -> Option<(Vec<RemedyVerdict>, usize)> {
-    if !oom.ring.is_some_and(|ring| ring.complete) {
+fn history_remedies(trace: &vramtop_trace::Trace) -> Option<(Vec<RemedyVerdict>, usize)> {
+    if !trace.stats.kept_oom.as_ref()?.ring_complete {
         return None;
     }
+    let ooms = vramtop_trace::ooms::trace_ooms(trace);
+    let last = ooms.last()?.event;
+    let answers = vramtop_trace::replay::remedies::remedies(trace, &ooms, None).ok()?;
+    let at = answers.into_iter().find(|r| r.event == last)?;
+    // A file that turned out not to hold the whole history got one-state answers there.
+    at.from_history.then_some((at.remedies, trace.events.len()))
+}
+
+/// The file the hook kept at this OOM, read for its device; None when there is none, it
+/// cannot be read, or it is a later OOM's (after its third the hook rewrites one file).
+fn kept_trace(oom: &OomState) -> Option<vramtop_trace::Trace> {
     let bytes = read_kept_file(std::path::Path::new(oom.kept_path.as_deref()?))?;
     let opts = vramtop_trace::LoadOptions {
         device: Some(oom.device),
         ..Default::default()
     };
     let trace = vramtop_trace::from_bytes(&bytes, &opts).ok()?;
-    // After its third OOM the hook rewrites one file at each: it must be this OOM's.
     let kept = trace.stats.kept_oom.as_ref()?;
-    if (kept.time_us - (oom.time_s * 1e6) as i64).abs() > 1 {
-        return None;
-    }
-    let ooms = vramtop_trace::ooms::trace_ooms(&trace);
-    let last = ooms.last()?.event;
-    let answers = vramtop_trace::replay::remedies::remedies(&trace, &ooms, None).ok()?;
-    let at = answers.into_iter().find(|r| r.event == last)?;
-    // A file that turned out not to hold the whole history got one-state answers there.
-    at.from_history.then_some((at.remedies, trace.events.len()))
+    ((kept.time_us - (oom.time_s * 1e6) as i64).abs() <= 1).then_some(trace)
 }
 
 /// Most bytes read of a kept file (the hook caps them at 64 MiB unless told otherwise).
@@ -614,6 +665,7 @@ mod tests {
             ring: None,
             kept_path: None,
             device_uuid: None,
+            ..Default::default()
         }
     }
 

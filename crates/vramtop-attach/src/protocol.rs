@@ -8,6 +8,7 @@ use std::fmt;
 use std::io::{self, Read, Write};
 
 use serde::{Deserialize, Serialize};
+use vramtop_trace::cause::{AllocatedSeries, GpuProcesses};
 
 pub const PROTOCOL_VERSION: u64 = 1;
 /// Largest frame either side may send (16 MiB).
@@ -244,7 +245,7 @@ pub struct JobState {
 }
 
 /// The allocator's state at an out-of-memory, before the exception unwound the job.
-#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
 pub struct OomState {
     #[serde(default)]
     pub time_s: f64,
@@ -278,6 +279,17 @@ pub struct OomState {
     /// As in `JobState` (hook 1.2).
     #[serde(default)]
     pub device_uuid: Option<String>,
+    /// Hook 1.4: the device's own total (`device_total_bytes` is the cap when one is set).
+    #[serde(default)]
+    pub physical_total_bytes: Option<u64>,
+    /// Hook 1.4: the job's allocated bytes over its life, in time and after optimizer steps.
+    #[serde(default)]
+    pub series: Option<AllocatedSeries>,
+    #[serde(default)]
+    pub step_series: Option<AllocatedSeries>,
+    /// Hook 1.4: every process NVML listed on the GPU (None: NVML could not say).
+    #[serde(default)]
+    pub gpu_processes: Option<GpuProcesses>,
 }
 
 /// PyTorch's trace ring of alloc/free events, as the hook had it at an OOM.

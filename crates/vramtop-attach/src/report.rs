@@ -7,6 +7,7 @@ use super::job::{ExpandableVerdict, JobView};
 use super::protocol::{AllocatorSettings, ErrorReport, TorchStats};
 use vramtop_alloc::leaks::Suspect;
 use vramtop_alloc::remedy::{RemedyVerdict, WhatWouldFit};
+use vramtop_trace::cause::CauseReport;
 
 /// The `attached` entry of `--once --json` and `vramtop attach --json`.
 #[derive(Clone, Debug, Serialize)]
@@ -87,6 +88,10 @@ pub struct OomJson {
     pub history_events: Option<usize>,
     pub what_would_fit: WhatWouldFit,
     pub pytorch_summary: Option<String>,
+    /// The first cause's line: why it happened; null when the figures say nothing.
+    pub cause: Option<String>,
+    /// Every cause that applies, the most bytes first (`kind`, its figures, `line`).
+    pub causes: Vec<CauseReport>,
 }
 
 impl JobReport {
@@ -154,6 +159,8 @@ impl JobReport {
                 history_events: o.history_events,
                 what_would_fit: o.what_would_fit.clone(),
                 pytorch_summary: o.summary.clone(),
+                cause: o.causes.first().map(|c| c.line()),
+                causes: CauseReport::of_all(&o.causes),
             }),
             last_error: view.error.clone(),
             leak_suspects: view.suspects.clone(),

@@ -4,7 +4,7 @@
 //! the live view and `serve` read from; per-process growth trends (`trend`).
 //! A metric a device cannot report is `None`, never 0, and never aborts a poll.
 //!
-//! Depends on `vramtop-alloc` (its seeded random generator) only: no ratatui, no clap,
+//! Depends on `vramtop-alloc` (its seeded random generator, its framework names) only: no ratatui, no clap,
 //! nothing of the application.
 
 pub mod auth;
@@ -19,6 +19,7 @@ pub mod timing;
 pub mod trend;
 
 pub use open::DeviceChoice;
+pub use vramtop_alloc::framework::Framework;
 
 use serde::{Deserialize, Serialize};
 
@@ -73,6 +74,40 @@ pub struct ProcessSnapshot {
     /// the root cgroup. Absent in snapshots from older `vramtop serve` hosts.
     #[serde(default)]
     pub cgroup: Option<cgroup::CgroupOrigin>,
+    /// Frameworks told from the libraries it has mapped (/proc/PID/maps), by name
+    /// ("JAX/XLA", "PyTorch"); empty for none, None when its maps could not be read (another
+    /// user's process, another PID namespace). Absent from older `vramtop serve` hosts.
+    #[serde(default, with = "framework_names")]
+    pub frameworks: Option<Vec<Framework>>,
+}
+
+/// Frameworks travel by name (`Framework::name`), so the JSON reads as the table does; a
+/// name this build does not know (a newer host's) is left out.
+mod framework_names {
+    use serde::{Deserialize, Deserializer, Serializer};
+    use vramtop_alloc::framework::Framework;
+
+    pub fn serialize<S: Serializer>(
+        frameworks: &Option<Vec<Framework>>,
+        out: S,
+    ) -> Result<S::Ok, S::Error> {
+        match frameworks {
+            Some(list) => out.serialize_some(&list.iter().map(|f| f.name()).collect::<Vec<_>>()),
+            None => out.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(
+        input: D,
+    ) -> Result<Option<Vec<Framework>>, D::Error> {
+        let names = Option::<Vec<String>>::deserialize(input)?;
+        Ok(names.map(|names| {
+            names
+                .iter()
+                .filter_map(|name| Framework::from_name(name))
+                .collect()
+        }))
+    }
 }
 
 /// Whether a device's figures are current.
@@ -198,4 +233,54 @@ pub fn hostname() -> String {
         .filter(|s| !s.is_empty())
         .or_else(|| std::env::var("HOSTNAME").ok())
         .unwrap_or_else(|| "localhost".to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn process(frameworks: Option<Vec<Framework>>) -> ProcessSnapshot {
+        ProcessSnapshot {
+            pid: 7,
+            kind: ProcessKind::Compute,
+            used_memory_bytes: Some(1 << 30),
+            sm_util_pct: None,
+            user: None,
+            command: None,
+            cpu_pct: None,
+            rss_bytes: None,
+            host_view: HostView::Visible,
+            cgroup: None,
+            frameworks,
+        }
+    }
+
+    #[test]
+    fn frameworks_travel_by_name_and_unknown_stays_null() {
+        let both = process(Some(vec![Framework::PyTorch, Framework::CuPy]));
+        let json = serde_json::to_value(&both).expect("serialise");
+        assert_eq!(json["frameworks"], serde_json::json!(["PyTorch", "CuPy"]));
+        let back: ProcessSnapshot = serde_json::from_value(json).expect("read back");
+        assert_eq!(back, both);
+
+        let none = serde_json::to_value(process(Some(vec![]))).expect("serialise");
+        assert_eq!(none["frameworks"], serde_json::json!([]));
+        let unknown = serde_json::to_value(process(None)).expect("serialise");
+        assert!(unknown["frameworks"].is_null());
+        let back: ProcessSnapshot = serde_json::from_value(unknown).expect("read back");
+        assert_eq!(back.frameworks, None);
+    }
+
+    #[test]
+    fn older_and_newer_hosts_still_read() {
+        let mut json = serde_json::to_value(process(None)).expect("serialise");
+        let object = json.as_object_mut().expect("an object");
+        object.remove("frameworks");
+        let older: ProcessSnapshot = serde_json::from_value(json.clone()).expect("older host");
+        assert_eq!(older.frameworks, None);
+        // A framework this build does not know is left out; the ones it knows stay.
+        json["frameworks"] = serde_json::json!(["JAX/XLA", "Mojo"]);
+        let newer: ProcessSnapshot = serde_json::from_value(json).expect("newer host");
+        assert_eq!(newer.frameworks, Some(vec![Framework::Jax]));
+    }
 }

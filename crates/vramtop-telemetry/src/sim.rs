@@ -116,6 +116,7 @@ impl SimSource {
                 rss_bytes: info.rss_bytes,
                 host_view: HostView::Visible,
                 cgroup: info.cgroup,
+                frameworks: info.frameworks,
             });
         }
         d

@@ -81,6 +81,9 @@ pub struct OomFacts<'a> {
     pub leak_sites: Vec<LeakSite>,
     /// The job recorded its allocation sites (a rerun with --history would add nothing).
     pub history_recorded: bool,
+    /// When the job's optimizers stepped (microseconds since the epoch), the last few
+    /// thousand: a leak's blocks are counted per step.
+    pub steps_us: &'a [i64],
 }
 
 /// A call site whose blocks piled up: allocated all through the history, still alive.
@@ -93,6 +96,11 @@ pub struct LeakSite {
     pub over_s: f64,
     /// Optimizer steps in that time, where the job's steps are known.
     pub steps: Option<u64>,
+    /// Whether the history shows its blocks allocated all through it (their first and
+    /// last allocations at least half the history apart); None where the history began
+    /// after them (a checkpoint) and cannot say.
+    #[serde(skip)]
+    pub spread: Option<bool>,
 }
 
 /// One process holding memory outside the job.
@@ -121,6 +129,9 @@ pub enum Cause {
         /// The held bytes are the device's used bytes less PyTorch's reserved: the job's
         /// own CUDA context is among them (NVML did not list the job).
         approximate: bool,
+        /// NVML's list of processes was recorded (hook 1.4 with NVML): without it, which
+        /// processes held the memory is not known, and nothing is called unseen.
+        listed: bool,
     },
     /// `set_per_process_memory_fraction` stopped the job short of what it needed.
     Cap {
@@ -155,6 +166,28 @@ pub enum Cause {
         largest_free_bytes: u64,
         remedy: Option<String>,
     },
+}
+
+/// A cause as JSON gives it: its kind and figures, the bytes that rank it, its line.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct CauseReport {
+    pub line: String,
+    pub bytes: u64,
+    #[serde(flatten)]
+    pub cause: Cause,
+}
+
+impl CauseReport {
+    pub fn of_all(causes: &[Cause]) -> Vec<CauseReport> {
+        causes
+            .iter()
+            .map(|c| CauseReport {
+                line: c.line(),
+                bytes: c.bytes(),
+                cause: c.clone(),
+            })
+            .collect()
+    }
 }
 
 /// Held outside the job below this is noise (drivers and contexts), not a cause.
@@ -199,6 +232,7 @@ impl Cause {
                 holders,
                 unseen_bytes,
                 approximate,
+                listed,
             } => {
                 let mut text = format!(
                     "another process held {} of this GPU{}",
@@ -214,7 +248,9 @@ impl Cause {
                     text.push_str(": ");
                     text.push_str(&named.join("; "));
                 }
-                if *unseen_bytes >= OUTSIDE_MIN {
+                if !*listed {
+                    text.push_str(" (which processes was not recorded: NVML was not reachable from the job)");
+                } else if *unseen_bytes >= OUTSIDE_MIN {
                     text.push_str(&format!(
                         "; {} by processes vramtop cannot see (another container or PID namespace)",
                         human_bytes(*unseen_bytes)
@@ -309,7 +345,8 @@ impl LeakSite {
                     format!(", {per:.1} a step")
                 }
             }
-            _ => format!(", allocated over {}", seconds(self.over_s)),
+            _ if self.over_s >= 1.0 => format!(", allocated over {}", seconds(self.over_s)),
+            _ => String::new(),
         };
         format!(
             "{} blocks from {} still alive ({}){pace}",
@@ -450,11 +487,15 @@ fn other_processes(listed: Option<&GpuProcesses>, outside: u64, approximate: boo
         unseen_bytes: outside.saturating_sub(seen),
         holders,
         approximate,
+        listed: listed.is_some(),
     }
 }
 
 /// Windows the series is cut into to find its floor.
 const LEAK_WINDOWS: usize = 5;
+/// Step marks the hook keeps (`STEP_MARKS`): with that many, earlier steps are gone and
+/// blocks are not counted per step.
+const STEPS_KEPT: usize = 4096;
 /// Fewest rows (of either series) a leak is judged on.
 const LEAK_MIN_ROWS: usize = 10;
 
@@ -498,12 +539,36 @@ fn leak(facts: &OomFacts) -> Option<Cause> {
     if !never_fell || rises + 1 < floors.len() - 1 || rise < enough.max(share) {
         return None;
     }
+    // The sites holding the rise: many blocks, a quarter of it or more, and not shown by
+    // the history to have come all at once.
+    let over_s = (facts.time_s - start).max(span);
+    let steps = (facts.steps_us.len() < STEPS_KEPT)
+        .then(|| {
+            let since = (start * 1e6) as i64;
+            facts.steps_us.iter().filter(|&&t| t >= since).count() as u64
+        })
+        .filter(|&n| n > 0);
+    let sites = facts
+        .leak_sites
+        .iter()
+        .filter(|site| site.spread != Some(false) && site.bytes as f64 * 4.0 >= rise)
+        .take(3)
+        .map(|site| LeakSite {
+            steps,
+            over_s: if site.spread == Some(true) {
+                site.over_s
+            } else {
+                over_s
+            },
+            ..site.clone()
+        })
+        .collect();
     Some(Cause::Leak {
         from_bytes: from as u64,
         to_bytes: to as u64,
-        over_s: (facts.time_s - start).max(span),
+        over_s,
         at_steps,
-        sites: facts.leak_sites.clone(),
+        sites,
         history_recorded: facts.history_recorded,
     })
 }
@@ -534,8 +599,9 @@ pub fn of_kept_file(
         series: kept.series.as_ref(),
         step_series: kept.step_series.as_ref(),
         remedy_that_fits,
-        leak_sites: leak_sites(trace, &kept.steps_us),
-        history_recorded: trace.events.iter().any(|e| e.tag.is_some()),
+        leak_sites: leak_sites(trace),
+        steps_us: &kept.steps_us,
+        history_recorded: sites_recorded(trace),
     };
     causes(&facts)
 }
@@ -543,65 +609,83 @@ pub fn of_kept_file(
 /// Fewest live blocks of one site that make it a leak's site.
 const LEAK_SITE_MIN_BLOCKS: u64 = 8;
 
-/// The sites whose blocks still alive at the trace's end were allocated all through it
-/// (their first and last allocations at least half the trace apart): what a leak leaves.
-/// Needs the allocation history with sites (`--history`); empty without.
-pub fn leak_sites(trace: &crate::Trace, steps_us: &[i64]) -> Vec<LeakSite> {
+/// The call sites holding many live blocks at the trace's end (PyTorch keeps a stack for
+/// each live block with `--history`, whether or not its events carry one), the most bytes
+/// first: the candidates a leak is pinned on (`leak` keeps those that account for the
+/// rise). Each block's time is its last allocation in the events, where they hold it.
+pub fn leak_sites(trace: &crate::Trace) -> Vec<LeakSite> {
     use crate::TraceEventKind;
     use std::collections::HashMap;
     let times = || trace.events.iter().filter_map(|e| e.time_us);
-    let (Some(first), Some(last)) = (times().min(), times().max()) else {
-        return Vec::new();
+    let span = match (times().min(), times().max()) {
+        (Some(first), Some(last)) => last - first,
+        _ => 0,
     };
-    let span = last - first;
-    if span <= 0 {
-        return Vec::new();
-    }
-    let mut live: HashMap<u64, (&str, i64, u64)> = HashMap::new();
+    let mut allocated_at: HashMap<u64, i64> = HashMap::new();
     for event in &trace.events {
-        match event.kind {
-            TraceEventKind::Alloc => {
-                if let (Some(tag), Some(t)) = (event.tag.as_deref(), event.time_us) {
-                    live.insert(event.addr, (tag, t, event.size));
-                } else {
-                    live.remove(&event.addr);
-                }
-            }
-            TraceEventKind::FreeCompleted => {
-                live.remove(&event.addr);
-            }
-            _ => {}
+        if let (TraceEventKind::Alloc, Some(t)) = (event.kind, event.time_us) {
+            allocated_at.insert(event.addr, t);
         }
     }
-    // site -> (blocks, bytes, first allocation, last allocation)
-    let mut by_site: HashMap<&str, (u64, u64, i64, i64)> = HashMap::new();
-    for (site, t, size) in live.into_values() {
+    #[derive(Default)]
+    struct Held {
+        blocks: u64,
+        bytes: u64,
+        timed: u64,
+        from: Option<i64>,
+        to: Option<i64>,
+    }
+    let mut by_site: HashMap<&str, Held> = HashMap::new();
+    let live = trace
+        .segments_at_end
+        .iter()
+        .flat_map(|s| &s.blocks)
+        .filter(|b| b.state == vramtop_alloc::BlockState::Allocated);
+    for block in live {
+        let Some(site) = block.tag.as_deref() else {
+            continue;
+        };
         if site == crate::leaks::UNTAGGED_SITE {
             continue;
         }
-        let entry = by_site.entry(site).or_insert((0, 0, t, t));
-        entry.0 += 1;
-        entry.1 = entry.1.saturating_add(size);
-        entry.2 = entry.2.min(t);
-        entry.3 = entry.3.max(t);
+        let held = by_site.entry(site).or_default();
+        held.blocks += 1;
+        held.bytes = held.bytes.saturating_add(block.size);
+        if let Some(&t) = allocated_at.get(&block.addr) {
+            held.timed += 1;
+            held.from = Some(held.from.map_or(t, |f| f.min(t)));
+            held.to = Some(held.to.map_or(t, |x| x.max(t)));
+        }
     }
     let mut sites: Vec<LeakSite> = by_site
         .into_iter()
-        .filter(|(_, (blocks, _, from, to))| {
-            *blocks >= LEAK_SITE_MIN_BLOCKS && (to - from) * 2 >= span
-        })
-        .map(|(site, (blocks, bytes, from, to))| LeakSite {
-            site: site.to_string(),
-            blocks,
-            bytes,
-            over_s: (to - from) as f64 / 1e6,
-            steps: (!steps_us.is_empty()).then(|| {
-                steps_us.iter().filter(|&&s| s >= from && s <= to).count() as u64
-            }),
+        .filter(|(_, held)| held.blocks >= LEAK_SITE_MIN_BLOCKS)
+        .map(|(site, held)| {
+            let (from, to) = (held.from.unwrap_or(0), held.to.unwrap_or(0));
+            // Every block timed: the history covers the site, and says whether it grew
+            // all through. Some from before the history: they came earlier still.
+            let spread = (held.timed == held.blocks && span > 0).then(|| (to - from) * 2 >= span);
+            LeakSite {
+                site: site.to_string(),
+                blocks: held.blocks,
+                bytes: held.bytes,
+                over_s: (to - from) as f64 / 1e6,
+                steps: None,
+                spread,
+            }
         })
         .collect();
     sites.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.site.cmp(&b.site)));
     sites
+}
+
+/// Whether the live blocks at the trace's end carry their sites (`--history`).
+pub fn sites_recorded(trace: &crate::Trace) -> bool {
+    trace
+        .segments_at_end
+        .iter()
+        .flat_map(|s| &s.blocks)
+        .any(|b| b.tag.is_some())
 }
 
 #[cfg(test)]
@@ -625,10 +709,7 @@ mod tests {
     fn series(rows: &[(f64, u64)]) -> AllocatedSeries {
         AllocatedSeries {
             period_s: 0.5,
-            rows: rows
-                .iter()
-                .map(|&(t, b)| (t, b as f64, b as f64))
-                .collect(),
+            rows: rows.iter().map(|&(t, b)| (t, b as f64, b as f64)).collect(),
         }
     }
 
@@ -654,10 +735,19 @@ mod tests {
         assert_eq!(found.len(), 1, "{found:?}");
         let line = found[0].line();
         assert!(line.starts_with("another process held 60.5 GiB"), "{line}");
-        assert!(line.contains("pid 720 (ana, python job720.py; JAX/XLA) 60.0 GiB"), "{line}");
-        assert!(line.contains("XLA_PYTHON_CLIENT_PREALLOCATE=false"), "{line}");
+        assert!(
+            line.contains("pid 720 (ana, python job720.py; JAX/XLA) 60.0 GiB"),
+            "{line}"
+        );
+        assert!(
+            line.contains("XLA_PYTHON_CLIENT_PREALLOCATE=false"),
+            "{line}"
+        );
         // 61 GiB used, 60.5 GiB of it by the job (500 MiB) and JAX: 524 MiB no one accounts for.
-        assert!(line.contains("524.0 MiB by processes vramtop cannot see"), "{line}");
+        assert!(
+            line.contains("524.0 MiB by processes vramtop cannot see"),
+            "{line}"
+        );
     }
 
     #[test]
@@ -679,6 +769,10 @@ mod tests {
         };
         assert_eq!(*bytes, 68 * GIB);
         assert!(approximate);
+        let line = found[0].line();
+        assert!(line.contains("(with this job's CUDA context)"), "{line}");
+        assert!(line.contains("which processes was not recorded"), "{line}");
+        assert!(!line.contains("cannot see"), "{line}");
     }
 
     #[test]
@@ -695,7 +789,9 @@ mod tests {
         let found = causes(&facts);
         assert_eq!(found.len(), 1, "{found:?}");
         assert!(matches!(found[0], Cause::Cap { shortfall_bytes, .. } if shortfall_bytes == GIB));
-        assert!(found[0].line().contains("set_per_process_memory_fraction allows 14.0 GiB"));
+        assert!(found[0]
+            .line()
+            .contains("set_per_process_memory_fraction allows 14.0 GiB"));
     }
 
     #[test]
@@ -739,7 +835,10 @@ mod tests {
         let found = causes(&facts);
         assert_eq!(found.len(), 1, "{found:?}");
         let line = found[0].line();
-        assert!(line.starts_with("fragmentation and the cache: 1.6 GiB free"), "{line}");
+        assert!(
+            line.starts_with("fragmentation and the cache: 1.6 GiB free"),
+            "{line}"
+        );
         assert!(line.ends_with("expandable_segments:True fits"), "{line}");
     }
 
@@ -767,8 +866,14 @@ mod tests {
         let found = causes(&facts);
         assert_eq!(found.len(), 2, "{found:?}");
         let line = found[0].line();
-        assert!(line.starts_with("likely a leak: allocated rose from"), "{line}");
-        assert!(line.ends_with("rerun with --history to name the line"), "{line}");
+        assert!(
+            line.starts_with("likely a leak: allocated rose from"),
+            "{line}"
+        );
+        assert!(
+            line.ends_with("rerun with --history to name the line"),
+            "{line}"
+        );
         assert!(matches!(found[1], Cause::Cap { .. }));
     }
 
@@ -794,6 +899,23 @@ mod tests {
     }
 
     #[test]
+    fn json_gives_each_cause_its_kind_figures_and_line() {
+        let causes = vec![Cause::TooBig {
+            shortfall_bytes: 5,
+            room_bytes: 10,
+            needed_bytes: 15,
+        }];
+        let json = serde_json::to_value(CauseReport::of_all(&causes)).unwrap();
+        assert_eq!(json[0]["kind"], "too_big");
+        assert_eq!(json[0]["bytes"], 5);
+        assert_eq!(json[0]["room_bytes"], 10);
+        assert!(json[0]["line"]
+            .as_str()
+            .unwrap()
+            .starts_with("too big for this GPU"));
+    }
+
+    #[test]
     fn a_short_series_tells_nothing() {
         let s = series(&[(0.0, GIB), (0.5, 2 * GIB), (1.0, 3 * GIB)]);
         let facts = OomFacts {
@@ -806,6 +928,8 @@ mod tests {
     #[test]
     fn with_history_the_leak_names_its_lines() {
         let rows: Vec<(f64, u64)> = (0..40).map(|i| (i as f64, GIB + i * 64 * MIB)).collect();
+        // A step every 40 ms from the series' start: 1000 of them.
+        let steps: Vec<i64> = (0..1000).map(|i| i * 40_000).collect();
         let s = series(&rows);
         let facts = OomFacts {
             time_s: 40.0,
@@ -816,8 +940,10 @@ mod tests {
                 blocks: 1002,
                 bytes: 2 * GIB,
                 over_s: 39.0,
-                steps: Some(1000),
+                steps: None,
+                spread: None,
             }],
+            steps_us: &steps,
             ..Default::default()
         };
         let found = causes(&facts);

@@ -32,9 +32,9 @@
 //! # Ok::<(), String>(())
 //! ```
 
+pub mod cause;
 mod checkpoint;
 mod initial;
-pub mod cause;
 pub mod leaks;
 pub mod ooms;
 pub mod pickle;

@@ -14,8 +14,8 @@ use std::io::Read;
 use std::rc::Rc;
 use std::sync::Arc;
 
-use super::pickle::{self, Dict, Finished, IdHasher, Value};
 use super::cause::{AllocatedSeries, GpuProcess, GpuProcesses};
+use super::pickle::{self, Dict, Finished, IdHasher, Value};
 use super::{
     AllocatorSettings, InitialSegment, KeptOom, LiveAtStart, LoadOptions, SnapshotBlock,
     SnapshotSegment, StreamIds, Trace, TraceErrorKind, TraceEvent, TraceEventKind, TraceFormat,

@@ -391,6 +391,7 @@ impl<D: DeviceApi> Slot<D> {
                 rss_bytes: info.rss_bytes,
                 host_view,
                 cgroup: info.cgroup,
+                frameworks: info.frameworks,
             });
         }
         laps.lap(|| format!("gpu{gpu}: /proc for {} process(es)", self.merged.len()));
