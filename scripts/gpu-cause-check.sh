@@ -116,6 +116,9 @@ if want cupy; then
 holder cupy python3 "$JOB" cupy_hold 120
 case_run cupy -- big 60
 stop_holder
+holder cupy_freed python3 "$JOB" cupy_hold 60 freed
+ab cupy_free_all_blocks -- big 60
+stop_holder
 fi
 
 # 3. The job's own cap, then a larger one.

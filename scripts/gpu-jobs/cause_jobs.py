@@ -5,7 +5,8 @@ outcome (`"oom": true/false`, its message) and exits 1 on an OOM, 0 when it fit.
 
   jax_hold SECONDS   a JAX process that makes one array (XLA preallocates 75 % of the GPU
                      unless XLA_PYTHON_CLIENT_PREALLOCATE=false) and sits idle
-  cupy_hold SECONDS  a CuPy process that allocates 30 GiB, frees it (its pool keeps it)
+  cupy_hold SECONDS [freed]  a CuPy process that allocates 30 GiB, frees it (its pool
+                     keeps it; with `freed`, then calls free_all_blocks())
   big GIB            a PyTorch job asking for GIB at once (beside a holder)
   cap FRACTION       set_per_process_memory_fraction(FRACTION), 6 GiB live, asks for 3 GiB
   leak               a training loop that keeps each step's output (8 MiB a step) under a
@@ -40,13 +41,16 @@ def jax_hold(seconds):
     hold(lambda: jnp.ones((1024,)).block_until_ready(), seconds)
 
 
-def cupy_hold(seconds):
+def cupy_hold(seconds, freed=""):
     import cupy
 
     def make():
         a = cupy.empty(30 * GiB, dtype=cupy.uint8)
         del a  # back to CuPy's pool, not to the driver
-        return cupy.get_default_memory_pool()
+        pool = cupy.get_default_memory_pool()
+        if freed == "freed":  # what the cause line says to do there
+            pool.free_all_blocks()
+        return pool
 
     hold(make, seconds)
 

@@ -357,12 +357,21 @@ impl LeakSite {
     }
 }
 
+/// Characters of a holder's command line shown in its cause line.
+const COMMAND_SHOWN: usize = 72;
+
 fn holder_text(h: &Holder) -> String {
     let who = [
         h.user.clone(),
-        h.command
-            .as_deref()
-            .map(|c| c.chars().take(60).collect::<String>()),
+        h.command.as_deref().map(|c| {
+            // Cut long command lines, and say so: a cut argument reads as another one.
+            if c.chars().count() > COMMAND_SHOWN {
+                let cut: String = c.chars().take(COMMAND_SHOWN - 1).collect();
+                format!("{cut}…")
+            } else {
+                c.to_string()
+            }
+        }),
     ]
     .into_iter()
     .flatten()

@@ -1,0 +1,275 @@
+//! The OOM's cause, on files the hook (1.4) kept at real OOMs on an H100 (PyTorch 2.11,
+//! `scripts/gpu-cause-check.sh`; see tests/fixtures/README.md): another process (JAX's
+//! preallocation, CuPy's pool), the job's own cap, a leak with and without `--history`, a
+//! GPT-2 too big for the GPU. The same cause in the batch block (`vramtop snapshot --once`,
+//! the binary itself), from the library, and in the live view's explanation of the OOM.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use vramtop::alloc::{BlockState, Pool};
+use vramtop::attach::job::OomExplained;
+use vramtop::attach::protocol::{HookBlock, HookSegment, OomState, RingAtOom};
+use vramtop::trace::cause::{self, Cause};
+use vramtop::trace::ooms::trace_ooms;
+use vramtop::trace::{self, SnapshotSegment, Trace};
+
+fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures")).join(name)
+}
+
+/// The fixture unzipped under a name the hook gives its files (the live view opens no
+/// other), in a folder of its own: (the folder, the file).
+fn unzipped(name: &str) -> (PathBuf, PathBuf) {
+    // Tests run in parallel and each removes its folder: one folder per call.
+    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!(
+        "vramtop-causes-{}-{call}-{name}",
+        std::process::id()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(format!("vramtop-oom-{name}-4242-1.pickle"));
+    let mut bytes = Vec::new();
+    std::io::Read::read_to_end(
+        &mut flate2::read::GzDecoder::new(
+            std::fs::File::open(fixture(&format!("cause_{name}.pickle.gz"))).unwrap(),
+        ),
+        &mut bytes,
+    )
+    .unwrap();
+    std::fs::write(&path, bytes).unwrap();
+    (dir, path)
+}
+
+/// The causes of the file's OOM as the library finds them.
+fn causes_of(trace: &Trace) -> Vec<Cause> {
+    let ooms = trace_ooms(trace);
+    let last = ooms.last().expect("an OOM");
+    let fits = vramtop::trace::replay::remedies::remedies(trace, &ooms, None)
+        .unwrap()
+        .into_iter()
+        .find(|r| r.event == last.event)
+        .and_then(|r| {
+            r.remedies
+                .into_iter()
+                .find(|v| v.verdict == vramtop::alloc::remedy::Verdict::Fits)
+        })
+        .map(|v| v.remedy);
+    cause::of_kept_file(trace, last, fits)
+}
+
+/// What `vramtop snapshot --once FILE` prints, as a user sees it.
+fn batch_block(path: &Path) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_vramtop"))
+        .args(["snapshot", "--once"])
+        .arg(path)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// The OOM as the hook sent it to a viewer, read back from what it kept.
+fn live_explanation(trace: &Trace, path: &Path) -> OomExplained {
+    let kept = trace.stats.kept_oom.clone().unwrap();
+    OomExplained::from_oom(&OomState {
+        time_s: kept.time_us as f64 / 1e6,
+        device: kept.device,
+        requested_bytes: kept.requested_bytes,
+        device_free_bytes: Some(kept.device_free_bytes),
+        device_total_bytes: Some(kept.device_total_bytes),
+        segments: hook_segments(&trace.segments_at_end),
+        ring: Some(RingAtOom {
+            max_entries: 65536,
+            entries: trace.events.len() as u64,
+            complete: kept.ring_complete,
+        }),
+        kept_path: Some(path.to_string_lossy().into_owned()),
+        physical_total_bytes: kept.physical_total_bytes,
+        series: kept.series.clone(),
+        step_series: kept.step_series.clone(),
+        gpu_processes: kept.gpu_processes.clone(),
+        ..Default::default()
+    })
+}
+
+/// The file's segments as the hook's `oom` message carries them.
+fn hook_segments(segments: &[SnapshotSegment]) -> Vec<HookSegment> {
+    segments
+        .iter()
+        .map(|s| HookSegment {
+            address: s.addr,
+            total_size: s.total_size,
+            stream: 0,
+            segment_type: if s.pool == Pool::Small {
+                "small"
+            } else {
+                "large"
+            }
+            .into(),
+            is_expandable: s.is_expandable,
+            blocks: s
+                .blocks
+                .iter()
+                .map(|b| HookBlock {
+                    address: b.addr,
+                    size: b.size,
+                    requested_size: b.requested_size,
+                    state: match b.state {
+                        BlockState::Allocated => "active_allocated",
+                        BlockState::PendingFree => "active_pending_free",
+                        _ => "inactive",
+                    }
+                    .into(),
+                    site: b.tag.as_deref().map(str::to_string),
+                })
+                .collect(),
+        })
+        .collect()
+}
+
+/// Each file: the first cause's kind, and what its line must say.
+fn expected() -> Vec<(&'static str, &'static str, Vec<&'static str>)> {
+    vec![
+        (
+            "jax",
+            "another process",
+            vec![
+                "another process held 59.9 GiB of this GPU",
+                "cause_jobs.py jax_hold",
+                "JAX/XLA",
+                "XLA_PYTHON_CLIENT_PREALLOCATE=false",
+            ],
+        ),
+        (
+            "cupy",
+            "another process",
+            vec!["30.5 GiB", "CuPy", "free_all_blocks()"],
+        ),
+        (
+            "cap",
+            "the job's own cap",
+            vec![
+                "set_per_process_memory_fraction allows 7.9 GiB of 79.2 GiB",
+                "1.1 GiB more",
+            ],
+        ),
+        (
+            "toobig",
+            "too big",
+            vec!["too big for this GPU", "16.6 GiB more than the 78.5 GiB"],
+        ),
+        (
+            "leak",
+            "a leak",
+            vec![
+                "likely a leak: allocated after each step rose",
+                "rerun with --history to name the line",
+            ],
+        ),
+        (
+            "leak_history",
+            "a leak",
+            vec![
+                "a leak: 963 blocks from",
+                "cause_jobs.py:92 body still alive (7.5 GiB), one a step",
+            ],
+        ),
+        (
+            "leak_loop",
+            "a leak",
+            vec![
+                "likely a leak: allocated rose from",
+                "rerun with --history to name the line",
+            ],
+        ),
+        (
+            "leak_loop_history",
+            "a leak",
+            vec![
+                "a leak: 809 blocks from",
+                "cause_jobs.py:94 body still alive (6.3 GiB)",
+            ],
+        ),
+    ]
+}
+
+#[test]
+fn every_cause_is_named_first_in_the_batch_block_the_library_and_the_live_view() {
+    for (name, kind, says) in expected() {
+        let (dir, path) = unzipped(name);
+        let trace = trace::load(&path).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let found = causes_of(&trace);
+        let first = found.first().unwrap_or_else(|| panic!("{name}: no cause"));
+        assert_eq!(first.name(), kind, "{name}: {found:?}");
+        let line = first.line();
+        for text in &says {
+            assert!(line.contains(text), "{name}: {line:?} lacks {text:?}");
+        }
+        // The batch block: right under the OOM's figures, before PyTorch's words.
+        let block = batch_block(&path);
+        let lines: Vec<&str> = block.lines().collect();
+        let at = lines
+            .iter()
+            .position(|l| l.trim_start().starts_with("OOM: needed"))
+            .unwrap_or_else(|| panic!("{name}: {block}"));
+        assert_eq!(lines[at + 1].trim(), format!("cause: {line}"), "{name}");
+        // The live view says the same of the same OOM.
+        let live = live_explanation(&trace, &path);
+        assert_eq!(
+            live.cause_lines().first().map(String::as_str),
+            Some(format!("cause: {line}").as_str()),
+            "{name}"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
+/// A leak is not blamed where allocated only rose at the job's start and at its OOM: the
+/// cap and the GPT-2 files have series too.
+#[test]
+fn no_leak_is_called_where_the_floor_held() {
+    for name in ["cap", "toobig", "jax", "cupy"] {
+        let (dir, path) = unzipped(name);
+        let trace = trace::load(&path).unwrap();
+        let found = causes_of(&trace);
+        assert!(
+            !found.iter().any(|c| matches!(c, Cause::Leak { .. })),
+            "{name}: {found:?}"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
+/// The kept file names every process on the GPU, the job itself marked, with its
+/// framework: what the cause line is built from.
+#[test]
+fn the_kept_file_lists_the_gpus_processes_with_their_frameworks() {
+    let (dir, path) = unzipped("jax");
+    let trace = trace::load(&path).unwrap();
+    let kept = trace.stats.kept_oom.unwrap();
+    let listed = kept.gpu_processes.expect("NVML's list");
+    assert!(listed.own_pid_listed);
+    let own = listed.processes.iter().find(|p| p.own).expect("the job");
+    assert_eq!(
+        own.frameworks.as_deref(),
+        Some(&["PyTorch".to_string()][..])
+    );
+    let jax = listed
+        .processes
+        .iter()
+        .find(|p| !p.own)
+        .expect("the holder");
+    assert_eq!(
+        jax.frameworks.as_deref(),
+        Some(&["JAX/XLA".to_string()][..])
+    );
+    assert!(jax.bytes.unwrap() > 59 << 30);
+    assert_eq!(kept.physical_total_bytes, Some(85_017_493_504));
+    let _ = std::fs::remove_dir_all(&dir);
+}
