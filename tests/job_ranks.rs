@@ -582,6 +582,7 @@ fn a_rank_that_dies_of_its_oom_keeps_the_mark_on_its_screen() {
             truncated: false,
             collect_ms: None,
             history_share: None,
+            roles: None,
         })));
     };
     frame(&mut rank);

@@ -350,6 +350,7 @@ fn an_attached_job_shows_its_segments_and_its_oom() {
         truncated: false,
         collect_ms: None,
         history_share: Some(0.25),
+        roles: None,
     }));
     job.on_oom(OomExplained::from_oom(&OomState {
         time_s: 2.0,

@@ -14,6 +14,7 @@ use vramtop_trace::cause;
 use vramtop_trace::ooms::{trace_ooms, TraceOom};
 use vramtop_trace::replay::remedies::{self, OomRemedies};
 use vramtop_trace::replay::{self, plan_capacity};
+use vramtop_trace::roles::RoleBreakdown;
 use vramtop_trace::Trace;
 
 /// The policies a trace with history is replayed through for the failed request.
@@ -67,6 +68,10 @@ pub fn explain(trace: &Trace, path: &Path, file_bytes: u64) -> Vec<String> {
     for (i, c) in cause::of_kept_file(trace, oom, fits).iter().enumerate() {
         let head = if i == 0 { "cause" } else { "also" };
         lines.push(format!("  {head}: {}", c.line()));
+    }
+    if let Some(roles) = trace.stats.kept_oom.as_ref().and_then(|k| k.roles.as_ref()) {
+        let breakdown = RoleBreakdown::of(roles, oom.allocated_bytes, oom.reserved_bytes);
+        lines.push(format!("  memory: {}", breakdown.line()));
     }
     if let Some(kept) = trace
         .stats

@@ -53,6 +53,13 @@ const TORCH_GAUGES: [(&str, &str, FiguresField); 5] = [
     ),
 ];
 
+/// Per-job bytes by role (hook 1.4), one series a role.
+const ROLE_BYTES: (&str, &str) = (
+    "vramtop_torch_role_bytes",
+    "Bytes of the job's memory by role: parameters, gradients, optimizer state, activations and \
+     other (allocated bytes no role claims), cache (reserved, not allocated).",
+);
+
 const OOMS_TOTAL: (&str, &str) = (
     "vramtop_torch_ooms_total",
     "Out-of-memory errors the job's PyTorch allocator counted (memory_stats num_ooms).",
@@ -86,6 +93,9 @@ pub fn register(
         .collect::<Result<Vec<_>, prometheus::Error>>()?;
     let ooms = IntCounterVec::new(Opts::new(OOMS_TOTAL.0, OOMS_TOTAL.1), &JOB_LABELS)?;
     registry.register(Box::new(ooms.clone()))?;
+    let role_labels: Vec<&str> = JOB_LABELS.iter().copied().chain(["role"]).collect();
+    let roles = GaugeVec::new(Opts::new(ROLE_BYTES.0, ROLE_BYTES.1), &role_labels)?;
+    registry.register(Box::new(roles.clone()))?;
 
     for (view, figures) in exported(jobs) {
         let labels = JobLabels::of(view, &figures);
@@ -96,6 +106,13 @@ pub fn register(
         // A fresh registry per scrape: the counter starts at 0 and takes the total, which
         // PyTorch only ever raises for the life of the process.
         ooms.with_label_values(&values).inc_by(figures.ooms);
+        if let Some(breakdown) = view.frame.as_deref().and_then(|f| f.roles) {
+            for (role, bytes) in breakdown.parts() {
+                let mut with_role = values.to_vec();
+                with_role.push(role);
+                roles.with_label_values(&with_role).set(bytes as f64);
+            }
+        }
     }
     Ok(())
 }
@@ -159,6 +176,7 @@ mod tests {
             truncated: false,
             collect_ms: None,
             history_share: None,
+            roles: None,
         };
         JobView {
             pid,

@@ -17,7 +17,7 @@
 //! ```
 
 use ratatui::layout::{Constraint, Layout, Rect};
-use ratatui::style::{Style, Stylize};
+use ratatui::style::{Color, Style, Stylize};
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Paragraph, Wrap};
 use ratatui::Frame;
@@ -28,9 +28,12 @@ use crate::app::{App, RunView, View};
 use vramtop_alloc::human_bytes;
 use vramtop_alloc::remedy::Verdict;
 use vramtop_attach::JobView;
+use vramtop_trace::roles::RoleBreakdown;
 
 /// Rows PyTorch's own message may take under the OOM line.
 const PYTORCH_ROWS: u16 = 2;
+/// Cells of the job's role bar.
+const ROLE_BAR_CELLS: usize = 24;
 /// Rows a cause line may wrap to (another process's line carries its framework's switch).
 const CAUSE_ROWS: u16 = 2;
 
@@ -143,9 +146,46 @@ pub(super) fn draw_head(frame: &mut Frame, area: Rect, head: Vec<(Line<'static>,
     }
 }
 
+/// "memory: parameters 1.2 GiB · gradients ... · cache 1.5 GiB", each part in its colour
+/// (the same as the job's role bar would use).
+fn roles_line(roles: &RoleBreakdown) -> Line<'static> {
+    const COLOURS: [Color; 5] = [
+        Color::Blue,
+        Color::Cyan,
+        Color::Magenta,
+        Color::Yellow,
+        Color::DarkGray,
+    ];
+    let mut spans = vec![Span::styled(" memory ", Style::new().bold())];
+    // The bar: each part's share of what the job holds, in cells (a part that has any
+    // bytes gets at least one).
+    let parts = roles.parts();
+    let total: u64 = parts.iter().map(|(_, b)| b).sum();
+    if total > 0 {
+        for ((_, bytes), colour) in parts.iter().zip(COLOURS) {
+            let cells =
+                match (*bytes as f64 / total as f64 * ROLE_BAR_CELLS as f64).round() as usize {
+                    0 if *bytes > 0 => 1,
+                    n => n,
+                };
+            spans.push(Span::styled("█".repeat(cells), Style::new().fg(colour)));
+        }
+        spans.push(Span::raw(" "));
+    }
+    for (i, ((name, bytes), colour)) in parts.into_iter().zip(COLOURS).enumerate() {
+        if i > 0 {
+            spans.push(Span::raw(" · "));
+        }
+        spans.push(Span::styled("■ ", Style::new().fg(colour)));
+        spans.push(Span::raw(format!("{name} {}", human_bytes(bytes))));
+    }
+    Line::from(spans)
+}
+
 /// The lines above the map, each with the rows it may take.
 pub(super) fn head_lines(job: &JobView) -> Vec<(Line<'static>, u16)> {
     let Some(oom) = &job.oom else {
+        let roles = job.frame.as_deref().and_then(|f| f.roles);
         let line = match job.map() {
             Some(map) => Line::from(Span::styled(
                 format!(
@@ -157,7 +197,11 @@ pub(super) fn head_lines(job: &JobView) -> Vec<(Line<'static>, u16)> {
             )),
             None => Line::default(),
         };
-        return vec![(line, 1)];
+        let mut lines = vec![(line, 1)];
+        if let Some(roles) = roles {
+            lines.push((roles_line(&roles), 1));
+        }
+        return lines;
     };
     let mut lines = vec![(
         Line::from(Span::styled(
@@ -181,6 +225,9 @@ pub(super) fn head_lines(job: &JobView) -> Vec<(Line<'static>, u16)> {
             1
         };
         lines.push((Line::from(Span::styled(format!(" {line}"), style)), rows));
+    }
+    if let Some(roles) = &oom.roles {
+        lines.push((roles_line(roles), 1));
     }
     let pytorch = job
         .error

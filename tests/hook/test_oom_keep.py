@@ -338,3 +338,131 @@ class SeriesAndProcessesUnitTest(unittest.TestCase):
             self.assertIn('"%s"' % name, text)
             for mark in marks:
                 self.assertIn('"%s"' % mark, text)
+
+
+class RoleWatchUnitTest(unittest.TestCase):
+    """The roles read off the job's own tensors, on fakes shaped as torch's (SIMULATED)."""
+
+    def setUp(self):
+        import sys
+
+        from support import HOOK_DIR
+
+        if HOOK_DIR not in sys.path:
+            sys.path.insert(0, HOOK_DIR)
+        import vramtop_hook
+
+        self.hook = vramtop_hook
+
+    class Storage:
+        def __init__(self, ptr, nbytes):
+            self.ptr, self.size = ptr, nbytes
+
+        def data_ptr(self):
+            return self.ptr
+
+        def nbytes(self):
+            return self.size
+
+    class Tensor:
+        def __init__(self, storage, device=0, grad=None):
+            self.storage, self.is_cuda, self.grad = storage, device is not None, grad
+            self.device = type("Device", (), {"index": device})()
+
+        def untyped_storage(self):
+            return self.storage
+
+    def fake_torch(self):
+        Tensor = self.Tensor
+        return type("Torch", (), {"is_tensor": staticmethod(lambda t: isinstance(t, Tensor))})()
+
+    def test_each_storage_counts_once_in_its_role_on_its_device(self):
+        S, T = self.Storage, self.Tensor
+        shared = S(0x1000, 4096)  # tied weights: two parameters, one storage
+        w1 = T(shared, grad=T(S(0x9000, 4096)))
+        w2 = T(shared)
+        bias = T(S(0x2000, 512), grad=T(S(0xA000, 512)))
+        other_gpu = T(S(0x3000, 1 << 20), device=1)
+        buffer = T(S(0x4000, 1024))
+
+        class Model:
+            def parameters(self):
+                return iter([w1, w2, bias, other_gpu])
+
+            def buffers(self):
+                return iter([buffer])
+
+        class Optimizer:
+            param_groups = [{"params": [w1, bias]}]  # the same parameters: counted once
+            state = {w1: {"exp_avg": T(S(0xB000, 4096)), "exp_avg_sq": T(S(0xC000, 4096)), "step": 3},
+                     bias: {"exp_avg": T(S(0xD000, 512)), "exp_avg_sq": T(S(0xE000, 512))}}
+
+        watch = self.hook.RoleWatch(self.fake_torch())
+        model, optimizer = Model(), Optimizer()
+        watch.models.add(model)
+        watch.optimizers.add(optimizer)
+        roles = watch.of(0)
+        self.assertEqual(roles["parameters"], 4096 + 512 + 1024)
+        self.assertEqual(roles["gradients"], 4096 + 512)
+        self.assertEqual(roles["optimizer_state"], 2 * 4096 + 2 * 512)
+        self.assertEqual((roles["models"], roles["optimizers"]), (1, 1))
+        self.assertEqual(watch.of(1)["parameters"], 1 << 20)
+
+    def test_nothing_known_is_none_and_a_failed_read_is_none(self):
+        watch = self.hook.RoleWatch(self.fake_torch())
+        self.assertIsNone(watch.of(0))
+
+        class Broken:
+            def parameters(self):
+                raise RuntimeError("changed while read")
+
+        broken = Broken()
+        watch.models.add(broken)
+        self.assertIsNone(watch.of(0))
+
+    def test_roots_are_noted_until_one_comes_round_again_then_the_hooks_go(self):
+        import sys
+        import types
+
+        hooks = {"pre": [], "post": []}
+
+        class Handle:
+            def __init__(self, kind, fn):
+                self.kind, self.fn = kind, fn
+
+            def remove(self):
+                hooks[self.kind].remove(self.fn)
+
+        fake = types.ModuleType("torch.nn.modules.module")
+        fake.register_module_forward_pre_hook = lambda fn: (hooks["pre"].append(fn), Handle("pre", fn))[1]
+        fake.register_module_forward_hook = lambda fn: (hooks["post"].append(fn), Handle("post", fn))[1]
+        saved = sys.modules.get("torch.nn.modules.module")
+        sys.modules["torch.nn.modules.module"] = fake
+        try:
+            watch = self.hook.RoleWatch(self.fake_torch())
+            self.assertTrue(watch.watch_models())
+        finally:
+            if saved is None:
+                del sys.modules["torch.nn.modules.module"]
+            else:
+                sys.modules["torch.nn.modules.module"] = saved
+
+        class Module:
+            pass
+
+        def forward(module, inner=()):  # what Module.__call__ does with global hooks
+            for fn in list(hooks["pre"]):
+                fn(module, ())
+            for child in inner:
+                forward(child)
+            for fn in list(hooks["post"]):
+                fn(module, (), None)
+
+        gen, disc, layer = Module(), Module(), Module()
+        forward(gen, [layer])  # step 1: two root models, one inner layer
+        forward(disc)
+        self.assertEqual(set(watch.models), {gen, disc})
+        self.assertEqual(len(hooks["pre"]), 1)
+        forward(gen, [layer])  # step 2: a root again: every model is known, hooks removed
+        self.assertEqual(hooks, {"pre": [], "post": []})
+        self.assertEqual(set(watch.models), {gen, disc})

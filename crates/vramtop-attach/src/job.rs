@@ -15,6 +15,7 @@ use vramtop_alloc::leaks::{DetectorConfig, LeakDetector, SiteTrend, Suspect};
 use vramtop_alloc::metrics::layout_stats;
 use vramtop_alloc::{round_size, BlockState, MapView, OomReport, Pool};
 use vramtop_trace::cause::{self, Cause, OomFacts};
+use vramtop_trace::roles::RoleBreakdown;
 use vramtop_trace::{snapshot, SnapshotBlock, SnapshotSegment};
 
 /// Fragmentation samples kept per job (five minutes at 1 s).
@@ -104,6 +105,8 @@ pub struct JobFrame {
     /// When the segments behind `map` were read (the state's own time, unless the hook
     /// sent stats only: then the last state's that had segments).
     pub map_time_s: f64,
+    /// What the memory is for, beside PyTorch's own figures of the same state.
+    pub roles: Option<RoleBreakdown>,
 }
 
 impl JobFrame {
@@ -121,6 +124,14 @@ impl JobFrame {
             map: map_of(&state.segments),
             site_usage: site_usage(&state.segments),
             map_time_s: state.time_s,
+            roles: state.roles.as_ref().and_then(|roles| {
+                let stats = state.stats.as_ref()?;
+                Some(RoleBreakdown::of(
+                    roles,
+                    stats.allocated_bytes?,
+                    stats.reserved_bytes?,
+                ))
+            }),
         }
     }
 }
@@ -149,6 +160,8 @@ pub struct OomExplained {
     pub map: MapView,
     /// Why it happened, the cause accounting for most bytes first (see `cause`).
     pub causes: Vec<Cause>,
+    /// What the memory was for at the OOM (hook 1.4), beside the segments' figures.
+    pub roles: Option<RoleBreakdown>,
 }
 
 impl OomExplained {
@@ -240,6 +253,10 @@ impl OomExplained {
             torch: oom.stats.clone(),
             truncated: oom.truncated,
             summary: oom.summary.clone(),
+            roles: oom
+                .roles
+                .as_ref()
+                .map(|r| RoleBreakdown::of(r, stats.allocated_bytes, stats.reserved_bytes)),
             map,
             causes,
         }
@@ -771,6 +788,7 @@ mod tests {
                 truncated: false,
                 collect_ms: None,
                 history_share: None,
+                roles: None,
             };
             job.on_frame(JobFrame::from_state(&state));
         }

@@ -9,6 +9,7 @@ use std::io::{self, Read, Write};
 
 use serde::{Deserialize, Serialize};
 use vramtop_trace::cause::{AllocatedSeries, GpuProcesses};
+use vramtop_trace::roles::Roles;
 
 pub const PROTOCOL_VERSION: u64 = 1;
 /// Largest frame either side may send (16 MiB).
@@ -242,6 +243,10 @@ pub struct JobState {
     /// (1.0 = all; less when the job allocates faster than the hook's budget allows).
     #[serde(default)]
     pub history_share: Option<f64>,
+    /// Hook 1.4: bytes of the job's parameters, gradients and optimizer state on this
+    /// device; null where the hook found no model or optimizer.
+    #[serde(default)]
+    pub roles: Option<Roles>,
 }
 
 /// The allocator's state at an out-of-memory, before the exception unwound the job.
@@ -290,6 +295,9 @@ pub struct OomState {
     /// Hook 1.4: every process NVML listed on the GPU (None: NVML could not say).
     #[serde(default)]
     pub gpu_processes: Option<GpuProcesses>,
+    /// Hook 1.4: as in `JobState`, at the OOM.
+    #[serde(default)]
+    pub roles: Option<Roles>,
 }
 
 /// PyTorch's trace ring of alloc/free events, as the hook had it at an OOM.

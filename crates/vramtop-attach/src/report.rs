@@ -8,6 +8,7 @@ use super::protocol::{AllocatorSettings, ErrorReport, TorchStats};
 use vramtop_alloc::leaks::Suspect;
 use vramtop_alloc::remedy::{RemedyVerdict, WhatWouldFit};
 use vramtop_trace::cause::CauseReport;
+use vramtop_trace::roles::RoleBreakdown;
 
 /// The `attached` entry of `--once --json` and `vramtop attach --json`.
 #[derive(Clone, Debug, Serialize)]
@@ -54,6 +55,10 @@ pub struct JobReport {
     pub leak_suspects: Vec<Suspect>,
     /// The sites holding most now (with history), largest first.
     pub top_sites: Vec<SiteJson>,
+    /// What the memory is for (hook 1.4): parameters, gradients, optimizer state, the
+    /// allocated bytes no role claims (activations, temporaries), and the cache; null
+    /// where the hook found no model or optimizer.
+    pub roles: Option<RoleBreakdown>,
 }
 
 /// Sites listed in JSON.
@@ -92,6 +97,8 @@ pub struct OomJson {
     pub cause: Option<String>,
     /// Every cause that applies, the most bytes first (`kind`, its figures, `line`).
     pub causes: Vec<CauseReport>,
+    /// What the memory was for at the OOM, as `roles` above.
+    pub roles: Option<RoleBreakdown>,
 }
 
 impl JobReport {
@@ -161,6 +168,7 @@ impl JobReport {
                 pytorch_summary: o.summary.clone(),
                 cause: o.causes.first().map(|c| c.line()),
                 causes: CauseReport::of_all(&o.causes),
+                roles: o.roles,
             }),
             last_error: view.error.clone(),
             leak_suspects: view.suspects.clone(),
@@ -175,6 +183,7 @@ impl JobReport {
                     live_blocks: s.live_blocks,
                 })
                 .collect(),
+            roles: frame.and_then(|f| f.roles),
         }
     }
 }

@@ -42,6 +42,7 @@ mod pytorch;
 pub mod record;
 pub mod replay;
 mod rmm;
+pub mod roles;
 pub mod snapshot;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -238,6 +239,9 @@ pub struct KeptOom {
     /// Hook 1.4: every process NVML listed on the GPU at the OOM; None where NVML could
     /// not say.
     pub gpu_processes: Option<cause::GpuProcesses>,
+    /// Hook 1.4: what the live memory was for at the OOM (parameters, gradients,
+    /// optimizer state), read off the job's tensors; None where the hook found none.
+    pub roles: Option<roles::Roles>,
 }
 
 /// Where a kept file's history begins when it is not the job's start: the allocator's

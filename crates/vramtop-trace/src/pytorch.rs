@@ -16,6 +16,7 @@ use std::sync::Arc;
 
 use super::cause::{AllocatedSeries, GpuProcess, GpuProcesses};
 use super::pickle::{self, Dict, Finished, IdHasher, Value};
+use super::roles::Roles;
 use super::{
     AllocatorSettings, InitialSegment, KeptOom, LiveAtStart, LoadOptions, SnapshotBlock,
     SnapshotSegment, StreamIds, Trace, TraceErrorKind, TraceEvent, TraceEventKind, TraceFormat,
@@ -717,6 +718,7 @@ fn kept_oom(value: &Value) -> Option<KeptOom> {
         series: value.get("series").and_then(allocated_series),
         step_series: value.get("step_series").and_then(allocated_series),
         gpu_processes: value.get("gpu_processes").and_then(gpu_processes),
+        roles: value.get("roles").and_then(roles),
     })
 }
 
@@ -739,6 +741,18 @@ fn allocated_series(value: &Value) -> Option<AllocatedSeries> {
     Some(AllocatedSeries {
         period_s: value.get("period_s").and_then(number).unwrap_or(0.0),
         rows,
+    })
+}
+
+/// The hook's `roles`: bytes by role; None unless a dict with the parameters' bytes.
+fn roles(value: &Value) -> Option<Roles> {
+    let uint = |key: &str| int_field(value, key).and_then(|v| u64::try_from(v).ok());
+    Some(Roles {
+        parameters: uint("parameters")?,
+        gradients: uint("gradients").unwrap_or(0),
+        optimizer_state: uint("optimizer_state").unwrap_or(0),
+        models: uint("models").unwrap_or(0),
+        optimizers: uint("optimizers").unwrap_or(0),
     })
 }
 

@@ -23,6 +23,7 @@ import struct
 import sys
 import threading
 import time
+import weakref
 
 HOOK_VERSION = "1.4.0"
 PROTOCOL_VERSION = 1
@@ -321,6 +322,7 @@ class TorchAllocator:
         # replay empties the cache there to judge `empty_cache()` between steps.
         self.steps = collections.deque(maxlen=STEP_MARKS)
         self.series = AllocatedSeries()
+        self.roles = RoleWatch(torch)
         # The same, sampled just after an optimizer step (at most one step a period): the
         # step's activations are gone then, so the samples are the job's floor itself.
         self.step_series = AllocatedSeries()
@@ -337,6 +339,8 @@ class TorchAllocator:
         self._internal_cache = {}
         self.capabilities, self.missing = [], []
         self.watch_steps(torch)
+        if self.roles.watch_models():
+            self.capabilities.append("model_roles")
         if self._snapshot or self._memory_snapshot:
             self.capabilities.append("memory_snapshot")
         else:
@@ -387,6 +391,23 @@ class TorchAllocator:
         try:
             register(_vramtop_step_done)
             self.capabilities.append("step_marks")
+        except Exception:
+            pass
+        # Optimizers are known from their first step's start (their state comes in it).
+        register_pre = getattr(module, "register_optimizer_step_pre_hook", None)
+        optimizers = self.roles.optimizers
+
+        def _vramtop_step_starts(optimizer, args, kwargs):
+            try:
+                optimizers.add(optimizer)
+            except Exception:
+                pass
+            return None
+
+        try:
+            if register_pre is not None:
+                register_pre(_vramtop_step_starts)
+                self.capabilities.append("optimizer_roles")
         except Exception:
             pass
 
@@ -777,6 +798,7 @@ class TorchAllocator:
                 "segments": [],
                 "segments_omitted": True,
                 "truncated": False,
+                "roles": self.roles.of(device),
             }
         if raw is None:
             raw = self.raw_snapshot()
@@ -796,6 +818,7 @@ class TorchAllocator:
             "settings": self.settings(raw_settings),
             "segments": segments,
             "truncated": truncated,
+            "roles": self.roles.of(device),
         }
 
     def device_uuid(self, device):
@@ -1067,6 +1090,122 @@ class HistoryDuty:
         self.broken = True
         self.next_switch = float("inf")
         self.share = 0.0 if on else 1.0
+
+
+class RoleWatch:
+    """What the job's memory is for: parameters and buffers, gradients, optimizer state.
+
+    Found without scanning the heap. Optimizers: a global optimizer step pre-hook (one set
+    add a step). Models: global module forward hooks that note each root module (one whose
+    forward runs inside no other) and remove themselves once a root comes round again (the
+    job's second step: every model of a step is known) or after MODELS_WATCH_S. Read at the
+    viewer's pace and at an OOM, on the tensors' own storages: each storage counted once
+    (tied weights, DDP's gradient buckets), only those on the device asked about. What no
+    role claims is left to the viewer as "other" (activations, temporaries, inputs)."""
+
+    MODELS_WATCH_S = 60.0
+
+    def __init__(self, torch):
+        self.torch = torch
+        self.models = weakref.WeakSet()
+        self.optimizers = weakref.WeakSet()
+        self.handles = []
+        self.local = threading.local()
+        self.watch_until = None
+
+    def watch_models(self):
+        module = sys.modules.get("torch.nn.modules.module")
+        pre = getattr(module, "register_module_forward_pre_hook", None)
+        post = getattr(module, "register_module_forward_hook", None)
+        if pre is None or post is None:
+            return False
+        watch = self
+
+        def _vramtop_root_pre(module, args):
+            try:
+                depth = getattr(watch.local, "depth", 0)
+                watch.local.depth = depth + 1
+                if depth:
+                    return None
+                now = time.monotonic()
+                if watch.watch_until is None:
+                    watch.watch_until = now + watch.MODELS_WATCH_S
+                if module in watch.models or now > watch.watch_until:
+                    watch.stop_watching()
+                else:
+                    watch.models.add(module)
+            except Exception:
+                pass
+            return None
+
+        def _vramtop_root_post(module, args, output):
+            try:
+                watch.local.depth = max(getattr(watch.local, "depth", 1) - 1, 0)
+            except Exception:
+                pass
+            return None
+
+        try:
+            self.handles = [pre(_vramtop_root_pre), post(_vramtop_root_post)]
+        except Exception:
+            return False
+        return True
+
+    def stop_watching(self):
+        handles, self.handles = self.handles, []
+        for handle in handles:
+            try:
+                handle.remove()
+            except Exception:
+                pass
+
+    def of(self, device):
+        """{"parameters", "gradients", "optimizer_state": bytes, "models", "optimizers"}
+        for `device`, or None when nothing is known or the reading failed (the job changed
+        a module while we read: the next state reads again)."""
+        models, optimizers = list(self.models), list(self.optimizers)
+        if not models and not optimizers:
+            return None
+        try:
+            return self._read(device, models, optimizers)
+        except Exception:
+            return None
+
+    def _read(self, device, models, optimizers):
+        is_tensor = self.torch.is_tensor
+        seen = set()
+        out = {"parameters": 0, "gradients": 0, "optimizer_state": 0}
+
+        def add(role, tensor):
+            if not is_tensor(tensor) or not tensor.is_cuda or tensor.device.index != device:
+                return
+            storage = tensor.untyped_storage()
+            ptr = storage.data_ptr()
+            if ptr and ptr not in seen:
+                seen.add(ptr)
+                out[role] += int(storage.nbytes())
+
+        params = []
+        for model in models:
+            params.extend(model.parameters())
+            for buffer in model.buffers():
+                add("parameters", buffer)
+        for optimizer in optimizers:
+            for group in list(optimizer.param_groups):
+                params.extend(group.get("params") or [])
+        for p in params:
+            add("parameters", p)
+        for p in params:
+            grad = p.grad
+            if grad is not None:
+                add("gradients", grad)
+        for optimizer in optimizers:
+            for state in list(optimizer.state.values()):
+                for value in list(state.values()) if isinstance(state, dict) else []:
+                    add("optimizer_state", value)
+        out["models"] = len(models)
+        out["optimizers"] = len(optimizers)
+        return out
 
 
 class AllocatedSeries:
@@ -1992,6 +2131,9 @@ class OomKeeper:
             "step_series": oom.get("step_series"),
             "physical_total_bytes": oom.get("physical_total_bytes"),
             "gpu_processes": oom.get("gpu_processes"),
+            # What the live memory was for (parameters, gradients, optimizer state), as
+            # the job's own tensors said at the OOM (hook 1.4).
+            "roles": oom.get("roles"),
         }
         traces = [list(t) for t in (snapshot.get("device_traces") or [])]
         while len(traces) <= device:
@@ -2068,6 +2210,7 @@ def on_oom(device, alloc_size, limit_bytes, device_free):
             "steps": list(hook.alloc.steps),
             "series": hook.alloc.series.of(int(device)),
             "step_series": hook.alloc.step_series.of(int(device)),
+            "roles": state.get("roles"),
         }
         # The processes sharing the GPU and its own total: who else held the memory.
         message.update(who_holds_the_gpu(hook.alloc, int(device)))

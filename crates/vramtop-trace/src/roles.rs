@@ -1,0 +1,132 @@
+//! What a job's memory is for: its parameters (and buffers), gradients and optimizer
+//! state, as the hook read them off the job's own tensors (hook 1.4), beside what no role
+//! claims (activations, temporaries, inputs) and PyTorch's cache. The roles are
+//! measurements (each storage's bytes, counted once); "other" is the allocated bytes less
+//! them, so it also holds the few bytes PyTorch rounds each block up by.
+
+use serde::{Deserialize, Serialize};
+
+use vramtop_alloc::human_bytes;
+
+/// The hook's `roles`: bytes of the job's tensors' storages by role on one device.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Roles {
+    #[serde(default)]
+    pub parameters: u64,
+    #[serde(default)]
+    pub gradients: u64,
+    #[serde(default)]
+    pub optimizer_state: u64,
+    /// Root models and optimizers the hook found.
+    #[serde(default)]
+    pub models: u64,
+    #[serde(default)]
+    pub optimizers: u64,
+}
+
+/// The roles beside the allocator's figures at the same moment.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct RoleBreakdown {
+    pub parameters: u64,
+    pub gradients: u64,
+    pub optimizer_state: u64,
+    /// Allocated bytes no role claims: activations, temporaries, inputs.
+    pub other: u64,
+    /// Reserved but not allocated: PyTorch's cache.
+    pub cache: u64,
+    pub models: u64,
+    pub optimizers: u64,
+}
+
+impl RoleBreakdown {
+    pub fn of(roles: &Roles, allocated: u64, reserved: u64) -> Self {
+        let claimed = roles
+            .parameters
+            .saturating_add(roles.gradients)
+            .saturating_add(roles.optimizer_state);
+        RoleBreakdown {
+            parameters: roles.parameters,
+            gradients: roles.gradients,
+            optimizer_state: roles.optimizer_state,
+            other: allocated.saturating_sub(claimed),
+            cache: reserved.saturating_sub(allocated),
+            models: roles.models,
+            optimizers: roles.optimizers,
+        }
+    }
+
+    /// The parts in the order a bar draws them: (name, bytes).
+    pub fn parts(&self) -> [(&'static str, u64); 5] {
+        [
+            ("parameters", self.parameters),
+            ("gradients", self.gradients),
+            ("optimizer state", self.optimizer_state),
+            ("activations and other", self.other),
+            ("cache", self.cache),
+        ]
+    }
+
+    /// "parameters 1.2 GiB · gradients 1.2 GiB · optimizer state 2.4 GiB (2.0x the
+    /// parameters) · activations and other 6.2 GiB (58 % of live) · cache 1.5 GiB"
+    pub fn line(&self) -> String {
+        let live = self
+            .parameters
+            .saturating_add(self.gradients)
+            .saturating_add(self.optimizer_state)
+            .saturating_add(self.other);
+        self.parts()
+            .iter()
+            .map(|&(name, bytes)| {
+                let note = match name {
+                    "optimizer state" if self.parameters > 0 && bytes > 0 => format!(
+                        " ({:.1}x the parameters)",
+                        bytes as f64 / self.parameters as f64
+                    ),
+                    "activations and other" if live > 0 => {
+                        format!(" ({:.0} % of live)", bytes as f64 * 100.0 / live as f64)
+                    }
+                    _ => String::new(),
+                };
+                format!("{name} {}{note}", human_bytes(bytes))
+            })
+            .collect::<Vec<_>>()
+            .join(" · ")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+
+    #[test]
+    fn other_is_the_allocated_bytes_no_role_claims_and_the_cache_the_rest() {
+        let roles = Roles {
+            parameters: 100 * MIB,
+            gradients: 100 * MIB,
+            optimizer_state: 200 * MIB,
+            models: 1,
+            optimizers: 1,
+        };
+        let b = RoleBreakdown::of(&roles, 1000 * MIB, 1200 * MIB);
+        assert_eq!(b.other, 600 * MIB);
+        assert_eq!(b.cache, 200 * MIB);
+        assert_eq!(
+            b.line(),
+            "parameters 100.0 MiB · gradients 100.0 MiB · optimizer state 200.0 MiB (2.0x the \
+             parameters) · activations and other 600.0 MiB (60 % of live) · cache 200.0 MiB"
+        );
+    }
+
+    #[test]
+    fn roles_read_more_than_allocated_leave_no_negative_other() {
+        // Read a moment apart from the stats: never a wrapped figure.
+        let roles = Roles {
+            parameters: 10 * MIB,
+            ..Default::default()
+        };
+        let b = RoleBreakdown::of(&roles, 8 * MIB, 8 * MIB);
+        assert_eq!((b.other, b.cache), (0, 0));
+    }
+}
