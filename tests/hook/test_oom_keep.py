@@ -401,12 +401,48 @@ class RoleWatchUnitTest(unittest.TestCase):
         model, optimizer = Model(), Optimizer()
         watch.models.add(model)
         watch.optimizers.add(optimizer)
+        # With an optimizer, a state never reads gradients itself (the autograd thread
+        # writes them): it asks, and the job's next step reads them (the first step reads
+        # them unasked, for a job that then pauses).
+        self.assertIsNone(watch.of(0))
+        self.assertTrue(watch.wanted)
+        watch.after_step()
+        self.assertFalse(watch.wanted)
         roles = watch.of(0)
         self.assertEqual(roles["parameters"], 4096 + 512 + 1024)
         self.assertEqual(roles["gradients"], 4096 + 512)
         self.assertEqual(roles["optimizer_state"], 2 * 4096 + 2 * 512)
         self.assertEqual((roles["models"], roles["optimizers"]), (1, 1))
+        self.assertIsNotNone(roles["time_s"])
         self.assertEqual(watch.of(1)["parameters"], 1 << 20)
+        # Steps with no state asking read nothing once a reading exists.
+        before = watch.at_step_time
+        watch.wanted = False
+        watch.after_step()
+        self.assertEqual(watch.at_step_time, before)
+        fresh = self.hook.RoleWatch(self.fake_torch())
+        fresh.optimizers.add(optimizer)
+        fresh.after_step()  # no state asked yet: the first step reads all the same
+        self.assertEqual(fresh.of(0)["optimizer_state"], 2 * 4096 + 2 * 512)
+        # At an OOM, on the thread that hit it: read there and then.
+        self.assertEqual(watch.at_oom(0)["gradients"], 4096 + 512)
+
+    def test_without_an_optimizer_parameters_are_read_at_the_state_and_no_gradient(self):
+        S, T = self.Storage, self.Tensor
+        weight = T(S(0x1000, 4096), grad=T(S(0x9000, 4096)))
+
+        class Model:
+            def parameters(self):
+                return iter([weight])
+
+            def buffers(self):
+                return iter([])
+
+        watch = self.hook.RoleWatch(self.fake_torch())
+        model = Model()
+        watch.models.add(model)
+        roles = watch.of(0)
+        self.assertEqual((roles["parameters"], roles["gradients"]), (4096, 0))
 
     def test_nothing_known_is_none_and_a_failed_read_is_none(self):
         watch = self.hook.RoleWatch(self.fake_torch())

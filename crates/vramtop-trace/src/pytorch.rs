@@ -753,6 +753,12 @@ fn roles(value: &Value) -> Option<Roles> {
         optimizer_state: uint("optimizer_state").unwrap_or(0),
         models: uint("models").unwrap_or(0),
         optimizers: uint("optimizers").unwrap_or(0),
+        time_s: match value.get("time_s") {
+            Some(Value::Float(t)) if t.is_finite() => Some(*t),
+            _ => None,
+        },
+        allocated: uint("allocated"),
+        reserved: uint("reserved"),
     })
 }
 

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use vramtop_alloc::human_bytes;
 
 /// The hook's `roles`: bytes of the job's tensors' storages by role on one device.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Roles {
     #[serde(default)]
     pub parameters: u64,
@@ -22,10 +22,21 @@ pub struct Roles {
     pub models: u64,
     #[serde(default)]
     pub optimizers: u64,
+    /// When they were read (`time.time()`): for a job with an optimizer, just after its
+    /// last optimizer step that a state asked them of (the hook reads gradients on the
+    /// job's thread only), else at the state.
+    #[serde(default)]
+    pub time_s: Option<f64>,
+    /// PyTorch's allocated and reserved bytes read with them, so that what no role claims
+    /// is told at the same moment.
+    #[serde(default)]
+    pub allocated: Option<u64>,
+    #[serde(default)]
+    pub reserved: Option<u64>,
 }
 
 /// The roles beside the allocator's figures at the same moment.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
 pub struct RoleBreakdown {
     pub parameters: u64,
     pub gradients: u64,
@@ -36,10 +47,16 @@ pub struct RoleBreakdown {
     pub cache: u64,
     pub models: u64,
     pub optimizers: u64,
+    /// When the roles were read (see `Roles::time_s`).
+    pub time_s: Option<f64>,
 }
 
 impl RoleBreakdown {
+    /// The roles beside PyTorch's allocated and reserved bytes: those read with them when
+    /// the hook sent them, else the ones given (the same state's).
     pub fn of(roles: &Roles, allocated: u64, reserved: u64) -> Self {
+        let allocated = roles.allocated.unwrap_or(allocated);
+        let reserved = roles.reserved.unwrap_or(reserved);
         let claimed = roles
             .parameters
             .saturating_add(roles.gradients)
@@ -52,6 +69,7 @@ impl RoleBreakdown {
             cache: reserved.saturating_sub(allocated),
             models: roles.models,
             optimizers: roles.optimizers,
+            time_s: roles.time_s,
         }
     }
 
@@ -108,6 +126,7 @@ mod tests {
             optimizer_state: 200 * MIB,
             models: 1,
             optimizers: 1,
+            ..Default::default()
         };
         let b = RoleBreakdown::of(&roles, 1000 * MIB, 1200 * MIB);
         assert_eq!(b.other, 600 * MIB);
@@ -117,6 +136,20 @@ mod tests {
             "parameters 100.0 MiB · gradients 100.0 MiB · optimizer state 200.0 MiB (2.0x the \
              parameters) · activations and other 600.0 MiB (60 % of live) · cache 200.0 MiB"
         );
+    }
+
+    #[test]
+    fn the_totals_read_with_the_roles_win_over_a_later_states() {
+        // Read just after a step (gradients alive); the state came after zero_grad.
+        let roles = Roles {
+            parameters: 100 * MIB,
+            gradients: 100 * MIB,
+            allocated: Some(300 * MIB),
+            reserved: Some(400 * MIB),
+            ..Default::default()
+        };
+        let b = RoleBreakdown::of(&roles, 150 * MIB, 400 * MIB);
+        assert_eq!((b.other, b.cache), (100 * MIB, 100 * MIB));
     }
 
     #[test]

@@ -322,7 +322,7 @@ class TorchAllocator:
         # replay empties the cache there to judge `empty_cache()` between steps.
         self.steps = collections.deque(maxlen=STEP_MARKS)
         self.series = AllocatedSeries()
-        self.roles = RoleWatch(torch)
+        self.roles = RoleWatch(torch, self.allocated_reserved)
         # The same, sampled just after an optimizer step (at most one step a period): the
         # step's activations are gone then, so the samples are the job's floor itself.
         self.step_series = AllocatedSeries()
@@ -385,6 +385,7 @@ class TorchAllocator:
                 steps.append(now)
                 if now >= alloc.step_series.next_due:
                     alloc.sample_at_step(optimizer, now)
+                alloc.roles.after_step()
             except Exception:
                 pass
 
@@ -857,6 +858,14 @@ class TorchAllocator:
             value = (self._stats(device) or {}).get("allocated_bytes.all.current") if self._stats else None
         return int(value) if isinstance(value, (int, float)) else None
 
+    def allocated_reserved(self, device):
+        """(allocated, reserved) bytes on `device` now, or None."""
+        if self._raw_stats is None:
+            return None
+        raw = self._raw_stats(device) or {}
+        now = [((raw.get(k) or {}).get("all") or {}).get("current") for k in ("allocated_bytes", "reserved_bytes")]
+        return tuple(int(v) for v in now) if all(isinstance(v, (int, float)) for v in now) else None
+
     def sample_allocated(self):
         """One row of the allocated series for each device the job has allocated on."""
         if self._device_count is None:
@@ -1098,20 +1107,34 @@ class RoleWatch:
     Found without scanning the heap. Optimizers: a global optimizer step pre-hook (one set
     add a step). Models: global module forward hooks that note each root module (one whose
     forward runs inside no other) and remove themselves once a root comes round again (the
-    job's second step: every model of a step is known) or after MODELS_WATCH_S. Read at the
-    viewer's pace and at an OOM, on the tensors' own storages: each storage counted once
-    (tied weights, DDP's gradient buckets), only those on the device asked about. What no
-    role claims is left to the viewer as "other" (activations, temporaries, inputs)."""
+    job's second step: every model of a step is known) or after MODELS_WATCH_S. Counted on
+    the tensors' own storages: each storage once (tied weights, DDP's gradient buckets),
+    only those on the device asked about. What no role claims is left to the viewer as
+    "other" (activations, temporaries, inputs).
+
+    Where they are read: a gradient is written by the autograd engine's own thread, without
+    the GIL, so reading `.grad` from the hook's thread raced it and crashed a GPT-2 job
+    (a segfault, on the H100). So for a job with an optimizer the roles are read on the
+    job's thread, just after an optimizer step (gradients alive, the step done), once each
+    time a viewer's state asked for them (`wanted`), and at an OOM on the thread that hit
+    it; a state carries the last reading, with its time. A job with models and no
+    optimizer (inference) has no gradients to race: its parameters are read at the state."""
 
     MODELS_WATCH_S = 60.0
 
-    def __init__(self, torch):
+    def __init__(self, torch, totals=None):
         self.torch = torch
+        # device -> (allocated, reserved) now: read with the roles, so that what no role
+        # claims is told at the same moment.
+        self.totals = totals
         self.models = weakref.WeakSet()
         self.optimizers = weakref.WeakSet()
         self.handles = []
         self.local = threading.local()
         self.watch_until = None
+        self.wanted = False  # a state asked; the next step reads them
+        self.at_step = None  # {device: figures} read just after the last step that read
+        self.at_step_time = None
 
     def watch_models(self):
         module = sys.modules.get("torch.nn.modules.module")
@@ -1159,31 +1182,70 @@ class RoleWatch:
             except Exception:
                 pass
 
+    def after_step(self):
+        """On the job's thread, just after an optimizer step: read the roles if a state
+        asked for them since the last reading, or if none was ever read (a job may step a
+        few times and then pause: its states must still have a reading). Never raises."""
+        if not self.wanted and self.at_step is not None:
+            return
+        self.wanted = False
+        try:
+            self.at_step = self.read(list(self.models), list(self.optimizers), grads=True)
+            self.at_step_time = time.time()
+        except Exception:
+            self.at_step = None
+
     def of(self, device):
-        """{"parameters", "gradients", "optimizer_state": bytes, "models", "optimizers"}
-        for `device`, or None when nothing is known or the reading failed (the job changed
-        a module while we read: the next state reads again)."""
+        """For a state, on the hook's thread: {"parameters", "gradients", "optimizer_state"
+        (bytes), "models", "optimizers", "time_s" (when read)} for `device`, or None when
+        nothing is known yet (it is asked for: the job's next step reads them)."""
+        models, optimizers = list(self.models), list(self.optimizers)
+        if optimizers:
+            self.wanted = True
+            figures = (self.at_step or {}).get(device)
+            if figures is None:
+                return None
+            return dict(figures, time_s=self.at_step_time)
+        if not models:
+            return None
+        try:  # no optimizer: no gradients to race; parameters read now
+            figures = self.read(models, [], grads=False).get(device)
+        except Exception:
+            return None
+        return dict(figures, time_s=time.time()) if figures else None
+
+    def at_oom(self, device):
+        """On the thread that hit the OOM (the job's, or autograd's in a backward, which
+        alone writes this device's gradients): the roles now. Never raises."""
         models, optimizers = list(self.models), list(self.optimizers)
         if not models and not optimizers:
             return None
         try:
-            return self._read(device, models, optimizers)
+            figures = self.read(models, optimizers, grads=True).get(device)
         except Exception:
             return None
+        return dict(figures, time_s=time.time()) if figures else None
 
-    def _read(self, device, models, optimizers):
+    def read(self, models, optimizers, grads):
+        """{device: figures} over every CUDA device the tensors are on."""
         is_tensor = self.torch.is_tensor
         seen = set()
-        out = {"parameters": 0, "gradients": 0, "optimizer_state": 0}
+        out = {}
 
         def add(role, tensor):
-            if not is_tensor(tensor) or not tensor.is_cuda or tensor.device.index != device:
+            if not is_tensor(tensor) or not tensor.is_cuda:
                 return
             storage = tensor.untyped_storage()
             ptr = storage.data_ptr()
             if ptr and ptr not in seen:
                 seen.add(ptr)
-                out[role] += int(storage.nbytes())
+                figures = out.get(tensor.device.index)
+                if figures is None:
+                    figures = out[tensor.device.index] = {
+                        "parameters": 0, "gradients": 0, "optimizer_state": 0,
+                        "models": len(models), "optimizers": len(optimizers),
+                    }
+                figures[role] += int(storage.nbytes())
 
         params = []
         for model in models:
@@ -1195,16 +1257,19 @@ class RoleWatch:
                 params.extend(group.get("params") or [])
         for p in params:
             add("parameters", p)
-        for p in params:
-            grad = p.grad
-            if grad is not None:
-                add("gradients", grad)
+        if grads:
+            for p in params:
+                grad = p.grad
+                if grad is not None:
+                    add("gradients", grad)
         for optimizer in optimizers:
             for state in list(optimizer.state.values()):
                 for value in list(state.values()) if isinstance(state, dict) else []:
                     add("optimizer_state", value)
-        out["models"] = len(models)
-        out["optimizers"] = len(optimizers)
+        for device, figures in out.items():
+            totals = self.totals(device) if self.totals is not None else None
+            if totals is not None:
+                figures["allocated"], figures["reserved"] = totals
         return out
 
 
@@ -2210,7 +2275,7 @@ def on_oom(device, alloc_size, limit_bytes, device_free):
             "steps": list(hook.alloc.steps),
             "series": hook.alloc.series.of(int(device)),
             "step_series": hook.alloc.step_series.of(int(device)),
-            "roles": state.get("roles"),
+            "roles": hook.alloc.roles.at_oom(int(device)),
         }
         # The processes sharing the GPU and its own total: who else held the memory.
         message.update(who_holds_the_gpu(hook.alloc, int(device)))
