@@ -273,3 +273,40 @@ fn the_kept_file_lists_the_gpus_processes_with_their_frameworks() {
     assert_eq!(kept.physical_total_bytes, Some(85_017_493_504));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A GPT-2 (6 layers) trained with AdamW on the H100 printed its own sums just before it
+/// asked for 200 GiB (tests/fixtures/README.md): the kept file's roles are those bytes,
+/// to the byte, and the batch block says what the memory was for.
+#[test]
+fn the_roles_at_an_oom_are_the_jobs_own_sums() {
+    let dir = std::env::temp_dir().join(format!("vramtop-roles-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("vramtop-oom-roles-461-1.pickle");
+    let mut bytes = Vec::new();
+    std::io::Read::read_to_end(
+        &mut flate2::read::GzDecoder::new(
+            std::fs::File::open(fixture("roles_gpt2_adamw.pickle.gz")).unwrap(),
+        ),
+        &mut bytes,
+    )
+    .unwrap();
+    std::fs::write(&path, bytes).unwrap();
+    let trace = trace::load(&path).unwrap();
+    let roles = trace.stats.kept_oom.as_ref().unwrap().roles.unwrap();
+    // The job's own line: {"parameters": 326077440, "gradients": 326077440,
+    // "optimizer_state": 652154880, "moment": "oom", ...}
+    assert_eq!(
+        (roles.parameters, roles.gradients, roles.optimizer_state),
+        (326_077_440, 326_077_440, 652_154_880)
+    );
+    assert_eq!((roles.models, roles.optimizers), (1, 1));
+    let block = batch_block(&path);
+    assert!(
+        block.contains(
+            "  memory: parameters 311.0 MiB · gradients 311.0 MiB · optimizer state 621.9 MiB \
+             (2.0x the parameters) · activations and other"
+        ),
+        "{block}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

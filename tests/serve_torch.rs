@@ -614,6 +614,45 @@ fn the_dashboards_query_only_series_serve_writes() {
             .map(str::to_string),
     );
 
+    // Roles come from hooks that found a model or optimizer (the fleet's stub jobs have
+    // none): their series come from the encoder itself, for a job that has them.
+    let state = vramtop::attach::protocol::JobState {
+        stats: Some(vramtop::attach::protocol::TorchStats {
+            allocated_bytes: Some(MIB),
+            reserved_bytes: Some(2 * MIB),
+            ..Default::default()
+        }),
+        roles: Some(vramtop::trace::roles::Roles {
+            parameters: 1024,
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let with_roles = vramtop::attach::AttachedJobs {
+        jobs: vec![vramtop::attach::JobView {
+            pid: 7,
+            frame: Some(std::sync::Arc::new(
+                vramtop::attach::job::JobFrame::from_state(&state),
+            )),
+            connected: true,
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let roles_text =
+        vramtop::export::metrics::encode(&snapshot, &[], &with_roles, false).expect("encode");
+    assert!(
+        roles_text.contains("\nvramtop_torch_role_bytes{"),
+        "{roles_text}"
+    );
+    written.extend(
+        roles_text
+            .lines()
+            .filter_map(|l| l.strip_prefix("# TYPE "))
+            .filter_map(|l| l.split(' ').next())
+            .map(str::to_string),
+    );
+
     for file in ["vramtop-torch.json", "vramtop.json"] {
         let board = dashboard(file);
         let queried = queried_names(&board);

@@ -236,4 +236,52 @@ mod tests {
         assert!(text.contains("# TYPE vramtop_torch_ooms_total counter"));
         assert_eq!(text.matches("# HELP ").count(), 6, "{text}");
     }
+
+    #[test]
+    fn a_jobs_roles_are_one_series_a_role() {
+        let mut view = job(101, 1, None, true);
+        let state = JobState {
+            stats: Some(vramtop_attach::protocol::TorchStats {
+                allocated_bytes: Some(1000),
+                reserved_bytes: Some(1500),
+                ..Default::default()
+            }),
+            roles: Some(vramtop_trace::roles::Roles {
+                parameters: 100,
+                gradients: 100,
+                optimizer_state: 200,
+                ..Default::default()
+            }),
+            ..JobState::default()
+        };
+        view.frame = Some(std::sync::Arc::new(JobFrame::from_state(&state)));
+        let jobs = AttachedJobs {
+            jobs: vec![view],
+            ..AttachedJobs::default()
+        };
+        let registry = Registry::new();
+        register(&registry, "h", &jobs).unwrap();
+        let mut out = Vec::new();
+        prometheus::Encoder::encode(
+            &prometheus::TextEncoder::new(),
+            &registry.gather(),
+            &mut out,
+        )
+        .unwrap();
+        let text = String::from_utf8(out).unwrap();
+        for (role, bytes) in [
+            ("parameters", 100),
+            ("gradients", 100),
+            ("optimizer state", 200),
+            ("activations and other", 600),
+            ("cache", 500),
+        ] {
+            assert!(
+                text.contains(&format!(
+                    r#"pid="101",rank="",role="{role}",world_size=""}} {bytes}"#
+                )),
+                "{role}: {text}"
+            );
+        }
+    }
 }
