@@ -230,6 +230,25 @@ fn every_cause_is_named_first_in_the_batch_block_the_library_and_the_live_view()
     }
 }
 
+/// The GPT-2 whose batch doubled each step (hook 1.4 with roles): it died at batch 128
+/// after batch 64 had run, so half the batch was enough, as the knobs line says.
+#[test]
+fn the_knobs_of_a_job_too_big_say_half_the_batch_is_enough() {
+    let (dir, path) = unzipped("toobig");
+    let block = batch_block(&path);
+    assert!(
+        block
+            .contains("  knobs: 16.6 GiB short; would give back: half the batch or sequence about"),
+        "{block}"
+    );
+    assert!(block.contains("the request; enough)"), "{block}");
+    assert!(
+        block.contains("an optimizer without state (SGD) 624.9 MiB (measured; not enough)"),
+        "{block}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// A leak is not blamed where allocated only rose at the job's start and at its OOM: the
 /// cap and the GPT-2 files have series too.
 #[test]
@@ -308,5 +327,13 @@ fn the_roles_at_an_oom_are_the_jobs_own_sums() {
         ),
         "{block}"
     );
+    // 200 GiB asked: no knob the roles measure comes near, and it says so.
+    assert!(
+        block.contains(
+            "  knobs: 122.8 GiB short; would give back: half the batch or sequence about"
+        ),
+        "{block}"
+    );
+    assert!(!block.contains("; enough)"), "{block}");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -65,13 +65,23 @@ pub fn explain(trace: &Trace, path: &Path, file_bytes: u64) -> Vec<String> {
             let fits = at.remedies.iter().find(|r| r.verdict == Verdict::Fits)?;
             Some(fits.remedy.clone())
         });
-    for (i, c) in cause::of_kept_file(trace, oom, fits).iter().enumerate() {
+    let causes = cause::of_kept_file(trace, oom, fits);
+    for (i, c) in causes.iter().enumerate() {
         let head = if i == 0 { "cause" } else { "also" };
         lines.push(format!("  {head}: {}", c.line()));
     }
     if let Some(roles) = trace.stats.kept_oom.as_ref().and_then(|k| k.roles.as_ref()) {
         let breakdown = RoleBreakdown::of(roles, oom.allocated_bytes, oom.reserved_bytes);
         lines.push(format!("  memory: {}", breakdown.line()));
+        let shortfall = causes.iter().find_map(|c| c.shortfall());
+        let request = trace
+            .stats
+            .kept_oom
+            .as_ref()
+            .map_or(oom.requested_bytes, |k| k.requested_bytes);
+        if let Some(knobs) = shortfall.and_then(|s| breakdown.knobs_line(s, request)) {
+            lines.push(format!("  knobs: {knobs}"));
+        }
     }
     if let Some(kept) = trace
         .stats

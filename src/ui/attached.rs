@@ -229,6 +229,15 @@ pub(super) fn head_lines(job: &JobView) -> Vec<(Line<'static>, u16)> {
     if let Some(roles) = &oom.roles {
         lines.push((roles_line(roles), 1));
     }
+    if let Some(knobs) = oom.knobs_line() {
+        lines.push((
+            Line::from(Span::styled(
+                format!(" knobs: {knobs}"),
+                Style::new().cyan(),
+            )),
+            CAUSE_ROWS,
+        ));
+    }
     let pytorch = job
         .error
         .as_ref()

@@ -262,6 +262,13 @@ impl OomExplained {
         }
     }
 
+    /// "knobs: 1.1 GiB short; would give back: ..." when a smaller job would settle it
+    /// (its cap, too big) and the roles are known.
+    pub fn knobs_line(&self) -> Option<String> {
+        let shortfall = self.causes.iter().find_map(Cause::shortfall)?;
+        self.roles?.knobs_line(shortfall, self.report.rounded_bytes)
+    }
+
     /// "cause: another process held 59.9 GiB of this GPU: ..." for the first cause, and
     /// "also: ..." for each other; empty when the figures say nothing.
     pub fn cause_lines(&self) -> Vec<String> {

@@ -99,6 +99,9 @@ pub struct OomJson {
     pub causes: Vec<CauseReport>,
     /// What the memory was for at the OOM, as `roles` above.
     pub roles: Option<RoleBreakdown>,
+    /// For an OOM a smaller job would settle: what each knob would give back (halving
+    /// the batch is an estimate and says so; the rest are measured roles).
+    pub knobs: Option<String>,
 }
 
 impl JobReport {
@@ -169,6 +172,7 @@ impl JobReport {
                 cause: o.causes.first().map(|c| c.line()),
                 causes: CauseReport::of_all(&o.causes),
                 roles: o.roles,
+                knobs: o.knobs_line(),
             }),
             last_error: view.error.clone(),
             leak_suspects: view.suspects.clone(),

@@ -213,6 +213,20 @@ impl Cause {
         }
     }
 
+    /// How many bytes the job's live tensors and request were short of what it may have:
+    /// for the causes a smaller job would settle (its cap, too big), else None.
+    pub fn shortfall(&self) -> Option<u64> {
+        match self {
+            Cause::Cap {
+                shortfall_bytes, ..
+            }
+            | Cause::TooBig {
+                shortfall_bytes, ..
+            } => Some(*shortfall_bytes),
+            _ => None,
+        }
+    }
+
     /// "another process", "leak", ...: the JSON's `kind` in words.
     pub fn name(&self) -> &'static str {
         match self {

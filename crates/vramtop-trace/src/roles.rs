@@ -112,6 +112,60 @@ impl RoleBreakdown {
     }
 }
 
+impl RoleBreakdown {
+    /// For an OOM `shortfall` bytes short (over its cap, or too big for the GPU) asking
+    /// for `request` bytes: what each knob would give back, and whether that is enough.
+    /// What the roles hold is measured; what halving the batch gives back is an estimate
+    /// (the activations and the request, which grow with the batch, halved), and it says
+    /// so. None when nothing would be said (no roles, no shortfall).
+    pub fn knobs_line(&self, shortfall: u64, request: u64) -> Option<String> {
+        if shortfall == 0 {
+            return None;
+        }
+        let enough = |bytes: u64| {
+            if bytes >= shortfall {
+                "enough"
+            } else {
+                "not enough"
+            }
+        };
+        let mut knobs = Vec::new();
+        if self.other > 0 {
+            let half = self.other.saturating_add(request) / 2;
+            knobs.push(format!(
+                "half the batch or sequence about {} (an estimate: half the activations and \
+                 the request; {})",
+                human_bytes(half),
+                enough(half)
+            ));
+        }
+        if self.optimizer_state > 0 {
+            knobs.push(format!(
+                "an optimizer without state (SGD) {} (measured; {})",
+                human_bytes(self.optimizer_state),
+                enough(self.optimizer_state)
+            ));
+        }
+        if self.gradients > 0 && self.parameters > 0 {
+            // Sharding gradients and optimizer state over N ranks keeps 1/N of each.
+            let sharded = (self.gradients + self.optimizer_state) / 2;
+            knobs.push(format!(
+                "sharding gradients and optimizer state over 2 ranks {} (measured halves; {})",
+                human_bytes(sharded),
+                enough(sharded)
+            ));
+        }
+        if knobs.is_empty() {
+            return None;
+        }
+        Some(format!(
+            "{} short; would give back: {}",
+            human_bytes(shortfall),
+            knobs.join("; ")
+        ))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -136,6 +190,26 @@ mod tests {
             "parameters 100.0 MiB · gradients 100.0 MiB · optimizer state 200.0 MiB (2.0x the \
              parameters) · activations and other 600.0 MiB (60 % of live) · cache 200.0 MiB"
         );
+    }
+
+    #[test]
+    fn knobs_say_what_each_gives_back_and_whether_it_is_enough() {
+        let b = RoleBreakdown {
+            parameters: 100 * MIB,
+            gradients: 100 * MIB,
+            optimizer_state: 200 * MIB,
+            other: 600 * MIB,
+            ..Default::default()
+        };
+        assert_eq!(
+            b.knobs_line(250 * MIB, 100 * MIB).unwrap(),
+            "250.0 MiB short; would give back: half the batch or sequence about 350.0 MiB (an \
+             estimate: half the activations and the request; enough); an optimizer without \
+             state (SGD) 200.0 MiB (measured; not enough); sharding gradients and optimizer \
+             state over 2 ranks 150.0 MiB (measured halves; not enough)"
+        );
+        assert_eq!(b.knobs_line(0, MIB), None);
+        assert_eq!(RoleBreakdown::default().knobs_line(MIB, MIB), None);
     }
 
     #[test]
