@@ -111,6 +111,7 @@ fn draw_overview(
             "ext frag",
             "OOMs",
             "leaks",
+            "params / grads / optim / act",
             "state",
         ]
         .map(|h| Cell::from(h).bold()),
@@ -129,6 +130,7 @@ fn draw_overview(
         Constraint::Length(9),
         Constraint::Length(5),
         Constraint::Length(6),
+        Constraint::Length(ROLES_WIDTH),
         Constraint::Min(8),
     ];
     frame.render_widget(
@@ -136,6 +138,9 @@ fn draw_overview(
         table_area,
     );
 }
+
+/// Cells of the roles column: four sizes such as "311.0 MiB" and their separators.
+const ROLES_WIDTH: u16 = 44;
 
 fn rank_row(job: &JobView, selected: bool) -> Row<'static> {
     let rank = job.rank().map_or_else(|| "?".into(), |r| r.to_string());
@@ -167,6 +172,17 @@ fn rank_row(job: &JobView, selected: bool) -> Row<'static> {
         ]),
         None => cells.extend(["-"; 7].map(String::from)),
     }
+    // What each rank's memory is for (hook 1.4): the ranks of one job should agree on
+    // parameters and optimizer state; a rank that differs holds something the others
+    // do not.
+    cells.push(job.frame.as_deref().and_then(|f| f.roles).map_or_else(
+        || "-".to_string(),
+        |r| {
+            [r.parameters, r.gradients, r.optimizer_state, r.other]
+                .map(human_bytes)
+                .join(" / ")
+        },
+    ));
     cells.push(state);
     let failed = job.oom.is_some();
     let style = match (selected, failed) {
