@@ -9,6 +9,8 @@
 
 use prometheus::{Encoder, GaugeVec, IntCounterVec, Opts, Registry, TextEncoder};
 
+use super::labels::command_label;
+pub use super::labels::MAX_COMMAND_LABEL;
 use super::torch_metrics;
 use vramtop_alloc::Stats;
 use vramtop_attach::AttachedJobs;
@@ -21,9 +23,6 @@ pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 const DEVICE_LABELS: [&str; 3] = ["gpu", "uuid", "hostname"];
 /// dcgm-exporter's label names, for the compatible series.
 const DCGM_LABELS: [&str; 5] = ["gpu", "UUID", "device", "modelName", "Hostname"];
-/// Commands longer than this are cut in the `command` label: a full command line can run
-/// to kilobytes, and every distinct value is a new series.
-pub const MAX_COMMAND_LABEL: usize = 128;
 
 type DeviceField = fn(&DeviceSnapshot) -> Option<f64>;
 
@@ -349,14 +348,6 @@ fn processes(registry: &Registry, snapshot: &SystemSnapshot) -> Result<(), prome
         }
     }
     Ok(())
-}
-
-/// The command cut to `MAX_COMMAND_LABEL` characters, on a character boundary.
-pub fn command_label(command: &str) -> &str {
-    match command.char_indices().nth(MAX_COMMAND_LABEL) {
-        Some((end, _)) => &command[..end],
-        None => command,
-    }
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@
 
 pub mod cast;
 pub mod http;
+pub mod labels;
 pub mod metrics;
 pub mod once;
 pub mod oom_report;

@@ -8,7 +8,7 @@
 
 use prometheus::{GaugeVec, IntCounterVec, Opts, Registry};
 
-use super::metrics::command_label;
+use super::labels::command_label;
 use vramtop_attach::{AttachedJobs, JobFigures, JobView};
 
 /// Labels of every per-job series.

@@ -88,6 +88,37 @@ pub fn site_usage(segments: &[HookSegment]) -> Vec<(String, u64, u64)> {
         .collect()
 }
 
+/// `argv` without a leading `python3` and with the program's path cut to its file name:
+/// `/usr/bin/python3 /usr/local/bin/torchrun --nproc-per-node 2 train.py` reads
+/// `torchrun --nproc-per-node 2 train.py`.
+pub fn short_command(argv: &[String]) -> String {
+    let name = |a: &String| {
+        std::path::Path::new(a)
+            .file_name()
+            .map_or_else(|| a.clone(), |n| n.to_string_lossy().into_owned())
+    };
+    let mut args = argv.iter().peekable();
+    if argv.len() > 1 && args.peek().is_some_and(|a| name(a).starts_with("python")) {
+        args.next();
+        // `python -m torch.distributed.run`: the module is the program.
+        while args
+            .peek()
+            .is_some_and(|a| a.starts_with('-') && *a != "-m")
+        {
+            args.next();
+        }
+        if args.peek().is_some_and(|a| *a == "-m") {
+            args.next();
+        }
+    }
+    let mut words: Vec<String> = Vec::new();
+    if let Some(program) = args.next() {
+        words.push(name(program));
+    }
+    words.extend(args.cloned());
+    words.join(" ")
+}
+
 /// One `state`, converted off the UI task.
 #[derive(Clone, Debug)]
 pub struct JobFrame {

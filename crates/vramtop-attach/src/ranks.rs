@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 
-use super::job::JobView;
+use super::job::{short_command, JobView};
 use super::watcher::AttachedJobs;
 
 /// The ranks of one launched job on this host.
@@ -46,37 +46,6 @@ impl RankGroup<'_> {
             .argv;
         Some(short_command(argv)).filter(|c| !c.is_empty())
     }
-}
-
-/// `argv` without a leading `python3` and with the program's path cut to its file name:
-/// `/usr/bin/python3 /usr/local/bin/torchrun --nproc-per-node 2 train.py` reads
-/// `torchrun --nproc-per-node 2 train.py`.
-pub fn short_command(argv: &[String]) -> String {
-    let name = |a: &String| {
-        std::path::Path::new(a)
-            .file_name()
-            .map_or_else(|| a.clone(), |n| n.to_string_lossy().into_owned())
-    };
-    let mut args = argv.iter().peekable();
-    if argv.len() > 1 && args.peek().is_some_and(|a| name(a).starts_with("python")) {
-        args.next();
-        // `python -m torch.distributed.run`: the module is the program.
-        while args
-            .peek()
-            .is_some_and(|a| a.starts_with('-') && *a != "-m")
-        {
-            args.next();
-        }
-        if args.peek().is_some_and(|a| *a == "-m") {
-            args.next();
-        }
-    }
-    let mut words: Vec<String> = Vec::new();
-    if let Some(program) = args.next() {
-        words.push(name(program));
-    }
-    words.extend(args.cloned());
-    words.join(" ")
 }
 
 impl AttachedJobs {

@@ -15,9 +15,8 @@ use tokio::sync::watch;
 
 use super::client::{self, Peer, PeerEvent};
 use super::discovery::{pid_alive, scan};
-use super::job::{AttachedJob, JobFrame, JobView, OomExplained};
+use super::job::{short_command, AttachedJob, JobFrame, JobView, OomExplained};
 use super::other_caches::{self, OtherCache};
-use super::ranks::short_command;
 
 /// Ended jobs kept on screen, newest first, beyond the running ones.
 const ENDED_KEPT: usize = 16;

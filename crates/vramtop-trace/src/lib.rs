@@ -44,6 +44,7 @@ pub mod replay;
 mod rmm;
 pub mod roles;
 pub mod snapshot;
+mod units;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;

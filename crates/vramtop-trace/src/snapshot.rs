@@ -3,8 +3,8 @@
 
 use std::collections::HashMap;
 
-use super::replay::report::{mib, thousands};
 use super::{SnapshotSegment, Trace};
+use crate::units::{mib, thousands};
 use vramtop_alloc::metrics::layout_stats;
 use vramtop_alloc::{human_bytes, BlockState, Layout, LayoutRun, Pool, SegmentLayout, TagId};
 

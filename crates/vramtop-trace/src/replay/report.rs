@@ -4,11 +4,11 @@
 use serde::Serialize;
 
 use super::remedies::OomRemedies;
+// Kept here too: the binary and the replay's own tables read them from the report.
 use super::{ReplayReport, TRACE_ROUNDING};
 use crate::ooms::TraceOom;
+pub use crate::units::{mib, thousands};
 use crate::{Trace, TraceEventKind, TraceFormat};
-
-const MIB: f64 = 1024.0 * 1024.0;
 
 /// What the trace says by itself, before any policy replays it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -77,25 +77,6 @@ fn reserved_peak(trace: &Trace, at_end: u64) -> Option<u64> {
         }
     }
     Some(peak)
-}
-
-/// `1234567` -> `"1,234,567"`.
-pub fn thousands(value: u64) -> String {
-    let digits = value.to_string();
-    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
-}
-
-/// Bytes in MiB with one decimal and thousands separators: "3,940.0 MiB".
-pub fn mib(bytes: u64) -> String {
-    let tenths = (bytes as f64 / MIB * 10.0).round() as u64;
-    format!("{}.{} MiB", thousands(tenths / 10), tenths % 10)
 }
 
 const HEADER: [&str; 10] = [
