@@ -56,8 +56,8 @@ const TORCH_GAUGES: [(&str, &str, FiguresField); 5] = [
 /// Per-job bytes by role (hook 1.4), one series a role.
 const ROLE_BYTES: (&str, &str) = (
     "vramtop_torch_role_bytes",
-    "Bytes of the job's memory by role: parameters, gradients, optimizer state, activations and \
-     other (allocated bytes no role claims), cache (reserved, not allocated).",
+    "Bytes of the job's memory by role: parameters, gradients, optimizer_state, other \
+     (allocated bytes no role claims: activations, temporaries), cache (reserved, not allocated).",
 );
 
 const OOMS_TOTAL: (&str, &str) = (
@@ -109,7 +109,12 @@ pub fn register(
         if let Some(breakdown) = view.frame.as_deref().and_then(|f| f.roles) {
             for (role, bytes) in breakdown.parts() {
                 let mut with_role = values.to_vec();
-                with_role.push(role);
+                // Label values as JSON names the fields, not as the screen words them.
+                with_role.push(match role {
+                    "optimizer state" => "optimizer_state",
+                    "activations and other" => "other",
+                    other => other,
+                });
                 roles.with_label_values(&with_role).set(bytes as f64);
             }
         }
@@ -272,8 +277,8 @@ mod tests {
         for (role, bytes) in [
             ("parameters", 100),
             ("gradients", 100),
-            ("optimizer state", 200),
-            ("activations and other", 600),
+            ("optimizer_state", 200),
+            ("other", 600),
             ("cache", 500),
         ] {
             assert!(

@@ -160,7 +160,9 @@ fn roles_line(roles: &RoleBreakdown) -> Line<'static> {
     // The bar: each part's share of what the job holds, in cells (a part that has any
     // bytes gets at least one).
     let parts = roles.parts();
-    let total: u64 = parts.iter().map(|(_, b)| b).sum();
+    let total = parts
+        .iter()
+        .fold(0u64, |sum, (_, b)| sum.saturating_add(*b));
     if total > 0 {
         for ((_, bytes), colour) in parts.iter().zip(COLOURS) {
             let cells =

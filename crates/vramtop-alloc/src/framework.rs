@@ -53,7 +53,14 @@ impl Framework {
     pub fn from_maps(maps: &str) -> Vec<Framework> {
         let paths: Vec<&str> = maps
             .lines()
-            .filter_map(|line| line.split_whitespace().nth(5))
+            // address perms offset dev inode path: the path is the rest, spaces and all
+            .filter_map(|line| {
+                let mut fields = line
+                    .splitn(6, char::is_whitespace)
+                    .filter(|f| !f.is_empty());
+                (0..5).try_for_each(|_| fields.next().map(|_| ()))?;
+                fields.next().map(str::trim)
+            })
             .filter(|path| path.starts_with('/'))
             .collect();
         MARKERS
@@ -152,6 +159,10 @@ mod tests {
             "/usr/local/lib/python3.12/dist-packages/jax_plugins/xla_cuda12/xla_cuda_plugin.so",
         ]);
         assert_eq!(Framework::from_maps(&text), vec![Framework::Jax]);
+        // A path with spaces (a venv in "My Projects") is read whole, as the hook reads it.
+        let spaced =
+            maps(&["/home/a/My Projects/venv/lib/python3.12/site-packages/cupy/_core/core.so"]);
+        assert_eq!(Framework::from_maps(&spaced), vec![Framework::CuPy]);
     }
 
     #[test]

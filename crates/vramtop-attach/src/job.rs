@@ -248,11 +248,18 @@ impl OomExplained {
             .iter()
             .find(|r| r.verdict == remedy::Verdict::Fits)
             .map(|r| r.remedy.clone());
+        // PyTorch's own totals where the hook sent them: the segments on the wire may have
+        // been cut to fit a frame, the kept file's never are.
+        let torch = oom.stats.as_ref();
         let facts = OomFacts {
             time_s: oom.time_s,
             requested_bytes: rounded,
-            allocated_bytes: stats.allocated_bytes,
-            reserved_bytes: stats.reserved_bytes,
+            allocated_bytes: torch
+                .and_then(|t| t.allocated_bytes)
+                .unwrap_or(stats.allocated_bytes),
+            reserved_bytes: torch
+                .and_then(|t| t.reserved_bytes)
+                .unwrap_or(stats.reserved_bytes),
             free_runs: stats.free_runs,
             largest_free_bytes: stats.largest_free_bytes,
             device_free_bytes: oom.device_free_bytes,

@@ -132,6 +132,9 @@ pub enum Cause {
         /// NVML's list of processes was recorded (hook 1.4 with NVML): without it, which
         /// processes held the memory is not known, and nothing is called unseen.
         listed: bool,
+        /// The request would have fit had they held nothing; false where the job is too
+        /// big even alone (then this is not the cause to fix first).
+        enough_alone: bool,
     },
     /// `set_per_process_memory_fraction` stopped the job short of what it needed.
     Cap {
@@ -247,6 +250,7 @@ impl Cause {
                 unseen_bytes,
                 approximate,
                 listed,
+                enough_alone,
             } => {
                 let mut text = format!(
                     "another process held {} of this GPU{}",
@@ -261,6 +265,9 @@ impl Cause {
                 if !named.is_empty() {
                     text.push_str(": ");
                     text.push_str(&named.join("; "));
+                }
+                if !*enough_alone {
+                    text.push_str(" (not enough on its own: the job is too big even alone)");
                 }
                 if !*listed {
                     text.push_str(" (which processes was not recorded: NVML was not reachable from the job)");
@@ -428,11 +435,10 @@ pub fn causes(facts: &OomFacts) -> Vec<Cause> {
     let needed = facts.allocated_bytes.saturating_add(facts.requested_bytes);
     let limit = facts.limit_bytes.filter(|&l| l > 0);
     let total = facts.physical_total_bytes.filter(|&t| t > 0).or(limit);
-    let own = facts.processes.and_then(|p| {
-        p.own_pid_listed
-            .then(|| p.processes.iter().find(|x| x.own).and_then(|x| x.bytes))
-            .flatten()
-    });
+    let own_process = facts
+        .processes
+        .and_then(|p| own_process(p, facts.reserved_bytes));
+    let own = own_process.and_then(|x| x.bytes);
     // The job's memory outside PyTorch's cache (its CUDA context, libraries' workspaces).
     let overhead = own.map_or(0, |o| o.saturating_sub(facts.reserved_bytes));
     let cap = match (limit, total) {
@@ -466,7 +472,13 @@ pub fn causes(facts: &OomFacts) -> Vec<Cause> {
         let room_shared = room_alone.saturating_sub(outside);
         let cap_stopped = cap.is_some_and(|c| needed > c);
         if outside >= OUTSIDE_MIN && needed > room_shared && !cap_stopped {
-            found.push(other_processes(facts.processes, outside, own.is_none()));
+            found.push(other_processes(
+                facts.processes,
+                own_process,
+                outside,
+                own.is_none(),
+                needed <= room_alone,
+            ));
         }
         let room = cap.unwrap_or(u64::MAX).min(room_shared);
         if needed <= room && facts.reserved_bytes > facts.allocated_bytes {
@@ -481,27 +493,70 @@ pub fn causes(facts: &OomFacts) -> Vec<Cause> {
     if let Some(leak) = leak(facts) {
         found.push(leak);
     }
-    found.sort_by_key(|c| std::cmp::Reverse(c.bytes()));
+    // Causes that explain the OOM on their own come first, by bytes; then those that do
+    // not (others' memory when the job is too big even alone; a rise seen only in time,
+    // which loading weights also makes, beside a cap or a job too big).
+    let settled = found
+        .iter()
+        .any(|c| matches!(c, Cause::Cap { .. } | Cause::TooBig { .. }));
+    found.sort_by_key(|c| {
+        let second = match c {
+            Cause::OtherProcesses { enough_alone, .. } => !enough_alone,
+            Cause::Leak { at_steps, .. } => !at_steps && settled,
+            _ => false,
+        };
+        (second, std::cmp::Reverse(c.bytes()))
+    });
     found
+}
+
+/// Largest gap between NVML's figure for a process and PyTorch's reserved bytes that
+/// still makes it the job itself (its CUDA context and libraries' workspaces).
+const OWN_OVERHEAD_MAX: u64 = 4 << 30;
+
+/// The job among NVML's processes: its own pid; or, where NVML speaks of another PID
+/// namespace (a container), the one process whose bytes are PyTorch's reserved plus a
+/// context's worth, when exactly one is.
+fn own_process(listed: &GpuProcesses, reserved: u64) -> Option<&GpuProcess> {
+    if listed.own_pid_listed {
+        return listed.processes.iter().find(|x| x.own);
+    }
+    let mut candidates = listed.processes.iter().filter(|x| {
+        x.bytes
+            .is_some_and(|b| b >= reserved && b - reserved <= OWN_OVERHEAD_MAX)
+    });
+    match (candidates.next(), candidates.next()) {
+        (Some(one), None) => Some(one),
+        _ => None,
+    }
 }
 
 /// The processes other than the job on the GPU, largest first, and what none of them
 /// accounts for.
-fn other_processes(listed: Option<&GpuProcesses>, outside: u64, approximate: bool) -> Cause {
+fn other_processes(
+    listed: Option<&GpuProcesses>,
+    own: Option<&GpuProcess>,
+    outside: u64,
+    approximate: bool,
+    enough_alone: bool,
+) -> Cause {
     let mut holders: Vec<Holder> = match listed {
-        Some(p) if p.own_pid_listed => p
+        Some(p) => p
             .processes
             .iter()
-            .filter(|x| !x.own && x.bytes.unwrap_or(0) > 0)
+            .filter(|x| {
+                own.is_none_or(|o| !std::ptr::eq(*x, o)) && !x.own && x.bytes.unwrap_or(0) > 0
+            })
             .map(|x| Holder {
                 pid: x.pid,
                 bytes: x.bytes.unwrap_or(0),
                 user: x.user.clone(),
+                // Pids of another namespace are not ours to read: their numbers only.
                 command: x.command.clone(),
                 frameworks: x.frameworks.clone(),
             })
             .collect(),
-        _ => Vec::new(),
+        None => Vec::new(),
     };
     holders.sort_by_key(|h| std::cmp::Reverse(h.bytes));
     let seen: u64 = holders.iter().map(|h| h.bytes).sum();
@@ -511,6 +566,7 @@ fn other_processes(listed: Option<&GpuProcesses>, outside: u64, approximate: boo
         holders,
         approximate,
         listed: listed.is_some(),
+        enough_alone,
     }
 }
 
@@ -641,7 +697,7 @@ pub fn leak_sites(trace: &crate::Trace) -> Vec<LeakSite> {
     use std::collections::HashMap;
     let times = || trace.events.iter().filter_map(|e| e.time_us);
     let span = match (times().min(), times().max()) {
-        (Some(first), Some(last)) => last - first,
+        (Some(first), Some(last)) => last.saturating_sub(first),
         _ => 0,
     };
     let mut allocated_at: HashMap<u64, i64> = HashMap::new();
@@ -687,12 +743,14 @@ pub fn leak_sites(trace: &crate::Trace) -> Vec<LeakSite> {
             let (from, to) = (held.from.unwrap_or(0), held.to.unwrap_or(0));
             // Every block timed: the history covers the site, and says whether it grew
             // all through. Some from before the history: they came earlier still.
-            let spread = (held.timed == held.blocks && span > 0).then(|| (to - from) * 2 >= span);
+            let took = to.saturating_sub(from);
+            let spread =
+                (held.timed == held.blocks && span > 0).then(|| took.saturating_mul(2) >= span);
             LeakSite {
                 site: site.to_string(),
                 blocks: held.blocks,
                 bytes: held.bytes,
-                over_s: (to - from) as f64 / 1e6,
+                over_s: took as f64 / 1e6,
                 steps: None,
                 spread,
             }
@@ -866,7 +924,7 @@ mod tests {
     }
 
     #[test]
-    fn a_floor_that_rises_and_never_falls_is_a_likely_leak_ranked_first() {
+    fn a_floor_that_rises_and_never_falls_is_a_likely_leak_beside_the_cap_it_rose_into() {
         // 40 s of a loop keeping 50 MiB a second, sawtooth above its floor.
         let rows: Vec<(f64, u64)> = (0..80)
             .map(|i| {
@@ -888,7 +946,10 @@ mod tests {
         };
         let found = causes(&facts);
         assert_eq!(found.len(), 2, "{found:?}");
-        let line = found[0].line();
+        // Seen only in time (no optimizer steps), a rise could be loading: the cap, which
+        // settles it alone, comes first; the leak is said next.
+        assert!(matches!(found[0], Cause::Cap { .. }), "{found:?}");
+        let line = found[1].line();
         assert!(
             line.starts_with("likely a leak: allocated rose from"),
             "{line}"
@@ -897,7 +958,6 @@ mod tests {
             line.ends_with("rerun with --history to name the line"),
             "{line}"
         );
-        assert!(matches!(found[1], Cause::Cap { .. }));
     }
 
     #[test]
@@ -936,6 +996,106 @@ mod tests {
             .as_str()
             .unwrap()
             .starts_with("too big for this GPU"));
+    }
+
+    /// Weights loaded over 30 s, then a forward too big: the rise in time is loading, not
+    /// a leak to fix first; the cause is "too big".
+    #[test]
+    fn a_rise_seen_only_in_time_never_outranks_a_job_too_big() {
+        let rows: Vec<(f64, u64)> = (0..60)
+            .map(|i| (i as f64 * 0.5, (i as u64 + 1) * GIB))
+            .collect();
+        let s = series(&rows);
+        let facts = OomFacts {
+            time_s: 30.0,
+            requested_bytes: 25 * GIB,
+            allocated_bytes: 60 * GIB,
+            reserved_bytes: 60 * GIB,
+            device_free_bytes: Some(20 * GIB),
+            limit_bytes: Some(80 * GIB),
+            physical_total_bytes: Some(80 * GIB),
+            series: Some(&s),
+            ..Default::default()
+        };
+        let found = causes(&facts);
+        assert!(matches!(found[0], Cause::TooBig { .. }), "{found:?}");
+        assert!(
+            matches!(
+                found[1],
+                Cause::Leak {
+                    at_steps: false,
+                    ..
+                }
+            ),
+            "{found:?}"
+        );
+    }
+
+    /// Too big even alone, beside another process: freeing it would not do, and the line
+    /// says so, after "too big".
+    #[test]
+    fn others_memory_is_not_the_first_cause_when_the_job_is_too_big_alone() {
+        let listed = GpuProcesses {
+            processes: vec![
+                process(1, 20 * GIB, true, &["PyTorch"]),
+                process(2, 39 * GIB, false, &["JAX/XLA"]),
+            ],
+            own_pid_listed: true,
+        };
+        let facts = OomFacts {
+            requested_bytes: 70 * GIB,
+            allocated_bytes: 19 * GIB,
+            reserved_bytes: 19 * GIB + 512 * MIB,
+            device_free_bytes: Some(21 * GIB),
+            limit_bytes: Some(80 * GIB),
+            physical_total_bytes: Some(80 * GIB),
+            processes: Some(&listed),
+            ..Default::default()
+        };
+        let found = causes(&facts);
+        assert!(matches!(found[0], Cause::TooBig { .. }), "{found:?}");
+        assert!(
+            found[1].line().contains("not enough on its own"),
+            "{found:?}"
+        );
+    }
+
+    /// In a container NVML lists host pids, the job's among them: the one whose bytes are
+    /// PyTorch's reserved and a context is the job, the rest are named by their pids, and
+    /// nothing is called unseen that they account for.
+    #[test]
+    fn in_another_pid_namespace_the_job_is_told_by_its_bytes() {
+        let listed = GpuProcesses {
+            processes: vec![
+                GpuProcess {
+                    pid: 90_001,
+                    bytes: Some(10 * GIB + 500 * MIB),
+                    ..Default::default()
+                },
+                GpuProcess {
+                    pid: 90_002,
+                    bytes: Some(60 * GIB),
+                    ..Default::default()
+                },
+            ],
+            own_pid_listed: false,
+        };
+        let facts = OomFacts {
+            requested_bytes: 12 * GIB,
+            allocated_bytes: 10 * GIB,
+            reserved_bytes: 10 * GIB,
+            device_free_bytes: Some(80 * GIB - 70 * GIB - 500 * MIB),
+            limit_bytes: Some(80 * GIB),
+            physical_total_bytes: Some(80 * GIB),
+            processes: Some(&listed),
+            ..Default::default()
+        };
+        let found = causes(&facts);
+        let line = found[0].line();
+        assert!(line.starts_with("another process held 60.0 GiB"), "{line}");
+        assert!(line.contains("pid 90002 60.0 GiB"), "{line}");
+        assert!(!line.contains("cannot see"), "{line}");
+        assert!(!line.contains("CUDA context"), "{line}");
     }
 
     #[test]

@@ -148,7 +148,7 @@ impl RoleBreakdown {
         }
         if self.gradients > 0 && self.parameters > 0 {
             // Sharding gradients and optimizer state over N ranks keeps 1/N of each.
-            let sharded = (self.gradients + self.optimizer_state) / 2;
+            let sharded = self.gradients.saturating_add(self.optimizer_state) / 2;
             knobs.push(format!(
                 "sharding gradients and optimizer state over 2 ranks {} (measured halves; {})",
                 human_bytes(sharded),

@@ -525,8 +525,11 @@ class TorchAllocator:
         at CUDA's init (inside torch's lazy init, before any allocation) nothing is read."""
         if not self.allocation_count():
             return False
+        # The one snapshot the hook's thread may take before torch._inductor is in: a hook
+        # started by hand after the job allocated must learn whether the job records
+        # history itself, and only if it does (stacks recorded) does reading import it.
         try:
-            raw = self.raw_snapshot() or {}
+            raw = self._snapshot() if self._snapshot is not None else (self.raw_snapshot() or {})
         except Exception:
             return False
         if any(raw.get("device_traces") or []):
@@ -803,6 +806,9 @@ class TorchAllocator:
             }
         if raw is None:
             raw = self.raw_snapshot()
+            if raw is None and self.frames_recorded():
+                # Not read (`raw_snapshot`): the viewer keeps its last map, says it waits.
+                return self.collect(device=device, segments=False)
         raw_segments = (raw or {}).get("segments") or []
         raw_settings = (raw or {}).get("allocator_settings")
         self._last_raw_settings = raw_settings
@@ -1146,14 +1152,17 @@ class RoleWatch:
 
         def _vramtop_root_pre(module, args):
             try:
+                now = time.monotonic()
+                if watch.watch_until is not None and now > watch.watch_until:
+                    watch.stop_watching()  # whatever the depth: a raising forward leaves it up
+                    return None
                 depth = getattr(watch.local, "depth", 0)
                 watch.local.depth = depth + 1
                 if depth:
                     return None
-                now = time.monotonic()
                 if watch.watch_until is None:
                     watch.watch_until = now + watch.MODELS_WATCH_S
-                if module in watch.models or now > watch.watch_until:
+                if module in watch.models:
                     watch.stop_watching()
                 else:
                     watch.models.add(module)
@@ -1169,7 +1178,13 @@ class RoleWatch:
             return None
 
         try:
-            self.handles = [pre(_vramtop_root_pre), post(_vramtop_root_post)]
+            first = pre(_vramtop_root_pre)
+            try:
+                # Run after a forward that raised too (torch 2.2+), or the depth stays up.
+                second = post(_vramtop_root_post, always_call=True)
+            except TypeError:
+                second = post(_vramtop_root_post)
+            self.handles = [first, second]
         except Exception:
             return False
         return True
@@ -1191,9 +1206,9 @@ class RoleWatch:
         self.wanted = False
         try:
             self.at_step = self.read(list(self.models), list(self.optimizers), grads=True)
-            self.at_step_time = time.time()
         except Exception:
-            self.at_step = None
+            self.at_step = {}  # read again only when a state asks, not at every step
+        self.at_step_time = time.time()
 
     def of(self, device):
         """For a state, on the hook's thread: {"parameters", "gradients", "optimizer_state"
@@ -1220,23 +1235,41 @@ class RoleWatch:
         models, optimizers = list(self.models), list(self.optimizers)
         if not models and not optimizers:
             return None
+        self.local.depth = 0  # a forward that ran out of memory never came back
+        # The main thread, or a thread Python did not start (the autograd engine's, which
+        # alone writes this device's gradients), may read them; another Python thread (a
+        # prefetcher) may run beside a backward: it takes the last step's reading of them.
+        current = threading.current_thread()
+        own = current is threading.main_thread() or isinstance(current, getattr(threading, "_DummyThread", ()))
         try:
-            figures = self.read(models, optimizers, grads=True).get(device)
+            figures = self.read(models, optimizers, grads=own, device=device).get(device)
         except Exception:
             return None
-        return dict(figures, time_s=time.time()) if figures else None
+        if not figures:
+            return None
+        if not own:
+            figures["gradients"] = ((self.at_step or {}).get(device) or {}).get("gradients", 0)
+        return dict(figures, time_s=time.time())
 
-    def read(self, models, optimizers, grads):
-        """{device: figures} over every CUDA device the tensors are on."""
+    def read(self, models, optimizers, grads, device=None):
+        """{device: figures} over every CUDA device the tensors are on (only `device`'s
+        when given: another device's gradients may be written by its autograd thread right
+        now). A tensor whose storage cannot be read (a DTensor's) is left out."""
         is_tensor = self.torch.is_tensor
         seen = set()
         out = {}
 
+        def on_device(tensor):
+            return is_tensor(tensor) and tensor.is_cuda and (device is None or tensor.device.index == device)
+
         def add(role, tensor):
-            if not is_tensor(tensor) or not tensor.is_cuda:
+            if not on_device(tensor):
                 return
-            storage = tensor.untyped_storage()
-            ptr = storage.data_ptr()
+            try:
+                storage = tensor.untyped_storage()
+                ptr = storage.data_ptr()
+            except Exception:
+                return
             if ptr and ptr not in seen:
                 seen.add(ptr)
                 figures = out.get(tensor.device.index)
@@ -1259,6 +1292,8 @@ class RoleWatch:
             add("parameters", p)
         if grads:
             for p in params:
+                if not on_device(p):
+                    continue  # never touch another device's .grad
                 grad = p.grad
                 if grad is not None:
                     add("gradients", grad)
@@ -1282,6 +1317,7 @@ class AllocatedSeries:
         self.period = period
         self.limit = limit
         self.rows = {}  # device -> [[time_s, low, high], ...]
+        self.spans = {}  # device -> the time a row covers now (doubles at each merge)
         self.next_due = 0.0
 
     def add(self, device, time_s, allocated):
@@ -1295,7 +1331,9 @@ class AllocatedSeries:
             if len(rows) % 2:
                 merged.append(rows[-1])
             self.rows[device] = merged
-            self.period *= 2  # every device merges at the same count: one period for all
+            self.spans[device] = 2 * self.spans.get(device, self.period)
+            # Samples come at the slowest device's pace from then on (rows carry times).
+            self.period = max(self.period, self.spans[device])
 
     def due(self, now):
         if now < self.next_due:
@@ -1304,7 +1342,7 @@ class AllocatedSeries:
         return True
 
     def of(self, device):
-        return {"period_s": self.period, "rows": [list(r) for r in self.rows.get(device, [])]}
+        return {"period_s": self.spans.get(device, self.period), "rows": [list(r) for r in self.rows.get(device, [])]}
 
 
 # Mapped-library fragments that name a framework; the same list as the viewer's
@@ -1396,8 +1434,16 @@ def gpu_processes(uuid, pci_bus_id=None):
         if not found:
             return None
         listed = {}
-        for getter in ("nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetGraphicsRunningProcesses_v3"):
-            call = getattr(nvml, getter, None)
+        answered = False
+        for kind in ("Compute", "Graphics"):
+            # v3 and v2 fill the same struct; drivers before R510 have only v2.
+            call = None
+            for version in ("_v3", "_v2"):
+                try:
+                    call = getattr(nvml, "nvmlDeviceGet%sRunningProcesses%s" % (kind, version))
+                    break
+                except AttributeError:
+                    continue
             if call is None:
                 continue
             size = 64
@@ -1409,6 +1455,7 @@ def gpu_processes(uuid, pci_bus_id=None):
                     size *= 4
                     continue
                 if rc == 0:
+                    answered = True
                     for info in infos[: count.value]:
                         used = info.usedGpuMemory
                         used = None if used == NVML_VALUE_NOT_AVAILABLE else int(used)
@@ -1417,6 +1464,8 @@ def gpu_processes(uuid, pci_bus_id=None):
                 break
     finally:
         nvml.nvmlShutdown()
+    if not answered:
+        return None  # NVML could not say: not "no processes"
     own = os.getpid()
     own_listed = own in listed
     processes = []
