@@ -499,6 +499,18 @@ class RoleWatchUnitTest(unittest.TestCase):
         forward(disc)
         self.assertEqual(set(watch.models), {gen, disc})
         self.assertEqual(len(hooks["pre"]), 1)
+        import warnings
+
+        # While they live, torch.compile's warning about global hooks (ours) is ignored...
+        self.assertIs(warnings.filters[0], watch.warning_filter)
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("error")  # as under -W error, put before ours...
+            warnings.filters.insert(0, watch.warning_filter)  # ...ours still first
+            warnings.warn("Using `torch.compile(module)` when there are global hooks on modules (e.g.)", UserWarning)
+        self.assertEqual(seen, [])
         forward(gen, [layer])  # step 2: a root again: every model is known, hooks removed
         self.assertEqual(hooks, {"pre": [], "post": []})
         self.assertEqual(set(watch.models), {gen, disc})
+        # ...and the filter goes with them.
+        self.assertNotIn(watch.warning_filter, warnings.filters)
+        self.assertFalse(any(f[1] is not None and "global hooks" in f[1].pattern for f in warnings.filters))

@@ -1187,13 +1187,38 @@ class RoleWatch:
             self.handles = [first, second]
         except Exception:
             return False
+        self.quiet_compile_warning()
         return True
+
+    # torch.compile(module) warns at every call while any global module hook exists
+    # (OptimizedModule.__call__, PyTorch 2.11): with ours in place a compiled job would print
+    # it, and under -W error die of it. Ours alone cause it, so it is ignored while they
+    # live, by a filter put first (before -W error's) and taken out with them.
+    COMPILE_WARNING = r"Using `torch\.compile\(module\)` when there are global hooks on modules"
+
+    def quiet_compile_warning(self):
+        try:
+            import warnings
+
+            warnings.filterwarnings("ignore", message=self.COMPILE_WARNING, category=UserWarning)
+            self.warning_filter = warnings.filters[0]
+        except Exception:
+            self.warning_filter = None
 
     def stop_watching(self):
         handles, self.handles = self.handles, []
         for handle in handles:
             try:
                 handle.remove()
+            except Exception:
+                pass
+        entry, self.warning_filter = getattr(self, "warning_filter", None), None
+        if entry is not None:
+            try:
+                import warnings
+
+                warnings.filters.remove(entry)
+                warnings._filters_mutated()
             except Exception:
                 pass
 
