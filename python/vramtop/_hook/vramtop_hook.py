@@ -1149,8 +1149,14 @@ class RoleWatch:
         if pre is None or post is None:
             return False
         watch = self
+        # Inside a torch.compile'd forward Dynamo traces global hooks; what ours call
+        # (time.monotonic, a thread-local) it cannot, and it would warn and break the graph.
+        # Traced, they do nothing: the compiled module's own call, outside, is the root.
+        compiling = getattr(getattr(self.torch, "compiler", None), "is_compiling", None) or (lambda: False)
 
         def _vramtop_root_pre(module, args):
+            if compiling():
+                return None
             try:
                 now = time.monotonic()
                 if watch.watch_until is not None and now > watch.watch_until:
@@ -1171,6 +1177,8 @@ class RoleWatch:
             return None
 
         def _vramtop_root_post(module, args, output):
+            if compiling():
+                return None
             try:
                 watch.local.depth = max(getattr(watch.local, "depth", 1) - 1, 0)
             except Exception:
