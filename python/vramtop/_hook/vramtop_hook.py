@@ -1460,9 +1460,14 @@ def gpu_processes(uuid, pci_bus_id=None):
         handle = ctypes.c_void_p()
         found = False
         if uuid:
-            name = uuid if uuid.startswith(("GPU-", "MIG-")) else "GPU-" + uuid
-            found = nvml.nvmlDeviceGetHandleByUUID(name.encode(), ctypes.byref(handle)) == 0
-        if not found and pci_bus_id:
+            names = [uuid] if uuid.startswith(("GPU-", "MIG-")) else ["GPU-" + uuid, "MIG-" + uuid]
+            for name in names:
+                found = nvml.nvmlDeviceGetHandleByUUID(name.encode(), ctypes.byref(handle)) == 0
+                if found:
+                    break
+        if not found and pci_bus_id and not (uuid or "").startswith("MIG-"):
+            # By bus id a MIG instance would be its whole GPU, whose other instances'
+            # processes share none of its memory: only for a UUID NVML did not know.
             found = nvml.nvmlDeviceGetHandleByPciBusId_v2(pci_bus_id.encode(), ctypes.byref(handle)) == 0
         if not found:
             return None
