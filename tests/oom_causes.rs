@@ -7,6 +7,10 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+#[path = "trace_support.rs"]
+mod trace_support;
+use trace_support::unzipped_as_kept;
+
 use vramtop::alloc::{BlockState, Pool};
 use vramtop::attach::job::OomExplained;
 use vramtop::attach::protocol::{HookBlock, HookSegment, OomState, RingAtOom};
@@ -18,28 +22,9 @@ fn fixture(name: &str) -> PathBuf {
     PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures")).join(name)
 }
 
-/// The fixture unzipped under a name the hook gives its files (the live view opens no
-/// other), in a folder of its own: (the folder, the file).
+/// The fixture `cause_NAME.pickle.gz` as the hook kept it: (its folder, the file).
 fn unzipped(name: &str) -> (PathBuf, PathBuf) {
-    // Tests run in parallel and each removes its folder: one folder per call.
-    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let dir = std::env::temp_dir().join(format!(
-        "vramtop-causes-{}-{call}-{name}",
-        std::process::id()
-    ));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join(format!("vramtop-oom-{name}-4242-1.pickle"));
-    let mut bytes = Vec::new();
-    std::io::Read::read_to_end(
-        &mut flate2::read::GzDecoder::new(
-            std::fs::File::open(fixture(&format!("cause_{name}.pickle.gz"))).unwrap(),
-        ),
-        &mut bytes,
-    )
-    .unwrap();
-    std::fs::write(&path, bytes).unwrap();
-    (dir, path)
+    unzipped_as_kept(&fixture(&format!("cause_{name}.pickle.gz")), name)
 }
 
 /// The causes of the file's OOM as the library finds them.
@@ -298,18 +283,7 @@ fn the_kept_file_lists_the_gpus_processes_with_their_frameworks() {
 /// to the byte, and the batch block says what the memory was for.
 #[test]
 fn the_roles_at_an_oom_are_the_jobs_own_sums() {
-    let dir = std::env::temp_dir().join(format!("vramtop-roles-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("vramtop-oom-roles-461-1.pickle");
-    let mut bytes = Vec::new();
-    std::io::Read::read_to_end(
-        &mut flate2::read::GzDecoder::new(
-            std::fs::File::open(fixture("roles_gpt2_adamw.pickle.gz")).unwrap(),
-        ),
-        &mut bytes,
-    )
-    .unwrap();
-    std::fs::write(&path, bytes).unwrap();
+    let (dir, path) = unzipped_as_kept(&fixture("roles_gpt2_adamw.pickle.gz"), "roles");
     let trace = trace::load(&path).unwrap();
     let roles = trace.stats.kept_oom.as_ref().unwrap().roles.unwrap();
     // The job's own line: {"parameters": 326077440, "gradients": 326077440,

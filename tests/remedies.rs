@@ -7,6 +7,10 @@
 use std::path::PathBuf;
 use std::process::Command;
 
+#[path = "trace_support.rs"]
+mod trace_support;
+use trace_support::unzipped_as_kept;
+
 use vramtop::alloc::remedy::Verdict;
 use vramtop::attach::job::{snapshot_segments, OomExplained};
 use vramtop::attach::protocol::{AllocatorSettings, HookBlock, HookSegment, OomState};
@@ -356,22 +360,6 @@ fn oom_message_for(path: &std::path::Path, kept: &KeptOom, complete: bool) -> Oo
         device_uuid: None,
         ..Default::default()
     }
-}
-
-/// The fixture `path`, unzipped into a fresh folder under the name the hook gives its
-/// files (`vramtop-oom-...`: the live view opens no other): (the folder, the file).
-fn unzipped_as_kept(path: &std::path::Path, name: &str) -> (PathBuf, PathBuf) {
-    let dir = std::env::temp_dir().join(format!("vramtop-kept-{}-{name}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let kept_path = dir.join(format!("vramtop-oom-{name}-4242-1.pickle"));
-    let mut unzipped = Vec::new();
-    std::io::Read::read_to_end(
-        &mut flate2::read::GzDecoder::new(std::fs::File::open(path).unwrap()),
-        &mut unzipped,
-    )
-    .unwrap();
-    std::fs::write(&kept_path, unzipped).unwrap();
-    (dir, kept_path)
 }
 
 #[test]

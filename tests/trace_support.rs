@@ -292,3 +292,28 @@ pub fn small_snapshot() -> P {
         ]],
     )
 }
+
+/// A gzipped fixture unzipped into a fresh folder of its own, under the name the hook gives
+/// the files it keeps (`vramtop-oom-NAME-4242-1.pickle`: the live view opens no other):
+/// (the folder, the file). Each call gets its own folder, as tests run side by side and
+/// each removes its own.
+pub fn unzipped_as_kept(
+    gz: &std::path::Path,
+    name: &str,
+) -> (std::path::PathBuf, std::path::PathBuf) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static CALLS: AtomicUsize = AtomicUsize::new(0);
+    let call = CALLS.fetch_add(1, Ordering::Relaxed);
+    let dir =
+        std::env::temp_dir().join(format!("vramtop-kept-{}-{call}-{name}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(format!("vramtop-oom-{name}-4242-1.pickle"));
+    let mut bytes = Vec::new();
+    std::io::Read::read_to_end(
+        &mut flate2::read::GzDecoder::new(std::fs::File::open(gz).unwrap()),
+        &mut bytes,
+    )
+    .unwrap();
+    std::fs::write(&path, bytes).unwrap();
+    (dir, path)
+}

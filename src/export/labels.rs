@@ -12,3 +12,14 @@ pub fn command_label(command: &str) -> &str {
         None => command,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    #[test]
+    fn long_commands_are_cut_on_a_char_boundary() {
+        let long = "é".repeat(MAX_COMMAND_LABEL + 10);
+        assert_eq!(command_label(&long).chars().count(), MAX_COMMAND_LABEL);
+        assert_eq!(command_label("short"), "short");
+    }
+}

@@ -201,6 +201,20 @@ mod tests {
         }
     }
 
+    /// The jobs' series as a scrape of host "h" reads them.
+    fn exposition(jobs: &AttachedJobs) -> String {
+        let registry = Registry::new();
+        register(&registry, "h", jobs).unwrap();
+        let mut out = Vec::new();
+        prometheus::Encoder::encode(
+            &prometheus::TextEncoder::new(),
+            &registry.gather(),
+            &mut out,
+        )
+        .unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
     #[test]
     fn ranks_are_exported_and_launchers_and_ended_jobs_are_not() {
         let mut ended = job(103, 100, Some(1), true);
@@ -222,16 +236,7 @@ mod tests {
         let pids: Vec<u32> = exported(&jobs).map(|(j, _)| j.pid).collect();
         assert_eq!(pids, [101]);
 
-        let registry = Registry::new();
-        register(&registry, "h", &jobs).unwrap();
-        let mut out = Vec::new();
-        prometheus::Encoder::encode(
-            &prometheus::TextEncoder::new(),
-            &registry.gather(),
-            &mut out,
-        )
-        .unwrap();
-        let text = String::from_utf8(out).unwrap();
+        let text = exposition(&jobs);
         assert!(
             text.contains(
                 r#"vramtop_torch_reserved_bytes{device="3",hostname="h",job="tr\"ain.py",local_rank="",pid="101",rank="0",world_size="2"} 0"#
@@ -264,16 +269,7 @@ mod tests {
             jobs: vec![view],
             ..AttachedJobs::default()
         };
-        let registry = Registry::new();
-        register(&registry, "h", &jobs).unwrap();
-        let mut out = Vec::new();
-        prometheus::Encoder::encode(
-            &prometheus::TextEncoder::new(),
-            &registry.gather(),
-            &mut out,
-        )
-        .unwrap();
-        let text = String::from_utf8(out).unwrap();
+        let text = exposition(&jobs);
         for (role, bytes) in [
             ("parameters", 100),
             ("gradients", 100),

@@ -146,15 +146,6 @@ impl RoleBreakdown {
                 enough(self.optimizer_state)
             ));
         }
-        if self.gradients > 0 && self.parameters > 0 {
-            // Sharding gradients and optimizer state over N ranks keeps 1/N of each.
-            let sharded = self.gradients.saturating_add(self.optimizer_state) / 2;
-            knobs.push(format!(
-                "sharding gradients and optimizer state over 2 ranks {} (measured halves; {})",
-                human_bytes(sharded),
-                enough(sharded)
-            ));
-        }
         if knobs.is_empty() {
             return None;
         }
@@ -205,8 +196,7 @@ mod tests {
             b.knobs_line(250 * MIB, 100 * MIB).unwrap(),
             "250.0 MiB short; would give back: half the batch or sequence about 350.0 MiB (an \
              estimate: half the activations and the request; enough); an optimizer without \
-             state (SGD) 200.0 MiB (measured; not enough); sharding gradients and optimizer \
-             state over 2 ranks 150.0 MiB (measured halves; not enough)"
+             state (SGD) 200.0 MiB (measured; not enough)"
         );
         assert_eq!(b.knobs_line(0, MIB), None);
         assert_eq!(RoleBreakdown::default().knobs_line(MIB, MIB), None);

@@ -854,23 +854,25 @@ class TorchAllocator:
             return self.last_device
         return max(sorted(held), key=lambda d: held[d])
 
-    def allocated_now(self, device):
-        """PyTorch's allocated bytes on `device`; the nested stats are read unflattened
-        (memory_stats flattens ~150 keys for the one figure)."""
+    def current(self, device, names):
+        """PyTorch's current figures `names` ("allocated_bytes", ...) on `device`, each an
+        int or None. The nested stats are read unflattened (memory_stats flattens ~150
+        keys for the few figures wanted)."""
         if self._raw_stats is not None:
             raw = self._raw_stats(device) or {}
-            value = ((raw.get("allocated_bytes") or {}).get("all") or {}).get("current")
+            values = [((raw.get(n) or {}).get("all") or {}).get("current") for n in names]
         else:
-            value = (self._stats(device) or {}).get("allocated_bytes.all.current") if self._stats else None
-        return int(value) if isinstance(value, (int, float)) else None
+            flat = (self._stats(device) or {}) if self._stats else {}
+            values = [flat.get("%s.all.current" % n) for n in names]
+        return [int(v) if isinstance(v, (int, float)) else None for v in values]
+
+    def allocated_now(self, device):
+        return self.current(device, ("allocated_bytes",))[0]
 
     def allocated_reserved(self, device):
         """(allocated, reserved) bytes on `device` now, or None."""
-        if self._raw_stats is None:
-            return None
-        raw = self._raw_stats(device) or {}
-        now = [((raw.get(k) or {}).get("all") or {}).get("current") for k in ("allocated_bytes", "reserved_bytes")]
-        return tuple(int(v) for v in now) if all(isinstance(v, (int, float)) for v in now) else None
+        now = self.current(device, ("allocated_bytes", "reserved_bytes"))
+        return tuple(now) if None not in now else None
 
     def sample_allocated(self):
         """One row of the allocated series for each device the job has allocated on."""
