@@ -141,6 +141,10 @@ pub struct LiveArgs {
     /// With --remote: send `Authorization: Bearer TOKEN`, the token read from FILE
     #[arg(long, value_name = "FILE", requires = "remote")]
     pub token_file: Option<std::path::PathBuf>,
+
+    /// Folder the P key saves SVG pictures of the screen into
+    #[arg(long, value_name = "DIR", default_value = ".", env = "VRAMTOP_SVG_DIR")]
+    pub svg_dir: PathBuf,
 }
 
 /// Options shared by `--probe` in the live view and `vramtop probe`.
@@ -237,7 +241,8 @@ pub enum Command {
         /// happens when stdout is not a terminal
         #[arg(long)]
         report: bool,
-        /// Print the report as JSON: a list of rows, one per policy (implies --report)
+        /// Print the report as JSON: the capacity, one row per policy and the trace's OOMs with
+        /// their causes and remedies (docs/json.md; implies --report)
         #[arg(long)]
         json: bool,
         /// Print the leak suspects over the whole trace (with --json: a list with tag,

@@ -4,6 +4,9 @@
 //! caching allocator, no GPU); without python3 or the stub the test says so and skips.
 
 use std::path::{Path, PathBuf};
+
+#[path = "support/json_doc.rs"]
+mod json_doc;
 use std::process::{Command, Stdio};
 
 const JOB: &str = r#"
@@ -73,6 +76,8 @@ fn a_hooked_python_job_is_seen_with_its_segments_sites_and_oom() {
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
         .find(|v| v["attached"].as_array().is_some_and(|a| !a.is_empty()))
         .unwrap_or_else(|| panic!("no attached job in:\n{text}"));
+    assert_eq!(last["schema"], 1);
+    json_doc::assert_documented("attach --json", &last);
     let job_view = &last["attached"][0];
     assert_eq!(job_view["history"], true, "{job_view}");
     assert_eq!(job_view["ended"], true, "{job_view}");

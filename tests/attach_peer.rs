@@ -1,6 +1,8 @@
 //! The attacher against fake hooks: Rust servers that speak (or break) the attach
 //! protocol over real Unix sockets, named after real (sleeping) processes.
 
+#[path = "support/json_doc.rs"]
+mod json_doc;
 #[path = "hook_wire.rs"]
 mod wire;
 
@@ -345,6 +347,8 @@ fn once_json_and_attach_json_include_the_hooked_job() {
         .clone();
     let v: serde_json::Value = serde_json::from_slice(&out).expect("JSON");
     let attached = &v["attached"][0];
+    assert_eq!(v["schema"], 1);
+    json_doc::assert_documented("--once --json", &v);
     assert_eq!(attached["pid"], pid);
     assert_eq!(attached["torch_version"], "2.11.0");
     assert_eq!(attached["segments"], 2);
@@ -368,6 +372,8 @@ fn once_json_and_attach_json_include_the_hooked_job() {
         serde_json::from_str(text.lines().last().expect("lines")).expect("JSON line");
     assert_eq!(last["attached"][0]["pid"], pid);
     assert!(last["attached"][0]["states"].as_u64() >= Some(1), "{last}");
+    assert_eq!(last["schema"], 1);
+    json_doc::assert_documented("attach --json", &last);
     let _ = job.kill();
     let _ = job.wait();
 }

@@ -3,6 +3,9 @@
 use assert_cmd::Command;
 use predicates::prelude::*;
 
+#[path = "support/json_doc.rs"]
+mod json_doc;
+
 fn vramtop() -> Command {
     let mut cmd = Command::cargo_bin("vramtop").expect("binary built");
     // Keep the environment from steering the run.
@@ -47,6 +50,8 @@ fn once_json_has_the_documented_fields() {
         .stdout
         .clone();
     let v: serde_json::Value = serde_json::from_slice(&out).expect("valid JSON");
+    assert_eq!(v["schema"], 1);
+    json_doc::assert_documented("--once --json", &v);
     let devices = v["devices"].as_array().expect("devices array");
     assert_eq!(devices.len(), 1);
     let d = &devices[0];

@@ -7,6 +7,10 @@ use std::path::{Path, PathBuf};
 
 use assert_cmd::Command;
 
+#[path = "support/pty.rs"]
+mod pty;
+use pty::Pty;
+
 /// A scratch XDG_CONFIG_HOME, removed on drop.
 struct ConfigHome(PathBuf);
 
@@ -186,72 +190,20 @@ fn saved_settings_are_read_back() {
 /// land in the file and the screen says where.
 #[test]
 fn f12_in_the_live_view_saves_the_settings() {
-    use std::io::{Read, Write};
-    use std::process::Stdio;
-    use std::sync::{Arc, Mutex};
-    use std::time::{Duration, Instant};
-    if !std::path::Path::new("/usr/bin/script").exists() {
-        eprintln!("skipped: /usr/bin/script (util-linux) is not installed");
-        return;
-    }
     let home = ConfigHome::new("f12");
-    let inner = format!(
-        "stty rows 40 cols 120; exec {} --device sim --interval 0.5 --policy tlsf",
-        env!("CARGO_BIN_EXE_vramtop")
-    );
-    let mut child = std::process::Command::new("/usr/bin/script")
-        .args(["-qfec", &inner, "/dev/null"])
-        .env("XDG_CONFIG_HOME", home.path())
-        .env_remove("VRAMTOP_CONFIG")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("script starts");
-    let screen = Arc::new(Mutex::new(String::new()));
-    let mut stdout = child.stdout.take().expect("stdout");
-    let sink = Arc::clone(&screen);
-    std::thread::spawn(move || {
-        let mut buf = [0u8; 4096];
-        while let Ok(n) = stdout.read(&mut buf) {
-            if n == 0 {
-                break;
-            }
-            if let Ok(mut s) = sink.lock() {
-                s.push_str(&String::from_utf8_lossy(&buf[..n]));
-            }
-        }
-    });
-    let mut stdin = child.stdin.take().expect("stdin");
-    let seen = |text: &str| screen.lock().map(|s| s.contains(text)).unwrap_or(false);
-    let wait = |what: &dyn Fn() -> bool| {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while !what() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        what()
+    let args = "--device sim --interval 0.5 --policy tlsf";
+    let Some(mut live) = Pty::spawn(args, 40, 120, &[("XDG_CONFIG_HOME", home.path())]) else {
+        return;
     };
-    let drawn = wait(&|| seen("simulated"));
+    let drawn = live.shows("simulated");
     if drawn {
-        stdin.write_all(b"\x1b[24~").expect("send F12");
-        stdin.flush().expect("flush");
+        live.send(b"\x1b[24~");
     }
-    let saved = drawn && wait(&|| seen("settings saved to"));
-    let _ = stdin.write_all(b"q");
-    let _ = stdin.flush();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let mut exited = false;
-    while !exited && Instant::now() < deadline {
-        exited = matches!(child.try_wait(), Ok(Some(_)));
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    if !exited {
-        let _ = child.kill();
-    }
-    let _ = child.wait();
+    let saved = drawn && live.shows("settings saved to");
+    let exited = live.quit();
     assert!(drawn, "the live view never drew");
     assert!(saved, "no 'settings saved' notice after F12");
-    assert!(exited, "q did not end the live view");
+    assert!(exited.is_some(), "q did not end the live view");
     let back = vramtop::config::file::read(&home.file())
         .expect("readable")
         .expect("written by F12");

@@ -1,6 +1,6 @@
 //! Talk-mode exports: the story recorded as an asciicast v2 file (every line parsed as
 //! JSON) and a screen saved as SVG (checked well formed by a small tag-balance reader,
-//! with the screen's text in it).
+//! with the screen's text in it), in talk mode and with the live view's P key.
 
 use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
@@ -10,6 +10,9 @@ use vramtop::demo::story::Story;
 use vramtop::export::cast::CastRecorder;
 use vramtop::export::svg::buffer_to_svg;
 use vramtop::ui::presenter::{self, Chrome};
+
+#[path = "support/pty.rs"]
+mod pty;
 
 fn player() -> StoryPlayer {
     let story = Story::load("oom-with-free-memory").unwrap_or_else(|e| panic!("{e}"));
@@ -172,4 +175,63 @@ fn svg_is_well_formed_with_the_screen_text() {
     assert!(svg.contains("<tspan") && svg.contains("<rect"));
     assert!(check_xml("<a><b></a></b>").is_err());
     assert!(check_xml("<a>&</a>").is_err());
+}
+
+/// P in the real live view, in a pseudo-terminal: the screen as drawn lands in --svg-dir
+/// as a well-formed SVG with the screen's text, a second P never overwrites the first,
+/// and the status row says where each went.
+#[test]
+fn p_in_the_live_view_saves_the_screen() {
+    let dir = std::env::temp_dir().join(format!("vramtop-live-svg-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
+    let args = format!(
+        "--device sim --no-tour --interval 0.5 --svg-dir {}",
+        dir.display()
+    );
+    let Some(mut live) = pty::Pty::spawn(&args, 40, 120, &[]) else {
+        return;
+    };
+    let drawn = live.shows("simulated");
+    live.send(b"P");
+    let said = live.shows("picture saved to");
+    let first = pty::appears(&dir.join("vramtop.svg"));
+    live.send(b"P");
+    let second = pty::appears(&dir.join("vramtop-2.svg"));
+    let exited = live.quit();
+    let svg = std::fs::read_to_string(dir.join("vramtop.svg")).unwrap_or_default();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(drawn, "the live view never drew");
+    assert!(said, "no 'picture saved' notice after P");
+    assert!(first, "no picture after P");
+    assert!(second, "the second picture overwrote the first");
+    assert!(exited.is_some(), "q did not end the live view");
+    let text = check_xml(&svg).unwrap_or_else(|e| panic!("{e}\n{svg}"));
+    assert!(
+        text.contains("simulated"),
+        "the screen's text is not in the picture"
+    );
+    assert!(
+        svg.contains("width=\"1008\" height=\"680\""),
+        "not 120x40 cells"
+    );
+}
+
+/// A folder that is not there is one line before the screen is taken over, and the
+/// job is never started; in batch (stdout not a terminal) pictures are not asked for and
+/// the job runs.
+#[test]
+fn a_missing_svg_dir_is_one_line_before_the_screen() {
+    let args = "--svg-dir /nonexistent/pictures run -- true";
+    let Some(live) = pty::Pty::spawn(args, 40, 120, &[]) else {
+        return;
+    };
+    let said =
+        live.shows("--svg-dir /nonexistent/pictures: not a folder; create it or name another");
+    assert!(said, "no line naming the folder");
+    assert_eq!(live.quit(), Some(2));
+    assert_cmd::Command::cargo_bin("vramtop")
+        .unwrap_or_else(|e| panic!("{e}"))
+        .args(["--svg-dir", "/nonexistent/pictures", "run", "--", "true"])
+        .assert()
+        .success();
 }

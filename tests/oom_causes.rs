@@ -9,6 +9,9 @@ use std::process::Command;
 
 #[path = "trace_support.rs"]
 mod trace_support;
+
+#[path = "support/json_doc.rs"]
+mod json_doc;
 use trace_support::unzipped_as_kept;
 
 use vramtop::alloc::{BlockState, Pool};
@@ -232,6 +235,60 @@ fn the_knobs_of_a_job_too_big_say_half_the_batch_is_enough() {
         "{block}"
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The README's front-page job (GPT-2 trained on short sequences, then one full-length
+/// batch), its addresses moved below 0x7f00_0000_0000 as the kernel placed them in one
+/// batch run on the H100, where the replay from the hook's checkpoint failed with "address
+/// space exhausted" and the block gave no remedy at all. Each remedy has its verdict.
+#[test]
+fn a_checkpoint_at_low_addresses_replays() {
+    let (dir, path) = unzipped("front_page_low_addresses");
+    let block = batch_block(&path);
+    assert!(!block.contains("the replay failed"), "{block}");
+    for remedy in [
+        "  expandable_segments:True: fails: the job's own history replayed",
+        "  max_split_size_mb:N: fails: no value fits",
+        "  roundup_power2_divisions:4: fails: the job's history replayed",
+    ] {
+        assert!(block.contains(remedy), "{remedy} missing:\n{block}");
+    }
+    assert!(block.contains("  cause: too big for this GPU"), "{block}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `replay --json` of every kept file here (each cause, roles, a checkpoint): schema 2,
+/// and each field it carries has its row in docs/json.md.
+#[test]
+fn replay_json_of_every_kept_file_is_documented() {
+    let names = [
+        "jax",
+        "cupy",
+        "cap",
+        "toobig",
+        "leak",
+        "leak_history",
+        "leak_loop",
+        "leak_loop_history",
+        "front_page_low_addresses",
+    ];
+    for name in names {
+        let (dir, path) = unzipped(name);
+        let out = Command::new(env!("CARGO_BIN_EXE_vramtop"))
+            .args(["replay", "--json"])
+            .arg(&path)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(v["schema"], 2, "{name}");
+        json_doc::assert_documented("replay --json", &v);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
 
 /// A leak is not blamed where allocated only rose at the job's start and at its OOM: the

@@ -167,3 +167,34 @@ fn without_torch_the_extension_says_so_in_one_line() {
     assert!(stdout.contains("python/vramtop/_hook"), "{stdout}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `import vramtop` shows its API and nothing else (no `os`, `json`, `shutil` or
+/// `subprocess` among its public names), each name documented.
+#[test]
+fn the_package_shows_only_its_api() {
+    let dir = socket_dir("api");
+    let script = "import vramtop\n\
+                  public = sorted(n for n in dir(vramtop) if not n.startswith('_'))\n\
+                  print(public == sorted(vramtop.__all__), public)\n\
+                  print([n for n in vramtop.__all__ if not (getattr(vramtop, n).__doc__ or '').strip()])\n";
+    let (out, err) = run_python(script, &[], &dir);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 2, "{out}{err}");
+    assert!(
+        lines[0].starts_with("True "),
+        "public names beyond __all__: {out}"
+    );
+    assert_eq!(lines[1], "[]", "names without a docstring: {out}");
+    for name in [
+        "start",
+        "hook_path",
+        "status",
+        "binary",
+        "load_ipython_extension",
+    ] {
+        assert!(
+            lines[0].contains(&format!("'{name}'")),
+            "{name} missing: {out}"
+        );
+    }
+}

@@ -10,6 +10,9 @@
 #[path = "serve_support.rs"]
 mod support;
 
+#[path = "support/json_doc.rs"]
+mod json_doc;
+
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -251,16 +254,19 @@ fn check_dashboard(prom_addr: &str, metrics: &str) {
 
 #[test]
 fn serve_answers_reads_only() {
-    let (_serve, addr) = start_serve(&["--device", "sim", "--dcgm-names"]);
+    // With a probe, so that `allocator` has its stats to check against docs/json.md.
+    let (_serve, addr) = start_serve(&["--device", "sim", "--dcgm-names", "--probe", "steady"]);
     let (status, body) = wait_for(Duration::from_secs(10), || {
         let (status, body) = get(&addr, "/api/snapshot");
-        (status == 200).then_some((status, body))
+        (status == 200 && body.contains("\"allocs\"")).then_some((status, body))
     })
     .expect("/api/snapshot answers within 10 s");
     assert_eq!(status, 200);
     let v: serde_json::Value = serde_json::from_str(&body).expect("JSON snapshot");
     assert_eq!(v["devices"][0]["uuid"], SIM_UUID);
     assert!(v["allocator"].as_array().is_some(), "{v}");
+    assert_eq!(v["schema"], 1);
+    json_doc::assert_documented("/api/snapshot", &v);
 
     let (status, metrics) = get(&addr, "/metrics");
     assert_eq!(status, 200);

@@ -11,17 +11,18 @@ The `vramtop` command itself (the terminal UI) is installed beside this package 
 same wheel. The files in `_hook/` are the hook itself: the binary embeds these same files.
 """
 
-import importlib.util
-import json
-import os
-import shutil
-import subprocess
-import sys
-import sysconfig
+# Imported under private names: `dir(vramtop)` and tab completion show only its API.
+import importlib.util as _importlib_util
+import json as _json
+import os as _os
+import shutil as _shutil
+import subprocess as _subprocess
+import sys as _sys
+import sysconfig as _sysconfig
 
 __all__ = ["start", "hook_path", "binary", "status", "load_ipython_extension"]
 
-_HOOK_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_hook")
+_HOOK_DIR = _os.path.join(_os.path.dirname(_os.path.abspath(__file__)), "_hook")
 
 
 def hook_path():
@@ -35,20 +36,20 @@ def start(history=False):
     then see its allocator once it uses CUDA. Never imports torch nor initialises CUDA
     itself. `history=True` records allocation sites (leak suspects by file:line), at a
     cost to the job (see the README). Returns this process's pid."""
-    if _HOOK_DIR not in sys.path:
-        sys.path.insert(0, _HOOK_DIR)
+    if _HOOK_DIR not in _sys.path:
+        _sys.path.insert(0, _HOOK_DIR)
     import vramtop_hook
 
     _clear_stale_sockets(vramtop_hook.socket_dir())
     vramtop_hook.start(history=history)
-    return os.getpid()
+    return _os.getpid()
 
 
 def _clear_stale_sockets(directory):
     """Sockets left by processes that are gone (a notebook kernel killed by a restart):
     viewers would skip them anyway, but they should not pile up."""
     try:
-        names = os.listdir(directory)
+        names = _os.listdir(directory)
     except OSError:
         return
     for name in names:
@@ -58,17 +59,17 @@ def _clear_stale_sockets(directory):
             pid = int(name[len("vramtop-") : -len(".sock")])
         except ValueError:
             continue
-        if pid == os.getpid() or _alive(pid):
+        if pid == _os.getpid() or _alive(pid):
             continue
         try:
-            os.unlink(os.path.join(directory, name))
+            _os.unlink(_os.path.join(directory, name))
         except OSError:
             pass
 
 
 def _alive(pid):
     try:
-        os.kill(pid, 0)
+        _os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
@@ -79,33 +80,33 @@ def _alive(pid):
 def binary():
     """The `vramtop` command installed with this package, else the one on PATH; None when
     there is neither."""
-    scripts = sysconfig.get_path("scripts")
-    beside = os.path.join(scripts, "vramtop") if scripts else None
-    if beside and os.access(beside, os.X_OK):
+    scripts = _sysconfig.get_path("scripts")
+    beside = _os.path.join(scripts, "vramtop") if scripts else None
+    if beside and _os.access(beside, _os.X_OK):
         return beside
-    return shutil.which("vramtop")
+    return _shutil.which("vramtop")
 
 
 def status(pid=None, wait_s=3.0):
     """This process's allocator as `vramtop attach --json` reports it (a dict), or None
     with the reason printed, when no state came within `wait_s` seconds."""
-    pid = os.getpid() if pid is None else pid
+    pid = _os.getpid() if pid is None else pid
     exe = binary()
     if exe is None:
         print("vramtop: the vramtop command is not installed here: install vramtop's wheel")
         return None
     try:
-        out = subprocess.run(
+        out = _subprocess.run(
             [exe, "attach", "--json", "--pid", str(pid), "--seconds", str(wait_s), "--interval", "0.5"],
             capture_output=True, text=True, timeout=wait_s + 10,
         )
-    except (OSError, subprocess.TimeoutExpired) as err:
+    except (OSError, _subprocess.TimeoutExpired) as err:
         print("vramtop: could not run %s: %s" % (exe, err))
         return None
     last = None
     for line in out.stdout.splitlines():
         try:
-            attached = json.loads(line).get("attached") or []
+            attached = _json.loads(line).get("attached") or []
         except (ValueError, AttributeError):
             continue
         for entry in attached:
@@ -157,7 +158,7 @@ def _magic(line):
     if words:
         print("vramtop: %%vramtop takes nothing or `status`, not %r" % line.strip())
         return
-    if importlib.util.find_spec("torch") is None:
+    if _importlib_util.find_spec("torch") is None:
         print("vramtop: torch is not installed in this kernel's Python; there is nothing to watch")
         return
     pid = start()

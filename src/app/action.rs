@@ -43,6 +43,8 @@ pub enum Action {
     ToggleMark,
     /// Save the current settings to the settings file (nvtop's F12).
     SaveSettings,
+    /// Save the screen as it is drawn now as an SVG picture (in `--svg-dir`).
+    SaveScreen,
     /// Ask to send SIGTERM to the selected process (a confirmation follows).
     Terminate,
     /// Ask to send SIGKILL to the selected process (a confirmation follows).
@@ -298,6 +300,13 @@ pub const BINDINGS: &[Binding] = &[
         Action::SaveSettings,
         "F12",
         "save settings to the config file",
+    ),
+    bind(
+        KeyCode::Char('P'),
+        NONE,
+        Action::SaveScreen,
+        "P",
+        "save the screen as an SVG picture (--svg-dir)",
     ),
     bind(
         KeyCode::Char('t'),

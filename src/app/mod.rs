@@ -358,7 +358,7 @@ impl App {
             | Action::ProbeSlower
             | Action::ToggleMark => {}
             // File I/O: done by the event loop, which shows the outcome as the notice.
-            Action::SaveSettings => {}
+            Action::SaveSettings | Action::SaveScreen => {}
             Action::Terminate => self.ask_signal(signal::Signal::Term),
             Action::KillProcess => self.ask_signal(signal::Signal::Kill),
             Action::Filter => self.views.push(View::Filter),

@@ -4,20 +4,17 @@ use std::fmt::Write as _;
 
 use crate::units::{bytes, celsius, device_title, pct, power, NA};
 use vramtop_attach::{JobReport, JobView};
-use vramtop_telemetry::{HostView, SystemSnapshot};
+use vramtop_telemetry::{HostView, SystemSnapshot, SNAPSHOT_SCHEMA};
 
-pub fn json(snapshot: &SystemSnapshot) -> String {
-    // Serialising plain data with string keys cannot fail; fall back to an error object
-    // rather than a panic all the same.
-    serde_json::to_string_pretty(snapshot)
-        .unwrap_or_else(|e| format!("{{\"error\": \"could not serialise snapshot: {e}\"}}"))
-}
-
-/// The snapshot with an `attached` list: the hooked PyTorch jobs and their allocators.
+/// The snapshot as `--once --json` prints it, with its `schema` and an `attached` list:
+/// the hooked PyTorch jobs and their allocators.
 pub fn json_with_attached(snapshot: &SystemSnapshot, attached: &[JobView]) -> String {
     let reports = JobReport::of_all(attached);
+    // Serialising plain data with string keys cannot fail; fall back to an error object
+    // rather than a panic all the same.
     let value = serde_json::to_value(snapshot).map(|mut v| {
         if let Some(object) = v.as_object_mut() {
+            object.insert("schema".to_string(), SNAPSHOT_SCHEMA.into());
             object.insert(
                 "attached".to_string(),
                 serde_json::to_value(&reports).unwrap_or_default(),
@@ -148,8 +145,10 @@ mod tests {
             taken_at_ms: 0,
             warnings: Vec::new(),
         };
-        for text in [json(&snapshot), json_with_attached(&snapshot, &[])] {
+        let text = json_with_attached(&snapshot, &[]);
+        {
             let v: serde_json::Value = serde_json::from_str(&text).expect("valid JSON");
+            assert_eq!(v["schema"], SNAPSHOT_SCHEMA);
             let entries = v["devices"][0]["processes"].as_array().expect("processes");
             let frameworks: Vec<_> = entries.iter().map(|p| &p["frameworks"]).collect();
             assert_eq!(frameworks[0], &serde_json::json!(["JAX/XLA"]));

@@ -39,6 +39,8 @@ pub struct Feeds {
 /// with the allocator stats of each running probe policy added under `allocator`.
 #[derive(Serialize)]
 pub struct ApiSnapshot<'a> {
+    /// `vramtop_telemetry::SNAPSHOT_SCHEMA`: the system part is `--once --json`'s.
+    pub schema: u32,
     #[serde(flatten)]
     pub system: &'a SystemSnapshot,
     pub allocator: &'a [Stats],
@@ -106,6 +108,7 @@ pub fn route(method: &Method, url: &str, feeds: &Feeds) -> Reply {
         }
     } else {
         let api = ApiSnapshot {
+            schema: vramtop_telemetry::SNAPSHOT_SCHEMA,
             system: &snapshot,
             allocator: &stats,
         };

@@ -3,6 +3,7 @@
 //! on a cell grid so block characters line up whatever the viewer's font.
 
 use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
 
 use ratatui::buffer::Buffer;
 use ratatui::style::{Color, Modifier};
@@ -184,6 +185,32 @@ fn rows(buf: &Buffer, default_fg: &str) -> Vec<Row> {
     rows
 }
 
+/// Writes `buf` as `dir/stem.svg` (or `stem-2.svg` and on: a picture never overwrites
+/// another) and returns where it went.
+pub fn save(
+    buf: &Buffer,
+    dir: &Path,
+    stem: &str,
+    (default_fg, default_bg): (&str, &str),
+    title: &str,
+) -> std::io::Result<PathBuf> {
+    let path = free_path(dir, stem);
+    std::fs::write(&path, buffer_to_svg(buf, default_fg, default_bg, title))?;
+    Ok(path)
+}
+
+/// `dir/stem.svg`, or `dir/stem-2.svg` and so on when that exists: never overwrite.
+fn free_path(dir: &Path, stem: &str) -> PathBuf {
+    let first = dir.join(format!("{stem}.svg"));
+    if !first.exists() {
+        return first;
+    }
+    (2u32..)
+        .map(|n| dir.join(format!("{stem}-{n}.svg")))
+        .find(|p| !p.exists())
+        .unwrap_or(first)
+}
+
 /// The buffer as a standalone SVG document. `default_fg`/`default_bg` are the CSS
 /// colours of cells left at `Color::Reset`.
 pub fn buffer_to_svg(buf: &Buffer, default_fg: &str, default_bg: &str, title: &str) -> String {
@@ -313,5 +340,18 @@ mod tests {
         assert_eq!(css_color(Color::Indexed(196)).as_deref(), Some("#ff0000"));
         assert_eq!(css_color(Color::Indexed(232)).as_deref(), Some("#080808"));
         assert_eq!(css_color(Color::Reset), None);
+    }
+
+    #[test]
+    fn pictures_never_overwrite() {
+        let dir = std::env::temp_dir().join(format!("vramtop-svg-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
+        let buf = Buffer::empty(ratatui::layout::Rect::new(0, 0, 2, 1));
+        let colors = ("#eeeeee", "#111111");
+        let first = save(&buf, &dir, "s", colors, "t").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(first, dir.join("s.svg"));
+        let second = save(&buf, &dir, "s", colors, "t").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(second, dir.join("s-2.svg"));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

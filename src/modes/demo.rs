@@ -9,7 +9,7 @@
 
 use std::fs::File;
 use std::io::BufWriter;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use std::io::IsTerminal;
@@ -29,7 +29,7 @@ use crate::demo::keys::{demo_action_for, DemoAction};
 use crate::demo::player::{PlayState, StoryPlayer};
 use crate::demo::story::{self, Story};
 use crate::export::cast::CastRecorder;
-use crate::export::svg::buffer_to_svg;
+use crate::export::svg;
 use crate::ui::presenter::{self, Chrome};
 use crate::ui::screen_theme::{no_color_from_env, Palette};
 
@@ -123,12 +123,10 @@ impl Session {
             view.act + 1,
             view.step_in_act + 1
         );
-        let path = free_path(&self.svg_dir, &stem);
-        let (fg, bg) = self.chrome.palette.default_colors();
+        let colors = self.chrome.palette.default_colors();
         let title = format!("vramtop demo {}: {}", view.story_name, view.caption);
-        let svg = buffer_to_svg(screen, fg, bg, &title);
-        match std::fs::write(&path, svg) {
-            Ok(()) => {
+        match svg::save(screen, &self.svg_dir, &stem, colors, &title) {
+            Ok(path) => {
                 let shown = path
                     .strip_prefix(".")
                     .unwrap_or(&path)
@@ -137,7 +135,7 @@ impl Session {
                 self.say(format!("saved {shown}"));
                 self.saved.push(path);
             }
-            Err(e) => self.say(format!("could not save {}: {e}", path.display())),
+            Err(e) => self.say(format!("could not save {stem}.svg: {e}")),
         }
     }
 
@@ -155,18 +153,6 @@ impl Session {
             }
         }
     }
-}
-
-/// `dir/stem.svg`, or `dir/stem-2.svg` and so on when that exists: never overwrite.
-fn free_path(dir: &Path, stem: &str) -> PathBuf {
-    let first = dir.join(format!("{stem}.svg"));
-    if !first.exists() {
-        return first;
-    }
-    (2u32..)
-        .map(|n| dir.join(format!("{stem}-{n}.svg")))
-        .find(|p| !p.exists())
-        .unwrap_or(first)
 }
 
 impl Screen for Session {
@@ -236,11 +222,8 @@ pub fn run(name: Option<&str>, opts: &DemoOptions) -> Result<ExitCode> {
     if !std::io::stdout().is_terminal() {
         return usage_error("demo: stdout is not a terminal; run it in one (80x24 or larger)");
     }
-    if !opts.svg_dir.is_dir() {
-        return usage_error(format!(
-            "--svg-dir {}: not a folder; create it or name another",
-            opts.svg_dir.display()
-        ));
+    if let Some(line) = super::svg_dir_problem(&opts.svg_dir) {
+        return usage_error(line);
     }
     let player = match StoryPlayer::new(story, opts.seed, opts.backing) {
         Ok(p) => p,
@@ -313,20 +296,4 @@ fn report((mut session, exit): (Session, Exit), opts: &DemoOptions) -> Result<Ex
         eprintln!("vramtop: saved {}", path.display());
     }
     Ok(ExitCode::from(exit.code()))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn pictures_never_overwrite() {
-        let dir = std::env::temp_dir().join(format!("vramtop-svg-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
-        let first = free_path(&dir, "s");
-        assert_eq!(first, dir.join("s.svg"));
-        std::fs::write(&first, "x").unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(free_path(&dir, "s"), dir.join("s-2.svg"));
-        let _ = std::fs::remove_dir_all(&dir);
-    }
 }

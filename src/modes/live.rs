@@ -9,11 +9,13 @@ use std::time::Duration;
 
 use color_eyre::eyre::{eyre, Result};
 use crossterm::event::KeyEvent;
+use ratatui::buffer::Buffer;
 use ratatui::{DefaultTerminal, Frame};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
 use std::io::IsTerminal;
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use super::screen::{self, Screen};
@@ -22,10 +24,12 @@ use crate::app::action::{action_for, Action};
 use crate::app::{App, Exit};
 use crate::cli;
 use crate::config::{ConfigFile, Saver};
+use crate::export::svg;
 use crate::probe::live::{LiveProbe, ProbeView};
 use crate::probe::record::Recorder;
 use crate::probe::tour::Tour;
 use crate::probe::Scenario;
+use crate::ui::screen_theme::Palette;
 use vramtop_attach::launch::{CommandOutput, RunningCommand};
 use vramtop_attach::{AttachedJobs, Attacher};
 use vramtop_telemetry::auth::BearerToken;
@@ -49,6 +53,9 @@ pub fn run(args: cli::LiveArgs, config: ConfigFile) -> Result<ExitCode> {
     }
     if once {
         return once::run(&args, workload);
+    }
+    if let Some(line) = super::svg_dir_problem(&args.svg_dir) {
+        return usage_error(line);
     }
     let rt = runtime()?;
     let opened = if args.remote.is_empty() {
@@ -139,7 +146,7 @@ pub fn run(args: cli::LiveArgs, config: ConfigFile) -> Result<ExitCode> {
                 command: None,
                 saver: Some(saver),
             };
-            run_screen(terminal, &mut app, sources).await
+            run_screen(terminal, &mut app, sources, args.svg_dir.clone()).await
         })
     })?;
     Ok(ExitCode::from(exit.code()))
@@ -163,6 +170,9 @@ pub struct Sources {
 struct LiveScreen<'a> {
     app: &'a mut App,
     sources: Sources,
+    /// The last frame drawn, which the P key saves as it was seen.
+    last_screen: Option<Buffer>,
+    svg_dir: PathBuf,
     probe_views: watch::Receiver<Arc<ProbeView>>,
     jobs: watch::Receiver<Arc<AttachedJobs>>,
     output: watch::Receiver<Arc<CommandOutput>>,
@@ -171,11 +181,13 @@ struct LiveScreen<'a> {
     stale_after: Duration,
 }
 
-/// Runs the live view over `sources` until it exits.
+/// Runs the live view over `sources` until it exits; the P key saves pictures of it
+/// into `svg_dir`.
 pub async fn run_screen(
     terminal: &mut DefaultTerminal,
     app: &mut App,
     sources: Sources,
+    svg_dir: PathBuf,
 ) -> Result<Exit> {
     // A missing source is a channel that never changes: its select arm stays idle.
     let probe_views = sources
@@ -196,6 +208,8 @@ pub async fn run_screen(
     let mut screen = LiveScreen {
         app,
         sources,
+        last_screen: None,
+        svg_dir,
         probe_views,
         jobs,
         output,
@@ -252,10 +266,17 @@ impl Screen for LiveScreen<'_> {
         if let (Action::SaveSettings, Some(saver)) = (action, &self.sources.saver) {
             self.app.notice = Some(saver.save(self.app.interval_s, self.app.sort));
         }
+        if action == Action::SaveScreen {
+            self.app.notice = Some(self.save_screen());
+        }
     }
 
     fn draw(&self, frame: &mut Frame) {
         crate::ui::draw(frame, self.app);
+    }
+
+    fn drawn(&mut self, screen: &Buffer) {
+        self.last_screen = Some(screen.clone());
     }
 
     fn exit(&self) -> Option<Exit> {
@@ -328,6 +349,30 @@ impl Screen for LiveScreen<'_> {
                 }
                 Ok(true)
             },
+        }
+    }
+}
+
+impl LiveScreen<'_> {
+    /// The last drawn frame as `svg_dir/vramtop.svg` (or `vramtop-2.svg` and on); the
+    /// outcome as a one-line notice.
+    fn save_screen(&self) -> String {
+        let Some(screen) = &self.last_screen else {
+            return "nothing drawn yet to save".to_string();
+        };
+        let (stem, title) = match &self.app.run {
+            Some(run) => ("vramtop-run", format!("vramtop run: job {}", run.pid)),
+            None => ("vramtop", "vramtop".to_string()),
+        };
+        // The live view draws in the terminal's own colours; the picture takes the dark
+        // palette's for them.
+        let colors = Palette::default().default_colors();
+        match svg::save(screen, &self.svg_dir, stem, colors, &title) {
+            Ok(path) => format!("picture saved to {}", path.display()),
+            Err(e) => format!(
+                "picture not saved: {}: {e}",
+                self.svg_dir.join(format!("{stem}.svg")).display()
+            ),
         }
     }
 }

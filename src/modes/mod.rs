@@ -241,3 +241,14 @@ pub(crate) fn build_probes(
         Err(e @ SetupError::Refused(_)) => Err(e.to_string()),
     }
 }
+
+/// Why pictures could not be saved into `dir` (`--svg-dir`), found before the screen
+/// is taken over; `None` when it is a folder.
+fn svg_dir_problem(dir: &std::path::Path) -> Option<String> {
+    (!dir.is_dir()).then(|| {
+        format!(
+            "--svg-dir {}: not a folder; create it or name another",
+            dir.display()
+        )
+    })
+}

@@ -49,8 +49,14 @@ impl Screen for ReplayerState<'_> {
 
 /// `vramtop replay --report --json`: the capacity the verdicts assumed, a row per policy,
 /// and the trace's own OOMs, each with every remedy's verdict.
+/// The version of `replay --json`'s shape (its `schema`; docs/json.md): 1 was a bare
+/// array of policy reports, 2 the object with `capacity`, `policies` and `trace_ooms`.
+const REPLAY_SCHEMA: u32 = 2;
+
 #[derive(Serialize)]
 struct ReplayJson<'a> {
+    /// REPLAY_SCHEMA.
+    schema: u32,
     capacity: Option<remedies::CapacityBounds>,
     policies: &'a [replay::ReplayReport],
     trace_ooms: Vec<TraceOomJson<'a>>,
@@ -162,6 +168,7 @@ pub fn run(path: &Path, args: &ReplayArgs) -> Result<u8> {
             remedies::capacity_bounds(&trace, &ooms, args.capacity.or(remedies::kept_cap(&trace)));
         if args.json {
             let json = ReplayJson {
+                schema: REPLAY_SCHEMA,
                 capacity: bounds,
                 policies: &rows,
                 trace_ooms: ooms

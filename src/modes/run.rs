@@ -58,6 +58,10 @@ pub fn run(
         }
         return Ok(ExitCode::from(launch::exit_code(status)));
     }
+    // Pictures are for the live view: a batch job never fails for want of their folder.
+    if let Some(line) = super::svg_dir_problem(&args.svg_dir) {
+        return usage_error(line);
+    }
     let log_path = log.unwrap_or_else(|| dir.join(format!("run-{}.log", std::process::id())));
     let keeping = OomKeeping::for_run(
         oom_files::batch_dir(Some(&log_path)),
@@ -100,7 +104,14 @@ pub fn run(
         command: Some(running),
         saver: None,
     };
-    let exit = in_terminal(|terminal| rt.block_on(live::run_screen(terminal, &mut app, sources)))?;
+    let exit = in_terminal(|terminal| {
+        rt.block_on(live::run_screen(
+            terminal,
+            &mut app,
+            sources,
+            args.svg_dir.clone(),
+        ))
+    })?;
     if app.run.as_ref().is_some_and(|r| r.running()) {
         eprintln!(
             "vramtop: job {pid} is still running; its output goes to {}",

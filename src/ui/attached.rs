@@ -34,8 +34,9 @@ use vramtop_trace::roles::RoleBreakdown;
 const PYTORCH_ROWS: u16 = 2;
 /// Cells of the job's role bar.
 const ROLE_BAR_CELLS: usize = 24;
-/// Rows a cause line may wrap to (another process's line carries its framework's switch).
-const CAUSE_ROWS: u16 = 2;
+/// Rows a cause line, the role line or the knobs line may wrap to (another process's
+/// cause carries its framework's switch; the knobs line names each knob's bytes).
+const WRAPPED_ROWS: u16 = 3;
 
 /// The marker a hooked process carries in the process table.
 pub const HOOKED: &str = "⚓";
@@ -47,7 +48,7 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App, job: &JobView) {
     let block = Block::new().borders(Borders::ALL).title(title(job));
     let inner = block.inner(area);
     frame.render_widget(block, area);
-    let head = head_lines(job);
+    let head = head_lines(job, inner.width);
     let [head_area, caption, body] = Layout::vertical([
         Constraint::Length(head_rows(&head)),
         Constraint::Length(1),
@@ -184,8 +185,31 @@ fn roles_line(roles: &RoleBreakdown) -> Line<'static> {
     Line::from(spans)
 }
 
-/// The lines above the map, each with the rows it may take.
-pub(super) fn head_lines(job: &JobView) -> Vec<(Line<'static>, u16)> {
+/// Rows `line` takes when word-wrapped into `width` cells as `draw_head` wraps it, at
+/// least 1 and at most `max` (the rest is cut).
+fn wrapped_rows(line: &Line, width: u16, max: u16) -> u16 {
+    let width = usize::from(width.max(1));
+    let text: String = line.spans.iter().map(|s| s.content.as_ref()).collect();
+    let mut rows = 1usize;
+    let mut used = 0usize;
+    for word in text.split_whitespace() {
+        let len = word.chars().count();
+        let needed = if used == 0 { len } else { used + 1 + len };
+        if needed <= width {
+            used = needed;
+        } else {
+            rows += 1 + (len.saturating_sub(1)) / width;
+            used = match len % width {
+                0 => width,
+                r => r,
+            };
+        }
+    }
+    u16::try_from(rows).unwrap_or(u16::MAX).clamp(1, max.max(1))
+}
+
+/// The lines above the map, each with the rows it takes wrapped into `width` cells.
+pub(super) fn head_lines(job: &JobView, width: u16) -> Vec<(Line<'static>, u16)> {
     let Some(oom) = &job.oom else {
         let roles = job.frame.as_deref().and_then(|f| f.roles);
         let line = match job.map() {
@@ -201,7 +225,9 @@ pub(super) fn head_lines(job: &JobView) -> Vec<(Line<'static>, u16)> {
         };
         let mut lines = vec![(line, 1)];
         if let Some(roles) = roles {
-            lines.push((roles_line(&roles), 1));
+            let line = roles_line(&roles);
+            let rows = wrapped_rows(&line, width, WRAPPED_ROWS);
+            lines.push((line, rows));
         }
         return lines;
     };
@@ -219,26 +245,22 @@ pub(super) fn head_lines(job: &JobView) -> Vec<(Line<'static>, u16)> {
         } else {
             Style::new().magenta()
         };
-        // A short line takes one row; a long one (another process's, with its framework's
-        // switch) may wrap to a second.
-        let rows = if line.chars().count() > 110 {
-            CAUSE_ROWS
-        } else {
-            1
-        };
-        lines.push((Line::from(Span::styled(format!(" {line}"), style)), rows));
+        let line = Line::from(Span::styled(format!(" {line}"), style));
+        let rows = wrapped_rows(&line, width, WRAPPED_ROWS);
+        lines.push((line, rows));
     }
     if let Some(roles) = &oom.roles {
-        lines.push((roles_line(roles), 1));
+        let line = roles_line(roles);
+        let rows = wrapped_rows(&line, width, WRAPPED_ROWS);
+        lines.push((line, rows));
     }
     if let Some(knobs) = oom.knobs_line() {
-        lines.push((
-            Line::from(Span::styled(
-                format!(" knobs: {knobs}"),
-                Style::new().cyan(),
-            )),
-            CAUSE_ROWS,
+        let line = Line::from(Span::styled(
+            format!(" knobs: {knobs}"),
+            Style::new().cyan(),
         ));
+        let rows = wrapped_rows(&line, width, WRAPPED_ROWS);
+        lines.push((line, rows));
     }
     let pytorch = job
         .error
@@ -247,13 +269,12 @@ pub(super) fn head_lines(job: &JobView) -> Vec<(Line<'static>, u16)> {
         .or_else(|| oom.summary.clone());
     if let Some(text) = pytorch {
         let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
-        lines.push((
-            Line::from(vec![
-                Span::styled(" PyTorch: ", Style::new().bold()),
-                Span::raw(text),
-            ]),
-            PYTORCH_ROWS,
-        ));
+        let line = Line::from(vec![
+            Span::styled(" PyTorch: ", Style::new().bold()),
+            Span::raw(text),
+        ]);
+        let rows = wrapped_rows(&line, width, PYTORCH_ROWS);
+        lines.push((line, rows));
     }
     // Each remedy users are told to try, with PyTorch's answer for this OOM.
     if let Some(events) = oom.history_events {
@@ -312,4 +333,26 @@ pub fn draw_log(frame: &mut Frame, area: Rect, run: &RunView) {
         .map(|l| Line::from(l.clone()))
         .collect();
     frame.render_widget(Paragraph::new(lines).block(block), area);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rows_follow_the_word_wrap() {
+        let line = |text: &str| Line::from(text.to_string());
+        assert_eq!(wrapped_rows(&line("short"), 80, 3), 1);
+        assert_eq!(wrapped_rows(&line(""), 80, 3), 1);
+        // "aaaa bbbb" fills 9 cells: one row at 9, two at 8.
+        assert_eq!(wrapped_rows(&line("aaaa bbbb"), 9, 3), 1);
+        assert_eq!(wrapped_rows(&line("aaaa bbbb"), 8, 3), 2);
+        // A word longer than the width is broken over rows of its own.
+        assert_eq!(wrapped_rows(&line("ab cdefghijkl"), 4, 9), 4);
+        // At most `max` rows; the rest is cut.
+        assert_eq!(wrapped_rows(&line(&"word ".repeat(100)), 20, 3), 3);
+        // Spans are one text.
+        let spans = Line::from(vec![Span::raw("aaaa "), Span::raw("bbbb")]);
+        assert_eq!(wrapped_rows(&spans, 8, 3), 2);
+    }
 }

@@ -48,7 +48,7 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App, group: &RankGroup, shown: 
     // Side by side when every rank has a map and there is room for them under the
     // chosen rank's OOM lines; else the chosen rank's own region.
     let head = (all_mapped && below.width >= n.saturating_mul(MIN_MAP_COLUMN))
-        .then(|| attached::head_lines(shown))
+        .then(|| attached::head_lines(shown, below.width))
         .filter(|head| below.height >= attached::head_rows(head) + 2 + MIN_MAP_ROWS);
     match head {
         Some(head) => draw_side_by_side(frame, below, group, shown, head),

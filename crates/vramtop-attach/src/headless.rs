@@ -50,6 +50,7 @@ pub fn run(args: &AttachArgs) -> Result<u8> {
                 .filter(|r| args.pid.is_none_or(|pid| pid == r.pid))
                 .collect();
             serde_json::json!({
+                "schema": super::report::ATTACH_SCHEMA,
                 "time_s": started.elapsed().as_secs_f64(),
                 "attached": reports,
             })

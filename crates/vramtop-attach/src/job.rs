@@ -277,6 +277,17 @@ impl OomExplained {
             history_recorded: kept.as_ref().is_some_and(cause::sites_recorded),
         };
         let causes = cause::causes(&facts);
+        let roles = oom
+            .roles
+            .as_ref()
+            .map(|r| RoleBreakdown::of(r, stats.allocated_bytes, stats.reserved_bytes));
+        // The map drawn after the job ended is this state: its panel counts this OOM as
+        // the live frames' panel does.
+        let mut map = map;
+        let torch = oom.stats.as_ref();
+        map.stats.ooms = torch.and_then(|t| t.num_ooms).unwrap_or(0).max(1);
+        map.stats.retries = torch.and_then(|t| t.num_alloc_retries).unwrap_or(0);
+        map.stats.last_oom = Some(report.clone());
         OomExplained {
             time_s: oom.time_s,
             device: oom.device,
@@ -291,10 +302,7 @@ impl OomExplained {
             torch: oom.stats.clone(),
             truncated: oom.truncated,
             summary: oom.summary.clone(),
-            roles: oom
-                .roles
-                .as_ref()
-                .map(|r| RoleBreakdown::of(r, stats.allocated_bytes, stats.reserved_bytes)),
+            roles,
             map,
             causes,
         }
@@ -875,6 +883,10 @@ mod tests {
         });
         assert_eq!(segments(&job), Some(4), "ended: the state at the OOM");
         assert!(job.view.map_is_the_oom());
+        // Its panel counts that OOM (the frames' panel does; PyTorch's count was not read).
+        let stats = job.view.map().map(|m| m.stats.clone()).unwrap_or_default();
+        assert_eq!(stats.ooms, 1);
+        assert_eq!(stats.last_oom.map(|r| r.requested_bytes), Some(16 * MIB));
         // Another process's OOM at 2.5 s sees the state of 1.0 s, not the later one.
         assert_eq!(job.frame_at(2.5).map(|f| f.time_s), Some(1.0));
         assert_eq!(job.frame_at(3.5).map(|f| f.time_s), Some(3.0));

@@ -10,6 +10,11 @@ use vramtop_alloc::remedy::{RemedyVerdict, WhatWouldFit};
 use vramtop_trace::cause::CauseReport;
 use vramtop_trace::roles::RoleBreakdown;
 
+/// The version of the shape of `vramtop attach --json`'s lines (its `schema`;
+/// docs/json.md): bumped when a field of a line or of a `JobReport` is removed, renamed or
+/// changes type or meaning, not when one is added.
+pub const ATTACH_SCHEMA: u32 = 1;
+
 /// The `attached` entry of `--once --json` and `vramtop attach --json`.
 #[derive(Clone, Debug, Serialize)]
 pub struct JobReport {

@@ -192,6 +192,11 @@ impl DeviceSnapshot {
     }
 }
 
+/// The version of a `SystemSnapshot`'s shape as JSON, carried as `schema` by
+/// `--once --json` and `/api/snapshot` (docs/json.md): bumped when a field is removed,
+/// renamed or changes type or meaning, not when one is added.
+pub const SNAPSHOT_SCHEMA: u32 = 1;
+
 /// One poll of the whole machine.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SystemSnapshot {

@@ -279,14 +279,36 @@ impl Fetcher {
                 .await
                 .map_err(|e| format!("reading the answer: {e}"))?
                 .to_bytes();
-            // The allocator stats beside the snapshot are not shown remotely: serde skips
-            // them.
-            serde_json::from_slice(&body).map_err(|e| format!("not a vramtop snapshot ({e})"))
+            decode(&body)
         }
         .await;
         drop(sender);
         driver.abort();
         answer
+    }
+}
+
+/// `/api/snapshot` as served: its shape's version (absent before vramtop had one) and the
+/// snapshot. The allocator stats beside it are not shown remotely: serde skips them.
+#[derive(serde::Deserialize)]
+struct Served {
+    schema: Option<u32>,
+    #[serde(flatten)]
+    snapshot: SystemSnapshot,
+}
+
+/// The snapshot in a body of `/api/snapshot`; a newer shape than this vramtop reads is
+/// refused whole rather than misread.
+fn decode(body: &[u8]) -> Result<SystemSnapshot, String> {
+    let served: Served =
+        serde_json::from_slice(body).map_err(|e| format!("not a vramtop snapshot ({e})"))?;
+    match served.schema {
+        Some(schema) if schema > crate::SNAPSHOT_SCHEMA => Err(format!(
+            "serves snapshot schema {schema}, newer than the {} this vramtop reads: upgrade \
+             vramtop here",
+            crate::SNAPSHOT_SCHEMA
+        )),
+        _ => Ok(served.snapshot),
     }
 }
 
@@ -385,5 +407,37 @@ mod tests {
                 "d:4: no permission"
             ]
         );
+    }
+}
+
+#[cfg(test)]
+mod schema_tests {
+    use super::*;
+
+    #[test]
+    fn a_newer_snapshot_schema_is_refused_in_one_line() {
+        let snapshot = SystemSnapshot {
+            hostname: "gpu1".into(),
+            source: "NVML".into(),
+            driver_version: None,
+            cuda_version: None,
+            devices: Vec::new(),
+            taken_at_ms: 7,
+            warnings: Vec::new(),
+        };
+        let mut served = serde_json::to_value(&snapshot).unwrap_or_default();
+        // A host from before `schema`, and one of this version with its probes' stats.
+        assert_eq!(decode(served.to_string().as_bytes()), Ok(snapshot.clone()));
+        served["schema"] = crate::SNAPSHOT_SCHEMA.into();
+        served["allocator"] = serde_json::json!([]);
+        assert_eq!(decode(served.to_string().as_bytes()), Ok(snapshot));
+        served["schema"] = (crate::SNAPSHOT_SCHEMA + 1).into();
+        let refused = decode(served.to_string().as_bytes());
+        let line = refused.err().unwrap_or_default();
+        assert!(
+            line.starts_with("serves snapshot schema 2, newer than"),
+            "{line}"
+        );
+        assert!(!line.contains('\n'));
     }
 }

@@ -121,6 +121,8 @@ pub enum Cause {
     /// Processes other than the job held this much of the GPU, and the request would have
     /// had more room without them.
     OtherProcesses {
+        /// In JSON `held_bytes`: a report's `bytes` (what ranks a cause) sits beside it.
+        #[serde(rename = "held_bytes")]
         bytes: u64,
         holders: Vec<Holder>,
         /// Held by processes vramtop cannot see (another container or PID namespace, or
@@ -996,6 +998,18 @@ mod tests {
             .as_str()
             .unwrap()
             .starts_with("too big for this GPU"));
+        // Each key once: another process's held bytes beside the bytes that rank it.
+        let other = vec![Cause::OtherProcesses {
+            bytes: 7,
+            holders: Vec::new(),
+            unseen_bytes: 7,
+            approximate: false,
+            listed: true,
+            enough_alone: true,
+        }];
+        let text = serde_json::to_string(&CauseReport::of_all(&other)).unwrap();
+        assert_eq!(text.matches("\"bytes\"").count(), 1, "{text}");
+        assert!(text.contains("\"held_bytes\":7"), "{text}");
     }
 
     /// Weights loaded over 30 s, then a forward too big: the rise in time is loading, not

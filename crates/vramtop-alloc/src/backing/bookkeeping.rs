@@ -90,12 +90,21 @@ impl BookkeepingBacking {
             .ok_or_else(exhausted)?;
         let mut addr = below.checked_sub(span).ok_or_else(exhausted)?;
         addr -= addr % self.page_size;
-        while let Some((base, _)) = self.segments.overlapping(addr, span) {
+        loop {
+            // Below a segment in the way, and below the reserved ranges, which grow up
+            // from BASE_ADDR to `next_addr`. A replay places a checkpoint's segments where
+            // PyTorch had them, which may be below BASE_ADDR: the space under them is
+            // free too.
+            let in_the_way = match self.segments.overlapping(addr, span) {
+                Some((base, _)) => Some(base),
+                None if addr < self.next_addr && addr.saturating_add(span) > BASE_ADDR => {
+                    Some(BASE_ADDR)
+                }
+                None => None,
+            };
+            let Some(base) = in_the_way else { break };
             addr = base.checked_sub(span).ok_or_else(exhausted)?;
             addr -= addr % self.page_size;
-        }
-        if addr < self.next_addr {
-            return Err(exhausted());
         }
         self.top_down = Some(addr);
         Ok(addr)
@@ -245,6 +254,31 @@ mod tests {
         // A hint over a live segment is ignored.
         b.hint_segment(BASE_ADDR, 2 << 20);
         assert_ne!(b.alloc_segment(2 << 20).unwrap(), BASE_ADDR);
+    }
+
+    /// A replay places a checkpoint's segments where PyTorch had them, which may be below
+    /// BASE_ADDR; later segments then go below those (an H100 job's kept file failed its
+    /// replay with "address space exhausted" here).
+    #[test]
+    fn top_down_segments_go_below_hinted_ones_under_the_ranges() {
+        let mut b = BookkeepingBacking::new(1 << 30).top_down();
+        let range = b.reserve_range(64 << 20).unwrap();
+        let low = BASE_ADDR - (256 << 20);
+        b.hint_segment(low, 4 << 20);
+        assert_eq!(b.alloc_segment(4 << 20).unwrap(), low);
+        let next = b.alloc_segment(8 << 20).unwrap();
+        assert_eq!(next, low - (8 << 20));
+        // Top-down placement that reaches the ranges jumps below them, never into them.
+        let mut b = BookkeepingBacking::new(1 << 30).top_down();
+        let range_b = b.reserve_range(64 << 20).unwrap();
+        b.hint_segment(range_b + (128 << 20), 4 << 20);
+        b.alloc_segment(4 << 20).unwrap();
+        let under = b.alloc_segment(128 << 20).unwrap();
+        assert!(
+            under + (128 << 20) <= BASE_ADDR,
+            "{under:#x} overlaps the ranges"
+        );
+        assert_eq!(range, range_b);
     }
 
     #[test]
