@@ -7,6 +7,7 @@
 
 pub mod bench;
 pub mod demo;
+pub mod hook;
 pub mod live;
 pub mod once;
 pub mod probe;
@@ -147,15 +148,13 @@ pub fn run(cli: Cli, config: ConfigFile) -> Result<ExitCode> {
             quiet,
             command,
         }) => run::run(cli.live, &command, history, log, quiet),
-        Some(Command::HookPath) => {
-            match vramtop_attach::hook_files::write_hook_files(&socket_dir()) {
-                Ok(dir) => {
-                    println!("{}", dir.display());
-                    Ok(ExitCode::SUCCESS)
-                }
-                Err(e) => Ok(ExitCode::from(error_line(e))),
+        Some(Command::HookPath) => match hook::write(&socket_dir()) {
+            Ok(dir) => {
+                println!("{}", dir.display());
+                Ok(ExitCode::SUCCESS)
             }
-        }
+            Err(e) => Ok(ExitCode::from(error_line(e))),
+        },
         Some(Command::Attach {
             pid,
             seconds,

@@ -33,7 +33,7 @@ pub fn run(
         return usage_error("vramtop run needs a command: vramtop run -- python train.py");
     }
     let dir = socket_dir();
-    let hook_dir = match vramtop_attach::hook_files::write_hook_files(&dir) {
+    let hook_dir = match super::hook::write(&dir) {
         Ok(d) => d,
         Err(e) => return Ok(ExitCode::from(error_line(e))),
     };

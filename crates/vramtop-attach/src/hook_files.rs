@@ -1,7 +1,8 @@
-//! The hook's Python source (the `vramtop` Python package's `_hook/`, so the wheel and the
-//! binary ship the same files), embedded in the binary, and the directory it is written
-//! to for `PYTHONPATH`: a `hook-<digest>` directory beside the sockets, private to the
-//! user, named after the content so that different vramtop versions never mix files.
+//! The directory the hook's Python files are written to for `PYTHONPATH`: a
+//! `hook-<digest>` directory beside the sockets, private to the user, named after the
+//! content so that different vramtop versions never mix files. The files themselves are
+//! the `vramtop` Python package's `_hook/`, which the binary crate embeds (they live beside
+//! it, for the wheel), so this crate packages without them.
 
 use std::fs;
 use std::io::Write as _;
@@ -9,20 +10,13 @@ use std::path::{Path, PathBuf};
 
 use super::discovery::ensure_private_dir;
 
-/// Python runs a `sitecustomize` found on its path at start-up: the bootstrap.
-pub const SITECUSTOMIZE: &str = include_str!("../../../python/vramtop/_hook/sitecustomize.py");
-/// The hook itself, which the bootstrap imports once the job imports torch.
-pub const HOOK: &str = include_str!("../../../python/vramtop/_hook/vramtop_hook.py");
+/// The hook's files, as (file name, text).
+pub type HookFiles<'a> = [(&'a str, &'a str)];
 
-const FILES: [(&str, &str); 2] = [
-    ("sitecustomize.py", SITECUSTOMIZE),
-    ("vramtop_hook.py", HOOK),
-];
-
-/// FNV-1a over both files: a name that changes when the content does.
-fn digest() -> String {
+/// FNV-1a over the files: a name that changes when the content does.
+fn digest(files: &HookFiles) -> String {
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for (name, text) in FILES {
+    for (name, text) in files {
         for byte in name.bytes().chain(text.bytes()) {
             hash ^= u64::from(byte);
             hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
@@ -32,18 +26,18 @@ fn digest() -> String {
 }
 
 /// `<socket dir>/hook-<digest>`.
-pub fn hook_dir(socket_dir: &Path) -> PathBuf {
-    socket_dir.join(format!("hook-{}", digest()))
+pub fn hook_dir(socket_dir: &Path, files: &HookFiles) -> PathBuf {
+    socket_dir.join(format!("hook-{}", digest(files)))
 }
 
 /// Writes the hook files when missing or different and returns their directory.
 /// Each file is written to a temporary name and renamed, so a job starting meanwhile
 /// never imports half a file. `Err` is one line.
-pub fn write_hook_files(socket_dir: &Path) -> Result<PathBuf, String> {
+pub fn write_hook_files(socket_dir: &Path, files: &HookFiles) -> Result<PathBuf, String> {
     ensure_private_dir(socket_dir)?;
-    let dir = hook_dir(socket_dir);
+    let dir = hook_dir(socket_dir, files);
     ensure_private_dir(&dir)?;
-    for (name, text) in FILES {
+    for (name, text) in files {
         let path = dir.join(name);
         if fs::read(&path).is_ok_and(|old| old == text.as_bytes()) {
             continue;
@@ -68,13 +62,14 @@ mod tests {
     fn files_are_written_once_and_named_by_content() {
         let base = std::env::temp_dir().join(format!("vramtop-hookfiles-{}", std::process::id()));
         let _ = fs::remove_dir_all(&base);
-        let dir = write_hook_files(&base).unwrap();
-        assert_eq!(dir, hook_dir(&base));
-        let text = fs::read_to_string(dir.join("vramtop_hook.py")).unwrap();
-        assert_eq!(text, HOOK);
-        assert!(SITECUSTOMIZE.contains("vramtop_hook"));
-        // A second call finds them in place.
-        assert_eq!(write_hook_files(&base).unwrap(), dir);
+        let files = [("a.py", "import b\n"), ("b.py", "x = 1\n")];
+        let dir = write_hook_files(&base, &files).unwrap();
+        assert_eq!(dir, hook_dir(&base, &files));
+        assert_eq!(fs::read_to_string(dir.join("b.py")).unwrap(), "x = 1\n");
+        // A second call finds them in place; other content gets another folder.
+        assert_eq!(write_hook_files(&base, &files).unwrap(), dir);
+        let other = [("a.py", "import b\n"), ("b.py", "x = 2\n")];
+        assert_ne!(hook_dir(&base, &other), dir);
         let _ = fs::remove_dir_all(&base);
     }
 }
