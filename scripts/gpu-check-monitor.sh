@@ -12,6 +12,7 @@
 #   RESULT|check|status|details
 # (gpu-check.sh turns them into rows of its table).
 set -uo pipefail
+. "$(dirname "$0")/gpu-lib.sh"
 BIN=$(readlink -f "${1:?usage: scripts/gpu-check-monitor.sh PATH/TO/vramtop}")
 HERE=$(cd "$(dirname "$0")" && pwd)
 OUT=${OUT:-$PWD/gpu-check-out}
@@ -90,16 +91,16 @@ say "--once --timings"
 # 2. The live screen at 200x60 with the busy process, beside nvtop's.
 say "live screen 200x60"
 if command -v tmux > /dev/null; then
-  tmux new-session -d -s mon -x 200 -y 60 "$BIN --device nvml --interval 0.5"
-  [ -n "$NVTOP" ] && tmux new-session -d -s nvt -x 200 -y 60 "$NVTOP"
+  vt_tmux new-session -d -s mon -x 200 -y 60 "$BIN --device nvml --interval 0.5"
+  [ -n "$NVTOP" ] && vt_tmux new-session -d -s nvt -x 200 -y 60 "$NVTOP"
   sleep 12
-  tmux capture-pane -p -t mon > "$WORK/screen-vramtop.txt"
-  [ -n "$NVTOP" ] && tmux capture-pane -p -t nvt > "$WORK/screen-nvtop.txt"
+  vt_tmux capture-pane -p -t mon > "$WORK/screen-vramtop.txt"
+  [ -n "$NVTOP" ] && vt_tmux capture-pane -p -t nvt > "$WORK/screen-nvtop.txt"
   # The filter and the sort keys on the live screen: / python Enter, then s (next column).
-  tmux send-keys -t mon / p y t h o n Enter; sleep 1.5
-  tmux capture-pane -p -t mon > "$WORK/screen-filter.txt"
-  tmux send-keys -t mon q; sleep 1
-  tmux kill-server 2> /dev/null
+  vt_tmux send-keys -t mon / p y t h o n Enter; sleep 1.5
+  vt_tmux capture-pane -p -t mon > "$WORK/screen-filter.txt"
+  vt_tmux send-keys -t mon q; sleep 1
+  vt_tmux_end
   { echo "--- vramtop 200x60"; cat "$WORK/screen-vramtop.txt";
     echo "--- vramtop 200x60, filter 'python'"; cat "$WORK/screen-filter.txt";
     if [ -n "$NVTOP" ]; then echo "--- nvtop 200x60"; cat "$WORK/screen-nvtop.txt";
@@ -123,10 +124,10 @@ fi
 # 3. The CUDA checkerboard compare screen: the default size must show holes as on host.
 say "checkerboard compare on cuda, 200x60"
 if command -v tmux > /dev/null; then
-  tmux new-session -d -s cmp -x 200 -y 60 "$BIN --probe checkerboard --compare caching,expandable --backing cuda --ops-per-s 400"
+  vt_tmux new-session -d -s cmp -x 200 -y 60 "$BIN --probe checkerboard --compare caching,expandable --backing cuda --ops-per-s 400"
   sleep 12
-  tmux capture-pane -p -t cmp > "$WORK/screen-compare.txt"
-  tmux send-keys -t cmp q; sleep 1; tmux kill-server 2> /dev/null
+  vt_tmux capture-pane -p -t cmp > "$WORK/screen-compare.txt"
+  vt_tmux send-keys -t cmp q; sleep 1; vt_tmux_end
   { echo "--- compare screen"; cat "$WORK/screen-compare.txt"; } >> "$LOG"
   free_cells=$(grep "█" "$WORK/screen-compare.txt" | grep -o "·" | wc -l)
   scale=$(grep -o "1 cell = [0-9.]* [KMG]iB" "$WORK/screen-compare.txt" | head -n 1)
@@ -164,10 +165,10 @@ if [ "$gpus" -ge 2 ] && command -v tmux > /dev/null; then
   CUDA_VISIBLE_DEVICES=1 "$BIN" probe checkerboard --backing cuda --hold 15 --json > "$WORK/probe-gpu1.json" 2>> "$LOG" &
   second=$!
   sleep 5
-  tmux new-session -d -s two -x 200 -y 60 "$BIN --device nvml"
+  vt_tmux new-session -d -s two -x 200 -y 60 "$BIN --device nvml"
   sleep 5
-  tmux capture-pane -p -t two > "$WORK/screen-2gpu.txt"
-  tmux send-keys -t two q; sleep 1; tmux kill-server 2> /dev/null
+  vt_tmux capture-pane -p -t two > "$WORK/screen-2gpu.txt"
+  vt_tmux send-keys -t two q; sleep 1; vt_tmux_end
   { echo "--- 2-GPU screen"; cat "$WORK/screen-2gpu.txt"; } >> "$LOG"
   uuid1=$(nvidia-smi --query-gpu=index,uuid --format=csv,noheader | awk -F', ' '$1==1 {print $2}')
   on1=$(nvidia-smi --query-compute-apps=pid,gpu_uuid --format=csv,noheader | awk -F', ' -v p=$second -v u="$uuid1" '$1==p && $2==u' | wc -l)

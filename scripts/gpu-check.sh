@@ -7,6 +7,7 @@
 # gpu-hook-check.sh with gpu-attach.sh, gpu-check-monitor.sh with gpu-faults.sh
 # (FAULT_CASES without soak), and the soak alone (FAULT_CASES=soak, SOAK_SECONDS 560).
 set -uo pipefail
+. "$(dirname "$0")/gpu-lib.sh"
 BIN=$(readlink -f "${1:?usage: scripts/gpu-check.sh PATH/TO/vramtop}")
 HERE=$(cd "$(dirname "$0")" && pwd)
 OUT=${OUT:-$PWD/gpu-check-out}
@@ -119,18 +120,18 @@ kill $bg 2>/dev/null; wait $bg 2>/dev/null
 # 6. A look at the live screen with a probe on the GPU, as a user would see it.
 say "live screen with --probe checkerboard --backing cuda"
 if command -v tmux >/dev/null; then
-  tmux new-session -d -s vt -x 120 -y 40 "$BIN --probe checkerboard --backing cuda --probe-limit 1GiB --ops-per-s 400"
+  vt_tmux new-session -d -s vt -x 120 -y 40 "$BIN --probe checkerboard --backing cuda --probe-limit 1GiB --ops-per-s 400"
   sleep 8
-  tmux capture-pane -p -t vt > "$OUT/screen-probe.txt"
-  tmux send-keys -t vt q; sleep 1; tmux kill-server 2>/dev/null
+  vt_tmux capture-pane -p -t vt > "$OUT/screen-probe.txt"
+  vt_tmux send-keys -t vt q; sleep 1; vt_tmux_end
   if grep -q "OOM: needed" "$OUT/screen-probe.txt" && grep -q "gpu0" "$OUT/screen-probe.txt"; then
     result "live TUI, checkerboard on the GPU" ok "OOM explained on screen (screen-probe.txt)"
   else result "live TUI, checkerboard on the GPU" FAIL "see screen-probe.txt"; fi
   # The leak probe on the GPU, and the leaks view (L) pointing at the leaking site.
-  tmux new-session -d -s vl -x 120 -y 40 "$BIN --probe leak --backing cuda --probe-limit 1GiB --ops-per-s 300"
-  sleep 2; tmux send-keys -t vl L; sleep 6
-  tmux capture-pane -p -t vl > "$OUT/screen-leaks.txt"
-  tmux send-keys -t vl q; sleep 1; tmux kill-server 2>/dev/null
+  vt_tmux new-session -d -s vl -x 120 -y 40 "$BIN --probe leak --backing cuda --probe-limit 1GiB --ops-per-s 300"
+  sleep 2; vt_tmux send-keys -t vl L; sleep 6
+  vt_tmux capture-pane -p -t vl > "$OUT/screen-leaks.txt"
+  vt_tmux send-keys -t vl q; sleep 1; vt_tmux_end
   if grep -q "leak suspects" "$OUT/screen-leaks.txt" && grep -q "leak: kept output" "$OUT/screen-leaks.txt"; then
     result "leaks view, leak probe on the GPU" ok "suspect 'leak: kept output' on screen (screen-leaks.txt)"
   else result "leaks view, leak probe on the GPU" FAIL "see screen-leaks.txt"; fi

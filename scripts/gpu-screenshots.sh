@@ -16,8 +16,8 @@ mkdir -p "$OUT/shots"
 LOG=$OUT/screenshots.log
 : > "$LOG"
 say() { echo "$*" | tee -a "$LOG"; }
-TMUX_SERVER="vramtop-shots-$$"
-t() { tmux -L "$TMUX_SERVER" "$@"; }
+. "$(dirname "$0")/gpu-lib.sh"
+t() { vt_tmux "$@"; }
 
 # wait_for TEXT SECONDS: until the screen shows TEXT; false when it never did.
 wait_for() {
@@ -81,7 +81,7 @@ else
 fi
 t send-keys -t shot q
 sleep 1
-t kill-server 2>/dev/null
+vt_tmux_end
 say "job's log (live): $(tail -2 "$OUT/live-job.log" | tr '\n' ' ' | cut -c1-400)"
 
 # 2. The same job in batch: the block vramtop writes after it.

@@ -9,6 +9,8 @@
 # at the end in a 200x60 tmux ($OUT/screen-*.txt).
 # usage: scripts/gpu-trend-allocated.sh PATH/TO/vramtop [DURATION]
 set -uo pipefail
+. "$(dirname "$0")/gpu-lib.sh"
+export VT_TMUX_SERVER
 BIN=$(readlink -f "${1:?usage: gpu-trend-allocated.sh PATH/TO/vramtop [DURATION]}")
 DURATION=${2:-200}
 REPO=$(cd "$(dirname "$0")/.." && pwd)
@@ -21,7 +23,7 @@ python3 "$JOBS/train_gpt2.py" --steps 1000000 --hold 0 > "$W/gpt2.log" 2>&1 & GP
 python3 "$JOBS/trend_jobs.py" resnet > "$W/resnet.log" 2>&1 & RESNET=$!
 MASTER_PORT=29518 python3 -m torch.distributed.run --nproc-per-node 2 "$JOBS/trend_jobs.py" ddp > "$W/ddp.log" 2>&1 & DDP=$!
 python3 "$JOBS/trend_jobs.py" leak --onset 60 > "$W/leak.log" 2>&1 & LEAK=$!
-tmux new-session -d -s trend -x 200 -y 60 "VRAMTOP_SOCKET_DIR=$W/sock $BIN --interval 1"
+vt_tmux new-session -d -s trend -x 200 -y 60 "VRAMTOP_SOCKET_DIR=$W/sock $BIN --interval 1"
 "$BIN" attach --json --interval 1 --seconds "$DURATION" > "$OUT/attach.jsonl" 2> "$OUT/attach.err" &
 ATTACH=$!
 # The driver's figure per process on the same clock (seconds since the attach began).
@@ -45,10 +47,10 @@ with open(path, "w") as out:
         out.flush()
         time.sleep(max(0.0, 1.0 - (time.time() - tick)))
 PY
-sleep 180; tmux capture-pane -p -t trend > "$OUT/screen-180s.txt"
+sleep 180; vt_tmux capture-pane -p -t trend > "$OUT/screen-180s.txt"
 wait "$ATTACH"
-tmux capture-pane -p -t trend > "$OUT/screen-end.txt"
-tmux kill-session -t trend
+vt_tmux capture-pane -p -t trend > "$OUT/screen-end.txt"
+vt_tmux_end
 ranks=$(pgrep -P "$DDP" -d ' ' || true)
 python3 - "$OUT/jobs.json" "$GPT2" "$RESNET" "$LEAK" "$W/leak.log" $ranks <<'PY'
 import json, sys

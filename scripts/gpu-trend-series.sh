@@ -7,6 +7,8 @@
 # the live view at 180 s and at the end in a 200x60 tmux ($OUT/screen-*.txt).
 # usage: scripts/gpu-trend-series.sh PATH/TO/vramtop [DURATION]
 set -uo pipefail
+. "$(dirname "$0")/gpu-lib.sh"
+export VT_TMUX_SERVER
 BIN=$(readlink -f "${1:?usage: gpu-trend-series.sh PATH/TO/vramtop [DURATION]}")
 DURATION=${2:-200}
 REPO=$(cd "$(dirname "$0")/.." && pwd)
@@ -18,9 +20,9 @@ python3 "$JOBS/train_gpt2.py" --steps 1000000 --hold 0 > "$W/gpt2.log" 2>&1 & GP
 python3 "$JOBS/trend_jobs.py" resnet > "$W/resnet.log" 2>&1 & RESNET=$!
 MASTER_PORT=29517 python3 -m torch.distributed.run --nproc-per-node 2 "$JOBS/trend_jobs.py" ddp > "$W/ddp.log" 2>&1 & DDP=$!
 python3 "$JOBS/trend_jobs.py" leak --onset 60 > "$W/leak.log" 2>&1 & LEAK=$!
-tmux new-session -d -s trend -x 200 -y 60 "$BIN --interval 1"
+vt_tmux new-session -d -s trend -x 200 -y 60 "$BIN --interval 1"
 python3 - "$DURATION" "$OUT/series.jsonl" <<'PY'
-import json, subprocess, sys, time
+import json, os, subprocess, sys, time
 duration, path = float(sys.argv[1]), sys.argv[2]
 start = time.time()
 with open(path, "w") as out:
@@ -38,11 +40,11 @@ with open(path, "w") as out:
         out.write(json.dumps({"t": tick, "used": used}) + "\n")
         out.flush()
         if 180 <= tick - start < 181:
-            subprocess.run(["tmux", "capture-pane", "-p", "-t", "trend"], stdout=open(path.replace("series.jsonl", "screen-180s.txt"), "w"))
+            subprocess.run(["tmux", "-L", os.environ["VT_TMUX_SERVER"], "capture-pane", "-p", "-t", "trend"], stdout=open(path.replace("series.jsonl", "screen-180s.txt"), "w"))
         time.sleep(max(0.0, 1.0 - (time.time() - tick)))
 PY
-tmux capture-pane -p -t trend > "$OUT/screen-end.txt"
-tmux kill-session -t trend
+vt_tmux capture-pane -p -t trend > "$OUT/screen-end.txt"
+vt_tmux_end
 ranks=$(pgrep -P "$DDP" -d ' ' || true)
 python3 - "$OUT/jobs.json" "$GPT2" "$RESNET" "$LEAK" "$W/leak.log" $ranks <<'PY'
 import json, sys

@@ -3,7 +3,7 @@
 
 #[path = "support/json_doc.rs"]
 mod json_doc;
-#[path = "hook_wire.rs"]
+#[path = "support/hook_wire.rs"]
 mod wire;
 
 use wire::{read_json, send, sleeper, socket_dir};

@@ -3,7 +3,7 @@
 //! socket named after a real (sleeping) process, watched by the real attacher and shown
 //! by the real app and screen.
 
-#[path = "hook_wire.rs"]
+#[path = "support/hook_wire.rs"]
 mod wire;
 
 use wire::{read_json, send, sleeper, socket_dir};
@@ -355,7 +355,7 @@ fn json_and_attach_lines_name_ranks_and_the_launcher() {
     assert_eq!(report(job.ranks[1])["stats"]["reserved_bytes"], 100 * MIB);
 
     let line =
-        |pid: u32| vramtop::attach::headless::summary(jobs.get(pid).expect("job"), &jobs.jobs);
+        |pid: u32| vramtop::attach::summary::job_line(jobs.get(pid).expect("job"), &jobs.jobs);
     let l = line(job.launcher);
     assert!(
         l.contains("launcher of ranks 0, 1 (no CUDA: the job's parent, on no GPU)"),

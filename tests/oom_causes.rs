@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-#[path = "trace_support.rs"]
+#[path = "support/trace_support.rs"]
 mod trace_support;
 
 #[path = "support/json_doc.rs"]

@@ -3,7 +3,7 @@
 //! attach protocol over a real Unix socket named after a real (sleeping) process, whose
 //! `CUDA_VISIBLE_DEVICES` says which GPU it is on; the real attacher judges the remedy.
 
-#[path = "hook_wire.rs"]
+#[path = "support/hook_wire.rs"]
 mod wire;
 
 use wire::{read_json, send, socket_dir};

@@ -4,7 +4,7 @@
 //! a non-zero exit, through the library's entry points and through the CLI
 //! (`vramtop replay`, `vramtop snapshot`, `vramtop probe`, `vramtop demo`, `--remote`).
 
-#[path = "serve_support.rs"]
+#[path = "support/serve_support.rs"]
 mod support;
 
 use std::io::Write;

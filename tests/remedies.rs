@@ -7,7 +7,7 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-#[path = "trace_support.rs"]
+#[path = "support/trace_support.rs"]
 mod trace_support;
 use trace_support::unzipped_as_kept;
 

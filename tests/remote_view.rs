@@ -3,7 +3,7 @@
 //! on 127.0.0.1. The screen shows who is up and who is down, and `poll` never waits on
 //! the network. Fetches run as tasks on a tokio runtime, as in the app.
 
-#[path = "serve_support.rs"]
+#[path = "support/serve_support.rs"]
 mod support;
 
 use std::time::{Duration, Instant};

@@ -2,7 +2,7 @@
 //! one line with exit 2 for every way a file can be wrong. Files are written to a
 //! fresh folder under the system temp dir; stdout is a pipe, so no TUI opens.
 
-#[path = "trace_support.rs"]
+#[path = "support/trace_support.rs"]
 mod support;
 
 use std::path::{Path, PathBuf};

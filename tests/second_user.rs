@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-#[path = "serve_support.rs"]
+#[path = "support/serve_support.rs"]
 mod serve_support;
 
 const PEER: &str = "vramtop-peer";

@@ -5,7 +5,7 @@
 //! sends. Latency is reported, not judged here: the bound asserted is generous (timing
 //! targets belong to benchmarks; see examples/serve_load.rs for the figure).
 
-#[path = "serve_support.rs"]
+#[path = "support/serve_support.rs"]
 mod support;
 
 #[path = "../examples/common/keep_alive.rs"]

@@ -7,7 +7,7 @@
 //! on PATH); .ci/run installs it and sets CI=true, under which a missing tool is a
 //! failure. Elsewhere the test is skipped with one line on stderr saying so.
 
-#[path = "serve_support.rs"]
+#[path = "support/serve_support.rs"]
 mod support;
 
 #[path = "support/json_doc.rs"]

@@ -4,9 +4,9 @@
 //! loopback port, scraped over TCP. Also: every series the Grafana dashboards query is
 //! one that serve writes.
 
-#[path = "serve_support.rs"]
+#[path = "support/serve_support.rs"]
 mod support;
-#[path = "hook_wire.rs"]
+#[path = "support/hook_wire.rs"]
 mod wire;
 
 use std::collections::{BTreeMap, BTreeSet};

@@ -1,7 +1,7 @@
 //! `trace::load` on each format and on each way a file can be wrong: the format is
 //! detected, and every failure is one line that names the file and says what to do.
 
-#[path = "trace_support.rs"]
+#[path = "support/trace_support.rs"]
 mod support;
 
 use std::io::Write;

@@ -1,7 +1,7 @@
 //! The pickle reader on pickles written by CPython (bytes captured once, below) and on
 //! hand-made broken ones: every opcode of the subset, memo sharing, and each error.
 
-#[path = "trace_support.rs"]
+#[path = "support/trace_support.rs"]
 mod support;
 
 use std::rc::Rc;

@@ -2,7 +2,7 @@
 //! linear_leak snapshot decompressed) always end in an error or a trace, never a panic
 //! or a hang. A few hundred cases in all, to stay fast.
 
-#[path = "trace_support.rs"]
+#[path = "support/trace_support.rs"]
 mod support;
 
 use std::io::{Read, Write};

@@ -34,7 +34,7 @@ pub fn attached_table(attached: &[JobView]) -> String {
     }
     let mut out = String::from("\nHOOKED JOBS\n");
     for job in attached {
-        let _ = writeln!(out, "{}", vramtop_attach::headless::summary(job, attached));
+        let _ = writeln!(out, "{}", vramtop_attach::summary::job_line(job, attached));
     }
     out
 }

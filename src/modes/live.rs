@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use color_eyre::eyre::{eyre, Result};
+use color_eyre::eyre::{eyre, Result, WrapErr};
 use crossterm::event::KeyEvent;
 use ratatui::buffer::Buffer;
 use ratatui::{DefaultTerminal, Frame};
@@ -126,7 +126,8 @@ pub fn run(args: cli::LiveArgs, config: ConfigFile) -> Result<ExitCode> {
         _ => None,
     };
     let ops_per_s = args.probe_opts.ops_per_s;
-    let attacher = Attacher::spawn(socket_dir(), Duration::from_secs_f64(args.interval))?;
+    let attacher = Attacher::spawn(socket_dir(), Duration::from_secs_f64(args.interval))
+        .wrap_err("could not start the attach thread")?;
     let exit = in_terminal(|terminal| {
         rt.block_on(async {
             let probe = match (probe_set, tour) {

@@ -5,6 +5,7 @@
 //! Shared by every mode here: the one runtime builder, the one terminal take-over, the
 //! one probe set-up, and the usage error (exit 2).
 
+pub mod attach;
 pub mod bench;
 pub mod demo;
 pub mod hook;
@@ -162,7 +163,7 @@ pub fn run(cli: Cli, config: ConfigFile) -> Result<ExitCode> {
             json,
             until_ended,
         }) => {
-            let args = vramtop_attach::headless::AttachArgs {
+            let args = attach::AttachArgs {
                 dir: socket_dir(),
                 pid,
                 seconds,
@@ -170,7 +171,7 @@ pub fn run(cli: Cli, config: ConfigFile) -> Result<ExitCode> {
                 json,
                 until_ended,
             };
-            Ok(ExitCode::from(vramtop_attach::headless::run(&args)?))
+            Ok(ExitCode::from(attach::run(&args)?))
         }
     }
 }

@@ -4,7 +4,7 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use color_eyre::eyre::Result;
+use color_eyre::eyre::{Result, WrapErr};
 
 use super::{runtime, socket_dir, usage_error};
 use crate::cli;
@@ -59,7 +59,8 @@ pub fn run(args: &cli::LiveArgs, workload: WorkloadGauge) -> Result<ExitCode> {
     let poll_spans = source.take_spans();
     // Hooked jobs answer within a few intervals of 0.1 s; a wedged one is dropped after
     // 2 s without a hello. With no job socket there, this returns at once.
-    let attached = vramtop_attach::collect_once(socket_dir(), ONCE_ATTACH_WAIT)?;
+    let attached = vramtop_attach::collect_once(socket_dir(), ONCE_ATTACH_WAIT)
+        .wrap_err("could not start the attach thread")?;
     laps.lap(|| "hooked jobs".to_string());
     let text = if args.json {
         crate::export::once::json_with_attached(&snapshot, &attached)

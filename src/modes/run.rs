@@ -90,7 +90,7 @@ pub fn run(
     let running =
         RunningCommand::watch(child, log_path.clone()).wrap_err("could not watch the command")?;
     let interval = Duration::from_secs_f64(args.interval);
-    let attacher = Attacher::spawn(dir, interval)?;
+    let attacher = Attacher::spawn(dir, interval).wrap_err("could not start the attach thread")?;
     let poller = Poller::spawn(opened.source, interval)?;
     let mut app = App::new(args.interval);
     app.notice = opened.notice.clone();

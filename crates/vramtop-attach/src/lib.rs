@@ -1,17 +1,16 @@
 //! vramtop-attach: live attach to PyTorch jobs. The protocol spoken with the Python hook
-//! inside a job (its files are the Python package's, `python/vramtop/_hook/`: one source
-//! for the wheel and for the copy this crate embeds in the binary),
-//! discovery of hooked jobs by their sockets, one connection per job on a thread of its
-//! own, the state kept per job (a block map through the snapshot reader's layout code, the
-//! OOM explained as a probe's, leak suspects by site), `vramtop run`'s launcher and the
-//! headless `vramtop attach`.
+//! inside a job (its files are the Python package's, `python/vramtop/_hook/`, which the
+//! binary embeds and this crate writes where jobs find them), discovery of hooked jobs by
+//! their sockets, one connection per job on a thread of its own, the state kept per job (a
+//! block map through the snapshot reader's layout code, the OOM explained as a probe's,
+//! leak suspects by site), `vramtop run`'s launcher, and what `vramtop attach` and
+//! `--once` say of each job (JSON reports, one-line summaries).
 //!
 //! Depends on `vramtop-alloc` and `vramtop-trace` only: no ratatui, no clap, nothing of
 //! the application.
 
 pub mod client;
 pub mod discovery;
-pub mod headless;
 pub mod hook_files;
 pub mod job;
 pub mod launch;
@@ -20,6 +19,7 @@ pub mod other_caches;
 pub mod protocol;
 pub mod ranks;
 pub mod report;
+pub mod summary;
 pub mod watcher;
 
 pub use job::{JobFigures, JobView};

@@ -10,7 +10,6 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use color_eyre::eyre::{Result, WrapErr};
 use tokio::sync::watch;
 
 use super::client::{self, Peer, PeerEvent};
@@ -57,7 +56,8 @@ impl Drop for Attacher {
 }
 
 impl Attacher {
-    pub fn spawn(dir: PathBuf, interval: Duration) -> Result<Self> {
+    /// Starts the attach threads; `Err` only when the OS refuses a thread.
+    pub fn spawn(dir: PathBuf, interval: Duration) -> std::io::Result<Self> {
         let (tx, rx) = watch::channel(Arc::new(AttachedJobs::default()));
         let (input, inputs) = mpsc::channel();
         let peer_input = input.clone();
@@ -72,8 +72,7 @@ impl Attacher {
                         return;
                     }
                 }
-            })
-            .wrap_err("could not start the attach thread")?;
+            })?;
         let mut state = State {
             dir,
             interval_s: interval.as_secs_f64(),
@@ -85,8 +84,7 @@ impl Attacher {
         };
         thread::Builder::new()
             .name("vramtop-attach".into())
-            .spawn(move || state.run(interval, &inputs, &tx))
-            .wrap_err("could not start the attach thread")?;
+            .spawn(move || state.run(interval, &inputs, &tx))?;
         Ok(Attacher { jobs: rx, input })
     }
 
@@ -315,7 +313,7 @@ impl State {
 
 /// Attaches to every job in `dir` for at most `wait`, and returns them once each has
 /// sent a state, ended or been dropped: what `--once --json` prints.
-pub fn collect_once(dir: PathBuf, wait: Duration) -> Result<Vec<JobView>> {
+pub fn collect_once(dir: PathBuf, wait: Duration) -> std::io::Result<Vec<JobView>> {
     // No live job socket: nothing to attach to. Starting the attacher and waiting for its
     // first scan cost `--once` 20 ms on the H100, two thirds of nvidia-smi's whole run.
     // A directory that cannot be scanned goes on, so the attacher reports why.

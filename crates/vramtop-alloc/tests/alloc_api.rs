@@ -1,8 +1,8 @@
 //! The allocator's contract at its edges: bad input, out-of-memory, the caching
 //! policy's PyTorch rules, expandable pages, events, leak queries, threads.
 
-use vramtop::alloc::{AllocConfig, AllocError, Allocator, BlockState, EventKind, PolicyKind, Pool};
-use vramtop::backing::BookkeepingBacking;
+use vramtop_alloc::backing::BookkeepingBacking;
+use vramtop_alloc::{AllocConfig, AllocError, Allocator, BlockState, EventKind, PolicyKind, Pool};
 
 const MIB: u64 = 1 << 20;
 
@@ -15,7 +15,7 @@ fn allocator(policy: PolicyKind, capacity: u64) -> Allocator {
 }
 
 /// Layout without its generation, to compare states.
-fn state(a: &Allocator) -> (Vec<vramtop::alloc::SegmentLayout>, u64, u64, u64) {
+fn state(a: &Allocator) -> (Vec<vramtop_alloc::SegmentLayout>, u64, u64, u64) {
     let s = a.stats();
     (
         a.layout().segments,

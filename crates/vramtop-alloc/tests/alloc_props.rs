@@ -5,11 +5,11 @@
 use std::collections::HashMap;
 
 use proptest::prelude::*;
-use vramtop::alloc::{
+use vramtop_alloc::backing::BookkeepingBacking;
+use vramtop_alloc::{
     AllocConfig, AllocError, Allocator, Block, BlockState, EventKind, Layout, PolicyKind, Pool,
     Stats, HIST_BUCKETS,
 };
-use vramtop::backing::BookkeepingBacking;
 
 const MIB: u64 = 1 << 20;
 const CAPACITY: u64 = 160 * MIB;
@@ -68,7 +68,7 @@ fn is_expandable(policy: PolicyKind) -> bool {
 
 /// PyTorch's expandable segments: one pool and stream per segment, shown up to its last
 /// mapped page, unmapped runs in whole pages of 2 MiB (small) or 20 MiB (large).
-fn check_pytorch_expandable_segment(seg: &vramtop::alloc::SegmentLayout, backing_page: u64) {
+fn check_pytorch_expandable_segment(seg: &vramtop_alloc::SegmentLayout, backing_page: u64) {
     let page = match seg.pool {
         Pool::Small => 2 * MIB,
         Pool::Large => 20 * MIB,
@@ -97,7 +97,7 @@ fn check_pytorch_expandable_segment(seg: &vramtop::alloc::SegmentLayout, backing
     }
 }
 
-fn check_segment_shape(policy: PolicyKind, page: u64, seg: &vramtop::alloc::SegmentLayout) {
+fn check_segment_shape(policy: PolicyKind, page: u64, seg: &vramtop_alloc::SegmentLayout) {
     if policy == PolicyKind::PytorchExpandable {
         check_pytorch_expandable_segment(seg, page);
         return;
@@ -315,7 +315,7 @@ fn check_pytorch_unmaps(op: &Op, before: &Stats, after: &Stats) {
 }
 
 /// The event stream alone retells the story: gapless, and allocs minus frees is zero.
-fn check_events(rx: &mut vramtop::alloc::EventReceiver, stats: &Stats) {
+fn check_events(rx: &mut vramtop_alloc::EventReceiver, stats: &Stats) {
     let mut events = Vec::new();
     assert_eq!(rx.drain(&mut events), 0);
     for (i, e) in events.iter().enumerate() {

@@ -1,9 +1,9 @@
 //! Every policy over real host memory: blocks filled with their own pattern read back
 //! intact after neighbours come and go (no overlap in real bytes, no lost mapping).
 
-use vramtop::alloc::{AllocConfig, AllocError, Allocator, Block, PolicyKind};
-use vramtop::backing::{BookkeepingBacking, HostBacking};
-use vramtop::rng::Rng;
+use vramtop_alloc::backing::{BookkeepingBacking, HostBacking};
+use vramtop_alloc::rng::Rng;
+use vramtop_alloc::{AllocConfig, AllocError, Allocator, Block, PolicyKind};
 
 const MIB: u64 = 1 << 20;
 

@@ -1,90 +1,13 @@
-//! `vramtop attach`: watch hooked jobs without a terminal, for scripts and checks. Every
-//! interval it prints one line: JSON (`{"time_s":..,"attached":[..]}`) with `--json`,
-//! else one summary per job. It stops after `--seconds`, or with `--until-ended` once
-//! every job it saw has ended.
-
-use std::io::Write as _;
-use std::path::PathBuf;
-use std::time::{Duration, Instant};
-
-use color_eyre::eyre::{Result, WrapErr};
+//! One line per hooked job, for people: who it is, its allocator's figures, its last OOM,
+//! whether it ended. `vramtop attach` prints it every interval; `--once` under its table.
 
 use super::job::JobView;
 use super::ranks::{is_launcher, ranks_of};
-use super::report::JobReport;
-use super::watcher::Attacher;
 use vramtop_alloc::human_bytes;
-
-#[derive(Clone, Debug)]
-pub struct AttachArgs {
-    pub dir: PathBuf,
-    pub pid: Option<u32>,
-    pub seconds: f64,
-    pub interval_s: f64,
-    pub json: bool,
-    pub until_ended: bool,
-}
-
-/// Runs the watch; the exit code is 0 when a job was seen, 1 when none was.
-pub fn run(args: &AttachArgs) -> Result<u8> {
-    let interval = Duration::from_secs_f64(args.interval_s);
-    let attacher = Attacher::spawn(args.dir.clone(), interval)?;
-    let started = Instant::now();
-    let deadline = started + Duration::from_secs_f64(args.seconds);
-    let mut seen = false;
-    let mut stdout = std::io::stdout().lock();
-    loop {
-        std::thread::sleep(interval.min(deadline.saturating_duration_since(Instant::now())));
-        let jobs = attacher.snapshot();
-        let shown: Vec<JobView> = jobs
-            .jobs
-            .iter()
-            .filter(|j| args.pid.is_none_or(|pid| pid == j.pid))
-            .cloned()
-            .collect();
-        seen |= !shown.is_empty();
-        let line = if args.json {
-            // Launchers are told beside every job, not only the ones shown (`--pid`).
-            let reports: Vec<JobReport> = JobReport::of_all(&jobs.jobs)
-                .into_iter()
-                .filter(|r| args.pid.is_none_or(|pid| pid == r.pid))
-                .collect();
-            serde_json::json!({
-                "schema": super::report::ATTACH_SCHEMA,
-                "time_s": started.elapsed().as_secs_f64(),
-                "attached": reports,
-            })
-            .to_string()
-        } else {
-            shown
-                .iter()
-                .map(|j| summary(j, &jobs.jobs))
-                .collect::<Vec<_>>()
-                .join("\n")
-        };
-        if !line.is_empty() {
-            writeln!(stdout, "{line}").wrap_err("writing to stdout")?;
-            stdout.flush().wrap_err("writing to stdout")?;
-        }
-        let all_ended = seen && shown.iter().all(|j| j.ended);
-        if Instant::now() >= deadline || (args.until_ended && all_ended) {
-            break;
-        }
-    }
-    if !seen {
-        eprintln!(
-            "vramtop: no hooked job in {}: start one with `vramtop run -- python ...`, or put \
-             `vramtop hook-path` on its PYTHONPATH",
-            args.dir.display()
-        );
-        return Ok(1);
-    }
-    Ok(0)
-}
 
 /// One line per job: who (with its rank, or as a launcher), the allocator's figures, its
 /// last OOM, whether it ended. `all` is every job shown, to tell launchers.
-pub fn summary(job: &JobView, all: &[JobView]) -> String {
+pub fn job_line(job: &JobView, all: &[JobView]) -> String {
     let mut parts = vec![format!(
         "pid {} {}",
         job.pid,
