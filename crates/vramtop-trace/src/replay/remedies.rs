@@ -738,6 +738,12 @@ fn expandable(already_on: bool, partial: bool, verdict: impl Fn() -> Verdict) ->
 }
 
 /// The largest `max_split_size_mb` that fits for sure, else whether any might.
+///
+/// A value fits for sure only beside a tried value that fits too. Where each value that
+/// fits has values that fail on both sides, the outcome turns on the exact order of the
+/// job's allocations, which is not the same from run to run: on the H100 PyTorch's own
+/// reruns of one seeded GPT-2 job with `max_split_size_mb:512` (the replay's lone fit
+/// between 256 and 1024, which failed) fitted once and failed once.
 fn max_split(verdict: &dyn Fn(u64) -> Verdict) -> RemedyVerdict {
     let verdicts: Vec<(u64, Verdict)> = MAX_SPLIT_TRIED_MB
         .iter()
@@ -748,17 +754,33 @@ fn max_split(verdict: &dyn Fn(u64) -> Verdict) -> RemedyVerdict {
         MAX_SPLIT_TRIED_MB[0],
         MAX_SPLIT_TRIED_MB[MAX_SPLIT_TRIED_MB.len() - 1]
     );
-    if let Some(&(mb, _)) = verdicts.iter().rev().find(|(_, v)| *v == Verdict::Fits) {
-        let fitting: Vec<String> = verdicts
-            .iter()
-            .filter(|(_, v)| *v == Verdict::Fits)
-            .map(|(mb, _)| mb.to_string())
-            .collect();
+    let fits = |i: usize| verdicts.get(i).is_some_and(|(_, v)| *v == Verdict::Fits);
+    let fitting: Vec<String> = verdicts
+        .iter()
+        .filter(|(_, v)| *v == Verdict::Fits)
+        .map(|(mb, _)| mb.to_string())
+        .collect();
+    let steady = (0..verdicts.len())
+        .rev()
+        .find(|&i| fits(i) && ((i > 0 && fits(i - 1)) || fits(i + 1)));
+    if let Some(i) = steady {
         return RemedyVerdict::new(
-            format!("max_split_size_mb:{mb}"),
+            format!("max_split_size_mb:{}", verdicts[i].0),
             Verdict::Fits,
             format!(
                 "the job's history replayed with it serves the request (fits with N = {}; {tried})",
+                fitting.join(", ")
+            ),
+        );
+    }
+    if !fitting.is_empty() {
+        return RemedyVerdict::new(
+            "max_split_size_mb:N",
+            Verdict::CannotTell,
+            format!(
+                "the job's history replayed serves the request with N = {} alone, not with \
+                 the values beside: the outcome turns on the exact order of the job's \
+                 allocations, which varies from run to run ({tried})",
                 fitting.join(", ")
             ),
         );
@@ -832,6 +854,27 @@ fn one_state(trace: &Trace, ooms: &[TraceOom]) -> Vec<OomRemedies> {
 mod tests {
     use super::*;
     use crate::{LiveAtStart, TraceEvent, TraceFormat, TraceStats};
+
+    #[test]
+    fn a_max_split_that_fits_alone_between_failures_is_not_a_verdict() {
+        use Verdict::{Fails, Fits};
+        let only =
+            |set: &'static [u64]| move |mb: u64| if set.contains(&mb) { Fits } else { Fails };
+        // Alone between 256 and 1024, which fail: the order of the job's allocations
+        // decides it (PyTorch fitted and failed in two runs of such a job).
+        let lone = max_split(&only(&[20, 512]));
+        assert_eq!(lone.verdict, Verdict::CannotTell, "{lone:?}");
+        assert!(lone.reason.contains("N = 20, 512 alone"), "{lone:?}");
+        // Beside a value that fits too: the largest such value.
+        let pair = max_split(&only(&[256, 512, 2048]));
+        assert_eq!(
+            (pair.verdict, pair.remedy.as_str()),
+            (Fits, "max_split_size_mb:512")
+        );
+        let top = max_split(&only(&[2048, 4096]));
+        assert_eq!(top.remedy, "max_split_size_mb:4096");
+        assert_eq!(max_split(&only(&[])).verdict, Fails);
+    }
 
     fn event(kind: TraceEventKind, addr: u64, size: u64) -> TraceEvent {
         TraceEvent::bare(kind, addr, size)
