@@ -59,15 +59,15 @@ pub fn run(args: cli::LiveArgs, config: ConfigFile) -> Result<ExitCode> {
     }
     let rt = runtime()?;
     let opened = if args.remote.is_empty() {
-        open(args.device, args.seed, workload.clone())?
+        open(args.device, args.seed, workload.clone()).wrap_err("--device nvml")?
     } else {
         let token = match args.token_file.as_deref().map(BearerToken::from_file) {
             None => None,
             Some(Ok(token)) => Some(token),
-            Some(Err(e)) => return usage_error(e),
+            Some(Err(e)) => return usage_error(format!("--token-file {e}")),
         };
         let interval = Duration::from_secs_f64(args.interval);
-        vramtop_telemetry::remote::open(rt.handle(), &args.remote, interval, token, false)?
+        vramtop_telemetry::remote::open(rt.handle(), &args.remote, interval, token, false)
     };
 
     let mut probe_notice = None;

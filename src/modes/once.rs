@@ -35,16 +35,16 @@ pub fn run(args: &cli::LiveArgs, workload: WorkloadGauge) -> Result<ExitCode> {
                 timings: args.timings,
                 ..NvmlOptions::default()
             };
-            open_with(args.device, args.seed, workload, options)?
+            open_with(args.device, args.seed, workload, options).wrap_err("--device nvml")?
         }
         Some(rt) => {
             let token = match args.token_file.as_deref().map(BearerToken::from_file) {
                 None => None,
                 Some(Ok(token)) => Some(token),
-                Some(Err(e)) => return usage_error(e),
+                Some(Err(e)) => return usage_error(format!("--token-file {e}")),
             };
             let interval = Duration::from_secs_f64(args.interval);
-            vramtop_telemetry::remote::open(rt.handle(), &args.remote, interval, token, true)?
+            vramtop_telemetry::remote::open(rt.handle(), &args.remote, interval, token, true)
         }
     };
     laps.lap(|| "open the source".to_string());

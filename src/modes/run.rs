@@ -73,7 +73,8 @@ pub fn run(
         Err(e) => return usage_error(format!("--log {}: {e}", log_path.display())),
     };
     // Telemetry is opened before the job starts, so a bad --device costs no job.
-    let opened = open(args.device, args.seed, WorkloadGauge::default())?;
+    let opened =
+        open(args.device, args.seed, WorkloadGauge::default()).wrap_err("--device nvml")?;
     let spawned = launch::spawn(
         command,
         &hook_dir,

@@ -34,7 +34,7 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
         Err(e) => return usage_error(e),
     };
     let workload = WorkloadGauge::default();
-    let opened = open(args.device, args.seed, workload.clone())?;
+    let opened = open(args.device, args.seed, workload.clone()).wrap_err("--device nvml")?;
     if let Some(notice) = &opened.notice {
         eprintln!("vramtop: {notice}");
     }
@@ -100,7 +100,7 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
 
 /// The bearer token in `path`, with a warning when others can read the file.
 fn read_token(path: &std::path::Path) -> Result<BearerToken, String> {
-    let token = BearerToken::from_file(path)?;
+    let token = BearerToken::from_file(path).map_err(|e| format!("--token-file {e}"))?;
     if BearerToken::readable_by_others(path) {
         eprintln!(
             "vramtop: warning: {} is readable by other users; chmod 600 it",

@@ -6,6 +6,8 @@ use std::path::Path;
 
 use subtle::ConstantTimeEq;
 
+use super::TelemetryError;
+
 /// A shared secret that requests must carry as `Authorization: Bearer <token>`.
 #[derive(Clone)]
 pub struct BearerToken(Vec<u8>);
@@ -20,27 +22,38 @@ impl std::fmt::Debug for BearerToken {
 impl BearerToken {
     /// The token in `text`, trimmed of surrounding whitespace (a trailing newline is
     /// what `echo` and editors leave).
-    pub fn parse(text: &str) -> Result<BearerToken, String> {
+    pub fn parse(text: &str) -> Result<BearerToken, TelemetryError> {
         let token = text.trim();
         if token.is_empty() {
-            return Err("is empty: put the token on its first line".to_string());
+            return Err(TelemetryError::Token {
+                path: None,
+                why: "is empty: put the token on its first line",
+            });
         }
         // RFC 6750's token68 is visible ASCII; anything else could not travel in a header.
         if !token.bytes().all(|b| b.is_ascii_graphic()) {
-            return Err(
-                "holds spaces, line breaks or non-ASCII characters: a token is one word of \
-                 visible ASCII (e.g. from `openssl rand -hex 32`)"
-                    .to_string(),
-            );
+            return Err(TelemetryError::Token {
+                path: None,
+                why: "holds spaces, line breaks or non-ASCII characters: a token is one word \
+                      of visible ASCII (e.g. from `openssl rand -hex 32`)",
+            });
         }
         Ok(BearerToken(token.as_bytes().to_vec()))
     }
 
     /// Read the token from `path`; the error is one line naming the file.
-    pub fn from_file(path: &Path) -> Result<BearerToken, String> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| format!("--token-file {}: {e}", path.display()))?;
-        BearerToken::parse(&text).map_err(|e| format!("--token-file {} {e}", path.display()))
+    pub fn from_file(path: &Path) -> Result<BearerToken, TelemetryError> {
+        let text = std::fs::read_to_string(path).map_err(|source| TelemetryError::TokenFile {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        BearerToken::parse(&text).map_err(|e| match e {
+            TelemetryError::Token { why, .. } => TelemetryError::Token {
+                path: Some(path.to_path_buf()),
+                why,
+            },
+            other => other,
+        })
     }
 
     /// Whether the token file can be read by other users (a warning, not an error: the
@@ -106,20 +119,31 @@ mod tests {
 
     #[test]
     fn refuses_empty_or_spaced_tokens() {
-        assert!(BearerToken::parse(" \n").unwrap_err().contains("empty"));
-        assert!(BearerToken::parse("two words")
-            .unwrap_err()
-            .contains("one word"));
+        let said = |text: &str| BearerToken::parse(text).unwrap_err().to_string();
+        assert!(said(" \n").contains("empty"));
+        assert!(said("two words").contains("one word"));
         assert!(format!("{:?}", BearerToken::parse("abc").unwrap()).contains("3 bytes"));
     }
 
     #[test]
     fn a_missing_file_is_one_line_naming_it() {
-        let err = BearerToken::from_file(Path::new("/nonexistent/vramtop-token")).unwrap_err();
-        assert!(
-            err.starts_with("--token-file /nonexistent/vramtop-token: "),
-            "{err}"
-        );
+        let err = BearerToken::from_file(Path::new("/nonexistent/vramtop-token"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("/nonexistent/vramtop-token: "), "{err}");
         assert_eq!(err.lines().count(), 1);
+        // A file that holds no token says which file.
+        let empty =
+            std::env::temp_dir().join(format!("vramtop-empty-token-{}", std::process::id()));
+        std::fs::write(&empty, "\n").unwrap();
+        let err = BearerToken::from_file(&empty).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            format!(
+                "{}: the token is empty: put the token on its first line",
+                empty.display()
+            )
+        );
+        let _ = std::fs::remove_file(&empty);
     }
 }

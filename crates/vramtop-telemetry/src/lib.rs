@@ -9,6 +9,7 @@
 
 pub mod auth;
 pub mod cgroup;
+pub mod error;
 pub mod nvml;
 pub mod open;
 pub mod poller;
@@ -17,6 +18,8 @@ pub mod remote;
 pub mod sim;
 pub mod timing;
 pub mod trend;
+
+pub use error::TelemetryError;
 
 pub use open::DeviceChoice;
 pub use vramtop_alloc::framework::Framework;

@@ -1,11 +1,9 @@
 //! Choosing a telemetry source from `--device`: NVML when asked for or available,
 //! otherwise the simulated device, which is always labelled.
 
-use color_eyre::eyre::{eyre, Result};
-
 use super::nvml::{self, NvmlOpenError, NvmlOptions};
 use super::sim::{SimSource, WorkloadGauge};
-use super::TelemetrySource;
+use super::{TelemetryError, TelemetrySource};
 
 /// Where telemetry comes from (`--device`, `VRAMTOP_DEVICE`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,7 +48,12 @@ pub struct Opened {
     pub simulated: bool,
 }
 
-pub fn open(choice: DeviceChoice, seed: u64, workload: WorkloadGauge) -> Result<Opened> {
+/// The source `choice` names; `Err` only where NVML was required and could not be opened.
+pub fn open(
+    choice: DeviceChoice,
+    seed: u64,
+    workload: WorkloadGauge,
+) -> Result<Opened, TelemetryError> {
     open_with(choice, seed, workload, NvmlOptions::default())
 }
 
@@ -60,7 +63,7 @@ pub fn open_with(
     seed: u64,
     workload: WorkloadGauge,
     options: NvmlOptions,
-) -> Result<Opened> {
+) -> Result<Opened, TelemetryError> {
     let sim = |notice| Opened {
         source: Box::new(SimSource::new(seed, workload.clone())),
         notice,
@@ -82,7 +85,7 @@ pub fn open_with(
                 notice: None,
                 simulated: false,
             })
-            .map_err(|e| eyre!("--device nvml: {e}")),
+            .map_err(TelemetryError::Nvml),
     }
 }
 

@@ -5,10 +5,9 @@ use std::sync::mpsc as std_mpsc;
 use std::thread;
 use std::time::Duration;
 
-use color_eyre::eyre::{Result, WrapErr};
 use tokio::sync::watch;
 
-use crate::{SystemSnapshot, TelemetrySource};
+use crate::{SystemSnapshot, TelemetryError, TelemetrySource};
 
 /// Polls a source on a dedicated thread at a fixed cadence and publishes only the latest
 /// snapshot: if the UI is busy, older snapshots are replaced, never queued.
@@ -19,7 +18,10 @@ pub struct Poller {
 }
 
 impl Poller {
-    pub fn spawn(mut source: Box<dyn TelemetrySource>, interval: Duration) -> Result<Self> {
+    pub fn spawn(
+        mut source: Box<dyn TelemetrySource>,
+        interval: Duration,
+    ) -> Result<Self, TelemetryError> {
         let (tx, rx) = watch::channel(None);
         let (stop_tx, stop_rx) = std_mpsc::channel::<()>();
         thread::Builder::new()
@@ -46,7 +48,10 @@ impl Poller {
                     }
                 }
             })
-            .wrap_err("could not start the telemetry thread")?;
+            .map_err(|source| TelemetryError::Thread {
+                what: "telemetry",
+                source,
+            })?;
         Ok(Poller {
             snapshots: rx,
             _stop: stop_tx,

@@ -8,7 +8,6 @@
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use color_eyre::eyre::Result;
 use http_body_util::{BodyExt, Empty, Limited};
 use hyper::body::Bytes;
 use hyper::header::{AUTHORIZATION, HOST, USER_AGENT};
@@ -320,7 +319,7 @@ pub fn open(
     interval: Duration,
     token: Option<BearerToken>,
     once: bool,
-) -> Result<Opened> {
+) -> Opened {
     let options = FetchOptions {
         interval,
         timeout: DEFAULT_TIMEOUT,
@@ -330,11 +329,11 @@ pub fn open(
     if once {
         source.wait_settled(DEFAULT_TIMEOUT + Duration::from_secs(1));
     }
-    Ok(Opened {
+    Opened {
         source: Box::new(source),
         notice: None,
         simulated: false,
-    })
+    }
 }
 
 #[cfg(test)]
