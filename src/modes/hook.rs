@@ -18,7 +18,7 @@ pub const FILES: [(&str, &str); 2] = [
 ];
 
 /// Writes the files into `hook-<digest>` under `socket_dir` (when missing or different)
-/// and returns that folder; `Err` is one line.
-pub fn write(socket_dir: &Path) -> Result<PathBuf, String> {
+/// and returns that folder; `Err` prints as one line.
+pub fn write(socket_dir: &Path) -> Result<PathBuf, vramtop_attach::AttachError> {
     vramtop_attach::hook_files::write_hook_files(socket_dir, &FILES)
 }

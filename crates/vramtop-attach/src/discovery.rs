@@ -2,6 +2,7 @@
 //! private to the user, and the `vramtop-<pid>.sock` sockets in it. A socket whose pid
 //! is gone is stale: it is removed so it is not tried again.
 
+use super::error::{AttachError, DirProblem};
 use std::fs;
 use std::io;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
@@ -30,31 +31,28 @@ pub fn current_uid() -> u32 {
 }
 
 /// Creates `dir` (mode 0700) when missing and checks that only this user can use it:
-/// another user's directory in /tmp could hand us their sockets. `Err` is one line.
-pub fn ensure_private_dir(dir: &Path) -> Result<(), String> {
-    match fs::DirBuilder::new()
+/// another user's directory in /tmp could hand us their sockets.
+pub fn ensure_private_dir(dir: &Path) -> Result<(), AttachError> {
+    let problem = |problem| AttachError::Dir {
+        dir: dir.to_path_buf(),
+        problem,
+    };
+    fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
         .create(dir)
-    {
-        Ok(()) => {}
-        Err(e) => return Err(format!("cannot create {}: {e}", dir.display())),
-    }
-    let meta = fs::symlink_metadata(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        .map_err(|e| problem(DirProblem::Create(e)))?;
+    let meta = fs::symlink_metadata(dir).map_err(|e| problem(DirProblem::Read(e)))?;
     if !meta.is_dir() {
-        return Err(format!("{} is not a directory", dir.display()));
+        return Err(problem(DirProblem::NotADirectory));
     }
     if meta.uid() != current_uid() {
-        return Err(format!(
-            "{} belongs to uid {}, not to you: remove it or set {SOCKET_DIR_ENV}",
-            dir.display(),
-            meta.uid()
-        ));
+        return Err(problem(DirProblem::OtherUser(meta.uid())));
     }
     if meta.permissions().mode() & 0o077 != 0 {
         // Ours, but opened up: close it again rather than refuse.
         fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
-            .map_err(|e| format!("cannot make {} private: {e}", dir.display()))?;
+            .map_err(|e| problem(DirProblem::MakePrivate(e)))?;
     }
     Ok(())
 }

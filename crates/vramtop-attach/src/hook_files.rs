@@ -9,6 +9,7 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 use super::discovery::ensure_private_dir;
+use super::error::AttachError;
 
 /// The hook's files, as (file name, text).
 pub type HookFiles<'a> = [(&'a str, &'a str)];
@@ -32,8 +33,8 @@ pub fn hook_dir(socket_dir: &Path, files: &HookFiles) -> PathBuf {
 
 /// Writes the hook files when missing or different and returns their directory.
 /// Each file is written to a temporary name and renamed, so a job starting meanwhile
-/// never imports half a file. `Err` is one line.
-pub fn write_hook_files(socket_dir: &Path, files: &HookFiles) -> Result<PathBuf, String> {
+/// never imports half a file.
+pub fn write_hook_files(socket_dir: &Path, files: &HookFiles) -> Result<PathBuf, AttachError> {
     ensure_private_dir(socket_dir)?;
     let dir = hook_dir(socket_dir, files);
     ensure_private_dir(&dir)?;
@@ -46,9 +47,9 @@ pub fn write_hook_files(socket_dir: &Path, files: &HookFiles) -> Result<PathBuf,
         let written = fs::File::create(&temp)
             .and_then(|mut f| f.write_all(text.as_bytes()))
             .and_then(|()| fs::rename(&temp, &path));
-        if let Err(e) = written {
+        if let Err(source) = written {
             let _ = fs::remove_file(&temp);
-            return Err(format!("cannot write {}: {e}", path.display()));
+            return Err(AttachError::HookFile { path, source });
         }
     }
     Ok(dir)

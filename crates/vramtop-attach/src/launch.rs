@@ -2,6 +2,7 @@
 //! `PYTHONPATH` (its directory first, before whatever the user had) and the environment
 //! passes to the command's children, so every rank of a launcher is hooked too.
 
+use super::error::AttachError;
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom};
@@ -36,7 +37,6 @@ pub enum Output {
 }
 
 /// Starts `command` with the hook's environment, keeping its OOMs as `oom` says.
-/// `Err` is one line.
 pub fn spawn(
     command: &[OsString],
     hook_dir: &Path,
@@ -44,9 +44,9 @@ pub fn spawn(
     history: bool,
     oom: &crate::oom_files::OomKeeping,
     output: Output,
-) -> Result<Child, String> {
+) -> Result<Child, AttachError> {
     let Some((program, args)) = command.split_first() else {
-        return Err("vramtop run needs a command: vramtop run -- python train.py".to_string());
+        return Err(AttachError::NoCommand);
     };
     let mut cmd = Command::new(program);
     cmd.args(args)
@@ -60,9 +60,7 @@ pub fn spawn(
     }
     cmd.envs(oom.env());
     if let Output::Log(file) = output {
-        let err = file
-            .try_clone()
-            .map_err(|e| format!("cannot share the log file: {e}"))?;
+        let err = file.try_clone().map_err(AttachError::Log)?;
         // A process group of its own: Ctrl-C in the live view reaches the whole job (a
         // shell's children, a launcher's ranks) as it would from a shell, and nothing
         // vramtop's own group receives touches it.
@@ -71,13 +69,9 @@ pub fn spawn(
             .stderr(Stdio::from(err))
             .process_group(0);
     }
-    cmd.spawn().map_err(|e| {
-        let name = program.to_string_lossy();
-        match e.kind() {
-            io::ErrorKind::NotFound => format!("{name}: command not found"),
-            io::ErrorKind::PermissionDenied => format!("{name}: permission denied"),
-            _ => format!("cannot start {name}: {e}"),
-        }
+    cmd.spawn().map_err(|source| AttachError::Start {
+        program: program.to_string_lossy().into_owned(),
+        source,
     })
 }
 

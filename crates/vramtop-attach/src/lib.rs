@@ -11,6 +11,7 @@
 
 pub mod client;
 pub mod discovery;
+pub mod error;
 pub mod hook_files;
 pub mod job;
 pub mod launch;
@@ -22,6 +23,7 @@ pub mod report;
 pub mod summary;
 pub mod watcher;
 
+pub use error::AttachError;
 pub use job::{JobFigures, JobView};
 pub use ranks::RankGroup;
 pub use report::JobReport;
