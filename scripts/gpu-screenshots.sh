@@ -6,7 +6,7 @@
 # job in batch, for the log block vramtop writes after it; and the A/B of the knobs line:
 # the long batch again at half the batch size, without vramtop.
 # usage: scripts/gpu-screenshots.sh PATH/TO/vramtop   (pictures and logs go to $OUT)
-# Then: tar xzf $OUT/shots.tgz; cp shots/*.svg assets/screenshots/; the log block into the README.
+# Then: tar xzf $OUT/shots.tgz; cp shots/run-*.svg assets/screenshots/; the log block into the README.
 set -uo pipefail
 BIN=$(readlink -f "${1:?usage: scripts/gpu-screenshots.sh PATH/TO/vramtop}")
 REPO=$(cd "$(dirname "$0")/.." && pwd)
@@ -69,13 +69,13 @@ fresh_map() {
   return 1
 }
 if wait_for "optimizer" 120 && sleep 4 && fresh_map; then
-  picture training
+  picture run-training
 else
   say "training picture: the role bar never showed"
 fi
 if wait_for "OOM:" 120 && wait_for "ended (exit" 60; then
   sleep 2
-  picture oom
+  picture run-oom
 else
   say "OOM picture: no OOM panel"
 fi

@@ -221,14 +221,20 @@ fn p_in_the_live_view_saves_the_screen() {
 /// the job runs.
 #[test]
 fn a_missing_svg_dir_is_one_line_before_the_screen() {
-    let args = "--svg-dir /nonexistent/pictures run -- true";
-    let Some(live) = pty::Pty::spawn(args, 40, 120, &[]) else {
+    let marker = std::env::temp_dir().join(format!("vramtop-svg-job-{}", std::process::id()));
+    let _ = std::fs::remove_file(&marker);
+    let args = format!(
+        "--svg-dir /nonexistent/pictures run -- touch {}",
+        marker.display()
+    );
+    let Some(live) = pty::Pty::spawn(&args, 40, 120, &[]) else {
         return;
     };
     let said =
         live.shows("--svg-dir /nonexistent/pictures: not a folder; create it or name another");
     assert!(said, "no line naming the folder");
     assert_eq!(live.quit(), Some(2));
+    assert!(!marker.exists(), "the job was started");
     assert_cmd::Command::cargo_bin("vramtop")
         .unwrap_or_else(|e| panic!("{e}"))
         .args(["--svg-dir", "/nonexistent/pictures", "run", "--", "true"])

@@ -407,6 +407,7 @@ mod tests {
             ToggleLeaksView,
             ToggleMark,
             SaveSettings,
+            SaveScreen,
             Terminate,
             KillProcess,
             Filter,

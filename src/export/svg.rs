@@ -186,7 +186,7 @@ fn rows(buf: &Buffer, default_fg: &str) -> Vec<Row> {
 }
 
 /// Writes `buf` as `dir/stem.svg` (or `stem-2.svg` and on: a picture never overwrites
-/// another) and returns where it went.
+/// another) and returns where it went; the error names the file it could not write.
 pub fn save(
     buf: &Buffer,
     dir: &Path,
@@ -195,8 +195,13 @@ pub fn save(
     title: &str,
 ) -> std::io::Result<PathBuf> {
     let path = free_path(dir, stem);
-    std::fs::write(&path, buffer_to_svg(buf, default_fg, default_bg, title))?;
-    Ok(path)
+    match std::fs::write(&path, buffer_to_svg(buf, default_fg, default_bg, title)) {
+        Ok(()) => Ok(path),
+        Err(e) => Err(std::io::Error::new(
+            e.kind(),
+            format!("{}: {e}", path.display()),
+        )),
+    }
 }
 
 /// `dir/stem.svg`, or `dir/stem-2.svg` and so on when that exists: never overwrite.

@@ -135,7 +135,7 @@ impl Session {
                 self.say(format!("saved {shown}"));
                 self.saved.push(path);
             }
-            Err(e) => self.say(format!("could not save {stem}.svg: {e}")),
+            Err(e) => self.say(format!("could not save {e}")),
         }
     }
 

@@ -370,10 +370,7 @@ impl LiveScreen<'_> {
         let colors = Palette::default().default_colors();
         match svg::save(screen, &self.svg_dir, stem, colors, &title) {
             Ok(path) => format!("picture saved to {}", path.display()),
-            Err(e) => format!(
-                "picture not saved: {}: {e}",
-                self.svg_dir.join(format!("{stem}.svg")).display()
-            ),
+            Err(e) => format!("picture not saved: {e}"),
         }
     }
 }

@@ -47,12 +47,12 @@ impl Screen for ReplayerState<'_> {
     }
 }
 
-/// `vramtop replay --report --json`: the capacity the verdicts assumed, a row per policy,
-/// and the trace's own OOMs, each with every remedy's verdict.
 /// The version of `replay --json`'s shape (its `schema`; docs/json.md): 1 was a bare
 /// array of policy reports, 2 the object with `capacity`, `policies` and `trace_ooms`.
 const REPLAY_SCHEMA: u32 = 2;
 
+/// `vramtop replay --report --json`: the capacity the verdicts assumed, a row per policy,
+/// and the trace's own OOMs, each with every remedy's verdict.
 #[derive(Serialize)]
 struct ReplayJson<'a> {
     /// REPLAY_SCHEMA.

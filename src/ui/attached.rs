@@ -198,7 +198,10 @@ fn wrapped_rows(line: &Line, width: u16, max: u16) -> u16 {
         if needed <= width {
             used = needed;
         } else {
-            rows += 1 + (len.saturating_sub(1)) / width;
+            // A word longer than the row is broken over rows of its own; the first word
+            // of the line starts on the first row.
+            let breaks = len.saturating_sub(1) / width;
+            rows += if used == 0 { breaks } else { 1 + breaks };
             used = match len % width {
                 0 => width,
                 r => r,
@@ -349,6 +352,8 @@ mod tests {
         assert_eq!(wrapped_rows(&line("aaaa bbbb"), 8, 3), 2);
         // A word longer than the width is broken over rows of its own.
         assert_eq!(wrapped_rows(&line("ab cdefghijkl"), 4, 9), 4);
+        assert_eq!(wrapped_rows(&line("abcdefgh"), 4, 9), 2);
+        assert_eq!(wrapped_rows(&line("abcdefghi"), 4, 9), 3);
         // At most `max` rows; the rest is cut.
         assert_eq!(wrapped_rows(&line(&"word ".repeat(100)), 20, 3), 3);
         // Spans are one text.

@@ -21,6 +21,10 @@ impl Pty {
     /// `None` (after saying why on stderr) where `script` is not installed.
     pub fn spawn(args: &str, rows: u16, cols: u16, envs: &[(&str, &Path)]) -> Option<Pty> {
         if !Path::new("/usr/bin/script").exists() {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "/usr/bin/script (util-linux) is missing, and CI=true: install util-linux"
+            );
             eprintln!("skipped: /usr/bin/script (util-linux) is not installed");
             return None;
         }
@@ -102,6 +106,16 @@ impl Pty {
             let _ = self.child.wait();
         }
         code
+    }
+}
+
+impl Drop for Pty {
+    /// A test that fails before `quit` leaves no `script` and vramtop behind.
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
     }
 }
 

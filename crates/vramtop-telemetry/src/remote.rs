@@ -297,8 +297,8 @@ struct Served {
 }
 
 /// The snapshot in a body of `/api/snapshot`; a newer shape than this vramtop reads is
-/// refused whole rather than misread.
-fn decode(body: &[u8]) -> Result<SystemSnapshot, String> {
+/// refused whole rather than misread. (Public for the fuzz target `remote`.)
+pub fn decode(body: &[u8]) -> Result<SystemSnapshot, String> {
     let served: Served =
         serde_json::from_slice(body).map_err(|e| format!("not a vramtop snapshot ({e})"))?;
     match served.schema {

@@ -739,11 +739,14 @@ fn expandable(already_on: bool, partial: bool, verdict: impl Fn() -> Verdict) ->
 
 /// The largest `max_split_size_mb` that fits for sure, else whether any might.
 ///
-/// A value fits for sure only beside a tried value that fits too. Where each value that
-/// fits has values that fail on both sides, the outcome turns on the exact order of the
-/// job's allocations, which is not the same from run to run: on the H100 PyTorch's own
-/// reruns of one seeded GPT-2 job with `max_split_size_mb:512` (the replay's lone fit
-/// between 256 and 1024, which failed) fitted once and failed once.
+/// The values that fit are trusted when they form one run of neighbouring tried values
+/// (a smaller N splits fewer large blocks: fitting below some N and failing above is what
+/// the allocator's rules give). Where they are scattered, fitting, failing and fitting
+/// again as N grows, a value that fits with both neighbours failing turns on the exact
+/// order of the job's allocations, which is not the same from run to run: on the H100
+/// PyTorch's own reruns of one seeded GPT-2 job with `max_split_size_mb:512` (the
+/// replay's fits were 20 and 512) fitted once and failed once. Only a value beside
+/// another that fits is then trusted.
 fn max_split(verdict: &dyn Fn(u64) -> Verdict) -> RemedyVerdict {
     let verdicts: Vec<(u64, Verdict)> = MAX_SPLIT_TRIED_MB
         .iter()
@@ -760,9 +763,13 @@ fn max_split(verdict: &dyn Fn(u64) -> Verdict) -> RemedyVerdict {
         .filter(|(_, v)| *v == Verdict::Fits)
         .map(|(mb, _)| mb.to_string())
         .collect();
+    // Runs of neighbouring values that fit: one run is trusted whole.
+    let runs = (0..verdicts.len())
+        .filter(|&i| fits(i) && (i == 0 || !fits(i - 1)))
+        .count();
     let steady = (0..verdicts.len())
         .rev()
-        .find(|&i| fits(i) && ((i > 0 && fits(i - 1)) || fits(i + 1)));
+        .find(|&i| fits(i) && (runs == 1 || (i > 0 && fits(i - 1)) || fits(i + 1)));
     if let Some(i) = steady {
         return RemedyVerdict::new(
             format!("max_split_size_mb:{}", verdicts[i].0),
@@ -778,9 +785,9 @@ fn max_split(verdict: &dyn Fn(u64) -> Verdict) -> RemedyVerdict {
             "max_split_size_mb:N",
             Verdict::CannotTell,
             format!(
-                "the job's history replayed serves the request with N = {} alone, not with \
-                 the values beside: the outcome turns on the exact order of the job's \
-                 allocations, which varies from run to run ({tried})",
+                "the job's history replayed serves the request with N = {} alone, each \
+                 between values that fail: the outcome turns on the exact order of the \
+                 job's allocations, which varies from run to run ({tried})",
                 fitting.join(", ")
             ),
         );
@@ -865,14 +872,21 @@ mod tests {
         let lone = max_split(&only(&[20, 512]));
         assert_eq!(lone.verdict, Verdict::CannotTell, "{lone:?}");
         assert!(lone.reason.contains("N = 20, 512 alone"), "{lone:?}");
-        // Beside a value that fits too: the largest such value.
+        // Scattered fits: the largest beside another that fits.
         let pair = max_split(&only(&[256, 512, 2048]));
         assert_eq!(
             (pair.verdict, pair.remedy.as_str()),
             (Fits, "max_split_size_mb:512")
         );
+        // One run of fits, however short, is trusted whole.
         let top = max_split(&only(&[2048, 4096]));
         assert_eq!(top.remedy, "max_split_size_mb:4096");
+        let smallest = max_split(&only(&[20]));
+        assert_eq!(
+            (smallest.verdict, smallest.remedy.as_str()),
+            (Fits, "max_split_size_mb:20")
+        );
+        assert_eq!(max_split(&only(&[256])).verdict, Fits);
         assert_eq!(max_split(&only(&[])).verdict, Fails);
     }
 
