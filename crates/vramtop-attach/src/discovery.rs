@@ -8,8 +8,7 @@ use std::io;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-/// The environment variable that names the socket directory.
-pub const SOCKET_DIR_ENV: &str = "VRAMTOP_SOCKET_DIR";
+pub use crate::SOCKET_DIR_ENV;
 
 /// The socket directory: `$VRAMTOP_SOCKET_DIR`, else `$XDG_RUNTIME_DIR/vramtop` when that
 /// is a directory, else `/tmp/vramtop-<uid>`.

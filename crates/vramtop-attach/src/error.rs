@@ -6,7 +6,7 @@ use std::fmt;
 use std::io;
 use std::path::PathBuf;
 
-use super::discovery::SOCKET_DIR_ENV;
+use crate::SOCKET_DIR_ENV;
 
 #[derive(Debug)]
 pub enum AttachError {

@@ -23,6 +23,9 @@ pub mod report;
 pub mod summary;
 pub mod watcher;
 
+/// The environment variable that names the socket directory.
+pub const SOCKET_DIR_ENV: &str = "VRAMTOP_SOCKET_DIR";
+
 pub use error::AttachError;
 pub use job::{JobFigures, JobView};
 pub use ranks::RankGroup;
