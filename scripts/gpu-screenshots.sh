@@ -5,7 +5,8 @@
 # trains (the role bar) and after it died of "CUDA out of memory" (the OOM panel); the same
 # job in batch, for the log block vramtop writes after it; and the A/B of the knobs line:
 # the long batch again at half the batch size, without vramtop.
-# usage: scripts/gpu-screenshots.sh PATH/TO/vramtop   (pictures and logs go to $OUT)
+# usage: scripts/gpu-screenshots.sh PATH/TO/vramtop [ab]   (pictures and logs go to $OUT;
+#        with `ab`, only the A/B runs of section 3)
 # Then: tar xzf $OUT/shots.tgz; cp shots/run-*.svg assets/screenshots/; the log block into the README.
 set -uo pipefail
 BIN=$(readlink -f "${1:?usage: scripts/gpu-screenshots.sh PATH/TO/vramtop}")
@@ -48,6 +49,8 @@ picture() {
 }
 
 nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv | tee -a "$LOG"
+ONLY_AB=${2:-}
+if [ "$ONLY_AB" != ab ]; then
 command -v tmux > /dev/null || { say "tmux not installed: no pictures"; exit 1; }
 
 # 1. The live view, while training and after the OOM.
@@ -89,9 +92,21 @@ say "job's log (live): $(tail -2 "$OUT/live-job.log" | tr '\n' ' ' | cut -c1-400
 say "batch: exit $?; job said: $(grep -E '^\{' "$OUT/batch-job.out" | tail -1 | cut -c1-300)"
 grep -E '^vramtop' "$OUT/batch-job.err" | tee "$OUT/batch-block.txt" | tee -a "$LOG"
 
-# 3. The knobs line's "half the batch", done, without vramtop.
-python3 "$JOB" --batch 64 --warm-seconds 10 > "$OUT/ab-half.out" 2>&1 < /dev/null
-say "A/B batch 64: exit $?; $(grep -E '^\{"oom' "$OUT/ab-half.out" | tail -1)"
+fi
+
+# 3. What the block says, done, without vramtop: the knobs line's "half the batch", and
+# two of the remedies it says fail. Each is the same job in a fresh process.
+# ab NAME BATCH [ALLOC_CONF]
+ab() {
+  env ${3:+PYTORCH_CUDA_ALLOC_CONF=$3} python3 "$JOB" --batch "$2" --warm-seconds 10 \
+    > "$OUT/ab-$1.out" 2>&1 < /dev/null
+  say "A/B $1 (batch $2${3:+, $3}): exit $?; $(grep -E '^\{"oom' "$OUT/ab-$1.out" | tail -1 | cut -c1-160)"
+}
+ab half_batch 64
+ab expandable 128 expandable_segments:True
+ab max_split_20 128 max_split_size_mb:20
 rm -f "$OUT"/vramtop-oom-*.pickle
 # Few files come back from the GPU machine: the pictures in one archive.
-tar czf "$OUT/shots.tgz" -C "$OUT" shots && rm -rf "$OUT/shots"
+if [ -d "$OUT/shots" ]; then
+  tar czf "$OUT/shots.tgz" -C "$OUT" shots && rm -rf "$OUT/shots"
+fi
