@@ -197,10 +197,11 @@ impl Screen for Session {
         true
     }
 
-    fn drawn(&mut self, screen: &Buffer) {
+    fn drawn(&mut self, screen: &Buffer) -> bool {
         let started = *self.started.get_or_insert_with(Instant::now);
         self.record(started.elapsed().as_secs_f64(), screen);
         self.last_screen = Some(screen.clone());
+        false
     }
 }
 

@@ -171,8 +171,9 @@ pub struct Sources {
 struct LiveScreen<'a> {
     app: &'a mut App,
     sources: Sources,
-    /// The last frame drawn, which the P key saves as it was seen.
-    last_screen: Option<Buffer>,
+    /// P was pressed: the next frame drawn (the screen as seen, P changes nothing on it)
+    /// is saved as a picture. No frame is kept otherwise, so drawing copies nothing.
+    picture_asked: bool,
     svg_dir: PathBuf,
     probe_views: watch::Receiver<Arc<ProbeView>>,
     jobs: watch::Receiver<Arc<AttachedJobs>>,
@@ -209,7 +210,7 @@ pub async fn run_screen(
     let mut screen = LiveScreen {
         app,
         sources,
-        last_screen: None,
+        picture_asked: false,
         svg_dir,
         probe_views,
         jobs,
@@ -268,7 +269,7 @@ impl Screen for LiveScreen<'_> {
             self.app.notice = Some(saver.save(self.app.interval_s, self.app.sort));
         }
         if action == Action::SaveScreen {
-            self.app.notice = Some(self.save_screen());
+            self.picture_asked = true;
         }
     }
 
@@ -276,8 +277,12 @@ impl Screen for LiveScreen<'_> {
         crate::ui::draw(frame, self.app);
     }
 
-    fn drawn(&mut self, screen: &Buffer) {
-        self.last_screen = Some(screen.clone());
+    fn drawn(&mut self, screen: &Buffer) -> bool {
+        if !std::mem::take(&mut self.picture_asked) {
+            return false;
+        }
+        self.app.notice = Some(self.save_screen(screen));
+        true
     }
 
     fn exit(&self) -> Option<Exit> {
@@ -355,12 +360,9 @@ impl Screen for LiveScreen<'_> {
 }
 
 impl LiveScreen<'_> {
-    /// The last drawn frame as `svg_dir/vramtop.svg` (or `vramtop-2.svg` and on); the
-    /// outcome as a one-line notice.
-    fn save_screen(&self) -> String {
-        let Some(screen) = &self.last_screen else {
-            return "nothing drawn yet to save".to_string();
-        };
+    /// `screen` as `svg_dir/vramtop.svg` (or `vramtop-2.svg` and on; `vramtop-run` under
+    /// `vramtop run`); the outcome as a one-line notice.
+    fn save_screen(&self, screen: &Buffer) -> String {
         let (stem, title) = match &self.app.run {
             Some(run) => ("vramtop-run", format!("vramtop run: job {}", run.pid)),
             None => ("vramtop", "vramtop".to_string()),

@@ -58,8 +58,11 @@ pub trait Screen {
         std::future::pending()
     }
 
-    /// Called with each drawn frame (talk mode records it).
-    fn drawn(&mut self, _screen: &Buffer) {}
+    /// Called with each drawn frame (talk mode records it, the live view saves one as a
+    /// picture when asked); `true` when that changed the screen (a notice to show).
+    fn drawn(&mut self, _screen: &Buffer) -> bool {
+        false
+    }
 }
 
 /// Runs `screen` in the terminal until it exits or a signal ends it; the caller owns
@@ -82,8 +85,7 @@ pub async fn run<S: Screen>(terminal: &mut DefaultTerminal, screen: &mut S) -> R
             let completed = terminal
                 .draw(|frame| screen.draw(frame))
                 .wrap_err("drawing the screen")?;
-            screen.drawn(completed.buffer);
-            dirty = false;
+            dirty = screen.drawn(completed.buffer);
             next_frame = Instant::now() + frame_period;
         }
         let tick_period = screen.tick_period();

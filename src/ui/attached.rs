@@ -185,29 +185,12 @@ fn roles_line(roles: &RoleBreakdown) -> Line<'static> {
     Line::from(spans)
 }
 
-/// Rows `line` takes when word-wrapped into `width` cells as `draw_head` wraps it, at
-/// least 1 and at most `max` (the rest is cut).
-fn wrapped_rows(line: &Line, width: u16, max: u16) -> u16 {
-    let width = usize::from(width.max(1));
-    let text: String = line.spans.iter().map(|s| s.content.as_ref()).collect();
-    let mut rows = 1usize;
-    let mut used = 0usize;
-    for word in text.split_whitespace() {
-        let len = word.chars().count();
-        let needed = if used == 0 { len } else { used + 1 + len };
-        if needed <= width {
-            used = needed;
-        } else {
-            // A word longer than the row is broken over rows of its own; the first word
-            // of the line starts on the first row.
-            let breaks = len.saturating_sub(1) / width;
-            rows += if used == 0 { breaks } else { 1 + breaks };
-            used = match len % width {
-                0 => width,
-                r => r,
-            };
-        }
-    }
+/// Rows `line` takes when wrapped into `width` cells as `draw_head` wraps it (ratatui's
+/// own count), at least 1 and at most `max` (the rest is cut).
+fn wrapped_rows(line: &Line<'static>, width: u16, max: u16) -> u16 {
+    let rows = Paragraph::new(line.clone())
+        .wrap(Wrap { trim: true })
+        .line_count(width.max(1));
     u16::try_from(rows).unwrap_or(u16::MAX).clamp(1, max.max(1))
 }
 

@@ -13,7 +13,7 @@ use super::protocol::{
 };
 use vramtop_alloc::leaks::{DetectorConfig, LeakDetector, SiteTrend, Suspect};
 use vramtop_alloc::metrics::layout_stats;
-use vramtop_alloc::{round_size, BlockState, MapView, OomReport, Pool};
+use vramtop_alloc::{round_size, BlockState, MapView, OomReport, Pool, Stats};
 use vramtop_trace::cause::{self, Cause, OomFacts};
 use vramtop_trace::roles::RoleBreakdown;
 use vramtop_trace::{snapshot, SnapshotBlock, SnapshotSegment};
@@ -57,6 +57,16 @@ pub fn snapshot_segments(segments: &[HookSegment]) -> Vec<SnapshotSegment> {
                 .collect(),
         })
         .collect()
+}
+
+/// The fragmentation panel's counters, which come from PyTorch, not from the layout:
+/// its OOMs and retries, and the last OOM the job had (then at least one OOM, whatever
+/// PyTorch's counter said when it was read).
+fn count_ooms(stats: &mut Stats, torch: Option<&TorchStats>, last: Option<&OomReport>) {
+    let counted = torch.and_then(|t| t.num_ooms).unwrap_or(0);
+    stats.ooms = counted.max(u64::from(last.is_some()));
+    stats.retries = torch.and_then(|t| t.num_alloc_retries).unwrap_or(0);
+    stats.last_oom = last.cloned();
 }
 
 /// A block map of the hook's segments, with its stats.
@@ -284,10 +294,7 @@ impl OomExplained {
         // The map drawn after the job ended is this state: its panel counts this OOM as
         // the live frames' panel does.
         let mut map = map;
-        let torch = oom.stats.as_ref();
-        map.stats.ooms = torch.and_then(|t| t.num_ooms).unwrap_or(0).max(1);
-        map.stats.retries = torch.and_then(|t| t.num_alloc_retries).unwrap_or(0);
-        map.stats.last_oom = Some(report.clone());
+        count_ooms(&mut map.stats, oom.stats.as_ref(), Some(&report));
         OomExplained {
             time_s: oom.time_s,
             device: oom.device,
@@ -595,11 +602,8 @@ impl AttachedJob {
         }
         self.frag_history.push_back(permille);
         frame.map.frag_history = self.frag_history.iter().copied().collect();
-        // The fragmentation panel's counters come from PyTorch, not from the layout.
-        let torch = frame.torch.clone().unwrap_or_default();
-        frame.map.stats.ooms = torch.num_ooms.unwrap_or(0);
-        frame.map.stats.retries = torch.num_alloc_retries.unwrap_or(0);
-        frame.map.stats.last_oom = self.view.oom.as_ref().map(|o| o.report.clone());
+        let last = self.view.oom.as_ref().map(|o| &o.report);
+        count_ooms(&mut frame.map.stats, frame.torch.as_ref(), last);
         self.leaks.observe(&frame.site_usage);
         self.view.suspects = self.leaks.detector.suspects();
         self.view.sites = self.leaks.detector.sites();
@@ -619,8 +623,8 @@ impl AttachedJob {
         if let Some(frame) = &self.view.frame {
             // The map on screen says it too, until the next state does.
             let mut frame = JobFrame::clone(frame);
-            frame.map.stats.ooms = frame.map.stats.ooms.max(1);
-            frame.map.stats.last_oom = Some(oom.report.clone());
+            let torch = frame.torch.clone();
+            count_ooms(&mut frame.map.stats, torch.as_ref(), Some(&oom.report));
             self.view.frame = Some(Arc::new(frame));
         }
         self.view.oom = Some(Arc::new(oom));
