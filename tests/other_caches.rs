@@ -153,7 +153,7 @@ fn another_process_on_the_gpu_giving_back_its_cache_would_fit_the_request() {
     let name = format!("empty_cache() in pid {holder} (holder.py)");
     let other = remedies
         .iter()
-        .find(|r| r.remedy == name)
+        .find(|r| r.remedy.to_string() == name)
         .unwrap_or_else(|| {
             panic!("no verdict for the other process: {remedies:#?}");
         });
@@ -167,7 +167,7 @@ fn another_process_on_the_gpu_giving_back_its_cache_would_fit_the_request() {
     // The failing process's own empty_cache() still does not help.
     let own = remedies
         .iter()
-        .find(|r| r.remedy == "empty_cache()")
+        .find(|r| r.remedy.to_string() == "empty_cache()")
         .unwrap();
     assert_eq!(own.verdict, Verdict::Fails);
 }
@@ -179,6 +179,7 @@ fn a_request_larger_than_the_other_cache_can_make_room_for_still_fails() {
         .iter()
         .find(|r| {
             r.remedy
+                .to_string()
                 .starts_with(&format!("empty_cache() in pid {holder}"))
         })
         .expect("a verdict for the other process");
@@ -191,7 +192,7 @@ fn under_a_memory_fraction_the_other_cache_does_not_matter() {
     let (_, remedies) = remedies_at_oom("capped", None, (GIB, 18 * GIB, 7900 * MIB));
     let other = remedies
         .iter()
-        .find(|r| r.remedy.starts_with("empty_cache() in pid"))
+        .find(|r| r.remedy.to_string().starts_with("empty_cache() in pid"))
         .expect("a verdict for the other process");
     assert_eq!(other.verdict, Verdict::Fails, "{other:?}");
     assert!(other.reason.contains("memory fraction"), "{other:?}");
@@ -204,7 +205,7 @@ fn a_process_on_another_gpu_is_not_offered() {
     assert!(
         !remedies
             .iter()
-            .any(|r| r.remedy.starts_with("empty_cache() in pid")),
+            .any(|r| r.remedy.to_string().starts_with("empty_cache() in pid")),
         "{remedies:#?}"
     );
 }
@@ -216,7 +217,7 @@ fn the_gpus_uuid_decides_where_both_hooks_send_it() {
     let offered = |remedies: &[RemedyVerdict]| {
         remedies
             .iter()
-            .any(|r| r.remedy.starts_with("empty_cache() in pid"))
+            .any(|r| r.remedy.to_string().starts_with("empty_cache() in pid"))
     };
     // Its CUDA_VISIBLE_DEVICES says GPU 1 (it may have changed it in its code since), but
     // torch says the same GPU as the job's.

@@ -248,14 +248,17 @@ fn h100_checkerboard_traces_every_remedy_fails_at_the_1_gib_request() {
         for r in &big.remedies {
             assert_ne!(r.verdict, Verdict::Fits, "{name}: {}", r.line());
         }
-        let empty_cache = big.remedies.iter().find(|r| r.remedy == "empty_cache()");
+        let empty_cache = big
+            .remedies
+            .iter()
+            .find(|r| r.remedy.to_string() == "empty_cache()");
         assert_eq!(
             empty_cache.map(|r| r.verdict),
             Some(Verdict::Fails),
             "{name}"
         );
         let expandable = &big.remedies[0];
-        assert_eq!(expandable.remedy, "expandable_segments:True");
+        assert_eq!(expandable.remedy.to_string(), "expandable_segments:True");
         if name.contains("expandable") {
             assert!(
                 expandable.reason.starts_with("already on"),
@@ -403,7 +406,7 @@ fn gpu_kept_files_with_the_whole_history_give_pytorchs_outcomes_on_both_paths() 
             let ours = live
                 .remedies
                 .iter()
-                .find(|r| r.remedy.starts_with(remedy))
+                .find(|r| r.remedy.to_string().starts_with(remedy))
                 .unwrap_or_else(|| panic!("{workload}: no {remedy}"));
             let expected = if fits { Verdict::Fits } else { Verdict::Fails };
             assert_eq!(ours.verdict, expected, "{workload} {remedy}: {ours:?}");
@@ -499,7 +502,7 @@ fn gpu_kept_files_of_stepped_jobs_give_pytorchs_outcomes_on_both_paths() {
             let ours = at
                 .remedies
                 .iter()
-                .find(|r| r.remedy.starts_with(remedy))
+                .find(|r| r.remedy.to_string().starts_with(remedy))
                 .unwrap_or_else(|| panic!("{name}: no {remedy}: {:?}", at.remedies));
             assert_eq!(ours.verdict, expected, "{name} {remedy}: {ours:?}");
         }

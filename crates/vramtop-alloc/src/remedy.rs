@@ -37,19 +37,76 @@ impl std::fmt::Display for Verdict {
     }
 }
 
-/// One remedy, spelled as the user writes it (`expandable_segments:True`,
-/// `max_split_size_mb:512`, `empty_cache()`), its verdict and one line of why.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+/// The `garbage_collection_threshold` users are told to try (PyTorch's docs' example).
+pub const GC_THRESHOLD_TRIED: f64 = 0.6;
+
+/// A remedy users are told to try at a CUDA OOM, with the values that make it one
+/// setting. It prints, and goes into JSON, as the user writes it: a
+/// `PYTORCH_CUDA_ALLOC_CONF` entry (`expandable_segments:True`, `max_split_size_mb:512`)
+/// or a call (`empty_cache()`). Verdicts from one state (here), from a history
+/// (`vramtop_trace::replay::remedies`) and from other processes
+/// (`vramtop_attach::other_caches`) meet on this type.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Remedy {
+    /// `expandable_segments:True`
+    ExpandableSegments,
+    /// `max_split_size_mb:N`: `Some(mib)`, the value that fits; `None`, no one value named.
+    MaxSplitSizeMb(Option<u64>),
+    /// `roundup_power2_divisions:N`, the same N for every size interval.
+    RoundupPower2Divisions(u32),
+    /// `garbage_collection_threshold:X`
+    GarbageCollectionThreshold(f64),
+    /// `expandable_segments:True,garbage_collection_threshold:X`
+    ExpandableWithGc(f64),
+    /// `torch.cuda.empty_cache()` right before the failing request.
+    EmptyCache,
+    /// `torch.cuda.empty_cache()` after each of the job's steps.
+    EmptyCacheBetweenSteps,
+    /// `torch.cuda.empty_cache()` in another process on the same GPU.
+    EmptyCacheElsewhere { pid: u32, command: String },
+}
+
+impl std::fmt::Display for Remedy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Remedy::ExpandableSegments => f.write_str("expandable_segments:True"),
+            Remedy::MaxSplitSizeMb(Some(mb)) => write!(f, "max_split_size_mb:{mb}"),
+            Remedy::MaxSplitSizeMb(None) => f.write_str("max_split_size_mb:N"),
+            Remedy::RoundupPower2Divisions(n) => write!(f, "roundup_power2_divisions:{n}"),
+            Remedy::GarbageCollectionThreshold(x) => write!(f, "garbage_collection_threshold:{x}"),
+            Remedy::ExpandableWithGc(x) => {
+                write!(
+                    f,
+                    "expandable_segments:True,garbage_collection_threshold:{x}"
+                )
+            }
+            Remedy::EmptyCache => f.write_str("empty_cache()"),
+            Remedy::EmptyCacheBetweenSteps => f.write_str("empty_cache() between steps"),
+            Remedy::EmptyCacheElsewhere { pid, command } => {
+                write!(f, "empty_cache() in pid {pid} ({command})")
+            }
+        }
+    }
+}
+
+impl Serialize for Remedy {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+/// One remedy, its verdict and one line of why.
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct RemedyVerdict {
-    pub remedy: String,
+    pub remedy: Remedy,
     pub verdict: Verdict,
     pub reason: String,
 }
 
 impl RemedyVerdict {
-    pub fn new(remedy: impl Into<String>, verdict: Verdict, reason: impl Into<String>) -> Self {
+    pub fn new(remedy: Remedy, verdict: Verdict, reason: impl Into<String>) -> Self {
         RemedyVerdict {
-            remedy: remedy.into(),
+            remedy,
             verdict,
             reason: reason.into(),
         }
@@ -178,7 +235,7 @@ pub fn one_state(scene: &OomScene<'_>, expandable: &ExpandableVerdict) -> Vec<Re
 /// hands cached segments back, so later requests get fresh segments instead of splitting
 /// cached ones. On an H100 that let a growing GPT-2 step and a torch.cat KV cache fit.
 pub fn empty_cache_between_steps(beyond: Option<String>) -> RemedyVerdict {
-    const NAME: &str = "empty_cache() between steps";
+    const NAME: Remedy = Remedy::EmptyCacheBetweenSteps;
     match beyond {
         Some(why) => RemedyVerdict::new(NAME, Verdict::Fails, why),
         None => RemedyVerdict::new(
@@ -205,7 +262,7 @@ pub fn expandable(scene: &OomScene<'_>) -> ExpandableVerdict {
 /// requests blocks of more than their size plus 20 MiB), so the state at the OOM would
 /// have been another one: only the history settles it, or a floor no setting fits.
 pub fn max_split_size(scene: &OomScene<'_>) -> RemedyVerdict {
-    const NAME: &str = "max_split_size_mb:N";
+    const NAME: Remedy = Remedy::MaxSplitSizeMb(None);
     if let Some(why) = scene.beyond_any_setting() {
         return RemedyVerdict::new(NAME, Verdict::Fails, format!("no value fits: {why}"));
     }
@@ -229,7 +286,7 @@ pub fn garbage_collection_threshold(scene: &OomScene<'_>) -> RemedyVerdict {
 /// The GC threshold's verdict: `capped`, a memory fraction stopped the request;
 /// `beyond`, why no setting fits it, if none does.
 pub fn gc_threshold_verdict(capped: bool, beyond: Option<String>) -> RemedyVerdict {
-    const NAME: &str = "garbage_collection_threshold:0.6";
+    const NAME: Remedy = Remedy::GarbageCollectionThreshold(GC_THRESHOLD_TRIED);
     if let Some(why) = beyond {
         return RemedyVerdict::new(NAME, Verdict::Fails, why);
     }
@@ -268,7 +325,7 @@ pub fn empty_cache_verdict(released: Option<u64>) -> RemedyVerdict {
         None => String::new(),
     };
     RemedyVerdict::new(
-        "empty_cache()",
+        Remedy::EmptyCache,
         Verdict::Fails,
         format!(
             "PyTorch releases every wholly free cached segment itself and retries before it \
@@ -450,7 +507,7 @@ impl ExpandableVerdict {
                 ),
             ),
         };
-        RemedyVerdict::new("expandable_segments:True", verdict, reason)
+        RemedyVerdict::new(Remedy::ExpandableSegments, verdict, reason)
     }
 }
 
@@ -668,6 +725,47 @@ mod tests {
             "{}",
             w.line()
         );
+    }
+
+    #[test]
+    fn a_remedy_prints_as_the_user_writes_it() {
+        let spelled = [
+            (Remedy::ExpandableSegments, "expandable_segments:True"),
+            (Remedy::MaxSplitSizeMb(Some(512)), "max_split_size_mb:512"),
+            (Remedy::MaxSplitSizeMb(None), "max_split_size_mb:N"),
+            (
+                Remedy::RoundupPower2Divisions(4),
+                "roundup_power2_divisions:4",
+            ),
+            (
+                Remedy::GarbageCollectionThreshold(GC_THRESHOLD_TRIED),
+                "garbage_collection_threshold:0.6",
+            ),
+            (
+                Remedy::ExpandableWithGc(0.6),
+                "expandable_segments:True,garbage_collection_threshold:0.6",
+            ),
+            (Remedy::EmptyCache, "empty_cache()"),
+            (
+                Remedy::EmptyCacheBetweenSteps,
+                "empty_cache() between steps",
+            ),
+            (
+                Remedy::EmptyCacheElsewhere {
+                    pid: 42,
+                    command: "python holder.py".into(),
+                },
+                "empty_cache() in pid 42 (python holder.py)",
+            ),
+        ];
+        for (remedy, text) in spelled {
+            assert_eq!(remedy.to_string(), text);
+            // JSON carries the same spelling, as a string.
+            assert_eq!(
+                serde_json::to_value(&remedy).unwrap(),
+                serde_json::Value::String(text.into())
+            );
+        }
     }
 
     #[test]

@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use vramtop_alloc::remedy::{self, JobSettings, OomScene, RemedyVerdict, WhatWouldFit};
+use vramtop_alloc::remedy::{self, JobSettings, OomScene, Remedy, RemedyVerdict, WhatWouldFit};
 pub use vramtop_alloc::remedy::{expandable_would_fit, Answer, ExpandableVerdict};
 
 use super::protocol::{
@@ -346,7 +346,7 @@ impl OomExplained {
         let from_history = self
             .remedies
             .iter()
-            .find(|r| r.remedy == "expandable_segments:True")
+            .find(|r| r.remedy == Remedy::ExpandableSegments)
             .filter(|_| self.history_events.is_some());
         match from_history {
             Some(r) => r.line(),
@@ -752,10 +752,10 @@ mod tests {
         let explained = OomExplained::from_oom(&oom);
         // Every remedy, in the order users are told to try them: the device itself was
         // full (0 B free), so the GC threshold, which needs a memory fraction, cannot help.
-        let names: Vec<&str> = explained
+        let names: Vec<String> = explained
             .remedies
             .iter()
-            .map(|r| r.remedy.as_str())
+            .map(|r| r.remedy.to_string())
             .collect();
         assert_eq!(
             names,

@@ -10,7 +10,7 @@
 //! and a UUID) are not matched: no verdict is better than one about another GPU. Only
 //! states taken before the OOM count.
 
-use vramtop_alloc::remedy::{RemedyVerdict, Verdict};
+use vramtop_alloc::remedy::{Remedy, RemedyVerdict, Verdict};
 use vramtop_alloc::{human_bytes, round_size, segment_size_for, BlockState};
 
 use super::job::{capped, JobFrame, OomExplained};
@@ -90,7 +90,10 @@ pub fn empty_cache_elsewhere(oom: &OomExplained, others: &[OtherCache]) -> Vec<R
     holding
         .into_iter()
         .map(|other| {
-            let name = format!("empty_cache() in pid {} ({})", other.pid, other.command);
+            let name = Remedy::EmptyCacheElsewhere {
+                pid: other.pid,
+                command: other.command.clone(),
+            };
             let when = if other.age_s >= 0.05 {
                 format!(" at its last state, {:.1} s before the OOM", other.age_s)
             } else {

@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use vramtop_alloc::framework::Framework;
 use vramtop_alloc::human_bytes;
+use vramtop_alloc::remedy::Remedy;
 
 /// The job's allocated bytes over its life, as the hook sampled them (hook 1.4).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -75,7 +76,7 @@ pub struct OomFacts<'a> {
     pub series: Option<&'a AllocatedSeries>,
     pub step_series: Option<&'a AllocatedSeries>,
     /// The first remedy whose verdict is "fits", as the user writes it.
-    pub remedy_that_fits: Option<String>,
+    pub remedy_that_fits: Option<Remedy>,
     /// Sites whose blocks were still alive at the OOM, allocated over the whole history
     /// (`leak_sites`): known only with the allocation history.
     pub leak_sites: Vec<LeakSite>,
@@ -169,7 +170,7 @@ pub enum Cause {
         free_bytes: u64,
         free_runs: u64,
         largest_free_bytes: u64,
-        remedy: Option<String>,
+        remedy: Option<Remedy>,
     },
 }
 
@@ -660,7 +661,7 @@ fn leak(facts: &OomFacts) -> Option<Cause> {
 pub fn of_kept_file(
     trace: &crate::Trace,
     oom: &crate::ooms::TraceOom,
-    remedy_that_fits: Option<String>,
+    remedy_that_fits: Option<Remedy>,
 ) -> Vec<Cause> {
     let Some(kept) = &trace.stats.kept_oom else {
         return Vec::new();
@@ -912,7 +913,7 @@ mod tests {
             device_free_bytes: Some(60 * GIB),
             limit_bytes: Some(14 * GIB),
             physical_total_bytes: Some(80 * GIB),
-            remedy_that_fits: Some("expandable_segments:True".into()),
+            remedy_that_fits: Some(Remedy::ExpandableSegments),
             ..Default::default()
         };
         let found = causes(&facts);

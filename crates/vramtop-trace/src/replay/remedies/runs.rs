@@ -1,0 +1,332 @@
+//! The replays a trace's remedies are judged from: which runs are asked (`asked`), doing
+//! them on as many threads as there are cores (`Runs::done`), and reading a verdict off
+//! them that holds across every start and address order a run has (`Runs::verdict`).
+
+use super::super::{replay, AddressOrder, OomCheck, ReplayError, ReplayOptions};
+use super::{CapacityBounds, MAX_SPLIT_TRIED_MB, MIB};
+use crate::{AllocatorSettings, Trace};
+use vramtop_alloc::remedy::{Verdict, GC_THRESHOLD_TRIED};
+use vramtop_alloc::PolicyKind;
+
+/// The `roundup_power2_divisions` tried (PyTorch's value for every size interval).
+pub(super) const ROUNDUP_TRIED: u32 = 4;
+
+/// PyTorch's page for expandable segments (the large pool's granularity).
+const EXPANDABLE_PAGE: u64 = 2 << 20;
+
+/// The address orders a remedy's verdict must hold under: the trace's, CUDA's usual
+/// top-down, bottom-up, and two scattered at random.
+const ADDRESS_ORDERS: [AddressOrder; 5] = [
+    AddressOrder::Trace,
+    AddressOrder::Down,
+    AddressOrder::Up,
+    AddressOrder::Scattered(1),
+    AddressOrder::Scattered(2),
+];
+
+/// One replay asked for: a policy at a capacity, with a remedy's setting.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) struct Run {
+    pub policy: PolicyKind,
+    pub capacity: u64,
+    pub max_split: Option<u64>,
+    /// With `garbage_collection_threshold:0.6` (else the job's own threshold).
+    pub gc_tried: bool,
+    /// With `roundup_power2_divisions:N` for every interval (else the job's own).
+    pub roundup: Option<u32>,
+    /// With `torch.cuda.empty_cache()` after each of the job's optimizer steps.
+    pub empty_steps: bool,
+    pub start: Start,
+    pub addresses: AddressOrder,
+}
+
+impl Run {
+    /// The job's own settings at `capacity`, replayed as PyTorch had it: every run is this
+    /// and a remedy, and this one must fail where PyTorch failed.
+    pub fn plain(capacity: u64) -> Run {
+        Run {
+            policy: PolicyKind::Caching,
+            capacity,
+            max_split: None,
+            gc_tried: false,
+            roundup: None,
+            empty_steps: false,
+            start: Start::AsFound,
+            addresses: AddressOrder::Trace,
+        }
+    }
+
+    fn is_plain(&self) -> bool {
+        self.policy == PolicyKind::Caching
+            && self.max_split.is_none()
+            && !self.gc_tried
+            && self.roundup.is_none()
+            && !self.empty_steps
+    }
+}
+
+/// Where a replay from a checkpoint starts: the blocks live then, where PyTorch had them
+/// (`AsFound`: its segments adopted, free parts and all); packed into a fresh allocator in
+/// address order (`Packed`); or, for expandable segments, each large block grown to whole
+/// pages plus one (`Padded`: a block can touch at most that many pages wherever it lies).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Start {
+    AsFound,
+    Packed,
+    Padded,
+}
+
+/// What the variants of a run disagree on (see `Starts::variants`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Disagreement {
+    Start,
+    Addresses,
+}
+
+/// The traces each `Start` replays (only made for a trace that begins at a checkpoint).
+pub(super) struct Starts {
+    packed: Option<Trace>,
+    padded: Option<Trace>,
+}
+
+impl Starts {
+    pub fn of(trace: &Trace, from_checkpoint: bool) -> Starts {
+        if !from_checkpoint {
+            return Starts {
+                packed: None,
+                padded: None,
+            };
+        }
+        let packed = Trace {
+            initial_segments: Vec::new(),
+            ..trace.clone()
+        };
+        let mut padded = packed.clone();
+        for b in &mut padded.initial {
+            if b.size >= EXPANDABLE_PAGE / 2 {
+                b.size = (b.size.div_ceil(EXPANDABLE_PAGE) + 1) * EXPANDABLE_PAGE;
+            }
+        }
+        Starts {
+            packed: Some(packed),
+            padded: Some(padded),
+        }
+    }
+
+    fn trace<'a>(&'a self, own: &'a Trace, start: Start) -> &'a Trace {
+        match start {
+            Start::AsFound => own,
+            Start::Packed => self.packed.as_ref().unwrap_or(own),
+            Start::Padded => self.padded.as_ref().unwrap_or(own),
+        }
+    }
+
+    /// The variants of `run` its verdict must agree across, `run` itself first: the job's
+    /// own run is only as PyTorch had it; a remedy's from every start (from a checkpoint)
+    /// under every address order.
+    fn variants(&self, run: Run) -> Vec<Run> {
+        if run.is_plain() {
+            return vec![run];
+        }
+        let starts: &[Start] = match (&self.packed, run.policy) {
+            (None, _) => &[Start::AsFound],
+            // It cannot adopt PyTorch's segments: its own start is the packed one.
+            (Some(_), PolicyKind::PytorchExpandable) => &[Start::AsFound, Start::Padded],
+            (Some(_), _) => &[Start::AsFound, Start::Packed],
+        };
+        let mut out = vec![Run {
+            start: Start::AsFound,
+            addresses: AddressOrder::Trace,
+            ..run
+        }];
+        for &start in starts {
+            for addresses in ADDRESS_ORDERS {
+                let v = Run {
+                    start,
+                    addresses,
+                    ..run
+                };
+                if !out.contains(&v) {
+                    out.push(v);
+                }
+            }
+        }
+        out
+    }
+}
+
+/// Every run the remedies need, at both capacity bounds: the job's own, expandable
+/// segments, each `max_split_size_mb` tried, `roundup_power2_divisions:4`, the cache
+/// emptied between steps (when the hook marked them), and the GC threshold at a known cap
+/// (`gc_cap`, when the job had none of its own); each then from every start and address
+/// order it must agree across.
+pub(super) fn asked(
+    settings: &AllocatorSettings,
+    bounds: CapacityBounds,
+    steps_marked: bool,
+    gc_cap: Option<u64>,
+    starts: &Starts,
+) -> Vec<Run> {
+    let mut asked: Vec<Run> = Vec::new();
+    for capacity in [bounds.low, bounds.high] {
+        let run = Run::plain(capacity);
+        asked.push(run);
+        if !settings.expandable_segments {
+            asked.push(Run {
+                policy: PolicyKind::PytorchExpandable,
+                ..run
+            });
+        }
+        for mb in MAX_SPLIT_TRIED_MB {
+            if settings.max_split_size != Some(mb * MIB) {
+                asked.push(Run {
+                    max_split: Some(mb * MIB),
+                    ..run
+                });
+            }
+        }
+        if settings.roundup_power2_divisions == [0; 16] {
+            asked.push(Run {
+                roundup: Some(ROUNDUP_TRIED),
+                ..run
+            });
+        }
+        if steps_marked {
+            asked.push(Run {
+                empty_steps: true,
+                ..run
+            });
+        }
+        if bounds.low == bounds.high {
+            break;
+        }
+    }
+    if let Some(cap) = gc_cap {
+        asked.push(Run {
+            gc_tried: true,
+            ..Run::plain(cap)
+        });
+    }
+    // Each remedy's run from every start and under every address order (the job's own
+    // run stays as PyTorch had it: it must fail where PyTorch failed).
+    let others: Vec<Run> = asked
+        .iter()
+        .flat_map(|&r| starts.variants(r).into_iter().skip(1))
+        .collect();
+    asked.extend(others);
+    asked
+}
+
+/// The runs done, each with what it answered at every OOM of the trace.
+pub(super) struct Runs<'a> {
+    starts: &'a Starts,
+    bounds: CapacityBounds,
+    done: Vec<(Run, Vec<OomCheck>)>,
+}
+
+impl<'a> Runs<'a> {
+    /// Replays every run in `asked`, a thread each, as many at once as there are cores
+    /// (a hundred runs or more from a checkpoint; this runs on a viewer's reader thread at
+    /// a live OOM too). `own_gc`: the job's own GC threshold, where PyTorch acted on it.
+    pub fn done(
+        trace: &Trace,
+        starts: &'a Starts,
+        bounds: CapacityBounds,
+        own_gc: Option<f64>,
+        asked: Vec<Run>,
+    ) -> Result<Runs<'a>, ReplayError> {
+        let at = |run: Run| {
+            let opts = ReplayOptions {
+                capacity: run.capacity,
+                source: bounds.source,
+                max_split_size: run.max_split,
+                gc_threshold: if run.gc_tried {
+                    Some(GC_THRESHOLD_TRIED)
+                } else {
+                    own_gc
+                },
+                roundup_power2_divisions: run.roundup.map(|n| [n; 16]),
+                empty_cache_at_steps: run.empty_steps,
+                addresses: run.addresses,
+            };
+            replay(starts.trace(trace, run.start), run.policy, opts).map(|run| run.oom_checks)
+        };
+        let workers = std::thread::available_parallelism().map_or(4, |n| n.get());
+        let mut answers: Vec<Result<Vec<OomCheck>, ReplayError>> = Vec::with_capacity(asked.len());
+        for batch in asked.chunks(workers) {
+            // They share nothing but the trace.
+            std::thread::scope(|scope| {
+                let handles: Vec<_> = batch
+                    .iter()
+                    .map(|&run| scope.spawn(move || at(run)))
+                    .collect();
+                answers.extend(
+                    handles
+                        .into_iter()
+                        .map(|h| h.join().unwrap_or_else(|_| Ok(Vec::new()))),
+                );
+            });
+        }
+        let mut done = Vec::with_capacity(asked.len());
+        for (run, answer) in asked.into_iter().zip(answers) {
+            done.push((run, answer?));
+        }
+        Ok(Runs {
+            starts,
+            bounds,
+            done,
+        })
+    }
+
+    /// Would a job run so have died by the OOM at `event`: there, or at an allocation
+    /// before it that the run could not place (PyTorch's own run placed them all)?
+    pub fn fails(&self, event: usize, run: Run) -> Option<bool> {
+        self.done
+            .iter()
+            .find(|(k, _)| *k == run)
+            .and_then(|(_, checks)| checks.iter().find(|c| c.event == event))
+            .map(|c| c.fails || c.failed_before > 0)
+    }
+
+    /// Fits only where it fits at the low capacity in every variant; fails only where it
+    /// fails at the high capacity in every variant.
+    pub fn verdict(&self, event: usize, run: Run) -> Verdict {
+        let variants = self.starts.variants(run);
+        let at = |capacity: u64| {
+            variants
+                .iter()
+                .map(move |&v| self.fails(event, Run { capacity, ..v }))
+        };
+        if at(self.bounds.low).all(|f| f == Some(false)) {
+            Verdict::Fits
+        } else if at(self.bounds.high).all(|f| f == Some(true)) {
+            Verdict::Fails
+        } else {
+            Verdict::CannotTell
+        }
+    }
+
+    /// Why variants of a run disagree, at some capacity: the start (where the blocks live
+    /// at a checkpoint would have been), or the addresses (where CUDA would have put the
+    /// remedy's new segments).
+    pub fn disagreement(&self, event: usize, run: Run) -> Option<Disagreement> {
+        let variants = self.starts.variants(run);
+        let split = |same: &dyn Fn(&Run) -> bool| {
+            [self.bounds.low, self.bounds.high].iter().any(|&capacity| {
+                let mut seen = variants
+                    .iter()
+                    .filter(|v| same(v))
+                    .map(|&v| self.fails(event, Run { capacity, ..v }));
+                let first = seen.next().flatten();
+                seen.any(|f| f != first)
+            })
+        };
+        if split(&|v| v.addresses == AddressOrder::Trace) {
+            Some(Disagreement::Start)
+        } else if split(&|v| v.start == Start::AsFound) {
+            Some(Disagreement::Addresses)
+        } else {
+            None
+        }
+    }
+}
