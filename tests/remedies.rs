@@ -514,3 +514,161 @@ fn gpu_kept_files_of_stepped_jobs_give_pytorchs_outcomes_on_both_paths() {
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
+
+/// Hook 1.5: a file kept at an OOM whose history before its checkpoint came in pieces
+/// (the ring as read before the checkpoint cleared it, and the state just after), as the
+/// hook writes them: each a snapshot pickle, zlib-compressed. The split-cache workload of
+/// the A/B table: a 6 GiB block cached, split by 20 tensors of 304 MiB, the checkpoint,
+/// every other tensor freed, then 2.5 GiB asked under a 7.9 GiB cap.
+fn split_cache_kept(with_history: bool) -> Vec<u8> {
+    use std::io::Write;
+    use trace_support::{block, dict, event, pickle, segment, snapshot, P};
+    let x: i64 = 0x7f00_0000_0000;
+    let part: i64 = 304 << 20;
+    let whole: i64 = 6 << 30;
+    let seg = |live: &dyn Fn(i64) -> bool| {
+        let mut blocks: Vec<P> = (0..20)
+            .map(|i| {
+                let state = if live(i) {
+                    "active_allocated"
+                } else {
+                    "inactive"
+                };
+                block(x + i * part, part, state)
+            })
+            .collect();
+        blocks.push(block(x + 20 * part, whole - 20 * part, "inactive"));
+        segment(x, whole, blocks)
+    };
+    let mut ring = vec![
+        event("segment_alloc", x, whole, vec![]),
+        event("alloc", x, whole, vec![]),
+        event("free_requested", x, whole, vec![]),
+        event("free_completed", x, whole, vec![]),
+    ];
+    ring.extend((0..20).map(|i| event("alloc", x + i * part, part, vec![])));
+    let zlib = |value: &P| {
+        let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::fast());
+        z.write_all(&pickle(value)).unwrap();
+        P::Bytes(z.finish().unwrap())
+    };
+    let at_checkpoint = vec![seg(&|_| true)];
+    let events_piece = snapshot(vec![seg(&|_| true)], vec![ring]);
+    let state_piece = snapshot(at_checkpoint.clone(), vec![vec![]]);
+    // The file's own ring: the checkpoint's `snapshot` entry, the frees, the OOM (its
+    // `addr` is the device's free bytes: 70 GiB, so a memory fraction refused it).
+    let mut after = vec![event("snapshot", 0, 20 * part, vec![])];
+    after.extend(
+        (0..20)
+            .step_by(2)
+            .map(|i| event("free_completed", x + i * part, part, vec![])),
+    );
+    after.push(event("oom", 70 << 30, 2560 << 20, vec![]));
+    let mut file = snapshot(vec![seg(&|i| i % 2 == 1)], vec![after]);
+    let history = dict(vec![
+        ("version", P::Int(1)),
+        ("from_start", P::Bool(true)),
+        (
+            "pieces",
+            P::List(vec![
+                dict(vec![
+                    ("kind", P::Str("events".into())),
+                    ("zlib", zlib(&events_piece)),
+                ]),
+                // The last piece as read: an OOM came before the hook compressed it.
+                dict(vec![
+                    ("kind", P::Str("state".into())),
+                    ("pickle", P::Bytes(pickle(&state_piece))),
+                ]),
+            ]),
+        ),
+    ]);
+    let kept = dict(vec![
+        ("number", P::Int(1)),
+        ("pid", P::Int(4242)),
+        ("time_s", P::Float(1_795_321_079.0)),
+        ("device", P::Int(0)),
+        ("requested_bytes", P::Int(2560 << 20)),
+        ("device_free_bytes", P::Int(70 << 30)),
+        ("device_total_bytes", P::Int(7900 << 20)),
+        ("ring", dict(vec![("complete", P::Bool(true))])),
+        (
+            "checkpoint",
+            dict(vec![
+                ("time_s", P::Float(1_795_321_078.5)),
+                ("skip", P::Int(0)),
+                ("segments", P::List(at_checkpoint)),
+            ]),
+        ),
+        ("history", if with_history { history } else { P::None }),
+    ]);
+    if let P::Dict(pairs) = &mut file {
+        pairs.push((P::Str("vramtop_oom".into()), kept));
+    }
+    pickle(&file)
+}
+
+#[test]
+fn a_history_kept_in_pieces_is_replayed_from_the_jobs_start() {
+    let verdicts = |with_history: bool| {
+        let bytes = split_cache_kept(with_history);
+        let t = trace::from_bytes(&bytes, &Default::default()).unwrap();
+        let kept = t.stats.kept_oom.clone().unwrap();
+        let ooms = trace_ooms(&t);
+        let all = remedies(&t, &ooms, None).unwrap();
+        let v: Vec<(String, Verdict)> = all[0]
+            .remedies
+            .iter()
+            .map(|r| (r.remedy.to_string(), r.verdict))
+            .collect();
+        (t, kept, v)
+    };
+    let (t, kept, with) = verdicts(true);
+    // Stitched on: the job's own start, no checkpoint to begin from, no blocks before it.
+    let history = kept.history.expect("the pieces were read");
+    assert_eq!(
+        (history.pieces, history.from_start, history.filled),
+        (2, true, 0)
+    );
+    assert_eq!(kept.checkpoint, None);
+    assert!(t.initial.is_empty() && t.initial_segments.is_empty());
+    assert_eq!(
+        t.events[0].kind,
+        TraceEventKind::SegmentAlloc,
+        "{:?}",
+        &t.events[..3]
+    );
+    // PyTorch 2.11 on an H100: expandable segments and max_split_size_mb fit.
+    assert_eq!(
+        with[0],
+        ("expandable_segments:True".into(), Verdict::Fits),
+        "{with:?}"
+    );
+    assert_eq!(with[1].1, Verdict::Fits, "{with:?}");
+    // ... and the GC threshold does not: no request before the last misses the cache.
+    let gc = with
+        .iter()
+        .find(|(r, _)| r.starts_with("garbage_collection_threshold"));
+    assert_eq!(gc.map(|g| g.1), Some(Verdict::Fails), "{with:?}");
+    // The same file without its pieces begins at the checkpoint, as hook 1.4's did, where
+    // the 20 tensors live then decide max_split_size_mb: replayed where PyTorch had them
+    // and packed anew, they give different answers.
+    let (t, kept, without) = verdicts(false);
+    assert!(kept.history.is_none() && kept.checkpoint.is_some());
+    assert_eq!(t.initial.len(), 20);
+    assert_eq!(without[1].1, Verdict::CannotTell, "{without:?}");
+}
+
+#[test]
+fn a_history_piece_that_cannot_be_read_leaves_the_checkpoint() {
+    let mut bytes = split_cache_kept(true);
+    // Spoil the first piece's zlib stream (its header follows the first `x\x01` pair).
+    let at = bytes.windows(2).position(|w| w == [0x78, 0x01]).unwrap();
+    bytes[at + 2] ^= 0xff;
+    bytes[at + 3] ^= 0xff;
+    let t = trace::from_bytes(&bytes, &Default::default()).unwrap();
+    let kept = t.stats.kept_oom.unwrap();
+    assert!(kept.history.is_none());
+    assert!(kept.checkpoint.is_some());
+    assert_eq!(t.initial.len(), 20);
+}

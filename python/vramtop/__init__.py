@@ -3,6 +3,7 @@
     import vramtop
     vramtop.start()              # serve this process's CUDA allocator to vramtop viewers
     vramtop.hook_path()          # the folder to put first on PYTHONPATH for child jobs
+    vramtop.step()               # mark the end of a step, in a loop with no torch optimizer
 
 In Jupyter or IPython: `%load_ext vramtop`, then `%vramtop` (start the hook and print the
 command to watch it) and `%vramtop status` (this kernel's allocator, summed up).
@@ -20,7 +21,7 @@ import subprocess as _subprocess
 import sys as _sys
 import sysconfig as _sysconfig
 
-__all__ = ["start", "hook_path", "binary", "status", "load_ipython_extension"]
+__all__ = ["start", "step", "hook_path", "binary", "status", "load_ipython_extension"]
 
 _HOOK_DIR = _os.path.join(_os.path.dirname(_os.path.abspath(__file__)), "_hook")
 
@@ -43,6 +44,19 @@ def start(history=False):
     _clear_stale_sockets(vramtop_hook.socket_dir())
     vramtop_hook.start(history=history)
     return _os.getpid()
+
+
+def step():
+    """Mark the end of one step of this job (a decoding step, a training step without a
+    torch optimizer) in the hook's history: at an OOM, `empty_cache() between steps` is
+    replayed at each mark. Optimizer steps are marked by the hook itself. Does nothing
+    where the hook is not running; never raises."""
+    hook = _sys.modules.get("vramtop_hook")
+    if hook is not None:
+        try:
+            hook.mark_step()
+        except Exception:
+            pass
 
 
 def _clear_stale_sockets(directory):

@@ -130,7 +130,7 @@ pub(super) fn initial_state(
     (blocks, segments)
 }
 
-fn is_live(state: BlockState) -> bool {
+pub(super) fn is_live(state: BlockState) -> bool {
     matches!(state, BlockState::Allocated | BlockState::PendingFree)
 }
 

@@ -34,6 +34,7 @@
 
 pub mod cause;
 mod checkpoint;
+mod history;
 mod initial;
 pub mod leaks;
 pub mod ooms;
@@ -243,6 +244,22 @@ pub struct KeptOom {
     /// Hook 1.4: what the live memory was for at the OOM (parameters, gradients,
     /// optimizer state), read off the job's tensors; None where the hook found none.
     pub roles: Option<roles::Roles>,
+    /// Hook 1.5: the history before the checkpoint, kept in pieces and stitched on
+    /// (`vramtop_oom.history`); None where there was none or it could not be used.
+    pub history: Option<KeptHistory>,
+}
+
+/// What a kept history in pieces gave (hook 1.5).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct KeptHistory {
+    /// Pieces read (rings and the states after them).
+    pub pieces: usize,
+    /// It begins at the job's first allocation (else at an older checkpoint).
+    pub from_start: bool,
+    /// Events put in where a ring's read and its clearing left a gap.
+    pub filled: u64,
+    /// Events stitched in before the file's own ring.
+    pub events: usize,
 }
 
 /// Where a kept file's history begins when it is not the job's start: the allocator's

@@ -15,6 +15,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use super::cause::{AllocatedSeries, GpuProcess, GpuProcesses};
+use super::history;
 use super::pickle::{self, Dict, Finished, IdHasher, Value};
 use super::roles::Roles;
 use super::{
@@ -53,14 +54,15 @@ pub(super) fn import_reader(
         },
         pickle::ReadError::Pickle(e) => TraceErrorKind::Pickle(e),
     })?;
-    import(&root, entries, opts.device)
+    import(&root, entries, opts)
 }
 
 fn import(
     root: &Value,
     mut entries: EntryReader,
-    device: Option<i64>,
+    opts: &LoadOptions,
 ) -> Result<Trace, TraceErrorKind> {
+    let device = opts.device;
     let (traces, segments) = top_level(root)?;
     let devices_with_traces: Vec<i64> = traces
         .iter()
@@ -144,15 +146,54 @@ fn import(
             };
             let (reconciled, contradictions) =
                 super::checkpoint::reconcile(&at_checkpoint, &mut events);
+            // Hook 1.5: the history before the checkpoint, when it stitches up to it.
+            let stitched = root
+                .get("vramtop_oom")
+                .and_then(|k| k.get("history"))
+                .and_then(|h| history_pieces(h, chosen, opts, &mut entries))
+                .and_then(history::stitch)
+                .filter(|s| s.contradictions == 0 && same_live(&s.last, &at_checkpoint));
+            let Some(stitched) = stitched else {
+                if let Some(kept) = stats.kept_oom.as_mut() {
+                    kept.checkpoint = Some(crate::Checkpoint {
+                        time_us,
+                        skipped: skip as u64,
+                        reconciled,
+                        contradictions,
+                    });
+                }
+                return Ok(finish(
+                    chosen,
+                    super::checkpoint::initial_state(&at_checkpoint),
+                    events,
+                    segments_at_end,
+                    root,
+                    stats,
+                ));
+            };
+            let from = stitched.events.first().and_then(|e| e.time_us);
             if let Some(kept) = stats.kept_oom.as_mut() {
-                kept.checkpoint = Some(crate::Checkpoint {
-                    time_us,
+                kept.history = Some(crate::KeptHistory {
+                    pieces: stitched.pieces,
+                    from_start: stitched.base.is_none(),
+                    filled: stitched.filled,
+                    events: stitched.events.len(),
+                });
+                // From the job's start there is no checkpoint to begin from.
+                kept.checkpoint = stitched.base.as_ref().map(|_| crate::Checkpoint {
+                    time_us: from.unwrap_or(time_us),
                     skipped: skip as u64,
                     reconciled,
                     contradictions,
                 });
             }
-            super::checkpoint::initial_state(&at_checkpoint)
+            let mut all = stitched.events;
+            all.append(&mut events);
+            events = all;
+            match &stitched.base {
+                Some(base) => super::checkpoint::initial_state(base),
+                None => (Vec::new(), Vec::new()),
+            }
         }
         None => super::initial::infer(&segments_at_end, &events),
     };
@@ -164,6 +205,116 @@ fn import(
         root,
         stats,
     ))
+}
+
+/// Hook 1.5: the pieces of `vramtop_oom.history` for `device`, each a snapshot as
+/// PyTorch's C++ pickles it, zlib-compressed; None where one cannot be read (the history
+/// then begins at the checkpoint, as without it). Streams keep the numbers the file's own
+/// entries gave them.
+fn history_pieces(
+    history: &Value,
+    device: i64,
+    opts: &LoadOptions,
+    entries: &mut EntryReader,
+) -> Option<Vec<history::Piece>> {
+    if int_field(history, "version") != Some(1) {
+        return None;
+    }
+    let mut reader = EntryReader {
+        streams: std::mem::take(&mut entries.streams),
+        ..EntryReader::default()
+    };
+    let mut pieces = Vec::new();
+    let mut left = opts.max_bytes;
+    for piece in history.get("pieces").and_then(Value::as_seq)? {
+        // Compressed once the checkpoint is past; an OOM right at it finds the last ones
+        // as read.
+        let (bytes, compressed) = match (piece.get("zlib"), piece.get("pickle")) {
+            (Some(Value::Bytes(b)), _) => (b, true),
+            (_, Some(Value::Bytes(b))) => (b, false),
+            _ => {
+                pieces.clear();
+                break;
+            }
+        };
+        let kind = piece.get("kind").and_then(Value::as_str);
+        let read = read_piece(bytes, compressed, kind, device, left, opts, &mut reader);
+        match read {
+            Some((piece, size)) => {
+                left = left.saturating_sub(size);
+                pieces.push(piece);
+            }
+            None => {
+                pieces.clear();
+                break;
+            }
+        }
+    }
+    entries.streams = std::mem::take(&mut reader.streams);
+    (!pieces.is_empty()).then_some(pieces)
+}
+
+/// One piece: its events (`events`) or its segments (`state`), and the bytes it took.
+fn read_piece(
+    bytes: &[u8],
+    compressed: bool,
+    kind: Option<&str>,
+    device: i64,
+    left: u64,
+    opts: &LoadOptions,
+    reader: &mut EntryReader,
+) -> Option<(history::Piece, u64)> {
+    let mut inflated = Vec::new();
+    let pickled: &[u8] = if compressed {
+        flate2::read::ZlibDecoder::new(bytes)
+            .take(left.saturating_add(1))
+            .read_to_end(&mut inflated)
+            .ok()?;
+        &inflated
+    } else {
+        bytes
+    };
+    if pickled.len() as u64 > left {
+        return None;
+    }
+    // Each piece's entries are its own: numbered from 0 again.
+    reader.entries.clear();
+    reader.skipped.clear();
+    reader.hook_added.clear();
+    let root = {
+        let mut reduce = |finished: Finished<'_>| reader.reduce(finished);
+        pickle::from_reader(pickled, left, opts.pickle_limits, Some(&mut reduce)).ok()?
+    };
+    let (traces, segments) = top_level(&root).ok()?;
+    let piece = match kind? {
+        "events" => {
+            let trace = usize::try_from(device)
+                .ok()
+                .and_then(|i| traces.get(i))
+                .and_then(Value::as_seq)
+                .unwrap_or(&[]);
+            let mut stats = TraceStats::default();
+            history::Piece::Events(reader.events_of(trace, device, &mut stats))
+        }
+        "state" => history::Piece::State(import_segments(segments, device, reader).ok()?),
+        _ => return None,
+    };
+    Some((piece, pickled.len() as u64))
+}
+
+/// The same blocks live in both (the last piece of a history is the checkpoint's state).
+fn same_live(a: &[SnapshotSegment], b: &[SnapshotSegment]) -> bool {
+    let live = |segments: &[SnapshotSegment]| {
+        let mut blocks: Vec<(u64, u64)> = segments
+            .iter()
+            .flat_map(|s| &s.blocks)
+            .filter(|b| matches!(b.state, BlockState::Allocated | BlockState::PendingFree))
+            .map(|b| (b.addr, b.size))
+            .collect();
+        blocks.sort_unstable();
+        blocks
+    };
+    live(a) == live(b)
 }
 
 /// The trace of `device`, from where its replay starts, its events and its final segments.
@@ -719,6 +870,7 @@ fn kept_oom(value: &Value) -> Option<KeptOom> {
         step_series: value.get("step_series").and_then(allocated_series),
         gpu_processes: value.get("gpu_processes").and_then(gpu_processes),
         roles: value.get("roles").and_then(roles),
+        history: None, // set by `import`, which reads its pieces
     })
 }
 

@@ -348,8 +348,17 @@ impl Judge<'_> {
     /// `empty_cache()` after each optimizer step the hook marked before the OOM.
     fn between_steps(&self, at: &At) -> RemedyVerdict {
         let steps = self.step_marks.iter().filter(|&&m| m < at.event).count();
-        if !at.replay_fails_there || at.beyond.is_some() || steps == 0 {
+        if !at.replay_fails_there || at.beyond.is_some() {
             return remedy::empty_cache_between_steps(at.beyond.clone());
+        }
+        if steps == 0 {
+            return RemedyVerdict::new(
+                Remedy::EmptyCacheBetweenSteps,
+                Verdict::CannotTell,
+                "the job marked no steps before the OOM, so its history has no place to \
+                 empty the cache at (the hook marks each torch optimizer step; a loop \
+                 without one marks its own with vramtop.step())",
+            );
         }
         let run = Run {
             empty_steps: true,

@@ -25,6 +25,9 @@ pub struct TraceFigures {
     pub reserved_at_end_bytes: Option<u64>,
     /// PyTorch snapshots: peak of the traced allocator's reserved bytes.
     pub reserved_peak_bytes: Option<u64>,
+    /// Where a kept file's history begins, when the hook kept it in pieces (hook 1.5).
+    #[serde(skip)]
+    pub history: Option<String>,
 }
 
 impl TraceFigures {
@@ -46,6 +49,25 @@ impl TraceFigures {
             live_peak_with_initial_bytes: trace.live_bytes_peak_with_initial(TRACE_ROUNDING),
             reserved_at_end_bytes: reserved_at_end,
             reserved_peak_bytes: reserved_at_end.and_then(|end| reserved_peak(trace, end)),
+            history: trace
+                .stats
+                .kept_oom
+                .as_ref()
+                .and_then(|k| k.history.as_ref())
+                .map(|h| {
+                    format!(
+                        "history: {}, {} events stitched from {} pieces the hook kept ({} put \
+                         in where a ring's read and its clearing left a gap)",
+                        if h.from_start {
+                            "from the job's first allocation"
+                        } else {
+                            "from an older checkpoint"
+                        },
+                        thousands(h.events as u64),
+                        h.pieces,
+                        h.filled
+                    )
+                }),
         }
     }
 }
@@ -101,6 +123,10 @@ pub fn table(name: &str, figures: &TraceFigures, rows: &[ReplayReport]) -> Strin
         thousands(figures.initial_blocks),
         mib(figures.initial_bytes)
     );
+    if let Some(history) = &figures.history {
+        out += history;
+        out.push('\n');
+    }
     if let Some(n) = rows
         .first()
         .map(|r| r.counts.initial_from_frees)

@@ -1,0 +1,239 @@
+//! A history kept in pieces (hook 1.5): before each checkpoint cleared PyTorch's ring, the
+//! hook read it whole (`events`) and, just after, the allocator's state (`state`), each as
+//! PyTorch pickles a snapshot. Stitched, they are the job's events from its first
+//! allocation (`from_start`: the first piece is events) or from an older checkpoint (the
+//! first piece is that checkpoint's state), up to the last checkpoint, from which the
+//! file's own ring goes on.
+//!
+//! Between the ring's read and its clearing the job went on allocating (microseconds, at
+//! most a few hundred events): those events are in no piece. The next `state` holds what
+//! they did, so the stitch puts in the difference: a free for each block live before that
+//! the state no longer holds, an alloc for each block it holds that was not live, frees
+//! first. Their order within the gap is lost, nothing else. Each events piece begins
+//! with the entries the state before it already holds; as for a checkpoint
+//! (`checkpoint::reconcile`), they go up to the state's own `snapshot` entry.
+
+use std::collections::BTreeMap;
+
+use super::checkpoint::{is_live, reconcile};
+use super::{SnapshotSegment, StreamId, TraceEvent, TraceEventKind};
+
+/// One piece of a kept history, read for the OOM's device.
+#[derive(Clone, Debug, PartialEq)]
+pub(super) enum Piece {
+    /// The ring as read before a checkpoint: every event since the one before.
+    Events(Vec<TraceEvent>),
+    /// The allocator's segments at a checkpoint.
+    State(Vec<SnapshotSegment>),
+}
+
+/// The pieces stitched into one history.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(super) struct Stitched {
+    /// The segments the history starts from: none when it starts at the job's first
+    /// allocation.
+    pub base: Option<Vec<SnapshotSegment>>,
+    /// Every event from there to the last state, the gaps filled.
+    pub events: Vec<TraceEvent>,
+    /// The last state: where the file's own ring goes on from.
+    pub last: Vec<SnapshotSegment>,
+    /// Events put in for the gaps.
+    pub filled: u64,
+    /// Events that contradict the state before them: a replay of this is not the job's.
+    pub contradictions: u64,
+    /// Pieces stitched.
+    pub pieces: usize,
+}
+
+/// Stitches `pieces` (events and states alternating, ending with a state); `None` when
+/// they are not in that order (the history then starts at the last checkpoint).
+pub(super) fn stitch(pieces: Vec<Piece>) -> Option<Stitched> {
+    if !matches!(pieces.last(), Some(Piece::State(_))) {
+        return None;
+    }
+    let mut out = Stitched {
+        pieces: pieces.len(),
+        ..Stitched::default()
+    };
+    let mut live: BTreeMap<u64, (u64, StreamId)> = BTreeMap::new();
+    let mut before: Option<Vec<SnapshotSegment>> = None;
+    let mut expect_events = matches!(pieces.first(), Some(Piece::Events(_)));
+    for (i, piece) in pieces.into_iter().enumerate() {
+        match piece {
+            Piece::Events(mut events) if expect_events => {
+                if let Some(state) = &before {
+                    let (_, contradictions) = reconcile(state, &mut events);
+                    out.contradictions += contradictions;
+                }
+                for e in &events {
+                    match e.kind {
+                        TraceEventKind::Alloc => {
+                            live.insert(e.addr, (e.size, e.stream));
+                        }
+                        TraceEventKind::FreeCompleted => {
+                            live.remove(&e.addr);
+                        }
+                        _ => {}
+                    }
+                }
+                out.events.extend(events);
+            }
+            Piece::State(segments) if !expect_events => {
+                let now = live_blocks(&segments);
+                if i == 0 {
+                    out.base = Some(segments.clone());
+                } else {
+                    out.filled += fill_gap(&live, &now, &mut out.events);
+                }
+                live = now;
+                before = Some(segments);
+            }
+            _ => return None,
+        }
+        expect_events = !expect_events;
+    }
+    out.last = before.unwrap_or_default();
+    Some(out)
+}
+
+/// The live blocks of `segments`, by address.
+fn live_blocks(segments: &[SnapshotSegment]) -> BTreeMap<u64, (u64, StreamId)> {
+    segments
+        .iter()
+        .flat_map(|s| {
+            s.blocks
+                .iter()
+                .filter(|b| is_live(b.state))
+                .map(move |b| (b.addr, (b.size, s.stream)))
+        })
+        .collect()
+}
+
+/// Appends to `events` what turns `was` into `now`: frees first, then allocs, each in
+/// address order; returns how many.
+fn fill_gap(
+    was: &BTreeMap<u64, (u64, StreamId)>,
+    now: &BTreeMap<u64, (u64, StreamId)>,
+    events: &mut Vec<TraceEvent>,
+) -> u64 {
+    let at = events.last().and_then(|e| e.time_us);
+    let event = |kind, addr, (size, stream): (u64, StreamId)| TraceEvent {
+        kind,
+        addr,
+        size,
+        stream,
+        tag: None,
+        time_us: at,
+    };
+    let before = events.len();
+    for (&addr, &block) in was {
+        if now.get(&addr) != Some(&block) {
+            events.push(event(TraceEventKind::FreeCompleted, addr, block));
+        }
+    }
+    for (&addr, &block) in now {
+        if was.get(&addr) != Some(&block) {
+            events.push(event(TraceEventKind::Alloc, addr, block));
+        }
+    }
+    (events.len() - before) as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::SnapshotBlock;
+    use vramtop_alloc::{BlockState, Pool};
+
+    const MIB: u64 = 1 << 20;
+
+    fn ev(kind: TraceEventKind, addr: u64, size: u64) -> TraceEvent {
+        TraceEvent::bare(kind, addr, size)
+    }
+
+    /// One 20 MiB segment at 0x1000_0000 holding `live` blocks (address, MiB).
+    fn state(live: &[(u64, u64)]) -> Vec<SnapshotSegment> {
+        vec![SnapshotSegment {
+            addr: 0x1000_0000,
+            total_size: 20 * MIB,
+            stream: 0,
+            pool: Pool::Large,
+            is_expandable: false,
+            blocks: live
+                .iter()
+                .map(|&(addr, mib)| SnapshotBlock {
+                    addr,
+                    size: mib * MIB,
+                    requested_size: mib * MIB,
+                    state: BlockState::Allocated,
+                    tag: None,
+                })
+                .collect(),
+        }]
+    }
+
+    #[test]
+    fn pieces_from_the_start_stitch_with_their_gaps_filled() {
+        use TraceEventKind::*;
+        let a = 0x1000_0000;
+        let b = a + 4 * MIB;
+        let c = a + 8 * MIB;
+        let pieces = vec![
+            // From the job's start: A and B allocated, B freed.
+            Piece::Events(vec![
+                ev(Alloc, a, 4 * MIB),
+                ev(Alloc, b, 4 * MIB),
+                ev(FreeCompleted, b, 4 * MIB),
+            ]),
+            // In the gap: A freed, C allocated.
+            Piece::State(state(&[(c, 4)])),
+            // The next ring: what the state read saw, its `snapshot` entry, then on.
+            Piece::Events(vec![
+                ev(Alloc, c, 4 * MIB),
+                ev(Snapshot, 0, 4 * MIB),
+                ev(FreeCompleted, c, 4 * MIB),
+            ]),
+            Piece::State(state(&[])),
+        ];
+        let s = stitch(pieces).expect("stitched");
+        assert_eq!(s.base, None);
+        let kinds: Vec<(TraceEventKind, u64)> = s.events.iter().map(|e| (e.kind, e.addr)).collect();
+        assert_eq!(
+            kinds,
+            vec![
+                (Alloc, a),
+                (Alloc, b),
+                (FreeCompleted, b),
+                (FreeCompleted, a),
+                (Alloc, c),
+                (FreeCompleted, c),
+            ]
+        );
+        assert_eq!((s.filled, s.contradictions), (2, 0));
+        assert!(s.last[0].blocks.is_empty());
+    }
+
+    #[test]
+    fn pieces_from_a_checkpoint_start_at_its_state() {
+        use TraceEventKind::*;
+        let a = 0x1000_0000;
+        let pieces = vec![
+            Piece::State(state(&[(a, 4)])),
+            Piece::Events(vec![ev(Snapshot, 0, 0), ev(FreeCompleted, a, 4 * MIB)]),
+            Piece::State(state(&[])),
+        ];
+        let s = stitch(pieces).expect("stitched");
+        assert_eq!(s.base.as_ref().map(|b| b[0].blocks.len()), Some(1));
+        assert_eq!(s.events.len(), 1);
+        assert_eq!(s.filled, 0);
+    }
+
+    #[test]
+    fn pieces_out_of_order_are_no_history() {
+        assert_eq!(stitch(vec![Piece::Events(Vec::new())]), None);
+        assert_eq!(
+            stitch(vec![Piece::State(state(&[])), Piece::State(state(&[]))]),
+            None
+        );
+    }
+}

@@ -1,0 +1,114 @@
+"""The hook's history in pieces (hook 1.5) and the job's own step marks, in this process."""
+
+import collections
+import os
+import pickle
+import shutil
+import sys
+import tempfile
+import unittest
+import zlib
+
+from support import HOOK_DIR
+
+if HOOK_DIR not in sys.path:
+    sys.path.insert(0, HOOK_DIR)
+import vramtop_hook  # noqa: E402
+
+
+class HistoryTest(unittest.TestCase):
+    def test_pieces_are_kept_as_read_then_compressed(self):
+        h = vramtop_hook.History(limit=1 << 20)
+        h.add(b"events" * 100, b"state")
+        kept = h.of()
+        self.assertTrue(kept["from_start"])
+        self.assertEqual([p["kind"] for p in kept["pieces"]], ["events", "state"])
+        self.assertEqual(kept["pieces"][0]["pickle"], b"events" * 100)
+        h.pack()
+        packed = h.of()["pieces"]
+        self.assertEqual(zlib.decompress(packed[0]["zlib"]), b"events" * 100)
+        self.assertEqual(h.bytes, sum(len(p["zlib"]) for p in packed))
+
+    def test_past_its_limit_it_begins_at_a_later_checkpoint(self):
+        h = vramtop_hook.History(limit=3000)
+        for n in range(6):
+            h.add(os.urandom(1000), b"state %d" % n)  # random: zlib does not shrink it
+            h.pack()
+        kinds = [p["kind"] for p in h.of()["pieces"]]
+        # Whole pairs went, oldest first: it now begins at a checkpoint's state.
+        self.assertEqual(kinds[0], "state")
+        self.assertFalse(h.of()["from_start"])
+        self.assertEqual(kinds, ["state", "events", "state", "events", "state"][: len(kinds)])
+        self.assertLessEqual(h.bytes, 3000 + 1100)
+        self.assertEqual(zlib.decompress(h.of()["pieces"][-1]["zlib"]), b"state 5")
+
+    def test_a_restart_drops_what_came_before(self):
+        h = vramtop_hook.History(limit=1 << 20)
+        h.add(b"e", b"s1")
+        h.restart(b"s2")
+        self.assertEqual([(p["kind"], p["pickle"]) for p in h.of()["pieces"]], [("state", b"s2")])
+        h.clear()
+        self.assertIsNone(h.of())
+
+
+class KeptHistoryTest(unittest.TestCase):
+    """An OOM's file carries the pieces; over VRAMTOP_OOM_MAX_MB the oldest go first."""
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="vth-history-")
+        self.saved = (os.environ.get("VRAMTOP_OOM_DIR"), vramtop_hook.OOM_MAX_MB)
+        os.environ["VRAMTOP_OOM_DIR"] = self.dir
+
+    def tearDown(self):
+        directory, cap = self.saved
+        if directory is None:
+            os.environ.pop("VRAMTOP_OOM_DIR", None)
+        else:
+            os.environ["VRAMTOP_OOM_DIR"] = directory
+        vramtop_hook.OOM_MAX_MB = cap
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def test_the_oldest_pieces_go_first_to_keep_the_file_under_its_cap(self):
+        h = vramtop_hook.History(limit=64 << 20)
+        for _ in range(4):
+            h.add(os.urandom(300 << 10), os.urandom(10 << 10))
+        h.pack()
+        vramtop_hook.OOM_MAX_MB = 0.7  # room for about two events pieces
+        oom = {
+            "device": 0, "time_s": 1.0, "requested_bytes": 1 << 20, "device_free_bytes": 0,
+            "device_total_bytes": 1 << 30, "stats": {}, "summary": "", "history": h.of(),
+        }
+        keeper = vramtop_hook.OomKeeper()
+        path = keeper.keep({"segments": [], "device_traces": [[]]}, oom)
+        self.assertIsNotNone(path)
+        with open(path, "rb") as f:
+            kept = pickle.load(f)["vramtop_oom"]["history"]
+        kinds = [p["kind"] for p in kept["pieces"]]
+        self.assertEqual(kinds[0], "state")
+        self.assertEqual(kinds[-1], "state")
+        self.assertLess(len(kinds), 8)
+        self.assertFalse(kept["from_start"])
+
+
+class StepMarkTest(unittest.TestCase):
+    def test_the_jobs_own_step_marks_go_where_optimizer_steps_go(self):
+        class Alloc:
+            steps = collections.deque(maxlen=4)
+
+        class Hook:
+            alloc = Alloc()
+
+        saved = vramtop_hook._hook
+        try:
+            vramtop_hook._hook = None
+            vramtop_hook.mark_step()  # no hook yet: nothing, and no error
+            vramtop_hook._hook = Hook()
+            for _ in range(6):
+                vramtop_hook.mark_step()
+            self.assertEqual(len(Hook.alloc.steps), 4)
+        finally:
+            vramtop_hook._hook = saved
+
+
+if __name__ == "__main__":
+    unittest.main()
