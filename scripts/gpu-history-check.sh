@@ -4,7 +4,10 @@
 #      the kept file's replay), then each remedy in a fresh process (PyTorch's outcome);
 #   2. what the hook's states cost a GPT-2 step, in one process (hook_read_cost.py), with
 #      the default ring (65,536 entries, checkpointed) and with none;
-#   3. the hook's host memory with and without the ring (VmHWM of the same GPT-2 loop).
+#   3. the hook's host memory with and without the ring (VmHWM of the same GPT-2 loop);
+#   4. what reading the ring whole before each checkpoint costs a GPT-2 step (hook 1.5), in
+#      one process (ring_history_cost.py), and what PyTorch's C++ read itself costs
+#      against _snapshot() (ring_pickled_cost.py, without the hook).
 # Usage: scripts/gpu-history-check.sh path/to/vramtop [ab|cost|all] [workload...]
 set -uo pipefail
 BIN=$(realpath "${1:?usage: gpu-history-check.sh path/to/vramtop [ab|cost|all] [workload...]}")
@@ -37,4 +40,9 @@ print(re.search(r"VmHWM:\s+(\d+) kB", open("/proc/self/status").read()).group(1)
 ' > "$OUT/hwm-ring$ring.txt" 2>&1
     echo "VmHWM kB, ring $ring: $(tail -1 "$OUT/hwm-ring$ring.txt")"
   done
+  "$BIN" run --quiet -- python3 ring_history_cost.py --blocks 60 \
+    > "$OUT/history-cost.json" 2> "$OUT/history-cost.err"
+  echo "history read cost: $(tail -1 "$OUT/history-cost.json")"
+  OUT="$OUT" python3 ring_pickled_cost.py > "$OUT/ring-pickled.log" 2>&1
+  echo "ring read off the GIL: $OUT/ring_pickled.json"
 fi

@@ -257,7 +257,13 @@ def under_vramtop(binary, workload, work):
     p = subprocess.run([binary, "run", *flags, "--", sys.executable, __file__, "job",
                         workload, "none"], env=env, capture_output=True, text=True,
                        timeout=500, stdin=subprocess.DEVNULL)
-    out, _ = attach.communicate(timeout=60)
+    try:
+        out, _ = attach.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        # A job that ended before the viewer's first look leaves it waiting for a job to
+        # end: no live verdicts then (the kept file's still count).
+        attach.kill()
+        out, _ = attach.communicate()
     with open(os.path.join(work, "attach.jsonl"), "w") as f:
         f.write(out)
     live = None
