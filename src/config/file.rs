@@ -160,7 +160,8 @@ pub fn parse(text: &str) -> Result<Settings, FileError> {
     }
     if let Some(v) = &raw.backing {
         let backing = v.get_ref().parse::<BackingChoice>();
-        settings.backing = Some(backing.map_err(|e| field_error(text, "backing", v, e))?);
+        settings.backing =
+            Some(backing.map_err(|e| field_error(text, "backing", v, e.to_string()))?);
     }
     if let Some(v) = &raw.columns {
         let mut columns = Vec::new();

@@ -105,16 +105,15 @@ pub fn run(cli: Cli, config: ConfigFile) -> Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Some(Command::GpuSelfCheck) => match vramtop_alloc::backing::cuda::self_check(0) {
-            Ok(report) => {
-                println!("{report}");
-                Ok(ExitCode::SUCCESS)
-            }
-            Err(report) => {
-                println!("{report}");
-                Ok(ExitCode::from(1))
-            }
-        },
+        Some(Command::GpuSelfCheck) => {
+            let check = vramtop_alloc::backing::cuda::self_check(0);
+            println!("{}", check.report);
+            Ok(if check.passed {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            })
+        }
         Some(Command::Probe {
             scenario,
             seconds,

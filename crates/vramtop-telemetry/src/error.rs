@@ -27,6 +27,57 @@ pub enum TelemetryError {
         path: Option<PathBuf>,
         why: &'static str,
     },
+    /// A device source name that is none of ours.
+    UnknownDeviceSource(String),
+    /// One fetch of a `vramtop serve` host, and where it failed.
+    Fetch(FetchError),
+}
+
+/// Why one fetch of a `vramtop serve` host's `/api/snapshot` failed, said in a few words on
+/// the host's row.
+#[derive(Debug)]
+pub enum FetchError {
+    Connect(std::io::Error),
+    /// The HTTP exchange itself (handshake, request).
+    Http(hyper::Error),
+    Request(hyper::http::Error),
+    Status(u16),
+    /// The answer's body could not be read whole (or passed the size limit).
+    Body(Box<dyn std::error::Error + Send + Sync>),
+    Timeout(std::time::Duration),
+    NotASnapshot(serde_json::Error),
+    /// The host serves a newer snapshot shape than this vramtop reads.
+    NewerSchema {
+        served: u32,
+        read: u32,
+    },
+}
+
+impl fmt::Display for FetchError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FetchError::Connect(e) => write!(f, "{e}"),
+            FetchError::Http(e) => write!(f, "{e}"),
+            FetchError::Request(e) => write!(f, "building the request: {e}"),
+            FetchError::Status(code) => write!(f, "HTTP {code}"),
+            FetchError::Body(e) => write!(f, "reading the answer: {e}"),
+            FetchError::Timeout(t) => write!(f, "no answer within {} s", t.as_secs_f64()),
+            FetchError::NotASnapshot(e) => write!(f, "not a vramtop snapshot ({e})"),
+            FetchError::NewerSchema { served, read } => write!(
+                f,
+                "serves snapshot schema {served}, newer than the {read} this vramtop reads: \
+                 upgrade vramtop here"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for FetchError {}
+
+impl From<FetchError> for TelemetryError {
+    fn from(e: FetchError) -> Self {
+        TelemetryError::Fetch(e)
+    }
 }
 
 impl fmt::Display for TelemetryError {
@@ -42,6 +93,10 @@ impl fmt::Display for TelemetryError {
                 path: Some(path),
                 why,
             } => write!(f, "{}: the token {why}", path.display()),
+            TelemetryError::UnknownDeviceSource(name) => {
+                write!(f, "no device source '{name}'; use auto, nvml or sim")
+            }
+            TelemetryError::Fetch(e) => write!(f, "{e}"),
         }
     }
 }
@@ -52,7 +107,10 @@ impl std::error::Error for TelemetryError {
             TelemetryError::Thread { source, .. } | TelemetryError::TokenFile { source, .. } => {
                 Some(source)
             }
-            TelemetryError::Nvml(_) | TelemetryError::Token { .. } => None,
+            TelemetryError::Fetch(e) => Some(e),
+            TelemetryError::Nvml(_)
+            | TelemetryError::Token { .. }
+            | TelemetryError::UnknownDeviceSource(_) => None,
         }
     }
 }

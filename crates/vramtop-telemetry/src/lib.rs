@@ -19,7 +19,7 @@ pub mod sim;
 pub mod timing;
 pub mod trend;
 
-pub use error::TelemetryError;
+pub use error::{FetchError, TelemetryError};
 
 pub use open::DeviceChoice;
 pub use vramtop_alloc::framework::Framework;

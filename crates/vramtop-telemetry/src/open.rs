@@ -30,13 +30,13 @@ impl DeviceChoice {
 }
 
 impl std::str::FromStr for DeviceChoice {
-    type Err = String;
+    type Err = TelemetryError;
 
-    fn from_str(s: &str) -> Result<Self, String> {
+    fn from_str(s: &str) -> Result<Self, TelemetryError> {
         DeviceChoice::ALL
             .into_iter()
             .find(|d| d.name().eq_ignore_ascii_case(s))
-            .ok_or_else(|| format!("no device source '{s}'; use auto, nvml or sim"))
+            .ok_or_else(|| TelemetryError::UnknownDeviceSource(s.to_string()))
     }
 }
 

@@ -20,6 +20,7 @@ use tokio_util::sync::CancellationToken;
 use super::open::Opened;
 use super::{now_ms, DeviceHealth, DeviceSnapshot, SystemSnapshot, TelemetrySource};
 use crate::auth::BearerToken;
+use crate::error::FetchError;
 
 /// How long one fetch may take before the host is marked down.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -218,8 +219,7 @@ impl Fetcher {
                 _ = stop.cancelled() => return,
                 fetched = tokio::time::timeout(timeout, self.fetch()) => fetched,
             };
-            let result = fetched
-                .unwrap_or_else(|_| Err(format!("no answer within {} s", timeout.as_secs_f64())));
+            let result = fetched.unwrap_or(Err(FetchError::Timeout(timeout)));
             let wait = match result {
                 Ok(snapshot) => {
                     failures = 0;
@@ -230,7 +230,7 @@ impl Fetcher {
                     failures = failures.saturating_add(1);
                     let wait = backoff(failures);
                     *lock(&self.state) = HostState::Down {
-                        why,
+                        why: why.to_string(),
                         next_try: Instant::now() + wait,
                     };
                     wait
@@ -245,14 +245,14 @@ impl Fetcher {
 
     /// One GET of `/api/snapshot` on a fresh connection, with every failure said in a
     /// few words.
-    async fn fetch(&self) -> Result<SystemSnapshot, String> {
+    async fn fetch(&self) -> Result<SystemSnapshot, FetchError> {
         let stream = TcpStream::connect(&self.addr)
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(FetchError::Connect)?;
         let _ = stream.set_nodelay(true);
         let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(FetchError::Http)?;
         // The connection is driven beside the request and ends when `sender` is dropped.
         let driver = tokio::spawn(connection);
         let mut request = Request::get("/api/snapshot")
@@ -263,20 +263,20 @@ impl Fetcher {
         }
         let request = request
             .body(Empty::<Bytes>::new())
-            .map_err(|e| format!("building the request: {e}"))?;
+            .map_err(FetchError::Request)?;
         let answer = async {
             let response = sender
                 .send_request(request)
                 .await
-                .map_err(|e| e.to_string())?;
+                .map_err(FetchError::Http)?;
             let status = response.status();
             if !status.is_success() {
-                return Err(format!("HTTP {}", status.as_u16()));
+                return Err(FetchError::Status(status.as_u16()));
             }
             let body = Limited::new(response.into_body(), MAX_BODY_BYTES)
                 .collect()
                 .await
-                .map_err(|e| format!("reading the answer: {e}"))?
+                .map_err(FetchError::Body)?
                 .to_bytes();
             decode(&body)
         }
@@ -298,15 +298,13 @@ struct Served {
 
 /// The snapshot in a body of `/api/snapshot`; a newer shape than this vramtop reads is
 /// refused whole rather than misread. (Public for the fuzz target `remote`.)
-pub fn decode(body: &[u8]) -> Result<SystemSnapshot, String> {
-    let served: Served =
-        serde_json::from_slice(body).map_err(|e| format!("not a vramtop snapshot ({e})"))?;
+pub fn decode(body: &[u8]) -> Result<SystemSnapshot, FetchError> {
+    let served: Served = serde_json::from_slice(body).map_err(FetchError::NotASnapshot)?;
     match served.schema {
-        Some(schema) if schema > crate::SNAPSHOT_SCHEMA => Err(format!(
-            "serves snapshot schema {schema}, newer than the {} this vramtop reads: upgrade \
-             vramtop here",
-            crate::SNAPSHOT_SCHEMA
-        )),
+        Some(served) if served > crate::SNAPSHOT_SCHEMA => Err(FetchError::NewerSchema {
+            served,
+            read: crate::SNAPSHOT_SCHEMA,
+        }),
         _ => Ok(served.snapshot),
     }
 }
@@ -426,13 +424,16 @@ mod schema_tests {
         };
         let mut served = serde_json::to_value(&snapshot).unwrap_or_default();
         // A host from before `schema`, and one of this version with its probes' stats.
-        assert_eq!(decode(served.to_string().as_bytes()), Ok(snapshot.clone()));
+        assert_eq!(
+            decode(served.to_string().as_bytes()).ok(),
+            Some(snapshot.clone())
+        );
         served["schema"] = crate::SNAPSHOT_SCHEMA.into();
         served["allocator"] = serde_json::json!([]);
-        assert_eq!(decode(served.to_string().as_bytes()), Ok(snapshot));
+        assert_eq!(decode(served.to_string().as_bytes()).ok(), Some(snapshot));
         served["schema"] = (crate::SNAPSHOT_SCHEMA + 1).into();
         let refused = decode(served.to_string().as_bytes());
-        let line = refused.err().unwrap_or_default();
+        let line = refused.err().map(|e| e.to_string()).unwrap_or_default();
         assert!(
             line.starts_with("serves snapshot schema 2, newer than"),
             "{line}"

@@ -61,15 +61,31 @@ impl BackingChoice {
 }
 
 impl std::str::FromStr for BackingChoice {
-    type Err = String;
+    type Err = UnknownBacking;
 
-    fn from_str(s: &str) -> Result<Self, String> {
+    fn from_str(s: &str) -> Result<Self, UnknownBacking> {
         BackingChoice::ALL
             .into_iter()
             .find(|b| b.name().eq_ignore_ascii_case(s))
-            .ok_or_else(|| "not a backing; use auto, host, cuda or bookkeeping".to_string())
+            .ok_or_else(|| UnknownBacking(s.to_string()))
     }
 }
+
+/// A backing name that is none of `BackingChoice`'s.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UnknownBacking(pub String);
+
+impl std::fmt::Display for UnknownBacking {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "'{}' is not a backing; use auto, host, cuda or bookkeeping",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for UnknownBacking {}
 
 use std::fmt;
 

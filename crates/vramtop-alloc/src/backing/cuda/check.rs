@@ -54,12 +54,21 @@ fn expected_mismatches(written: u64, checked: u64, len: u64) -> u64 {
         .count() as u64
 }
 
+/// What the self-check found: one line per check and a summary line last, and whether
+/// every check passed (false too when CUDA is unusable: the report says why).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SelfCheck {
+    pub report: String,
+    pub passed: bool,
+}
+
 /// Runs every check of the CUDA backing on device `ordinal`, taking at most ~300 MiB.
-/// `Ok(report)` when all pass, `Err(report)` when any fails or CUDA is unusable; the
-/// report has one line per check and a summary line last.
-pub fn self_check(ordinal: usize) -> Result<String, String> {
+pub fn self_check(ordinal: usize) -> SelfCheck {
     if !driver_present() {
-        return Err(CudaOpenError::NoDriver.to_string());
+        return SelfCheck {
+            report: CudaOpenError::NoDriver.to_string(),
+            passed: false,
+        };
     }
     let mut r = Report::default();
     match catch_unwind(AssertUnwindSafe(|| run_checks(ordinal, &mut r))) {
@@ -73,11 +82,9 @@ pub fn self_check(ordinal: usize) -> Result<String, String> {
         format!("CUDA self-check: {} FAILED", r.failures)
     };
     r.lines.push(summary);
-    let report = r.lines.join("\n");
-    if r.failures == 0 {
-        Ok(report)
-    } else {
-        Err(report)
+    SelfCheck {
+        report: r.lines.join("\n"),
+        passed: r.failures == 0,
     }
 }
 

@@ -142,12 +142,21 @@ pub(super) fn alloc_prop(device: sys::CUdevice) -> sys::CUmemAllocationProp {
 }
 
 /// Minimum VMM granularity of the device, or why VMM cannot be used there.
-pub(super) fn vmm_granularity(ctx: &CudaContext) -> Result<u64, String> {
+pub(super) fn vmm_granularity(ctx: &CudaContext) -> Result<u64, BackingError> {
     let attr = sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_VIRTUAL_ADDRESS_MANAGEMENT_SUPPORTED;
     match ctx.attribute(attr) {
-        Ok(0) => return Err("the device does not support CUDA virtual memory".into()),
+        Ok(0) => {
+            return Err(BackingError::Failed(
+                "the device does not support CUDA virtual memory".into(),
+            ))
+        }
         Ok(_) => {}
-        Err(e) => return Err(format!("cuDeviceGetAttribute failed: {}", cuda_name(&e))),
+        Err(e) => {
+            return Err(BackingError::Failed(format!(
+                "cuDeviceGetAttribute failed: {}",
+                cuda_name(&e)
+            )))
+        }
     }
     let prop = alloc_prop(ctx.cu_device());
     let mut granularity = 0usize;
@@ -155,10 +164,15 @@ pub(super) fn vmm_granularity(ctx: &CudaContext) -> Result<u64, String> {
     // SAFETY: both pointers are to live locals for the duration of the call.
     unsafe { sys::cuMemGetAllocationGranularity(&mut granularity, &prop, flag) }
         .result()
-        .map_err(|e| format!("cuMemGetAllocationGranularity failed: {}", cuda_name(&e)))?;
+        .map_err(|e| {
+            BackingError::Failed(format!(
+                "cuMemGetAllocationGranularity failed: {}",
+                cuda_name(&e)
+            ))
+        })?;
     let g = granularity as u64;
     if g == 0 || !g.is_power_of_two() {
-        return Err(format!("odd VMM granularity {g} B"));
+        return Err(BackingError::Failed(format!("odd VMM granularity {g} B")));
     }
     Ok(g)
 }
