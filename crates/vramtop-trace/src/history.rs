@@ -65,16 +65,15 @@ pub(super) fn stitch(pieces: Vec<Piece>) -> Option<Stitched> {
                     let (_, contradictions) = reconcile(state, &mut events);
                     out.contradictions += contradictions;
                 }
+                // Every block freed must have been live, every one allocated free: a
+                // ring that dropped its oldest entries (it was full) shows here.
                 for e in &events {
-                    match e.kind {
-                        TraceEventKind::Alloc => {
-                            live.insert(e.addr, (e.size, e.stream));
-                        }
-                        TraceEventKind::FreeCompleted => {
-                            live.remove(&e.addr);
-                        }
-                        _ => {}
-                    }
+                    let consistent = match e.kind {
+                        TraceEventKind::Alloc => live.insert(e.addr, (e.size, e.stream)).is_none(),
+                        TraceEventKind::FreeCompleted => live.remove(&e.addr).is_some(),
+                        _ => true,
+                    };
+                    out.contradictions += u64::from(!consistent);
                 }
                 out.events.extend(events);
             }
@@ -96,15 +95,20 @@ pub(super) fn stitch(pieces: Vec<Piece>) -> Option<Stitched> {
     Some(out)
 }
 
-/// The live blocks of `segments`, by address.
+/// The live blocks of `segments`, by address, each with the size its `alloc` entry
+/// carries: what the job asked for (PyTorch's trace records the request, not the block).
 fn live_blocks(segments: &[SnapshotSegment]) -> BTreeMap<u64, (u64, StreamId)> {
     segments
         .iter()
         .flat_map(|s| {
-            s.blocks
-                .iter()
-                .filter(|b| is_live(b.state))
-                .map(move |b| (b.addr, (b.size, s.stream)))
+            s.blocks.iter().filter(|b| is_live(b.state)).map(move |b| {
+                let asked = if b.requested_size > 0 {
+                    b.requested_size
+                } else {
+                    b.size
+                };
+                (b.addr, (asked, s.stream))
+            })
         })
         .collect()
 }
@@ -226,6 +230,42 @@ mod tests {
         assert_eq!(s.base.as_ref().map(|b| b[0].blocks.len()), Some(1));
         assert_eq!(s.events.len(), 1);
         assert_eq!(s.filled, 0);
+    }
+
+    #[test]
+    fn a_block_live_across_a_checkpoint_is_left_alone() {
+        use TraceEventKind::*;
+        let a = 0x1000_0000;
+        // The job asked 1,000 bytes; the block is 1,024 (PyTorch's trace has the former).
+        let mut at_checkpoint = state(&[]);
+        at_checkpoint[0].blocks.push(SnapshotBlock {
+            addr: a,
+            size: 1024,
+            requested_size: 1000,
+            state: BlockState::Allocated,
+            tag: None,
+        });
+        let pieces = vec![
+            Piece::Events(vec![ev(Alloc, a, 1000)]),
+            Piece::State(at_checkpoint.clone()),
+            Piece::Events(vec![ev(Snapshot, 0, 1024), ev(FreeCompleted, a, 1000)]),
+            Piece::State(state(&[])),
+        ];
+        let s = stitch(pieces).expect("stitched");
+        assert_eq!((s.filled, s.contradictions), (0, 0), "{:?}", s.events);
+        assert_eq!(s.events.len(), 2);
+    }
+
+    #[test]
+    fn a_ring_that_forgot_its_oldest_entries_contradicts_itself() {
+        use TraceEventKind::*;
+        // The alloc of 0x2000 fell off the ring's head: its free has nothing to free.
+        let pieces = vec![
+            Piece::Events(vec![ev(FreeCompleted, 0x2000, MIB), ev(Alloc, 0x3000, MIB)]),
+            Piece::State(state(&[])),
+        ];
+        let s = stitch(pieces).expect("stitched");
+        assert_eq!(s.contradictions, 1);
     }
 
     #[test]

@@ -147,12 +147,25 @@ fn import(
             let (reconciled, contradictions) =
                 super::checkpoint::reconcile(&at_checkpoint, &mut events);
             // Hook 1.5: the history before the checkpoint, when it stitches up to it.
+            // Its ring must not have been full (the oldest entries gone), nor may the events
+            // since the checkpoint contradict it: from the job's start no checkpoint is
+            // left to say so.
+            let ring_size = root
+                .get("vramtop_oom")
+                .and_then(|k| k.get("ring"))
+                .and_then(|r| int_field(r, "max_entries"))
+                .and_then(|n| usize::try_from(n).ok())
+                .unwrap_or(usize::MAX);
             let stitched = root
                 .get("vramtop_oom")
                 .and_then(|k| k.get("history"))
-                .and_then(|h| history_pieces(h, chosen, opts, &mut entries))
+                .and_then(|h| history_pieces(h, chosen, ring_size, opts, &mut entries))
                 .and_then(history::stitch)
-                .filter(|s| s.contradictions == 0 && same_live(&s.last, &at_checkpoint));
+                .filter(|s| {
+                    s.contradictions == 0
+                        && contradictions == 0
+                        && same_live(&s.last, &at_checkpoint)
+                });
             let Some(stitched) = stitched else {
                 if let Some(kept) = stats.kept_oom.as_mut() {
                     kept.checkpoint = Some(crate::Checkpoint {
@@ -214,19 +227,21 @@ fn import(
 fn history_pieces(
     history: &Value,
     device: i64,
+    ring_size: usize,
     opts: &LoadOptions,
     entries: &mut EntryReader,
 ) -> Option<Vec<history::Piece>> {
     if int_field(history, "version") != Some(1) {
         return None;
     }
+    let listed = history.get("pieces").and_then(Value::as_seq)?;
     let mut reader = EntryReader {
         streams: std::mem::take(&mut entries.streams),
         ..EntryReader::default()
     };
     let mut pieces = Vec::new();
     let mut left = opts.max_bytes;
-    for piece in history.get("pieces").and_then(Value::as_seq)? {
+    for piece in listed {
         // Compressed once the checkpoint is past; an OOM right at it finds the last ones
         // as read.
         let (bytes, compressed) = match (piece.get("zlib"), piece.get("pickle")) {
@@ -238,7 +253,16 @@ fn history_pieces(
             }
         };
         let kind = piece.get("kind").and_then(Value::as_str);
-        let read = read_piece(bytes, compressed, kind, device, left, opts, &mut reader);
+        let read = read_piece(
+            bytes,
+            compressed,
+            kind,
+            device,
+            ring_size,
+            left,
+            opts,
+            &mut reader,
+        );
         match read {
             Some((piece, size)) => {
                 left = left.saturating_sub(size);
@@ -255,11 +279,13 @@ fn history_pieces(
 }
 
 /// One piece: its events (`events`) or its segments (`state`), and the bytes it took.
+#[allow(clippy::too_many_arguments)]
 fn read_piece(
     bytes: &[u8],
     compressed: bool,
     kind: Option<&str>,
     device: i64,
+    ring_size: usize,
     left: u64,
     opts: &LoadOptions,
     reader: &mut EntryReader,
@@ -293,6 +319,9 @@ fn read_piece(
                 .and_then(|i| traces.get(i))
                 .and_then(Value::as_seq)
                 .unwrap_or(&[]);
+            if trace.len() >= ring_size {
+                return None; // a full ring: its oldest entries are gone
+            }
             let mut stats = TraceStats::default();
             history::Piece::Events(reader.events_of(trace, device, &mut stats))
         }

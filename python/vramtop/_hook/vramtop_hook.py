@@ -375,7 +375,7 @@ class History:
 
     def __init__(self, limit):
         self.limit = limit
-        self.pieces = collections.deque()  # [kind, bytes, compressed]
+        self.pieces = collections.deque()  # (kind, bytes, compressed)
         self.bytes = 0
 
     def restart(self, state):
@@ -394,18 +394,20 @@ class History:
         self._add("state", state)
 
     def _add(self, kind, data):
-        self.pieces.append([kind, data, False])
+        self.pieces.append((kind, data, False))
         self.bytes += len(data)
 
     def pack(self):
-        """Compresses the pieces added since (zlib releases the GIL), then keeps to `limit`."""
+        """Compresses the pieces added since (zlib releases the GIL), then keeps to `limit`.
+        Each piece is replaced whole, in one store: an OOM reading them meanwhile sees it
+        as read or compressed, never half of each."""
         import zlib
 
-        for piece in list(self.pieces):
-            if not piece[2]:
-                packed = zlib.compress(piece[1], 1)
-                self.bytes += len(packed) - len(piece[1])
-                piece[1], piece[2] = packed, True
+        for i, (kind, data, packed) in enumerate(list(self.pieces)):
+            if not packed:
+                small = zlib.compress(data, 1)
+                self.pieces[i] = (kind, small, True)
+                self.bytes += len(small) - len(data)
         while self.bytes > self.limit and len(self.pieces) > 2:
             for _ in range(2 if self.pieces[0][0] == "state" else 1):
                 self.bytes -= len(self.pieces.popleft()[1])
@@ -461,6 +463,7 @@ class TorchAllocator:
         # Hook 1.5: the ring read off the GIL before each checkpoint, and what it read.
         self.pickled = None
         self.history = History(int(HISTORY_MAX_MB * 1024 * 1024))
+        self.generation = 0  # checkpoints taken so far
         self._uuids = {}  # device -> its GPU's UUID (device_uuid)
         # When the job's optimizers stepped (time.time()), the last STEP_MARKS of them: a
         # replay empties the cache there to judge `empty_cache()` between steps.
@@ -766,10 +769,16 @@ class TorchAllocator:
         # before it is cleared: with no stacks in it (symbolising them takes the GIL) and
         # none of it overwritten (at most half full when checkpoints keep pace).
         first = self.checkpoint is None
-        whole = (not first or self.ring_from_start) and not stacks
+        plain = not stacks and not self.frames_recorded()
+        whole = (not first or self.ring_from_start) and plain
+        # The estimate counts 3 entries an allocation and nothing else (segment events,
+        # snapshot entries): a ring near full may have dropped its oldest, so a margin.
         estimate = self.ring_estimate()
-        whole = whole and estimate is not None and estimate < self.ring_entries
+        whole = whole and estimate is not None and estimate < 0.8 * self.ring_entries
+        whole = whole and self.ring_fill < self.ring_entries
         events = self.read_pickled() if whole else None
+        if self.user_history or not self.ring_entries:
+            return None  # the job took the recording over while we read: it is the job's now
         count = self.allocation_count()
         self.restarting = True
         state = None
@@ -778,7 +787,7 @@ class TorchAllocator:
             self.record_ring(entries, stacks=stacks)
             # Holding the GIL: the job may not run out of memory between the ring's clearing
             # and the checkpoint that its next entries follow on from.
-            state = self.read_pickled(hold_gil=True) if self.pickled is not None and not stacks else None
+            state = self.read_pickled(hold_gil=True) if self.pickled is not None and plain else None
             if state is not None:
                 import pickle
 
@@ -800,6 +809,9 @@ class TorchAllocator:
             "skip": [len(t) for t in raw.get("device_traces") or []],
         }
         self.keep_history(events, state, from_start=first and self.ring_from_start)
+        # An OOM that read the ring before this checkpoint must not take the checkpoint
+        # and history after it (on_oom compares the generation before and after).
+        self.generation += 1
         self.restarting = False
         try:
             self.history.pack()
@@ -2444,11 +2456,18 @@ class OomKeeper:
         limit = int(OOM_MAX_MB * 1024 * 1024)
         data = pickle.dumps(snapshot, protocol=4)
         history = snapshot["vramtop_oom"].get("history")
-        while len(data) > limit and history and len(history["pieces"]) > 1:
-            # The oldest history goes first: an events piece with the state before it.
+        if len(data) > limit and history:
+            # The oldest history goes first, an events piece with the state before it;
+            # counted by the pieces' own sizes and pickled once more, not at each cut.
             pieces = history["pieces"]
-            del pieces[: 2 if pieces[0]["kind"] == "state" and len(pieces) > 2 else 1]
+            over = len(data) - limit
+            while over > 0 and len(pieces) > 1:
+                cut = 2 if pieces[0]["kind"] == "state" and len(pieces) > 2 else 1
+                over -= sum(len(p.get("zlib") or p.get("pickle") or b"") for p in pieces[:cut])
+                del pieces[:cut]
             history["from_start"] = pieces[0]["kind"] == "events"
+            if over > 0:
+                snapshot["vramtop_oom"]["history"] = None
             data = pickle.dumps(snapshot, protocol=4)
         if len(data) > limit and snapshot.get("device_traces"):
             # The history is what grows: keep the state and the trace's own `oom` entries
@@ -2572,6 +2591,7 @@ def on_oom(device, alloc_size, limit_bytes, device_free):
         hook = _hook
         if hook is None or hook.alloc is None or hook.pid != os.getpid():
             return
+        generation = hook.alloc.generation
         raw = hook.alloc.raw_snapshot(on_job_thread=True)
         state = hook.alloc.collect(device=int(device), raw=raw)
         stats = state["stats"]
@@ -2596,6 +2616,12 @@ def on_oom(device, alloc_size, limit_bytes, device_free):
             "step_series": hook.alloc.step_series.of(int(device)),
             "roles": hook.alloc.roles.at_oom(int(device)),
         }
+        if hook.alloc.generation != generation:
+            # A checkpoint came between the ring read above and its checkpoint and history:
+            # they do not follow on from each other; the state at the OOM stands alone.
+            if message["ring"]:
+                message["ring"] = dict(message["ring"], complete=False)
+            message["checkpoint"] = message["history"] = None
         # The processes sharing the GPU and its own total: who else held the memory.
         message.update(who_holds_the_gpu(hook.alloc, int(device)))
         # The file first: a job that dies of this OOM may be gone before a viewer reads.
