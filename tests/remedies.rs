@@ -672,3 +672,29 @@ fn a_history_piece_that_cannot_be_read_leaves_the_checkpoint() {
     assert!(kept.checkpoint.is_some());
     assert_eq!(t.initial.len(), 20);
 }
+
+/// A file hook 1.5 kept on the H100 (gpt2var with a quarter-size ring, so that the ring was
+/// read whole at three checkpoints and once overflowed between the hook's looks): its
+/// pieces, as PyTorch's C++ pickled them, stitch on from the checkpoint after the overflow.
+#[test]
+fn a_gpu_kept_file_with_history_pieces_stitches_from_its_older_checkpoint() {
+    let t = trace::load(&fixture("history_gpt2var_pieces.pickle.gz")).unwrap();
+    let kept = t.stats.kept_oom.clone().unwrap();
+    let history = kept.history.expect("pieces read and stitched");
+    assert_eq!((history.pieces, history.from_start), (3, false));
+    assert_eq!((history.events, history.filled), (10_425, 228));
+    assert!(kept.checkpoint.is_some());
+    assert_eq!(t.initial.len(), 364);
+    let ooms = trace_ooms(&t);
+    let all = remedies(&t, &ooms, None).unwrap();
+    let verdict = |name: &str| {
+        all[0]
+            .remedies
+            .iter()
+            .find(|r| r.remedy.to_string() == name)
+            .map(|r| r.verdict)
+    };
+    // PyTorch fitted both in that call (the README's A/B, "One run was wrong").
+    assert_eq!(verdict("expandable_segments:True"), Some(Verdict::Fits));
+    assert_eq!(verdict("empty_cache() between steps"), Some(Verdict::Fits));
+}
