@@ -750,8 +750,9 @@ class TorchAllocator:
         }
 
     def restart_ring(self, stacks):
-        """Checkpoint: clear the ring without reading it and keep the allocator's segments
-        now (see RING_ENTRIES). Returns the snapshot taken, or None when the ring is gone.
+        """Checkpoint: read the ring whole where that is cheap and safe (hook 1.5: off the
+        GIL, kept in `history`), clear it, and keep the allocator's segments now (see
+        RING_ENTRIES). Returns the snapshot taken, or None when the ring is gone.
 
         Off first, always: only turning history off clears PyTorch's ring, and shrinking
         one in place (enabled="state" sets 1 entry) leaves a wrapped ring writing past its
