@@ -90,6 +90,21 @@ class KeptHistoryTest(unittest.TestCase):
         self.assertFalse(kept["from_start"])
 
 
+class RingLookTest(unittest.TestCase):
+    def test_a_fast_job_is_looked_at_before_a_quarter_of_the_ring_fills(self):
+        period = vramtop_hook.ring_look_period
+        slow = vramtop_hook.RING_CHECK_S
+        self.assertEqual(period(100, None, 1.0, 65536), slow)  # no pace yet
+        self.assertEqual(period(100, (0.5, 100), 1.0, 65536), slow)  # nothing allocated
+        # 36,000 allocations a second (108,000 entries, GPT-2's pace): 65,536 entries
+        # take 0.61 s, a quarter of them 0.15 s.
+        self.assertAlmostEqual(period(36000, (0.0, 0), 1.0, 65536), 0.25 * 65536 / 108000)
+        # A quarter-size ring at that pace: looked at every 38 ms.
+        self.assertAlmostEqual(period(36000, (0.0, 0), 1.0, 16384), 0.25 * 16384 / 108000)
+        self.assertEqual(period(10**9, (0.0, 0), 1.0, 16384), 0.01)
+        self.assertEqual(period(100, (0.0, 0), 1.0, 65536), slow)
+
+
 class StepMarkTest(unittest.TestCase):
     def test_the_jobs_own_step_marks_go_where_optimizer_steps_go(self):
         class Alloc:

@@ -96,9 +96,10 @@ def _env_entries(name, default):
 #   the ring since, is the job's history from then on: an OOM's file carries both
 #   (`vramtop_oom.checkpoint`), and a replay starts from the checkpoint's segments.
 # - Whether it may fill is told without reading it: the allocations since the checkpoint
-#   (the raw stats, 15 us, every RING_CHECK_S), counted as 3 entries each (alloc,
-#   free_requested, free_completed) and checkpointed at half the ring, which leaves room
-#   for a job allocating at GPT-2's pace (about 90,000 entries a second) between looks.
+#   (the raw stats, 15 us, every RING_CHECK_S, or sooner where the job allocates fast:
+#   `ring_look_period`), counted as 3 entries each (alloc, free_requested, free_completed)
+#   and checkpointed at half the ring, which leaves room for a quarter of the ring between
+#   looks.
 RING_ENTRIES = _env_entries("VRAMTOP_RING", 65536)
 RING_CHECK_S = 0.25
 # Optimizer steps remembered for a replay (a float each).
@@ -146,6 +147,19 @@ def say_once(key, text):
         sys.stderr.flush()
     except Exception:
         pass
+
+
+def ring_look_period(count, last, now, entries):
+    """Seconds to the next look at the ring: RING_CHECK_S, or sooner where at the pace since
+    the last look (`last`: its time and allocation count) a quarter of the ring would fill
+    before then, so that a look always comes before a ring checkpointed at half full can
+    wrap (hook 1.5 reads it whole only then). 10 ms at the least: a look is one stats read."""
+    if count is None or last is None or now <= last[0] or last[1] is None:
+        return RING_CHECK_S
+    rate = ENTRIES_PER_ALLOCATION * max(0, count - last[1]) / (now - last[0])
+    if rate <= 0:
+        return RING_CHECK_S
+    return max(0.01, min(RING_CHECK_S, 0.25 * entries / rate))
 
 
 class ProtocolError(Exception):
@@ -1784,6 +1798,7 @@ class Hook:
         self.prepare_lock = threading.Lock()
         self.prepared = False
         self.next_ring_check = 0.0
+        self.last_ring_look = None  # (time, allocation_count()) at the last look
         self.segments_wanted = False  # a viewer subscribed and has no map yet
 
     # ----- the thread -------------------------------------------------------------------
@@ -1899,7 +1914,9 @@ class Hook:
         alloc = self.alloc
         if not self.cuda_ready or alloc is None or not alloc.ring_entries or now < self.next_ring_check:
             return
-        self.next_ring_check = now + RING_CHECK_S
+        count = alloc.allocation_count()
+        self.next_ring_check = now + ring_look_period(count, self.last_ring_look, now, alloc.ring_entries)
+        self.last_ring_look = (now, count)
         if alloc.ring_may_be_full():
             alloc.restart_ring(self.recording_stacks())
 
