@@ -2,6 +2,10 @@
 //! the ones the binary embeds, and `%load_ext vramtop` works in a real IPython shell, with
 //! the stub torch (SIMULATED: tests/hook/stub_torch) and without torch.
 
+#[path = "support/temp_dir.rs"]
+mod temp_dir;
+use temp_dir::TempDir;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -88,10 +92,8 @@ const SHELL: &str = "from IPython.core.interactiveshell import InteractiveShell\
                      ip = InteractiveShell.instance()\n\
                      ip.run_line_magic('load_ext', 'vramtop')\n";
 
-fn socket_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("vramtop-pkg-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    dir
+fn socket_dir(name: &str) -> TempDir {
+    TempDir::new(&format!("pkg-{name}"))
 }
 
 #[test]

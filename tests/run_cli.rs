@@ -1,18 +1,20 @@
 //! `vramtop run`, `vramtop hook-path` and `vramtop attach` as a user runs them, with real
 //! child processes (no torch here: the hook must leave such a job untouched).
 
-use std::path::PathBuf;
+#[path = "support/temp_dir.rs"]
+mod temp_dir;
+use temp_dir::TempDir;
+
+use std::path::{Path, PathBuf};
 
 use assert_cmd::Command;
 use predicates::prelude::*;
 
-fn socket_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("vramtop-run-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    dir
+fn socket_dir(name: &str) -> TempDir {
+    TempDir::new(&format!("run-{name}"))
 }
 
-fn vramtop(dir: &PathBuf) -> Command {
+fn vramtop(dir: &Path) -> Command {
     let mut cmd = Command::cargo_bin("vramtop").expect("binary built");
     cmd.env_remove("VRAMTOP_INTERVAL")
         .env_remove("VRAMTOP_DEVICE")

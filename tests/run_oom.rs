@@ -3,6 +3,10 @@
 //! job's exit code unchanged. Real processes: vramtop, the real hook, and a Python job on
 //! the stub torch (SIMULATED: tests/hook/stub_torch, no GPU here).
 
+#[path = "support/temp_dir.rs"]
+mod temp_dir;
+use temp_dir::TempDir;
+
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -21,11 +25,8 @@ fn python3() -> bool {
     found
 }
 
-fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("vramtop-oom-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    dir
+fn temp_dir(name: &str) -> TempDir {
+    TempDir::new(&format!("oom-{name}"))
 }
 
 fn repo(path: &str) -> PathBuf {

@@ -7,6 +7,9 @@
 //! on PATH); .ci/run installs it and sets CI=true, under which a missing tool is a
 //! failure. Elsewhere the test is skipped with one line on stderr saying so.
 
+#[path = "support/temp_dir.rs"]
+mod temp_dir;
+use temp_dir::TempDir;
 #[path = "support/serve_support.rs"]
 mod support;
 
@@ -28,31 +31,6 @@ fn on_path(program: &str) -> Option<PathBuf> {
             .map(|dir| dir.join(program))
             .find(|p| p.is_file())
     })
-}
-
-/// A scratch directory removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.subsec_nanos())
-            .unwrap_or(0);
-        let dir =
-            std::env::temp_dir().join(format!("vramtop-{tag}-{}-{nanos}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("create a scratch directory");
-        TempDir(dir)
-    }
-    fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 /// The Prometheus tools, or None when the test is to be skipped: on a machine with only

@@ -4,6 +4,9 @@
 //! loopback port, scraped over TCP. Also: every series the Grafana dashboards query is
 //! one that serve writes.
 
+#[path = "support/temp_dir.rs"]
+mod temp_dir;
+use temp_dir::TempDir;
 #[path = "support/serve_support.rs"]
 mod support;
 #[path = "support/hook_wire.rs"]
@@ -12,7 +15,7 @@ mod wire;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read;
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -34,24 +37,6 @@ const TORCH_NAMES: [&str; 6] = [
     "vramtop_torch_ooms_total",
     "vramtop_torch_leak_suspects",
 ];
-
-/// A private scratch directory (the attacher refuses one others can use), removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        let dir = std::env::temp_dir().join(format!("vramtop-serve-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        vramtop::attach::discovery::ensure_private_dir(&dir).expect("a private temp dir");
-        TempDir(dir)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 /// A hooked job: a real process (`sleep`) and a server on `vramtop-<pid>.sock` that
 /// answers every viewer with `hello`, then a `state` every 100 ms while it has one.
@@ -368,8 +353,8 @@ fn torch_samples(samples: &[Sample], pid: u32) -> Vec<&Sample> {
 #[test]
 fn serve_exports_each_rank_but_not_the_launcher_and_forgets_an_ended_rank() {
     let dir = TempDir::new("fleet");
-    let mut fleet = Fleet::start(&dir.0);
-    let (_serve, addr) = start_serve(&dir.0, &[]);
+    let mut fleet = Fleet::start(dir.path());
+    let (_serve, addr) = start_serve(dir.path(), &[]);
 
     let pids: Vec<u32> = fleet.ranks.iter().map(FakeHook::pid).collect();
     let text = wait_for(Duration::from_secs(15), || {
@@ -399,7 +384,7 @@ fn serve_exports_each_rank_but_not_the_launcher_and_forgets_an_ended_rank() {
     // `--once --json` reads the same jobs: its figures are the ones serve exports.
     let once = Command::new(env!("CARGO_BIN_EXE_vramtop"))
         .args(["--once", "--json", "--device", "sim"])
-        .env("VRAMTOP_SOCKET_DIR", &dir.0)
+        .env("VRAMTOP_SOCKET_DIR", dir.path())
         .env_remove("VRAMTOP_INTERVAL")
         .env_remove("VRAMTOP_DEVICE")
         .output()
@@ -559,8 +544,8 @@ fn dashboard(file: &str) -> Value {
 #[test]
 fn the_dashboards_query_only_series_serve_writes() {
     let dir = TempDir::new("dashboards");
-    let _fleet = Fleet::start(&dir.0);
-    let (_serve, addr) = start_serve(&dir.0, &["--probe", "steady"]);
+    let _fleet = Fleet::start(dir.path());
+    let (_serve, addr) = start_serve(dir.path(), &["--probe", "steady"]);
     let text = wait_for(Duration::from_secs(15), || {
         let text = scrape(&addr);
         (text.contains("\nvramtop_torch_reserved_bytes{")
