@@ -62,12 +62,10 @@ class Reader(threading.Thread):
             time.sleep(self.period)
 
 
-def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--blocks", type=int, default=40)
-    parser.add_argument("--block-steps", type=int, default=60)
-    parser.add_argument("--rate", type=float, default=20.0, help="states per second in 'on' blocks")
-    args = parser.parse_args()
+def warmed_gpt2_under_the_hook():
+    """GPT-2 (8 layers, batch 8 x 384) after 20 warm-up steps, and the hook of this process
+    once it has seen CUDA: (hook, model, optimizer, ids). Exits with a JSON error line when
+    there is no hook (not run under `vramtop run`) or it never saw CUDA."""
     try:
         import vramtop_hook
     except ImportError:
@@ -86,6 +84,16 @@ def main():
     if hook is None or not hook.cuda_ready:
         print(json.dumps({"error": "the hook never saw CUDA"}))
         sys.exit(2)
+    return hook, model, optimizer, ids
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--blocks", type=int, default=40)
+    parser.add_argument("--block-steps", type=int, default=60)
+    parser.add_argument("--rate", type=float, default=20.0, help="states per second in 'on' blocks")
+    args = parser.parse_args()
+    hook, model, optimizer, ids = warmed_gpt2_under_the_hook()
     if hook.viewers:
         print(json.dumps({"error": "a viewer is attached: its states would count as 'off'"}))
         sys.exit(2)

@@ -16,10 +16,8 @@ import re
 import sys
 import time
 
-import torch
-
-from hook_read_cost import spread
-from train_gpt2 import build, train_step
+from hook_read_cost import spread, warmed_gpt2_under_the_hook
+from train_gpt2 import train_step
 
 
 def main():
@@ -27,24 +25,7 @@ def main():
     parser.add_argument("--blocks", type=int, default=30)
     parser.add_argument("--block-steps", type=int, default=40)
     args = parser.parse_args()
-    try:
-        import vramtop_hook
-    except ImportError:
-        print(json.dumps({"error": "no hook: run under `vramtop run`"}))
-        sys.exit(2)
-    torch.manual_seed(0)
-    config, model, optimizer = build(8)
-    ids = torch.randint(0, config.vocab_size, (8, 384), device="cuda")
-    for _ in range(20):
-        train_step(model, optimizer, ids)
-    hook = vramtop_hook._hook
-    deadline = time.monotonic() + 20
-    while (hook is None or not hook.cuda_ready) and time.monotonic() < deadline:
-        time.sleep(0.1)
-        hook = vramtop_hook._hook
-    if hook is None or not hook.cuda_ready:
-        print(json.dumps({"error": "the hook never saw CUDA"}))
-        sys.exit(2)
+    hook, model, optimizer, ids = warmed_gpt2_under_the_hook()
     alloc = hook.alloc
     reader = alloc.pickled
     if reader is None:

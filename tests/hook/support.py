@@ -3,12 +3,14 @@ bootstrap on PYTHONPATH, against the stub torch) and a viewer speaking protocol 
 
 import json
 import os
+import shutil
 import socket
 import struct
 import subprocess
 import sys
 import tempfile
 import time
+import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -158,3 +160,27 @@ class Viewer:
 
     def close(self):
         self.sock.close()
+
+
+class KeptFilesTest(unittest.TestCase):
+    """The OOM keeper in this process: files go to a fresh folder (`VRAMTOP_OOM_DIR`, made by
+    the keeper itself), and `OOM_MAX_MB`, which tests lower, is put back afterwards."""
+
+    def setUp(self):
+        if HOOK_DIR not in sys.path:
+            sys.path.insert(0, HOOK_DIR)
+        import vramtop_hook
+
+        self.hook = vramtop_hook
+        self.dir = tempfile.mkdtemp(prefix="vth-keep-")
+        self.saved = (os.environ.get("VRAMTOP_OOM_DIR"), vramtop_hook.OOM_MAX_MB)
+        os.environ["VRAMTOP_OOM_DIR"] = os.path.join(self.dir, "made-here")
+
+    def tearDown(self):
+        directory, cap = self.saved
+        if directory is None:
+            os.environ.pop("VRAMTOP_OOM_DIR", None)
+        else:
+            os.environ["VRAMTOP_OOM_DIR"] = directory
+        self.hook.OOM_MAX_MB = cap
+        shutil.rmtree(self.dir, ignore_errors=True)

@@ -3,13 +3,11 @@
 import collections
 import os
 import pickle
-import shutil
 import sys
-import tempfile
 import unittest
 import zlib
 
-from support import HOOK_DIR
+from support import HOOK_DIR, KeptFilesTest
 
 if HOOK_DIR not in sys.path:
     sys.path.insert(0, HOOK_DIR)
@@ -51,22 +49,8 @@ class HistoryTest(unittest.TestCase):
         self.assertIsNone(h.of())
 
 
-class KeptHistoryTest(unittest.TestCase):
+class KeptHistoryTest(KeptFilesTest):
     """An OOM's file carries the pieces; over VRAMTOP_OOM_MAX_MB the oldest go first."""
-
-    def setUp(self):
-        self.dir = tempfile.mkdtemp(prefix="vth-history-")
-        self.saved = (os.environ.get("VRAMTOP_OOM_DIR"), vramtop_hook.OOM_MAX_MB)
-        os.environ["VRAMTOP_OOM_DIR"] = self.dir
-
-    def tearDown(self):
-        directory, cap = self.saved
-        if directory is None:
-            os.environ.pop("VRAMTOP_OOM_DIR", None)
-        else:
-            os.environ["VRAMTOP_OOM_DIR"] = directory
-        vramtop_hook.OOM_MAX_MB = cap
-        shutil.rmtree(self.dir, ignore_errors=True)
 
     def test_the_oldest_pieces_go_first_to_keep_the_file_under_its_cap(self):
         h = vramtop_hook.History(limit=64 << 20)

@@ -10,7 +10,7 @@ import tempfile
 import time
 import unittest
 
-from support import Job, Viewer, wait_for
+from support import Job, KeptFilesTest, Viewer, wait_for
 
 MiB = 1024 * 1024
 
@@ -228,31 +228,8 @@ class OomKeepTest(unittest.TestCase):
         self.assertNotIn("vramtop: OOM", err)
 
 
-class OomKeeperUnitTest(unittest.TestCase):
+class OomKeeperUnitTest(KeptFilesTest):
     """The keeper alone, in this process, on hand-made snapshots."""
-
-    def setUp(self):
-        import sys
-
-        from support import HOOK_DIR
-
-        if HOOK_DIR not in sys.path:
-            sys.path.insert(0, HOOK_DIR)
-        import vramtop_hook
-
-        self.hook = vramtop_hook
-        self.dir = tempfile.mkdtemp(prefix="vth-keep-")
-        self.saved = (os.environ.get("VRAMTOP_OOM_DIR"), vramtop_hook.OOM_MAX_MB)
-        os.environ["VRAMTOP_OOM_DIR"] = os.path.join(self.dir, "made-here")
-
-    def tearDown(self):
-        directory, cap = self.saved
-        if directory is None:
-            os.environ.pop("VRAMTOP_OOM_DIR", None)
-        else:
-            os.environ["VRAMTOP_OOM_DIR"] = directory
-        self.hook.OOM_MAX_MB = cap
-        shutil.rmtree(self.dir, ignore_errors=True)
 
     def oom(self):
         return {"device": 0, "time_s": 1.0, "requested_bytes": 64 * MiB, "device_free_bytes": 0,

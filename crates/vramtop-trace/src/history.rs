@@ -95,6 +95,12 @@ pub(super) fn stitch(pieces: Vec<Piece>) -> Option<Stitched> {
     Some(out)
 }
 
+/// The same blocks live in both (the last piece of a history must be the checkpoint's
+/// state).
+pub(super) fn same_live(a: &[SnapshotSegment], b: &[SnapshotSegment]) -> bool {
+    live_blocks(a) == live_blocks(b)
+}
+
 /// The live blocks of `segments`, by address, each with the size its `alloc` entry
 /// carries: what the job asked for (PyTorch's trace records the request, not the block).
 fn live_blocks(segments: &[SnapshotSegment]) -> BTreeMap<u64, (u64, StreamId)> {

@@ -164,7 +164,7 @@ fn import(
                 .filter(|s| {
                     s.contradictions == 0
                         && contradictions == 0
-                        && same_live(&s.last, &at_checkpoint)
+                        && history::same_live(&s.last, &at_checkpoint)
                 });
             let Some(stitched) = stitched else {
                 if let Some(kept) = stats.kept_oom.as_mut() {
@@ -329,21 +329,6 @@ fn read_piece(
         _ => return None,
     };
     Some((piece, pickled.len() as u64))
-}
-
-/// The same blocks live in both (the last piece of a history is the checkpoint's state).
-fn same_live(a: &[SnapshotSegment], b: &[SnapshotSegment]) -> bool {
-    let live = |segments: &[SnapshotSegment]| {
-        let mut blocks: Vec<(u64, u64)> = segments
-            .iter()
-            .flat_map(|s| &s.blocks)
-            .filter(|b| matches!(b.state, BlockState::Allocated | BlockState::PendingFree))
-            .map(|b| (b.addr, b.size))
-            .collect();
-        blocks.sort_unstable();
-        blocks
-    };
-    live(a) == live(b)
 }
 
 /// The trace of `device`, from where its replay starts, its events and its final segments.
