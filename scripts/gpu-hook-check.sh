@@ -39,7 +39,7 @@ done
 HOOK="$REPO/python/vramtop/_hook"
 if [ $# -ge 1 ] && [ -x "$1" ]; then
   shipped=$(timeout 10 "$1" hook-path < /dev/null 2>>"$LOG" | tail -n 1)
-  if [ -n "$shipped" ] && [ -f "$shipped/vramtop_hook.py" ]; then HOOK="$shipped"; fi
+  if [ -n "$shipped" ] && [ -f "$shipped/vramtop_hook/__init__.py" ]; then HOOK="$shipped"; fi
 fi
 say "hook directory: $HOOK"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >> "$LOG" 2>&1

@@ -29,16 +29,45 @@ fn the_binary_writes_the_packages_hook_files() {
         String::from_utf8_lossy(&out.stderr)
     );
     let written = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
-    for name in ["vramtop_hook.py", "sitecustomize.py"] {
-        let packaged =
-            std::fs::read(repo("python/vramtop/_hook").join(name)).expect("package file");
-        let from_binary = std::fs::read(written.join(name)).expect("written file");
+    // Every .py of the package's _hook/ folder, and no other, written byte for byte: a
+    // module added to the package but not to src/modes/hook.rs fails here.
+    let packaged = python_files(&repo("python/vramtop/_hook"));
+    let from_binary = python_files(&written);
+    assert!(packaged.len() > 2, "{packaged:?}");
+    assert_eq!(
+        packaged.keys().collect::<Vec<_>>(),
+        from_binary.keys().collect::<Vec<_>>(),
+        "the binary's hook files are not the package's"
+    );
+    for (name, text) in &packaged {
         assert!(
-            packaged == from_binary,
+            Some(text) == from_binary.get(name),
             "{name} differs between the wheel and the binary"
         );
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The `.py` files under `dir`, by path relative to it (`__pycache__` is Python's own).
+fn python_files(dir: &Path) -> std::collections::BTreeMap<String, Vec<u8>> {
+    let mut found = std::collections::BTreeMap::new();
+    let mut folders = vec![dir.to_path_buf()];
+    while let Some(folder) = folders.pop() {
+        for entry in std::fs::read_dir(&folder).expect("hook folder").flatten() {
+            let path = entry.path();
+            if path.is_dir() && entry.file_name() != "__pycache__" {
+                folders.push(path);
+            } else if path.extension().is_some_and(|e| e == "py") {
+                let name = path
+                    .strip_prefix(dir)
+                    .unwrap()
+                    .to_string_lossy()
+                    .into_owned();
+                found.insert(name, std::fs::read(&path).expect("hook file"));
+            }
+        }
+    }
+    found
 }
 
 /// python3 with IPython, or None (CI=true requires it: .ci/run installs it).

@@ -71,7 +71,7 @@ fn the_hook_directory_goes_first_on_pythonpath() {
     let hook_dir = PathBuf::from(hook_dir);
     assert!(hook_dir.starts_with(&dir), "{hook_dir:?} under {dir:?}");
     assert!(hook_dir.join("sitecustomize.py").is_file());
-    assert!(hook_dir.join("vramtop_hook.py").is_file());
+    assert!(hook_dir.join("vramtop_hook/__init__.py").is_file());
     assert_eq!(lines[1], dir.to_str().expect("utf-8 path"));
     assert_eq!(lines[2], "1");
     use std::os::unix::fs::PermissionsExt;
@@ -149,7 +149,7 @@ fn hook_path_prints_a_private_directory_with_the_hook() {
         .stdout
         .clone();
     let path = PathBuf::from(String::from_utf8(out).expect("utf-8").trim_end());
-    assert!(path.join("vramtop_hook.py").is_file(), "{path:?}");
+    assert!(path.join("vramtop_hook/__init__.py").is_file(), "{path:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -27,7 +27,8 @@ _HOOK_DIR = _os.path.join(_os.path.dirname(_os.path.abspath(__file__)), "_hook")
 
 
 def hook_path():
-    """The folder holding the hook's `sitecustomize.py` and `vramtop_hook.py`: first on
+    """The folder holding the hook's `sitecustomize.py` and the `vramtop_hook`
+    package: first on
     PYTHONPATH, it hooks every Python process started with it, as `vramtop run` does."""
     return _HOOK_DIR
 
@@ -41,7 +42,7 @@ def start(history=False):
         _sys.path.insert(0, _HOOK_DIR)
     import vramtop_hook
 
-    _clear_stale_sockets(vramtop_hook.socket_dir())
+    _clear_stale_sockets(vramtop_hook.sockets.socket_dir())
     vramtop_hook.start(history=history)
     return _os.getpid()
 

@@ -16,9 +16,9 @@ args = parser.parse_args()
 
 import vramtop_hook as vh  # noqa: E402  (sitecustomize imported it with torch)
 
-hook = vh._hook
+hook = vh.running.hook
 if hook is None:
-    hook = vh.Hook(True, forked=False)
+    hook = vh.server.Hook(True, forked=False)
     hook.meet_torch(torch)
 alloc = hook.alloc
 parts = {}

@@ -298,10 +298,11 @@ def hook_socket(module, wait_s):
     """The path the hook of this process listens on, once it does; None after wait_s."""
     deadline = time.monotonic() + wait_s
     fallback = None
-    if hasattr(module, "socket_dir"):
-        fallback = os.path.join(module.socket_dir(), "vramtop-%d.sock" % os.getpid())
+    sockets = getattr(module, "sockets", None)
+    if sockets is not None:
+        fallback = os.path.join(sockets.socket_dir(), "vramtop-%d.sock" % os.getpid())
     while time.monotonic() < deadline:
-        hook = getattr(module, "_hook", None)
+        hook = getattr(getattr(module, "running", None), "hook", None)
         path = getattr(hook, "path", None) or fallback
         if path and os.path.exists(path) and (hook is None or getattr(hook, "path", None)):
             return path
@@ -311,7 +312,7 @@ def hook_socket(module, wait_s):
 
 def hook_viewers(module):
     """How many viewers the hook has now (None if it does not say)."""
-    hook = getattr(module, "_hook", None)
+    hook = getattr(getattr(module, "running", None), "hook", None)
     viewers = getattr(hook, "viewers", None)
     return len(viewers) if isinstance(viewers, list) else None
 

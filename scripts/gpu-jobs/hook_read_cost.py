@@ -76,11 +76,11 @@ def warmed_gpt2_under_the_hook():
     ids = torch.randint(0, config.vocab_size, (8, 384), device="cuda")
     for _ in range(20):
         train_step(model, optimizer, ids)
-    hook = vramtop_hook._hook
+    hook = vramtop_hook.running.hook
     deadline = time.monotonic() + 20
     while (hook is None or not hook.cuda_ready) and time.monotonic() < deadline:
         time.sleep(0.1)
-        hook = vramtop_hook._hook
+        hook = vramtop_hook.running.hook
     if hook is None or not hook.cuda_ready:
         print(json.dumps({"error": "the hook never saw CUDA"}))
         sys.exit(2)

@@ -173,7 +173,7 @@ class KeptFilesTest(unittest.TestCase):
 
         self.hook = vramtop_hook
         self.dir = tempfile.mkdtemp(prefix="vth-keep-")
-        self.saved = (os.environ.get("VRAMTOP_OOM_DIR"), vramtop_hook.OOM_MAX_MB)
+        self.saved = (os.environ.get("VRAMTOP_OOM_DIR"), vramtop_hook.oom.OOM_MAX_MB)
         os.environ["VRAMTOP_OOM_DIR"] = os.path.join(self.dir, "made-here")
 
     def tearDown(self):
@@ -182,5 +182,5 @@ class KeptFilesTest(unittest.TestCase):
             os.environ.pop("VRAMTOP_OOM_DIR", None)
         else:
             os.environ["VRAMTOP_OOM_DIR"] = directory
-        self.hook.OOM_MAX_MB = cap
+        self.hook.oom.OOM_MAX_MB = cap
         shutil.rmtree(self.dir, ignore_errors=True)

@@ -16,7 +16,7 @@ import vramtop_hook  # noqa: E402
 
 class HistoryTest(unittest.TestCase):
     def test_pieces_are_kept_as_read_then_compressed(self):
-        h = vramtop_hook.History(limit=1 << 20)
+        h = vramtop_hook.history.History(limit=1 << 20)
         h.add(b"events" * 100, b"state")
         kept = h.of()
         self.assertTrue(kept["from_start"])
@@ -28,7 +28,7 @@ class HistoryTest(unittest.TestCase):
         self.assertEqual(h.bytes, sum(len(p["zlib"]) for p in packed))
 
     def test_past_its_limit_it_begins_at_a_later_checkpoint(self):
-        h = vramtop_hook.History(limit=3000)
+        h = vramtop_hook.history.History(limit=3000)
         for n in range(6):
             h.add(os.urandom(1000), b"state %d" % n)  # random: zlib does not shrink it
             h.pack()
@@ -41,7 +41,7 @@ class HistoryTest(unittest.TestCase):
         self.assertEqual(zlib.decompress(h.of()["pieces"][-1]["zlib"]), b"state 5")
 
     def test_a_restart_drops_what_came_before(self):
-        h = vramtop_hook.History(limit=1 << 20)
+        h = vramtop_hook.history.History(limit=1 << 20)
         h.add(b"e", b"s1")
         h.restart(b"s2")
         self.assertEqual([(p["kind"], p["pickle"]) for p in h.of()["pieces"]], [("state", b"s2")])
@@ -53,16 +53,16 @@ class KeptHistoryTest(KeptFilesTest):
     """An OOM's file carries the pieces; over VRAMTOP_OOM_MAX_MB the oldest go first."""
 
     def test_the_oldest_pieces_go_first_to_keep_the_file_under_its_cap(self):
-        h = vramtop_hook.History(limit=64 << 20)
+        h = vramtop_hook.history.History(limit=64 << 20)
         for _ in range(4):
             h.add(os.urandom(300 << 10), os.urandom(10 << 10))
         h.pack()
-        vramtop_hook.OOM_MAX_MB = 0.7  # room for about two events pieces
+        vramtop_hook.oom.OOM_MAX_MB = 0.7  # room for about two events pieces
         oom = {
             "device": 0, "time_s": 1.0, "requested_bytes": 1 << 20, "device_free_bytes": 0,
             "device_total_bytes": 1 << 30, "stats": {}, "summary": "", "history": h.of(),
         }
-        keeper = vramtop_hook.OomKeeper()
+        keeper = vramtop_hook.oom.OomKeeper()
         path = keeper.keep({"segments": [], "device_traces": [[]]}, oom)
         self.assertIsNotNone(path)
         with open(path, "rb") as f:
@@ -76,8 +76,8 @@ class KeptHistoryTest(KeptFilesTest):
 
 class RingLookTest(unittest.TestCase):
     def test_a_fast_job_is_looked_at_before_a_quarter_of_the_ring_fills(self):
-        period = vramtop_hook.ring_look_period
-        slow = vramtop_hook.RING_CHECK_S
+        period = vramtop_hook.history.ring_look_period
+        slow = vramtop_hook.settings.RING_CHECK_S
         self.assertEqual(period(100, None, 1.0, 65536), slow)  # no pace yet
         self.assertEqual(period(100, (0.5, 100), 1.0, 65536), slow)  # nothing allocated
         # 36,000 allocations a second (108,000 entries, GPT-2's pace): 65,536 entries
@@ -97,16 +97,16 @@ class StepMarkTest(unittest.TestCase):
         class Hook:
             alloc = Alloc()
 
-        saved = vramtop_hook._hook
+        saved = vramtop_hook.running.hook
         try:
-            vramtop_hook._hook = None
+            vramtop_hook.running.hook = None
             vramtop_hook.mark_step()  # no hook yet: nothing, and no error
-            vramtop_hook._hook = Hook()
+            vramtop_hook.running.hook = Hook()
             for _ in range(6):
                 vramtop_hook.mark_step()
             self.assertEqual(len(Hook.alloc.steps), 4)
         finally:
-            vramtop_hook._hook = saved
+            vramtop_hook.running.hook = saved
 
 
 if __name__ == "__main__":

@@ -245,8 +245,8 @@ class OomKeeperUnitTest(KeptFilesTest):
         ]
         history.append({"action": "oom", "addr": 0, "size": 64 * MiB, "stream": 0, "device_free": 0, "frames": frames})
         raw = {"segments": [], "device_traces": [history]}
-        self.hook.OOM_MAX_MB = 0.25
-        path = self.hook.OomKeeper().keep(raw, self.oom())
+        self.hook.oom.OOM_MAX_MB = 0.25
+        path = self.hook.oom.OomKeeper().keep(raw, self.oom())
         self.assertIsNotNone(path)
         with open(path, "rb") as f:
             kept = pickle.load(f)
@@ -258,7 +258,7 @@ class OomKeeperUnitTest(KeptFilesTest):
 
     def test_a_snapshot_that_cannot_be_pickled_is_one_line_not_an_exception(self):
         raw = {"segments": [lambda: None], "device_traces": []}
-        self.assertIsNone(self.hook.OomKeeper().keep(raw, self.oom()))
+        self.assertIsNone(self.hook.oom.OomKeeper().keep(raw, self.oom()))
 
 
 if __name__ == "__main__":
@@ -280,7 +280,7 @@ class SeriesAndProcessesUnitTest(unittest.TestCase):
         self.hook = vramtop_hook
 
     def test_a_full_series_merges_pairs_keeping_their_low_and_high(self):
-        series = self.hook.AllocatedSeries(period=0.5, limit=8)
+        series = self.hook.roles.AllocatedSeries(period=0.5, limit=8)
         for n in range(8):
             series.add(0, float(n), 100 + (n % 2) * 50 + n)
         rows = series.of(0)["rows"]
@@ -297,9 +297,9 @@ class SeriesAndProcessesUnitTest(unittest.TestCase):
         import os
 
         # This interpreter maps no framework; a pid that is not there cannot be read.
-        self.assertEqual(self.hook.frameworks_of(os.getpid()), [])
-        self.assertIsNone(self.hook.frameworks_of(2 ** 22 + 7))
-        facts = self.hook.process_facts(os.getpid())
+        self.assertEqual(self.hook.processes.frameworks_of(os.getpid()), [])
+        self.assertIsNone(self.hook.processes.frameworks_of(2 ** 22 + 7))
+        facts = self.hook.processes.process_facts(os.getpid())
         self.assertIn("python", facts["command"])
         self.assertIsNotNone(facts["user"])
 
@@ -311,7 +311,7 @@ class SeriesAndProcessesUnitTest(unittest.TestCase):
         rust = os.path.join(HOOK_DIR, "..", "..", "..", "crates", "vramtop-alloc", "src", "framework.rs")
         with open(rust) as f:
             text = f.read()
-        for name, marks in self.hook.FRAMEWORK_MARKERS:
+        for name, marks in self.hook.processes.FRAMEWORK_MARKERS:
             self.assertIn('"%s"' % name, text)
             for mark in marks:
                 self.assertIn('"%s"' % mark, text)
@@ -374,7 +374,7 @@ class RoleWatchUnitTest(unittest.TestCase):
             state = {w1: {"exp_avg": T(S(0xB000, 4096)), "exp_avg_sq": T(S(0xC000, 4096)), "step": 3},
                      bias: {"exp_avg": T(S(0xD000, 512)), "exp_avg_sq": T(S(0xE000, 512))}}
 
-        watch = self.hook.RoleWatch(self.fake_torch())
+        watch = self.hook.roles.RoleWatch(self.fake_torch())
         model, optimizer = Model(), Optimizer()
         watch.models.add(model)
         watch.optimizers.add(optimizer)
@@ -397,7 +397,7 @@ class RoleWatchUnitTest(unittest.TestCase):
         watch.wanted = False
         watch.after_step()
         self.assertEqual(watch.at_step_time, before)
-        fresh = self.hook.RoleWatch(self.fake_torch())
+        fresh = self.hook.roles.RoleWatch(self.fake_torch())
         fresh.optimizers.add(optimizer)
         fresh.after_step()  # no state asked yet: the first step reads all the same
         self.assertEqual(fresh.of(0)["optimizer_state"], 2 * 4096 + 2 * 512)
@@ -415,14 +415,14 @@ class RoleWatchUnitTest(unittest.TestCase):
             def buffers(self):
                 return iter([])
 
-        watch = self.hook.RoleWatch(self.fake_torch())
+        watch = self.hook.roles.RoleWatch(self.fake_torch())
         model = Model()
         watch.models.add(model)
         roles = watch.of(0)
         self.assertEqual((roles["parameters"], roles["gradients"]), (4096, 0))
 
     def test_nothing_known_is_none_and_a_failed_read_is_none(self):
-        watch = self.hook.RoleWatch(self.fake_torch())
+        watch = self.hook.roles.RoleWatch(self.fake_torch())
         self.assertIsNone(watch.of(0))
 
         class Broken:
@@ -452,7 +452,7 @@ class RoleWatchUnitTest(unittest.TestCase):
         saved = sys.modules.get("torch.nn.modules.module")
         sys.modules["torch.nn.modules.module"] = fake
         try:
-            watch = self.hook.RoleWatch(self.fake_torch())
+            watch = self.hook.roles.RoleWatch(self.fake_torch())
             self.assertTrue(watch.watch_models())
         finally:
             if saved is None:

@@ -22,39 +22,39 @@ def frame(body):
 
 class FramingTest(unittest.TestCase):
     def test_encode_is_length_then_compact_json(self):
-        data = hook.encode({"type": "bye", "exit_code": None})
+        data = hook.wire.encode({"type": "bye", "exit_code": None})
         (length,) = struct.unpack(">I", data[:4])
         self.assertEqual(length, len(data) - 4)
         self.assertEqual(json.loads(data[4:]), {"type": "bye", "exit_code": None})
 
     def test_reader_reassembles_frames_split_anywhere(self):
-        stream = hook.encode({"type": "subscribe", "interval_s": 0.5}) + hook.encode({"type": "x"})
+        stream = hook.wire.encode({"type": "subscribe", "interval_s": 0.5}) + hook.wire.encode({"type": "x"})
         for cut in range(len(stream) + 1):
-            reader = hook.FrameReader()
+            reader = hook.wire.FrameReader()
             got = reader.feed(stream[:cut]) + reader.feed(stream[cut:])
             self.assertEqual([m["type"] for m in got], ["subscribe", "x"], cut)
 
     def test_reader_refuses_a_length_over_its_limit_before_reading_the_body(self):
-        reader = hook.FrameReader(limit=1024)
-        with self.assertRaises(hook.ProtocolError):
+        reader = hook.wire.FrameReader(limit=1024)
+        with self.assertRaises(hook.wire.ProtocolError):
             reader.feed(struct.pack(">I", 1025))
-        with self.assertRaises(hook.ProtocolError):
-            hook.FrameReader().feed(struct.pack(">I", 0xFFFFFFFF))
+        with self.assertRaises(hook.wire.ProtocolError):
+            hook.wire.FrameReader().feed(struct.pack(">I", 0xFFFFFFFF))
 
     def test_reader_refuses_bad_utf8_bad_json_and_non_objects(self):
         for body in (b"\xff\xfe", b"{not json", b"[1,2]", b'"type"', b'{"type": 3}', b"{}"):
-            with self.assertRaises(hook.ProtocolError, msg=body):
-                hook.FrameReader().feed(frame(body))
+            with self.assertRaises(hook.wire.ProtocolError, msg=body):
+                hook.wire.FrameReader().feed(frame(body))
 
     def test_encode_refuses_a_frame_over_16_mib(self):
         with self.assertRaises(ValueError):
-            hook.encode({"type": "state", "pad": "x" * (16 * 1024 * 1024)})
+            hook.wire.encode({"type": "state", "pad": "x" * (16 * 1024 * 1024)})
 
     def test_encode_fitting_drops_segments_and_says_truncated(self):
         segment = {"address": 0, "total_size": 1, "blocks": [], "pad": "y" * 100000}
         message = {"type": "state", "segments": [segment] * 400, "truncated": False}
-        data = hook.encode_fitting(message)
-        self.assertLessEqual(len(data) - 4, hook.MAX_FRAME)
+        data = hook.wire.encode_fitting(message)
+        self.assertLessEqual(len(data) - 4, hook.settings.MAX_FRAME)
         decoded = json.loads(data[4:])
         self.assertTrue(decoded["truncated"])
         self.assertLess(len(decoded["segments"]), 400)
@@ -68,19 +68,19 @@ class WriteDisciplineTest(unittest.TestCase):
     def test_partial_writes_finish_their_frame_drop_states_and_keep_one_oom(self):
         ours, theirs = socket.socketpair()
         ours.setblocking(False)
-        server = hook.Hook(history=False, forked=False)
+        server = hook.server.Hook(history=False, forked=False)
         server.selector = selectors.DefaultSelector()
-        viewer = hook.Viewer(ours, time.monotonic())
+        viewer = hook.server.Viewer(ours, time.monotonic())
         server.viewers.append(viewer)
-        big = hook.encode({"type": "state", "seq": 0, "pad": "s" * 300000})
+        big = hook.wire.encode({"type": "state", "seq": 0, "pad": "s" * 300000})
         for seq in range(20):  # the first is begun (the buffer is smaller), the rest dropped
             server.offer(viewer, big)
         self.assertTrue(viewer.pending)
         for n in range(50):
-            server.offer(viewer, hook.encode({"type": "oom", "n": n}), keep="oom")
-        server.offer(viewer, hook.encode({"type": "bye"}), keep="bye")
+            server.offer(viewer, hook.wire.encode({"type": "oom", "n": n}), keep="oom")
+        server.offer(viewer, hook.wire.encode({"type": "bye"}), keep="bye")
         self.assertEqual([kind for kind, _ in viewer.owed], ["oom", "bye"])
-        reader, got = hook.FrameReader(), []
+        reader, got = hook.wire.FrameReader(), []
         theirs.settimeout(0.2)
         while True:
             server.flush(viewer)
@@ -98,13 +98,13 @@ class WriteDisciplineTest(unittest.TestCase):
 
 class FormatTest(unittest.TestCase):
     def test_format_size_reads_as_pytorch_does(self):
-        self.assertEqual(hook.format_size(1024), "1024 bytes")
-        self.assertEqual(hook.format_size(6 * 1048576), "6.00 MiB")
-        self.assertEqual(hook.format_size(1073741824), "1024.00 MiB")
-        self.assertEqual(hook.format_size(3 * 1073741824 // 2), "1.50 GiB")
+        self.assertEqual(hook.torch_allocator.format_size(1024), "1024 bytes")
+        self.assertEqual(hook.torch_allocator.format_size(6 * 1048576), "6.00 MiB")
+        self.assertEqual(hook.torch_allocator.format_size(1073741824), "1024.00 MiB")
+        self.assertEqual(hook.torch_allocator.format_size(3 * 1073741824 // 2), "1.50 GiB")
 
     def test_alloc_conf_parsing_keeps_bracketed_lists_whole(self):
-        conf = hook.parse_alloc_conf(
+        conf = hook.torch_allocator.parse_alloc_conf(
             "expandable_segments:True,roundup_power2_divisions:[256:1,512:2],max_split_size_mb:64"
         )
         self.assertEqual(conf["expandable_segments"], "True")
@@ -134,15 +134,15 @@ class FakeAlloc:
 class HistoryDutyTest(unittest.TestCase):
     def duty(self, alloc, offset=lambda room: 0.0):
         """A duty whose first period began at 0; each window opens `offset(room)` in."""
-        duty = hook.HistoryDuty(alloc, offset=offset)
-        duty.period_start, duty.next_switch, duty.last_count = 0.0, hook.HISTORY_PERIOD_S, 0
+        duty = hook.history.HistoryDuty(alloc, offset=offset)
+        duty.period_start, duty.next_switch, duty.last_count = 0.0, hook.settings.HISTORY_PERIOD_S, 0
         return duty
 
     def test_a_job_that_allocates_slowly_is_recorded_whole(self):
         alloc = FakeAlloc()
         duty = self.duty(alloc)
         for second in range(1, 6):
-            alloc.count += int(hook.HISTORY_RATE / 2)
+            alloc.count += int(hook.settings.HISTORY_RATE / 2)
             duty.tick(float(second))
         self.assertEqual(duty.share, 1.0)
         self.assertEqual(alloc.switches, [])  # never turned off
@@ -150,7 +150,7 @@ class HistoryDutyTest(unittest.TestCase):
     def test_a_fast_allocator_is_recorded_for_a_share_of_each_period(self):
         alloc = FakeAlloc()
         duty = self.duty(alloc)
-        alloc.count += int(hook.HISTORY_RATE * 5)  # five times the rate: a fifth recorded
+        alloc.count += int(hook.settings.HISTORY_RATE * 5)  # five times the rate: a fifth recorded
         duty.tick(1.0)
         self.assertAlmostEqual(duty.share, 0.2)
         self.assertAlmostEqual(duty.next_switch, 1.2)
@@ -159,20 +159,20 @@ class HistoryDutyTest(unittest.TestCase):
         duty.tick(1.2)
         self.assertEqual(alloc.switches, [False])
         self.assertAlmostEqual(duty.next_switch, 2.0)
-        alloc.count += int(hook.HISTORY_RATE * 5)
+        alloc.count += int(hook.settings.HISTORY_RATE * 5)
         duty.tick(2.0)
         self.assertEqual(alloc.switches, [False, True])
         # However fast the job, a sliver of each period is still recorded.
-        alloc.count += int(hook.HISTORY_RATE * 1000)
+        alloc.count += int(hook.settings.HISTORY_RATE * 1000)
         duty.tick(2.2)
         duty.tick(3.0)
-        self.assertEqual(duty.share, hook.HISTORY_MIN_SHARE)
+        self.assertEqual(duty.share, hook.settings.HISTORY_MIN_SHARE)
 
     def test_the_recorded_window_can_sit_anywhere_in_the_period(self):
         # A step that divides the period must not be seen at the same point every time.
         alloc = FakeAlloc()
         duty = self.duty(alloc, offset=lambda room: room / 2)
-        alloc.count += int(hook.HISTORY_RATE * 5)
+        alloc.count += int(hook.settings.HISTORY_RATE * 5)
         duty.tick(1.0)  # share 0.2: the window is [1.4, 1.6)
         self.assertEqual(alloc.switches, [False])
         self.assertAlmostEqual(duty.next_switch, 1.4)
@@ -183,7 +183,7 @@ class HistoryDutyTest(unittest.TestCase):
         self.assertEqual(alloc.switches, [False, True, False])
         self.assertAlmostEqual(duty.next_switch, 2.0)
         # At most two switches a period: one that opens at the period's start needs one.
-        alloc.count += int(hook.HISTORY_RATE * 5)
+        alloc.count += int(hook.settings.HISTORY_RATE * 5)
         duty.offset = lambda room: 0.0
         duty.tick(2.0)
         self.assertEqual(alloc.switches, [False, True, False, True])
@@ -192,7 +192,7 @@ class HistoryDutyTest(unittest.TestCase):
         random.seed(7)
         expected = [random.random() for _ in range(3)]
         random.seed(7)
-        default = hook.HistoryDuty(FakeAlloc())
+        default = hook.history.HistoryDuty(FakeAlloc())
         starts = [default.offset(0.8) for _ in range(200)]
         self.assertEqual([random.random() for _ in range(3)], expected)
         self.assertTrue(all(0.0 <= x <= 0.8 for x in starts))
@@ -201,7 +201,7 @@ class HistoryDutyTest(unittest.TestCase):
     def test_a_torch_that_refuses_the_switch_is_left_recording(self):
         alloc = FakeAlloc(refuse=True)
         duty = self.duty(alloc)
-        alloc.count += int(hook.HISTORY_RATE * 10)
+        alloc.count += int(hook.settings.HISTORY_RATE * 10)
         duty.tick(1.0)
         duty.tick(1.1)
         self.assertTrue(duty.recording)
@@ -214,11 +214,11 @@ class HistoryDutyTest(unittest.TestCase):
     def test_a_torch_that_refuses_to_turn_back_on_says_nothing_is_recorded(self):
         alloc = FakeAlloc(refuse_on=True)
         duty = self.duty(alloc)
-        alloc.count += int(hook.HISTORY_RATE * 10)
+        alloc.count += int(hook.settings.HISTORY_RATE * 10)
         duty.tick(1.0)
         duty.tick(1.1)  # off: accepted
         self.assertFalse(duty.recording)
-        alloc.count += int(hook.HISTORY_RATE * 10)
+        alloc.count += int(hook.settings.HISTORY_RATE * 10)
         duty.tick(2.0)  # on: refused
         self.assertFalse(duty.recording)
         self.assertEqual(duty.share, 0.0)
@@ -239,7 +239,7 @@ class EnvironmentTest(unittest.TestCase):
         for text in ("abc", "nan", "-3", "0"):
             env = dict(os.environ, VRAMTOP_HISTORY_RATE=text, PYTHONPATH=HOOK_DIR)
             done = subprocess.run(
-                [sys.executable, "-c", "import vramtop_hook as h; print(h.HISTORY_RATE)"],
+                [sys.executable, "-c", "import vramtop_hook as h; print(h.settings.HISTORY_RATE)"],
                 env=env, capture_output=True, text=True, timeout=30,
             )
             self.assertEqual(done.stdout.strip(), "5000.0", text)
@@ -258,7 +258,7 @@ class PacingTest(unittest.TestCase):
                 spin(next(costs))
                 return {"device": 0, "stats": None, "settings": {}, "segments": [], "truncated": False}
 
-        paced = hook.Hook(False, forked=False)
+        paced = hook.server.Hook(False, forked=False)
         paced.alloc = SlowOnce()
         gaps = []
         for _ in range(4):
@@ -286,7 +286,7 @@ class AllocatorTranslationTest(unittest.TestCase):
         torch.cuda.stub_free("q")
 
     def test_collect_matches_the_allocators_own_figures(self):
-        alloc = hook.TorchAllocator(self.torch)
+        alloc = hook.torch_allocator.TorchAllocator(self.torch)
         state = alloc.collect()
         stats = self.torch.cuda.memory_stats(0)
         self.assertEqual(state["stats"]["allocated_bytes"], stats["allocated_bytes.all.current"])
@@ -299,7 +299,7 @@ class AllocatorTranslationTest(unittest.TestCase):
             self.assertEqual(first["address"], segment["address"])
 
     def test_settings_fall_back_to_the_environment(self):
-        alloc = hook.TorchAllocator(self.torch)
+        alloc = hook.torch_allocator.TorchAllocator(self.torch)
         os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True,max_split_size_mb:128"
         try:
             settings = alloc.settings(None)
@@ -310,18 +310,18 @@ class AllocatorTranslationTest(unittest.TestCase):
         self.assertEqual(settings["raw"], "expandable_segments:True,max_split_size_mb:128")
 
     def test_block_cap_truncates(self):
-        alloc = hook.TorchAllocator(self.torch)
-        old = hook.MAX_BLOCKS
-        hook.MAX_BLOCKS = 1
+        alloc = hook.torch_allocator.TorchAllocator(self.torch)
+        old = hook.torch_allocator.MAX_BLOCKS
+        hook.torch_allocator.MAX_BLOCKS = 1
         try:
             state = alloc.collect()
         finally:
-            hook.MAX_BLOCKS = old
+            hook.torch_allocator.MAX_BLOCKS = old
         self.assertTrue(state["truncated"])
         self.assertEqual(sum(len(s["blocks"]) for s in state["segments"]), 1)
 
     def test_site_skips_torch_stdlib_and_site_packages(self):
-        alloc = hook.TorchAllocator(self.torch)
+        alloc = hook.torch_allocator.TorchAllocator(self.torch)
         torch_file = os.path.join(os.path.dirname(self.torch.__file__), "nn", "modules", "linear.py")
         frames = [
             {"filename": torch_file, "line": 125, "name": "forward"},

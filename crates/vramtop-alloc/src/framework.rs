@@ -2,7 +2,7 @@
 //! (`/proc/PID/maps`), and each framework's own documented switch for holding less. The
 //! process table names it; an OOM whose memory another process held says which and how.
 //!
-//! The job hook (`vramtop_hook.py`, `FRAMEWORK_MARKERS`) tells frameworks by the same
+//! The job hook (`vramtop_hook/processes.py`, `FRAMEWORK_MARKERS`) tells frameworks by the same
 //! markers at an OOM; a test keeps the two lists the same.
 
 use std::fmt;

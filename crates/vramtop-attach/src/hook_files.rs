@@ -11,7 +11,8 @@ use std::path::{Path, PathBuf};
 use super::discovery::ensure_private_dir;
 use super::error::AttachError;
 
-/// The hook's files, as (file name, text).
+/// The hook's files, as (path under the hook folder, text): `sitecustomize.py` and the
+/// `vramtop_hook/` package's modules.
 pub type HookFiles<'a> = [(&'a str, &'a str)];
 
 /// FNV-1a over the files: a name that changes when the content does.
@@ -76,7 +77,8 @@ pub fn write_hook_files(socket_dir: &Path, files: &HookFiles) -> Result<PathBuf,
         if fs::read(&path).is_ok_and(|old| old == text.as_bytes()) {
             continue;
         }
-        let temp = dir.join(format!(".{name}.{}", std::process::id()));
+        let file_name = path.file_name().unwrap_or_default().to_string_lossy();
+        let temp = path.with_file_name(format!(".{file_name}.{}", std::process::id()));
         write_file(&temp, text)?;
         if let Err(source) = fs::rename(&temp, &path) {
             let _ = fs::remove_file(&temp);
@@ -94,6 +96,9 @@ fn holds(dir: &Path, files: &HookFiles) -> bool {
 }
 
 fn write_file(path: &Path, text: &str) -> Result<(), AttachError> {
+    if let Some(parent) = path.parent() {
+        ensure_private_dir(parent)?; // a package's folder, private as the hook folder is
+    }
     fs::File::create(path)
         .and_then(|mut f| f.write_all(text.as_bytes()))
         .map_err(|source| {
@@ -113,13 +118,16 @@ mod tests {
     fn files_are_written_once_and_named_by_content() {
         let base = std::env::temp_dir().join(format!("vramtop-hookfiles-{}", std::process::id()));
         let _ = fs::remove_dir_all(&base);
-        let files = [("a.py", "import b\n"), ("b.py", "x = 1\n")];
+        let files = [("a.py", "import b\n"), ("b/__init__.py", "x = 1\n")];
         let dir = write_hook_files(&base, &files).unwrap();
         assert_eq!(dir, hook_dir(&base, &files));
-        assert_eq!(fs::read_to_string(dir.join("b.py")).unwrap(), "x = 1\n");
+        assert_eq!(
+            fs::read_to_string(dir.join("b/__init__.py")).unwrap(),
+            "x = 1\n"
+        );
         // A second call finds them in place; other content gets another folder.
         assert_eq!(write_hook_files(&base, &files).unwrap(), dir);
-        let other = [("a.py", "import b\n"), ("b.py", "x = 2\n")];
+        let other = [("a.py", "import b\n"), ("b/__init__.py", "x = 2\n")];
         assert_ne!(hook_dir(&base, &other), dir);
         // Nothing is left beside it: the folder was written elsewhere and renamed.
         let names: Vec<String> = fs::read_dir(&base)
@@ -137,7 +145,7 @@ mod tests {
     fn a_folder_left_half_written_is_completed() {
         let base = std::env::temp_dir().join(format!("vramtop-hookhalf-{}", std::process::id()));
         let _ = fs::remove_dir_all(&base);
-        let files = [("a.py", "import b\n"), ("b.py", "x = 1\n")];
+        let files = [("a.py", "import b\n"), ("b/__init__.py", "x = 1\n")];
         let dir = hook_dir(&base, &files);
         fs::create_dir_all(&dir).unwrap();
         #[cfg(unix)]
@@ -148,7 +156,16 @@ mod tests {
         }
         fs::write(dir.join("a.py"), "import b\n").unwrap();
         assert_eq!(write_hook_files(&base, &files).unwrap(), dir);
-        assert_eq!(fs::read_to_string(dir.join("b.py")).unwrap(), "x = 1\n");
+        assert_eq!(
+            fs::read_to_string(dir.join("b/__init__.py")).unwrap(),
+            "x = 1\n"
+        );
+        // Nothing half-named is left in the package's folder.
+        let names: Vec<String> = fs::read_dir(dir.join("b"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names, vec!["__init__.py".to_string()]);
         let _ = fs::remove_dir_all(&base);
     }
 }

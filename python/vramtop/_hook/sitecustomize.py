@@ -2,8 +2,8 @@
 
 It costs a job that never imports torch nearly nothing: no thread, no socket, no import of
 the hook itself. It only puts a watcher at the head of sys.meta_path that notices the first
-`import torch` and, when that import has finished, starts the hook (vramtop_hook.py,
-beside this file). Then it runs the
+`import torch` and, when that import has finished, starts the hook (the vramtop_hook
+package, beside this file). Then it runs the
 `sitecustomize` the user already had (the next one on sys.path), under its own name, so
 their start-up code still runs. VRAMTOP_HOOK=0 turns the hook off; see PROTOCOL.md.
 Python 3.8+, stdlib only. Nothing here may raise into the job except the user's own

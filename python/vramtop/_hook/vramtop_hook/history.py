@@ -1,0 +1,237 @@
+"""PyTorch's memory history: reading the ring whole without the GIL
+(`PickledSnapshot`), the pieces kept since the job's first allocation (`History`), when
+to look at the ring, and the duty cycle of recording allocation sites (`HistoryDuty`).
+
+Stdlib only; nothing here raises into the job.
+"""
+
+import collections
+import os
+import struct
+import sys
+import time
+
+from .settings import (
+    ENTRIES_PER_ALLOCATION, HISTORY_MIN_SHARE, HISTORY_PERIOD_S, HISTORY_RATE,
+    PICKLED_SNAPSHOT_SYMBOL, RING_CHECK_S,
+)
+
+
+def ring_look_period(count, last, now, entries):
+    """Seconds to the next look at the ring: RING_CHECK_S, or sooner where at the pace since
+    the last look (`last`: its time and allocation count) a quarter of the ring would fill
+    before then, so that a look always comes before a ring checkpointed at half full can
+    wrap (hook 1.5 reads it whole only then). 10 ms at the least: a look is one stats read."""
+    if count is None or last is None or now <= last[0] or last[1] is None:
+        return RING_CHECK_S
+    rate = ENTRIES_PER_ALLOCATION * max(0, count - last[1]) / (now - last[0])
+    if rate <= 0:
+        return RING_CHECK_S
+    return max(0.01, min(RING_CHECK_S, 0.25 * entries / rate))
+
+
+class PickledSnapshot:
+    """`torch::cuda::_memory_snapshot_pickled()`: the snapshot _snapshot() returns, pickled
+    by PyTorch's C++ (protocol 2) instead of built as Python objects. Not bound to Python;
+    libtorch_cuda.so exports it, and a ctypes call releases the GIL for its whole length,
+    so the job's thread runs on while it converts the ring (the allocator's lock is held
+    only while the ring is copied: 3.5 ms for 65,536 entries on the H100).
+
+    It returns a std::string, which the x86-64 System V ABI returns through a hidden
+    pointer passed first: `read` passes a buffer for it, copies the bytes out and frees
+    them with libc's free (libstdc++'s operator delete). Used only where that is exactly
+    so: Linux on x86-64, the cxx11 string ABI, the symbol under its mangled name (which
+    fixes the signature: no arguments). VRAMTOP_RING_READ=0 turns it off."""
+
+    def __init__(self, function, holding_gil, free):
+        self._function = function
+        self._holding_gil = holding_gil
+        self._free = free
+
+    @classmethod
+    def find(cls, torch):
+        """The reader, or (None, why not)."""
+        if os.environ.get("VRAMTOP_RING_READ", "1") == "0":
+            return None, "VRAMTOP_RING_READ=0"
+        import platform
+
+        if not sys.platform.startswith("linux") or platform.machine() not in ("x86_64", "AMD64"):
+            return None, "reading the ring off the GIL needs Linux on x86-64"
+        if getattr(getattr(torch, "_C", None), "_GLIBCXX_USE_CXX11_ABI", None) is not True:
+            return None, "this torch is not built with the cxx11 string ABI"
+        path = os.path.join(os.path.dirname(getattr(torch, "__file__", "") or ""), "lib", "libtorch_cuda.so")
+        if not os.path.exists(path):
+            return None, "no libtorch_cuda.so beside torch"
+        try:
+            import ctypes
+
+            # Already loaded by torch: these only take handles on it. Through CDLL a call
+            # releases the GIL; through PyDLL it keeps it.
+            function = getattr(ctypes.CDLL(path), PICKLED_SNAPSHOT_SYMBOL)
+            holding_gil = getattr(ctypes.PyDLL(path), PICKLED_SNAPSHOT_SYMBOL)
+            free = ctypes.CDLL(None).free
+        except (OSError, AttributeError):
+            return None, "this torch does not export _memory_snapshot_pickled"
+        for f in (function, holding_gil):
+            f.argtypes = [ctypes.c_void_p]
+            f.restype = ctypes.c_void_p
+        free.argtypes = [ctypes.c_void_p]
+        free.restype = None
+        return cls(function, holding_gil, free), None
+
+    def read(self, hold_gil=False):
+        """The pickled snapshot, as bytes. `hold_gil`: the job's threads wait meanwhile
+        (for a small read that must not let the job run on, as at a checkpoint)."""
+        import ctypes
+
+        # std::string (libstdc++, cxx11): data pointer, size, then 16 bytes of inline buffer.
+        out = ctypes.create_string_buffer(32)
+        base = ctypes.addressof(out)
+        (self._holding_gil if hold_gil else self._function)(base)
+        data, size = struct.unpack_from("=QQ", out.raw, 0)
+        try:
+            return ctypes.string_at(data, size)
+        finally:
+            if data != base + 16:
+                self._free(data)
+
+
+class History:
+    """The job's allocator history in pieces (hook 1.5), for the file kept at an OOM: the
+    ring as read just before each checkpoint cleared it (`events`), and the snapshot taken
+    just after (`state`), each as PyTorch pickled it, zlib-compressed. In order: [events,
+    state, events, state, ...] from the job's first allocation (`from_start`), else [state,
+    events, state, ...] from an older checkpoint. The events between a ring's read and its
+    clearing are in no piece: vramtop puts in what the next `state` says changed.
+
+    Pieces are added as read (`add`, while a checkpoint holds the job back: an OOM then
+    finds the checkpoint and the history before it in step) and compressed after (`pack`).
+    Past `limit` bytes the oldest pieces go, an events piece with the state before it, so
+    the history then begins at a later checkpoint."""
+
+    def __init__(self, limit):
+        self.limit = limit
+        self.pieces = collections.deque()  # (kind, bytes, compressed)
+        self.bytes = 0
+
+    def restart(self, state):
+        """The history begins anew at the checkpoint `state` (none before it is whole)."""
+        self.clear()
+        self._add("state", state)
+
+    def clear(self):
+        self.pieces.clear()
+        self.bytes = 0
+
+    def add(self, events, state):
+        """The ring read before a checkpoint (`events`: every entry since the last one, or
+        since the job's start when there were no pieces yet) and the checkpoint `state`."""
+        self._add("events", events)
+        self._add("state", state)
+
+    def _add(self, kind, data):
+        self.pieces.append((kind, data, False))
+        self.bytes += len(data)
+
+    def pack(self):
+        """Compresses the pieces added since (zlib releases the GIL), then keeps to `limit`.
+        Each piece is replaced whole, in one store: an OOM reading them meanwhile sees it
+        as read or compressed, never half of each."""
+        import zlib
+
+        for i, (kind, data, packed) in enumerate(list(self.pieces)):
+            if not packed:
+                small = zlib.compress(data, 1)
+                self.pieces[i] = (kind, small, True)
+                self.bytes += len(small) - len(data)
+        while self.bytes > self.limit and len(self.pieces) > 2:
+            for _ in range(2 if self.pieces[0][0] == "state" else 1):
+                self.bytes -= len(self.pieces.popleft()[1])
+
+    def of(self):
+        """What an OOM's file carries (`vramtop_oom.history`), or None without pieces."""
+        pieces = list(self.pieces)
+        if not pieces:
+            return None
+        return {
+            "version": 1,
+            "from_start": pieces[0][0] == "events",
+            "pieces": [
+                {"kind": kind, ("zlib" if packed else "pickle"): data} for kind, data, packed in pieces
+            ],
+        }
+
+
+class HistoryDuty:
+    """Records allocation stacks for a share of each period (see HISTORY_RATE).
+
+    At each period's start the job's allocation rate over the last period sets the share:
+    HISTORY_RATE / rate, at least HISTORY_MIN_SHARE, at most all. The recorded window sits
+    at a random place in each period: a job whose step divides the period would otherwise
+    be recorded at the same point of its step every time, and a leak made elsewhere in the
+    step would never get a site. A leak that allocates every step is still recorded in most
+    periods when steps are short, and in every period when the job allocates slowly; what
+    is not recorded shows as memory with no site.
+    """
+
+    def __init__(self, alloc, offset=None):
+        self.alloc = alloc
+        # offset(room) -> where in [0, room] this period's window starts. From a generator
+        # of our own: drawing from `random`'s shared one would change the job's own random
+        # numbers (a seeded training run would no longer repeat).
+        import random  # here, not at the top: every Python process of the job imports us
+
+        rng = random.Random()
+        self.offset = offset or (lambda room: rng.uniform(0.0, room))
+        self.share = 1.0
+        self.recording = True
+        now = time.monotonic()
+        self.period_start = now
+        self.window = (now, now + HISTORY_PERIOD_S)  # this period's recorded span
+        self.next_switch = now + HISTORY_PERIOD_S
+        self.last_count = alloc.allocation_count()
+        self.broken = False
+
+    def tick(self, now):
+        if now < self.next_switch:  # also when broken: next_switch is then infinite
+            return
+        period_end = self.period_start + HISTORY_PERIOD_S
+        if now < period_end:
+            opens, closes = self.window
+            if not self.recording and opens <= now < closes:
+                self.next_switch = closes
+                self.switch(True)
+            else:
+                self.next_switch = period_end
+                if self.recording and now >= closes:
+                    self.switch(False)  # the share of this period is over
+            return
+        count = self.alloc.allocation_count()
+        elapsed = max(now - self.period_start, 1e-3)
+        if count is not None and self.last_count is not None and count >= self.last_count:
+            rate = (count - self.last_count) / elapsed
+            self.share = 1.0 if rate <= HISTORY_RATE else max(HISTORY_RATE / rate, HISTORY_MIN_SHARE)
+        self.last_count = count
+        self.period_start = now
+        span = HISTORY_PERIOD_S * self.share
+        opens = now if self.share >= 1.0 else now + self.offset(HISTORY_PERIOD_S - span)
+        self.window = (opens, opens + span)
+        if opens <= now:
+            self.next_switch = now + span
+            if not self.recording:
+                self.switch(True)
+        else:
+            self.next_switch = opens
+            if self.recording:
+                self.switch(False)
+
+    def switch(self, on):
+        if self.alloc.set_recording(on):
+            self.recording = on
+            return
+        # Stop switching, with no further wake-ups (Hook.timeout reads next_switch), and
+        # say truly what is recorded from now on: all if it could not be turned off,
+        # nothing if it could not be turned back on.
+        self.broken = True
+        self.next_switch = float("inf")
+        self.share = 0.0 if on else 1.0

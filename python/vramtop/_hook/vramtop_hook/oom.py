@@ -1,0 +1,332 @@
+"""Every OOM of a hooked job: told to viewers, kept on disk whole (`OomKeeper`, viewer
+or not), and uncaught OOMs reported before the job ends.
+
+Stdlib only; nothing here raises into the job.
+"""
+
+import os
+import sys
+import threading
+import time
+
+from . import running
+from .processes import who_holds_the_gpu
+from .settings import env_float
+from .sockets import socket_dir
+from .torch_allocator import format_size
+from .wire import encode, encode_fitting
+
+
+# Every OOM of a hooked job is kept on disk, viewer or not (`OomKeeper`).
+OOM_FIRST_KEPT = 3
+# Largest file kept, in MiB: history is what grows (a full ring is hundreds of MiB), and
+# the default folder may be a small tmpfs ($XDG_RUNTIME_DIR). A file without history is
+# tens of KiB (72 KiB for a capped checkerboard of 720 blocks, on an H100).
+OOM_MAX_MB = env_float("VRAMTOP_OOM_MAX_MB", 64.0)
+
+
+class OomKeeper:
+    """Keeps the allocator's state at an OOM as a PyTorch memory snapshot (the dict
+    torch.cuda.memory._snapshot() returns, pickled), so PyTorch's own tools read it as well
+    as `vramtop snapshot`. Bounded: the first OOM_FIRST_KEPT OOMs of a process, then the
+    latest one in one file rewritten in place; a file over VRAMTOP_OOM_MAX_MB (default 64)
+    loses the allocation history first (its `oom` entries stay), and is not written if
+    still over.
+
+    Where: VRAMTOP_OOM_DIR (`vramtop run` sets it beside its log), else the hook's socket
+    directory. VRAMTOP_OOM_TAG (set by `vramtop run`) names the run in the file name, so it
+    finds its job's files; VRAMTOP_OOM_QUIET=1 leaves the saying to `vramtop run`. Writing
+    never raises into the job: a full disk or a read-only directory is one line on stderr.
+
+    Added to PyTorch's dict: `vramtop_oom` (the request and the device's figures, which the
+    snapshot alone lacks), and, when the allocation history holds no `oom` entry for this
+    OOM (history off), one `oom` entry as PyTorch writes them, marked `vramtop_added`.
+    """
+
+    def __init__(self):
+        self.count = 0
+        self.said = set()
+        # Two threads can run out of memory at once; each keeps its own file whole.
+        self.lock = threading.Lock()
+
+    def directory(self):
+        return os.environ.get("VRAMTOP_OOM_DIR") or socket_dir()
+
+    def path_for(self, n):
+        tag = os.environ.get("VRAMTOP_OOM_TAG", "")
+        which = str(n) if n <= OOM_FIRST_KEPT else "last"
+        name = "vramtop-oom-%s%d-%s.pickle" % (tag + "-" if tag else "", os.getpid(), which)
+        return os.path.join(self.directory(), name)
+
+    def keep(self, raw, oom):
+        """Write the snapshot `raw` with the OOM `oom` (the hook's message); the path or None.
+        Never raises: whatever goes wrong is one line, said once."""
+        try:
+            with self.lock:
+                return self._keep(raw, oom)
+        except Exception as err:
+            self.say_once("error", "could not keep the allocator state at an OOM: %r; the job goes on" % (err,))
+            return None
+
+    def _keep(self, raw, oom):
+        import pickle
+
+        self.count += 1
+        n = self.count
+        snapshot = self.annotated(raw, oom, n)
+        limit = int(OOM_MAX_MB * 1024 * 1024)
+        data = pickle.dumps(snapshot, protocol=4)
+        history = snapshot["vramtop_oom"].get("history")
+        if len(data) > limit and history:
+            # The oldest history goes first, an events piece with the state before it;
+            # counted by the pieces' own sizes and pickled once more, not at each cut.
+            pieces = history["pieces"]
+            over = len(data) - limit
+            while over > 0 and len(pieces) > 1:
+                cut = 2 if pieces[0]["kind"] == "state" and len(pieces) > 2 else 1
+                over -= sum(len(p.get("zlib") or p.get("pickle") or b"") for p in pieces[:cut])
+                del pieces[:cut]
+            history["from_start"] = pieces[0]["kind"] == "events"
+            if over > 0:
+                snapshot["vramtop_oom"]["history"] = None
+            data = pickle.dumps(snapshot, protocol=4)
+        if len(data) > limit and snapshot.get("device_traces"):
+            # The history is what grows: keep the state and the trace's own `oom` entries
+            # (PyTorch's, or ours), say what was left out.
+            snapshot["device_traces"] = [
+                [e for e in t if isinstance(e, dict) and e.get("action") == "oom"] for t in snapshot["device_traces"]
+            ]
+            snapshot["vramtop_oom"]["history_left_out"] = True
+            if snapshot["vramtop_oom"].get("ring"):
+                snapshot["vramtop_oom"]["ring"] = dict(snapshot["vramtop_oom"]["ring"], complete=False)
+            snapshot["vramtop_oom"]["checkpoint"] = None  # nothing to replay from it now
+            snapshot["vramtop_oom"]["history"] = None
+            data = pickle.dumps(snapshot, protocol=4)
+        if len(data) > limit:
+            self.say_once("cap", "OOM %d: the allocator state is %d MiB, over VRAMTOP_OOM_MAX_MB (%g); not kept" % (n, len(data) >> 20, OOM_MAX_MB))
+            return None
+        path = self.path_for(n)
+        partial = "%s.%d.part" % (path, threading.get_ident())
+        try:
+            # Private, as the socket folder it may be: made here first, it must not be 0755.
+            os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+            with open(partial, "wb") as f:
+                f.write(data)
+            os.replace(partial, path)
+        except OSError as err:
+            try:
+                os.unlink(partial)  # a full disk keeps no half-written file
+            except OSError:
+                pass
+            self.say_once("write", "could not keep the allocator state at an OOM in %s: %s; the job goes on" % (self.directory(), err.strerror or err))
+            return None
+        if n <= OOM_FIRST_KEPT + 1 and os.environ.get("VRAMTOP_OOM_QUIET") != "1":
+            later = "; later OOMs rewrite it" if n > OOM_FIRST_KEPT else ""
+            self.say("OOM %d: allocator state kept in %s (%s)%s; open it with: vramtop snapshot %s" % (n, path, format_size(len(data)), later, path))
+        return path
+
+    @staticmethod
+    def annotated(raw, oom, n):
+        snapshot = dict(raw)
+        device = oom["device"]
+        snapshot["vramtop_oom"] = {
+            "number": n,
+            "pid": os.getpid(),
+            "argv": list(sys.argv),
+            "time_s": oom["time_s"],
+            "device": device,
+            "requested_bytes": oom["requested_bytes"],
+            "device_free_bytes": oom["device_free_bytes"],
+            "device_total_bytes": oom["device_total_bytes"],
+            "stats": oom["stats"],
+            "summary": oom["summary"],
+            "history_left_out": False,
+            "ring": oom.get("ring"),
+            "checkpoint": oom.get("checkpoint"),
+            # Hook 1.5: the history before the checkpoint, in pieces (History.of).
+            "history": oom.get("history"),
+            # When the job's optimizers stepped (time.time(); the trace's time_us is the same
+            # clock in microseconds): `empty_cache()` between steps is replayed there.
+            "steps": oom.get("steps") or [],
+            # The job's allocated bytes from its start ([time_s, low, high] rows), the
+            # GPU's own total, and every process NVML listed on it (hook 1.4).
+            "series": oom.get("series"),
+            "step_series": oom.get("step_series"),
+            "physical_total_bytes": oom.get("physical_total_bytes"),
+            "gpu_processes": oom.get("gpu_processes"),
+            # What the live memory was for (parameters, gradients, optimizer state), as
+            # the job's own tensors said at the OOM (hook 1.4).
+            "roles": oom.get("roles"),
+        }
+        traces = [list(t) for t in (snapshot.get("device_traces") or [])]
+        while len(traces) <= device:
+            traces.append([])
+        last = traces[device][-1] if traces[device] else None
+        if not (isinstance(last, dict) and last.get("action") == "oom"):
+            traces[device].append({
+                "action": "oom",
+                "addr": 0,
+                "size": oom["requested_bytes"],
+                "stream": 0,
+                "device_free": oom["device_free_bytes"],
+                "time_us": int(oom["time_s"] * 1e6),
+                "frames": [],
+                "vramtop_added": True,
+            })
+        snapshot["device_traces"] = traces
+        return snapshot
+
+    def say_once(self, key, text):
+        if key not in self.said:
+            self.said.add(key)
+            self.say(text)
+
+    @staticmethod
+    def say(text):
+        try:
+            sys.stderr.write("vramtop: %s\n" % text)
+            sys.stderr.flush()
+        except Exception:
+            pass
+
+
+_oom_keeper = OomKeeper()
+_excepthooks_installed = False
+
+
+def after_fork_in_child():
+    """The child's OOMs are its own: numbered from 1, in a keeper of its own."""
+    global _oom_keeper
+    _oom_keeper = OomKeeper()
+
+
+def on_oom(device, alloc_size, limit_bytes, device_free):
+    """PyTorch's OOM observer: sends the allocator's state before the exception unwinds.
+
+    What c10/cuda/CUDACachingAllocator.cpp (DeviceCachingAllocator::malloc) does: when every
+    retry has failed it reads cudaMemGetInfo, counts the OOM, copies `oom_observers_`, and
+    then `lock.unlock()` ("Make sure we do not have the device lock before calling our
+    observers which might need hold the GIL") before calling each observer as
+    (device, alloc_size, set_fraction ? allowed_memory_maximum : device_total, device_free),
+    and only after them throws OutOfMemoryError. So calling memory_stats / memory_snapshot
+    here does not deadlock (the allocator lock is free; it is recursive anyway), the third
+    argument is the per-process cap when set_per_process_memory_fraction is in force, and
+    alloc_size is the rounded size PyTorch's message says it "Tried to allocate". The Python
+    binding (torch/csrc/cuda/Module.cpp) takes the GIL and turns an exception raised here
+    into a C++ error that would replace the OOM: so nothing may escape this function.
+    """
+    try:
+        hook = running.hook
+        if hook is None or hook.alloc is None or hook.pid != os.getpid():
+            return
+        generation = hook.alloc.generation
+        raw = hook.alloc.raw_snapshot(on_job_thread=True)
+        state = hook.alloc.collect(device=int(device), raw=raw)
+        stats = state["stats"]
+        message = {
+            "type": "oom",
+            "time_s": time.time(),
+            "device": int(device),
+            "device_uuid": state.get("device_uuid"),
+            "requested_bytes": int(alloc_size),
+            "device_free_bytes": int(device_free),
+            "device_total_bytes": int(limit_bytes),
+            "stats": stats,
+            "settings": state["settings"],
+            "segments": state["segments"],
+            "truncated": state["truncated"],
+            "summary": oom_summary(alloc_size, stats, device_free),
+            "ring": hook.alloc.ring_of(raw, int(device)),
+            "checkpoint": hook.alloc.checkpoint_of(int(device)),
+            "history": hook.alloc.history_of(),
+            "steps": list(hook.alloc.steps),
+            "series": hook.alloc.series.of(int(device)),
+            "step_series": hook.alloc.step_series.of(int(device)),
+            "roles": hook.alloc.roles.at_oom(int(device)),
+        }
+        if hook.alloc.generation != generation:
+            # A checkpoint came between the ring read above and its checkpoint and history:
+            # they do not follow on from each other; the state at the OOM stands alone.
+            if message["ring"]:
+                message["ring"] = dict(message["ring"], complete=False)
+            message["checkpoint"] = message["history"] = None
+        # The processes sharing the GPU and its own total: who else held the memory.
+        message.update(who_holds_the_gpu(hook.alloc, int(device)))
+        # The file first: a job that dies of this OOM may be gone before a viewer reads.
+        # A viewer replays the job's history from it when the ring holds all of it.
+        if raw is not None:
+            message["kept_path"] = _oom_keeper.keep(raw, message)
+        # The checkpoint's segments are for the file (a replay starts from them), not the wire.
+        message.pop("checkpoint", None)
+        message.pop("history", None)
+        message.pop("steps", None)
+        frame = encode_fitting(message)
+        if frame is None:
+            return
+        hook.kept["oom"] = frame  # kept even before we listen: the first viewer gets it
+        if hook.listener is not None:
+            hook.broadcast(frame, keep="oom")
+    except Exception:
+        pass
+
+
+def oom_summary(alloc_size, stats, device_free):
+    """PyTorch's own figures in PyTorch's own words, for jobs that catch the OOM."""
+    allocated = stats.get("allocated_bytes") or 0
+    reserved = stats.get("reserved_bytes") or 0
+    return (
+        "Tried to allocate %s; %s free on the device; %s is allocated by PyTorch, and %s "
+        "is reserved by PyTorch but unallocated."
+        % (
+            format_size(int(alloc_size)),
+            format_size(int(device_free)),
+            format_size(allocated),
+            format_size(max(reserved - allocated, 0)),
+        )
+    )
+
+
+def install_excepthooks():
+    """Chain sys.excepthook and threading.excepthook: report, then run the user's hook."""
+    global _excepthooks_installed
+    if _excepthooks_installed:
+        return
+    _excepthooks_installed = True
+    previous_sys = sys.excepthook
+
+    def vramtop_excepthook(kind, value, traceback):
+        report_uncaught(kind, value)
+        previous_sys(kind, value, traceback)
+
+    sys.excepthook = vramtop_excepthook
+    if hasattr(threading, "excepthook"):
+        previous_thread = threading.excepthook
+
+        def vramtop_thread_excepthook(args):
+            report_uncaught(args.exc_type, args.exc_value)
+            previous_thread(args)
+
+        threading.excepthook = vramtop_thread_excepthook
+
+
+def report_uncaught(kind, value):
+    try:
+        hook = running.hook
+        if hook is None or hook.pid != os.getpid():
+            return
+        if kind is None or issubclass(kind, (KeyboardInterrupt, SystemExit)):
+            return  # Python exits 130 / the code given, not 1: leave exit_code unknown
+        if threading.current_thread() is threading.main_thread():
+            hook.uncaught = True
+        message = {
+            "type": "error",
+            "time_s": time.time(),
+            "kind": getattr(kind, "__name__", str(kind)),
+            "message": str(value)[:65536],
+        }
+        frame = encode(message)
+        hook.kept["error"] = frame
+        if hook.listener is not None:
+            hook.broadcast(frame, keep="error")
+    except Exception:
+        pass

@@ -1,0 +1,283 @@
+"""What the memory is for, found without scanning the heap (`RoleWatch`: optimizers,
+models, their parameters, gradients and state), and the allocated-bytes series.
+
+Stdlib only; nothing here raises into the job.
+"""
+
+import sys
+import threading
+import time
+import weakref
+
+from .settings import SERIES_MAX, SERIES_PERIOD_S
+
+
+class RoleWatch:
+    """What the job's memory is for: parameters and buffers, gradients, optimizer state.
+
+    Found without scanning the heap. Optimizers: a global optimizer step pre-hook (one set
+    add a step). Models: global module forward hooks that note each root module (one whose
+    forward runs inside no other) and remove themselves once a root comes round again (the
+    job's second step: every model of a step is known) or after MODELS_WATCH_S. Counted on
+    the tensors' own storages: each storage once (tied weights, DDP's gradient buckets),
+    only those on the device asked about. What no role claims is left to the viewer as
+    "other" (activations, temporaries, inputs).
+
+    Where they are read: a gradient is written by the autograd engine's own thread, without
+    the GIL, so reading `.grad` from the hook's thread raced it and crashed a GPT-2 job
+    (a segfault, on the H100). So for a job with an optimizer the roles are read on the
+    job's thread, just after an optimizer step (gradients alive, the step done), once each
+    time a viewer's state asked for them (`wanted`), and at an OOM on the thread that hit
+    it; a state carries the last reading, with its time. A job with models and no
+    optimizer (inference) has no gradients to race: its parameters are read at the state."""
+
+    MODELS_WATCH_S = 60.0
+
+    def __init__(self, torch, totals=None):
+        self.torch = torch
+        # device -> (allocated, reserved) now: read with the roles, so that what no role
+        # claims is told at the same moment.
+        self.totals = totals
+        self.models = weakref.WeakSet()
+        self.optimizers = weakref.WeakSet()
+        self.handles = []
+        self.local = threading.local()
+        self.watch_until = None
+        self.wanted = False  # a state asked; the next step reads them
+        self.at_step = None  # {device: figures} read just after the last step that read
+        self.at_step_time = None
+
+    def watch_models(self):
+        module = sys.modules.get("torch.nn.modules.module")
+        pre = getattr(module, "register_module_forward_pre_hook", None)
+        post = getattr(module, "register_module_forward_hook", None)
+        if pre is None or post is None:
+            return False
+        watch = self
+        # Inside a torch.compile'd forward Dynamo traces global hooks; what ours call
+        # (time.monotonic, a thread-local) it cannot, and it would warn and break the graph.
+        # Traced, they do nothing: the compiled module's own call, outside, is the root.
+        compiling = getattr(getattr(self.torch, "compiler", None), "is_compiling", None) or (lambda: False)
+
+        def _vramtop_root_pre(module, args):
+            if compiling():
+                return None
+            try:
+                now = time.monotonic()
+                if watch.watch_until is not None and now > watch.watch_until:
+                    watch.stop_watching()  # whatever the depth: a raising forward leaves it up
+                    return None
+                depth = getattr(watch.local, "depth", 0)
+                watch.local.depth = depth + 1
+                if depth:
+                    return None
+                if watch.watch_until is None:
+                    watch.watch_until = now + watch.MODELS_WATCH_S
+                if module in watch.models:
+                    watch.stop_watching()
+                else:
+                    watch.models.add(module)
+            except Exception:
+                pass
+            return None
+
+        def _vramtop_root_post(module, args, output):
+            if compiling():
+                return None
+            try:
+                watch.local.depth = max(getattr(watch.local, "depth", 1) - 1, 0)
+            except Exception:
+                pass
+            return None
+
+        try:
+            first = pre(_vramtop_root_pre)
+            try:
+                # Run after a forward that raised too (torch 2.2+), or the depth stays up.
+                second = post(_vramtop_root_post, always_call=True)
+            except TypeError:
+                second = post(_vramtop_root_post)
+            self.handles = [first, second]
+        except Exception:
+            return False
+        self.quiet_compile_warning()
+        return True
+
+    # torch.compile(module) warns at every call while any global module hook exists
+    # (OptimizedModule.__call__, PyTorch 2.11): with ours in place a compiled job would print
+    # it, and under -W error die of it. Ours alone cause it, so it is ignored while they
+    # live, by a filter put first (before -W error's) and taken out with them.
+    COMPILE_WARNING = r"Using `torch\.compile\(module\)` when there are global hooks on modules"
+
+    def quiet_compile_warning(self):
+        try:
+            import warnings
+
+            warnings.filterwarnings("ignore", message=self.COMPILE_WARNING, category=UserWarning)
+            self.warning_filter = warnings.filters[0]
+        except Exception:
+            self.warning_filter = None
+
+    def stop_watching(self):
+        handles, self.handles = self.handles, []
+        for handle in handles:
+            try:
+                handle.remove()
+            except Exception:
+                pass
+        entry, self.warning_filter = getattr(self, "warning_filter", None), None
+        if entry is not None:
+            try:
+                import warnings
+
+                warnings.filters.remove(entry)
+                warnings._filters_mutated()
+            except Exception:
+                pass
+
+    def after_step(self):
+        """On the job's thread, just after an optimizer step: read the roles if a state
+        asked for them since the last reading, or if none was ever read (a job may step a
+        few times and then pause: its states must still have a reading). Never raises."""
+        if not self.wanted and self.at_step is not None:
+            return
+        self.wanted = False
+        try:
+            self.at_step = self.read(list(self.models), list(self.optimizers), grads=True)
+        except Exception:
+            self.at_step = {}  # read again only when a state asks, not at every step
+        self.at_step_time = time.time()
+
+    def of(self, device):
+        """For a state, on the hook's thread: {"parameters", "gradients", "optimizer_state"
+        (bytes), "models", "optimizers", "time_s" (when read)} for `device`, or None when
+        nothing is known yet (it is asked for: the job's next step reads them)."""
+        models, optimizers = list(self.models), list(self.optimizers)
+        if optimizers:
+            self.wanted = True
+            figures = (self.at_step or {}).get(device)
+            if figures is None:
+                return None
+            return dict(figures, time_s=self.at_step_time)
+        if not models:
+            return None
+        try:  # no optimizer: no gradients to race; parameters read now
+            figures = self.read(models, [], grads=False).get(device)
+        except Exception:
+            return None
+        return dict(figures, time_s=time.time()) if figures else None
+
+    def at_oom(self, device):
+        """On the thread that hit the OOM (the job's, or autograd's in a backward, which
+        alone writes this device's gradients): the roles now. Never raises."""
+        models, optimizers = list(self.models), list(self.optimizers)
+        if not models and not optimizers:
+            return None
+        self.local.depth = 0  # a forward that ran out of memory never came back
+        # The main thread, or a thread Python did not start (the autograd engine's, which
+        # alone writes this device's gradients), may read them; another Python thread (a
+        # prefetcher) may run beside a backward: it takes the last step's reading of them.
+        current = threading.current_thread()
+        own = current is threading.main_thread() or isinstance(current, getattr(threading, "_DummyThread", ()))
+        try:
+            figures = self.read(models, optimizers, grads=own, device=device).get(device)
+        except Exception:
+            return None
+        if not figures:
+            return None
+        if not own:
+            figures["gradients"] = ((self.at_step or {}).get(device) or {}).get("gradients", 0)
+        return dict(figures, time_s=time.time())
+
+    def read(self, models, optimizers, grads, device=None):
+        """{device: figures} over every CUDA device the tensors are on (only `device`'s
+        when given: another device's gradients may be written by its autograd thread right
+        now). A tensor whose storage cannot be read (a DTensor's) is left out."""
+        is_tensor = self.torch.is_tensor
+        seen = set()
+        out = {}
+
+        def on_device(tensor):
+            return is_tensor(tensor) and tensor.is_cuda and (device is None or tensor.device.index == device)
+
+        def add(role, tensor):
+            if not on_device(tensor):
+                return
+            try:
+                storage = tensor.untyped_storage()
+                ptr = storage.data_ptr()
+            except Exception:
+                return
+            if ptr and ptr not in seen:
+                seen.add(ptr)
+                figures = out.get(tensor.device.index)
+                if figures is None:
+                    figures = out[tensor.device.index] = {
+                        "parameters": 0, "gradients": 0, "optimizer_state": 0,
+                        "models": len(models), "optimizers": len(optimizers),
+                    }
+                figures[role] += int(storage.nbytes())
+
+        params = []
+        for model in models:
+            params.extend(model.parameters())
+            for buffer in model.buffers():
+                add("parameters", buffer)
+        for optimizer in optimizers:
+            for group in list(optimizer.param_groups):
+                params.extend(group.get("params") or [])
+        for p in params:
+            add("parameters", p)
+        if grads:
+            for p in params:
+                if not on_device(p):
+                    continue  # never touch another device's .grad
+                grad = p.grad
+                if grad is not None:
+                    add("gradients", grad)
+        for optimizer in optimizers:
+            for state in list(optimizer.state.values()):
+                for value in list(state.values()) if isinstance(state, dict) else []:
+                    add("optimizer_state", value)
+        for device, figures in out.items():
+            totals = self.totals(device) if self.totals is not None else None
+            if totals is not None:
+                figures["allocated"], figures["reserved"] = totals
+        return out
+
+
+class AllocatedSeries:
+    """The allocated bytes of each device over the job's life: rows [time_s, low, high]
+    (time.time(); the lowest and highest sample the row covers). Kept at an OOM so a leak
+    can be told without the allocation history."""
+
+    def __init__(self, period=SERIES_PERIOD_S, limit=SERIES_MAX):
+        self.period = period
+        self.limit = limit
+        self.rows = {}  # device -> [[time_s, low, high], ...]
+        self.spans = {}  # device -> the time a row covers now (doubles at each merge)
+        self.next_due = 0.0
+
+    def add(self, device, time_s, allocated):
+        rows = self.rows.setdefault(device, [])
+        rows.append([time_s, allocated, allocated])
+        if len(rows) >= self.limit:
+            merged = []
+            for i in range(0, len(rows) - 1, 2):
+                a, b = rows[i], rows[i + 1]
+                merged.append([a[0], min(a[1], b[1]), max(a[2], b[2])])
+            if len(rows) % 2:
+                merged.append(rows[-1])
+            self.rows[device] = merged
+            self.spans[device] = 2 * self.spans.get(device, self.period)
+            # Samples come at the slowest device's pace from then on (rows carry times).
+            self.period = max(self.period, self.spans[device])
+
+    def due(self, now):
+        if now < self.next_due:
+            return False
+        self.next_due = now + self.period
+        return True
+
+    def of(self, device):
+        return {"period_s": self.spans.get(device, self.period), "rows": [list(r) for r in self.rows.get(device, [])]}
