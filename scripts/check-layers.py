@@ -12,7 +12,7 @@ any below it:
     ui/                  drawing from a borrowed state
     app/, demo/, export/ state and how it changes; talk-mode stories; exporters' formats
     probe/               background workloads over vramtop-alloc
-    units.rs             number formatting shared by ui and export
+    units.rs, advice.rs  number formatting; how to give what a verdict lacked (flags)
 
 usage: scripts/check-layers.py [--max N]   exit 1 when more than N (default 0) arrows go up
 """
@@ -28,7 +28,7 @@ LAYERS = [
     ["ui"],
     ["app", "demo", "export"],
     ["probe"],
-    ["units"],
+    ["units", "advice"],
 ]
 FLOOR = {name: i for i, names in enumerate(LAYERS) for name in names}
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src")

@@ -18,6 +18,7 @@
 //! The lower crates are re-exported under their domain names (`vramtop::alloc`,
 //! `vramtop::trace`, ...) for the tests and tools built on this crate.
 
+pub mod advice;
 pub mod app;
 pub mod cli;
 pub mod config;

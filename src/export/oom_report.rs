@@ -8,6 +8,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 
+use crate::advice::line_with;
 use vramtop_alloc::remedy::Verdict;
 use vramtop_alloc::{human_bytes, BlockState, PolicyKind};
 use vramtop_trace::cause;
@@ -68,7 +69,7 @@ pub fn explain(trace: &Trace, path: &Path, file_bytes: u64) -> Vec<String> {
     let causes = cause::of_kept_file(trace, oom, fits);
     for (i, c) in causes.iter().enumerate() {
         let head = if i == 0 { "cause" } else { "also" };
-        lines.push(format!("  {head}: {}", c.line()));
+        lines.push(format!("  {head}: {}", line_with(&c.line(), c.missing())));
     }
     if let Some(roles) = trace.stats.kept_oom.as_ref().and_then(|k| k.roles.as_ref()) {
         let breakdown = RoleBreakdown::of(roles, oom.allocated_bytes, oom.reserved_bytes);
@@ -149,7 +150,7 @@ fn remedy_lines(answers: &Result<Option<OomRemedies>, String>) -> Vec<String> {
     let mut lines: Vec<String> = at
         .remedies
         .iter()
-        .map(|r| format!("  {}", r.line()))
+        .map(|r| format!("  {}", line_with(&r.line(), r.missing)))
         .collect();
     if let Some(would) = at
         .what_would_fit

@@ -15,6 +15,7 @@ use crate::app::replayer::{capacity_inferred_line, ReplayerState};
 use crate::app::viewer::{self, ViewerAction};
 use crate::app::Exit;
 use serde::Serialize;
+use vramtop_alloc::remedy::Missing;
 use vramtop_alloc::PolicyKind;
 use vramtop_trace::replay::{self, remedies, TraceFigures};
 
@@ -204,6 +205,17 @@ pub fn run(path: &Path, args: &ReplayArgs) -> Result<u8> {
             }
             print!("{}", replay::table(&name, &TraceFigures::of(&trace), &rows));
             print!("{}", replay::report::oom_table(&ooms, &rows, &remedies));
+            let lacking_cap = remedies
+                .iter()
+                .flat_map(|r| &r.remedies)
+                .filter(|v| v.missing == Some(Missing::MemoryCap))
+                .count();
+            if lacking_cap > 0 {
+                eprintln!(
+                    "vramtop: remedies: {lacking_cap} verdict(s) turn on the job's memory cap, \
+                     which this file does not carry: give it with --capacity BYTES"
+                );
+            }
             match replay::what_if(&trace, &rows, opts) {
                 Ok(w) => print!("\n{}", replay::what_if_text(&w)),
                 Err(e) => eprintln!("vramtop: {}: what-if replay: {e}", path.display()),

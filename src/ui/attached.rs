@@ -23,6 +23,7 @@ use ratatui::widgets::{Block, Borders, Paragraph, Wrap};
 use ratatui::Frame;
 
 use super::viewer::{caption_line, draw_map_region};
+use crate::advice::line_with;
 use crate::app::viewer::MapNav;
 use crate::app::{App, RunView, View};
 use vramtop_alloc::human_bytes;
@@ -225,7 +226,9 @@ pub(super) fn head_lines(job: &JobView, width: u16) -> Vec<(Line<'static>, u16)>
         1,
     )];
     // Why, before PyTorch's figures and the remedies: the cause with most bytes first.
-    for (i, line) in oom.cause_lines().into_iter().enumerate() {
+    for (i, cause) in oom.causes.iter().enumerate() {
+        let head = if i == 0 { "cause" } else { "also" };
+        let line = format!("{head}: {}", line_with(&cause.line(), cause.missing()));
         let style = if i == 0 {
             Style::new().bold().magenta()
         } else {
@@ -284,7 +287,7 @@ pub(super) fn head_lines(job: &JobView, width: u16) -> Vec<(Line<'static>, u16)>
             Line::from(vec![
                 Span::styled(format!(" {:<12}", remedy.verdict.to_string()), style.bold()),
                 Span::styled(format!("{} ", remedy.remedy), Style::new().bold()),
-                Span::styled(remedy.reason.clone(), style),
+                Span::styled(line_with(&remedy.reason, remedy.missing), style),
             ]),
             1,
         ));

@@ -95,12 +95,27 @@ impl Serialize for Remedy {
     }
 }
 
+/// What a verdict or a cause lacked to be decided. The libraries name it; the
+/// application says how a user gives it (a flag, a rerun), so no library message names a
+/// command-line flag.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Missing {
+    /// The job's memory cap, which the file replayed does not carry.
+    MemoryCap,
+    /// The job's allocation sites, recorded only when asked for.
+    AllocationSites,
+}
+
 /// One remedy, its verdict and one line of why.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct RemedyVerdict {
     pub remedy: Remedy,
     pub verdict: Verdict,
     pub reason: String,
+    /// What would have decided a `cannot tell`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub missing: Option<Missing>,
 }
 
 impl RemedyVerdict {
@@ -109,7 +124,14 @@ impl RemedyVerdict {
             remedy,
             verdict,
             reason: reason.into(),
+            missing: None,
         }
+    }
+
+    /// The same verdict, saying what would have decided it.
+    pub fn lacking(mut self, missing: Missing) -> Self {
+        self.missing = Some(missing);
+        self
     }
 
     /// "expandable_segments:True: fails: ..."

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use vramtop_alloc::framework::Framework;
 use vramtop_alloc::human_bytes;
-use vramtop_alloc::remedy::Remedy;
+use vramtop_alloc::remedy::{Missing, Remedy};
 
 /// The job's allocated bytes over its life, as the hook sampled them (hook 1.4).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -179,6 +179,9 @@ pub enum Cause {
 pub struct CauseReport {
     pub line: String,
     pub bytes: u64,
+    /// What would settle it further (the application says how to give it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub missing: Option<Missing>,
     #[serde(flatten)]
     pub cause: Cause,
 }
@@ -190,6 +193,7 @@ impl CauseReport {
             .map(|c| CauseReport {
                 line: c.line(),
                 bytes: c.bytes(),
+                missing: c.missing(),
                 cause: c.clone(),
             })
             .collect()
@@ -229,6 +233,19 @@ impl Cause {
             | Cause::TooBig {
                 shortfall_bytes, ..
             } => Some(*shortfall_bytes),
+            _ => None,
+        }
+    }
+
+    /// What would settle this cause further: a leak seen without the job's allocation
+    /// sites names no line until they are recorded.
+    pub fn missing(&self) -> Option<Missing> {
+        match self {
+            Cause::Leak {
+                sites,
+                history_recorded: false,
+                ..
+            } if sites.is_empty() => Some(Missing::AllocationSites),
             _ => None,
         }
     }
@@ -330,7 +347,8 @@ impl Cause {
                 }
                 if sites.is_empty() {
                     return format!(
-                        "likely a leak: {rise}; rerun with --history to name the line"
+                        "likely a leak: {rise}; the job's allocation sites were not recorded, \
+                         so no line is named"
                     );
                 }
                 let named: Vec<String> = sites.iter().take(3).map(LeakSite::text).collect();
@@ -957,10 +975,9 @@ mod tests {
             line.starts_with("likely a leak: allocated rose from"),
             "{line}"
         );
-        assert!(
-            line.ends_with("rerun with --history to name the line"),
-            "{line}"
-        );
+        assert!(line.ends_with("so no line is named"), "{line}");
+        assert!(!line.contains("--"), "{line}");
+        assert_eq!(found[1].missing(), Some(Missing::AllocationSites));
     }
 
     #[test]

@@ -9,6 +9,7 @@
 //! unreadable. Knows nothing of files or of other formats.
 
 use std::collections::HashMap;
+use std::fmt;
 use std::hash::BuildHasherDefault;
 use std::io::Read;
 use std::rc::Rc;
@@ -395,7 +396,36 @@ enum Skipped {
     /// An action this version of vramtop does not know.
     Unknown(Arc<str>),
     /// A required field missing or of the wrong type.
-    Bad(String),
+    Bad(BadEntry),
+}
+
+/// What is wrong with a trace entry vramtop skips (counted as malformed in the stats).
+#[derive(Clone, Debug)]
+enum BadEntry {
+    /// A number field holding something else (`found` describes it).
+    NotANumber { key: &'static str, found: String },
+    /// A field this kind of entry needs.
+    Missing(&'static str),
+    /// A reference to something that is not one of the trace's entries.
+    NotAnEntry,
+    /// A dict without an 'action' string.
+    NoAction,
+    /// Not a dict at all (`found` describes it).
+    NotADict(String),
+}
+
+impl fmt::Display for BadEntry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BadEntry::NotANumber { key, found } => {
+                write!(f, "'{key}' is {found}, not a non-negative integer")
+            }
+            BadEntry::Missing(key) => write!(f, "no '{key}' field"),
+            BadEntry::NotAnEntry => f.write_str("is not a trace entry"),
+            BadEntry::NoAction => f.write_str("no 'action' string"),
+            BadEntry::NotADict(found) => write!(f, "is {found}, not a dict"),
+        }
+    }
 }
 
 /// A frame dict, held, and the call-site tag it gives.
@@ -497,20 +527,20 @@ impl EntryReader {
             return Err(Skipped::Unknown(Arc::from(action)));
         };
         let fields = EventFields::of(dict);
-        let number = |key: &str, value: Option<&Value>| -> Result<Option<u64>, String> {
+        let number = |key: &'static str, value: Option<&Value>| -> Result<Option<u64>, BadEntry> {
             match value {
                 None | Some(Value::None) => Ok(None),
-                Some(v) => to_u64(v).map(Some).ok_or_else(|| {
-                    format!("'{key}' is {}, not a non-negative integer", v.describe())
+                Some(v) => to_u64(v).map(Some).ok_or_else(|| BadEntry::NotANumber {
+                    key,
+                    found: v.describe(),
                 }),
             }
         };
-        let parsed = (|| -> Result<TraceEvent, String> {
+        let parsed = (|| -> Result<TraceEvent, BadEntry> {
             let addr = number("addr", fields.addr)?;
             let size = number("size", fields.size)?;
             let device_free = number("device_free", fields.device_free)?;
-            let required =
-                |name: &str, v: Option<u64>| v.ok_or_else(|| format!("no '{name}' field"));
+            let required = |name: &'static str, v: Option<u64>| v.ok_or(BadEntry::Missing(name));
             let (addr, size) = match kind {
                 // PyTorch writes the device's free bytes in 'device_free' (older versions
                 // put them in 'addr'); an OOM has no address of its own.
@@ -568,12 +598,12 @@ impl EntryReader {
             let why = match &trace[position] {
                 Value::Reduced(n) if n & TAG_BIT == 0 => match self.skipped.get(n) {
                     None if (*n as usize) < self.entries.len() || in_order => return true,
-                    None => Skipped::Bad("is not a trace entry".to_string()),
+                    None => Skipped::Bad(BadEntry::NotAnEntry),
                     Some(Skipped::Unknown(action)) => Skipped::Unknown(action.clone()),
                     Some(Skipped::Bad(why)) => Skipped::Bad(why.clone()),
                 },
-                Value::Dict(_) => Skipped::Bad("no 'action' string".to_string()),
-                other => Skipped::Bad(format!("is {}, not a dict", other.describe())),
+                Value::Dict(_) => Skipped::Bad(BadEntry::NoAction),
+                other => Skipped::Bad(BadEntry::NotADict(other.describe())),
             };
             match why {
                 Skipped::Unknown(action) => {

@@ -19,7 +19,7 @@
 pub mod check;
 mod support;
 
-pub use check::{self_check, time_alloc_free};
+pub use check::{self_check, time_alloc_free, CheckError};
 pub use support::{
     default_probe_limit, device_memory, device_memory_checked, device_memory_on, driver_present,
     nvrtc_present, CudaOpenError, PROBE_HEADROOM, PROBE_KERNELS,

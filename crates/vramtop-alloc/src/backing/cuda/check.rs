@@ -3,12 +3,12 @@
 //! machine has no cargo: the lead wires `self_check` to a hidden CLI subcommand and runs
 //! the prebuilt binary there.
 
-use std::fmt::Display;
+use std::fmt::{self, Display};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Instant;
 
 use cudarc::driver::result as cu;
-use cudarc::driver::CudaContext;
+use cudarc::driver::{CudaContext, DriverError};
 
 use super::{cuda_name, driver_present, panic_text, CudaBacking, CudaOpenError};
 use crate::backing::{pattern_word, Backing, BackingError};
@@ -36,8 +36,45 @@ impl Report {
     }
 }
 
-fn text<E: Display>(what: &'static str) -> impl Fn(E) -> String {
-    move |e| format!("{what}: {e}")
+/// Why the self-check or the timing stopped before its end.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CheckError {
+    /// CUDA could not be opened, a driver call failed, or cudarc panicked.
+    Cuda(CudaOpenError),
+    /// The backing refused a step the check needs (`step`: what the check was doing).
+    Backing {
+        step: &'static str,
+        error: BackingError,
+    },
+    /// A size this platform's `usize` cannot hold.
+    SizeTooLarge(u64),
+}
+
+impl fmt::Display for CheckError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CheckError::Cuda(e) => e.fmt(f),
+            CheckError::Backing { step, error } => write!(f, "{step}: {error}"),
+            CheckError::SizeTooLarge(size) => write!(f, "{size} bytes do not fit a usize here"),
+        }
+    }
+}
+
+impl std::error::Error for CheckError {}
+
+/// A failed driver call, named.
+fn driver(call: &'static str) -> impl Fn(DriverError) -> CheckError {
+    move |e| {
+        CheckError::Cuda(CudaOpenError::Driver {
+            call,
+            error: cuda_name(&e),
+        })
+    }
+}
+
+/// A backing step the check could not take.
+fn backing(step: &'static str) -> impl Fn(BackingError) -> CheckError {
+    move |error| CheckError::Backing { step, error }
 }
 
 /// Words of a `len`-byte range filled with seed `written` that `verify` with seed
@@ -88,15 +125,15 @@ pub fn self_check(ordinal: usize) -> SelfCheck {
     }
 }
 
-fn run_checks(ordinal: usize, r: &mut Report) -> Result<(), String> {
+fn run_checks(ordinal: usize, r: &mut Report) -> Result<(), CheckError> {
     // Holding our own reference to the primary context keeps it alive when the backing
     // drops, so the free-memory figures below show what Drop gave back, not a context
     // teardown.
-    let keep = CudaContext::new(ordinal).map_err(|e| format!("context: {}", cuda_name(&e)))?;
+    let keep = CudaContext::new(ordinal).map_err(driver("cuCtxCreate"))?;
     let mem = |keep: &CudaContext| {
         keep.mem_get_info()
             .map(|(f, t)| (f as u64, t as u64))
-            .map_err(|e| format!("cuMemGetInfo: {}", cuda_name(&e)))
+            .map_err(driver("cuMemGetInfo"))
     };
     let (free0, total) = mem(&keep)?;
     r.note(format!(
@@ -107,7 +144,7 @@ fn run_checks(ordinal: usize, r: &mut Report) -> Result<(), String> {
     ));
 
     let start = Instant::now();
-    let mut b = CudaBacking::open(ordinal, 64 * MIB).map_err(text("open"))?;
+    let mut b = CudaBacking::open(ordinal, 64 * MIB).map_err(CheckError::Cuda)?;
     r.note(format!(
         "open: {:.0} ms; {}",
         start.elapsed().as_secs_f64() * 1e3,
@@ -128,7 +165,7 @@ fn run_checks(ordinal: usize, r: &mut Report) -> Result<(), String> {
 
     // Real out-of-memory from the driver: more than the whole device in one cuMemAlloc
     // fails at once without taking anything.
-    let mut big = CudaBacking::open(ordinal, u64::MAX).map_err(text("open (2nd)"))?;
+    let mut big = CudaBacking::open(ordinal, u64::MAX).map_err(CheckError::Cuda)?;
     let huge = (total + GIB).next_multiple_of(512);
     let got = big.alloc_segment(huge);
     r.check(
@@ -144,12 +181,13 @@ fn run_checks(ordinal: usize, r: &mut Report) -> Result<(), String> {
     // baseline is taken with both backings open (kernels loaded), so only what the
     // backings allocated since counts.
     let (free_base, _) = mem(&keep)?;
-    let a = b.alloc_segment(16 * MIB).map_err(text("alloc"))?;
+    let a = b.alloc_segment(16 * MIB).map_err(backing("alloc"))?;
     let range = b
         .reserve_range(4 * b.page_size())
-        .map_err(text("reserve"))?;
-    b.map_pages(range, 2 * b.page_size()).map_err(text("map"))?;
-    b.fill(a, 16 * MIB, 3).map_err(text("fill"))?;
+        .map_err(backing("reserve"))?;
+    b.map_pages(range, 2 * b.page_size())
+        .map_err(backing("map"))?;
+    b.fill(a, 16 * MIB, 3).map_err(backing("fill"))?;
     let (free_mid, _) = mem(&keep)?;
     drop(b);
     drop(big);
@@ -179,9 +217,13 @@ fn run_checks(ordinal: usize, r: &mut Report) -> Result<(), String> {
     Ok(())
 }
 
-fn check_segments(r: &mut Report, b: &mut CudaBacking, keep: &CudaContext) -> Result<(), String> {
+fn check_segments(
+    r: &mut Report,
+    b: &mut CudaBacking,
+    keep: &CudaContext,
+) -> Result<(), CheckError> {
     let len = 16 * MIB;
-    let a = b.alloc_segment(len).map_err(text("alloc_segment"))?;
+    let a = b.alloc_segment(len).map_err(backing("alloc_segment"))?;
     r.check(
         b.held() == len,
         format!("held {} after a 16 MiB segment", b.held()),
@@ -194,11 +236,11 @@ fn check_segments(r: &mut Report, b: &mut CudaBacking, keep: &CudaContext) -> Re
     // fill kernel is checked independently of the verify kernel.
     let mut head = vec![0u32; 4096];
     let mut last = [0u32; 1];
-    keep.bind_to_thread().map_err(|e| cuda_name(&e))?;
+    keep.bind_to_thread().map_err(driver("cuCtxSetCurrent"))?;
     // SAFETY: both reads lie inside the live 16 MiB segment `a`; fill synchronized.
     unsafe {
-        cu::memcpy_dtoh_sync(&mut head, a).map_err(|e| cuda_name(&e))?;
-        cu::memcpy_dtoh_sync(&mut last, a + len - 4).map_err(|e| cuda_name(&e))?;
+        cu::memcpy_dtoh_sync(&mut head, a).map_err(driver("cuMemcpyDtoH"))?;
+        cu::memcpy_dtoh_sync(&mut last, a + len - 4).map_err(driver("cuMemcpyDtoH"))?;
     }
     let head_ok = head
         .iter()
@@ -210,7 +252,7 @@ fn check_segments(r: &mut Report, b: &mut CudaBacking, keep: &CudaContext) -> Re
         "GPU pattern equals Rust pattern_word (first 4096 words, last word)",
     );
 
-    b.fill(a, len / 2, 2).map_err(text("fill"))?;
+    b.fill(a, len / 2, 2).map_err(backing("fill"))?;
     let want = expected_mismatches(2, 1, len / 2);
     let got = b.verify(a, len, 1);
     r.check(
@@ -231,7 +273,7 @@ fn check_segments(r: &mut Report, b: &mut CudaBacking, keep: &CudaContext) -> Re
         "fill past a segment is refused",
     );
 
-    b.free_segment(a, len).map_err(text("free_segment"))?;
+    b.free_segment(a, len).map_err(backing("free_segment"))?;
     r.check(b.held() == 0, format!("held {} after free", b.held()));
     r.check(
         b.fill(a, 4, 1).is_err(),
@@ -245,15 +287,15 @@ fn check_segments(r: &mut Report, b: &mut CudaBacking, keep: &CudaContext) -> Re
     Ok(())
 }
 
-fn check_pages(r: &mut Report, b: &mut CudaBacking) -> Result<(), String> {
+fn check_pages(r: &mut Report, b: &mut CudaBacking) -> Result<(), CheckError> {
     let p = b.page_size();
-    let base = b.reserve_range(8 * p).map_err(text("reserve_range"))?;
+    let base = b.reserve_range(8 * p).map_err(backing("reserve_range"))?;
     r.check(b.held() == 0, "a reserved range holds nothing");
     r.check(
         b.fill(base, 16, 1).is_err(),
         "fill of unmapped pages is refused",
     );
-    b.map_pages(base + p, 2 * p).map_err(text("map_pages"))?;
+    b.map_pages(base + p, 2 * p).map_err(backing("map_pages"))?;
     r.check(
         b.held() == 2 * p,
         format!("held {} after mapping 2 pages", b.held()),
@@ -263,8 +305,8 @@ fn check_pages(r: &mut Report, b: &mut CudaBacking) -> Result<(), String> {
     r.check(b.map_pages(base + p, p).is_err(), "double map is refused");
 
     // Unmap the first page of the run alone: the second keeps its contents.
-    b.fill(base + 2 * p, p, 6).map_err(text("fill"))?;
-    b.unmap_pages(base + p, p).map_err(text("unmap_pages"))?;
+    b.fill(base + 2 * p, p, 6).map_err(backing("fill"))?;
+    b.unmap_pages(base + p, p).map_err(backing("unmap_pages"))?;
     r.check(
         b.held() == p,
         format!("held {} after unmapping 1 page", b.held()),
@@ -279,7 +321,7 @@ fn check_pages(r: &mut Report, b: &mut CudaBacking) -> Result<(), String> {
         "verify of an unmapped page is refused",
     );
 
-    b.map_pages(base + p, p).map_err(text("map_pages"))?;
+    b.map_pages(base + p, p).map_err(backing("map_pages"))?;
     let ok = b.fill(base + p, p, 9) == Ok(true) && b.verify(base + p, p, 9) == Ok(Some(0));
     r.check(ok, "remapped page fills and verifies");
     r.check(
@@ -287,7 +329,7 @@ fn check_pages(r: &mut Report, b: &mut CudaBacking) -> Result<(), String> {
         "release with mapped pages is refused",
     );
     b.unmap_pages(base + p, 2 * p)
-        .map_err(text("unmap_pages"))?;
+        .map_err(backing("unmap_pages"))?;
     let released = b.release_range(base, 8 * p);
     r.check(
         released.is_ok() && b.held() == 0,
@@ -297,21 +339,21 @@ fn check_pages(r: &mut Report, b: &mut CudaBacking) -> Result<(), String> {
 }
 
 /// Fill and verify bandwidth over 1 GiB (a note only; anchors.md has 0.358 ms a fill).
-fn time_fill(r: &mut Report, b: &mut CudaBacking) -> Result<(), String> {
-    let a = b.alloc_segment(GIB).map_err(text("alloc 1 GiB"))?;
-    b.fill(a, GIB, 1).map_err(text("fill"))?; // warm-up
+fn time_fill(r: &mut Report, b: &mut CudaBacking) -> Result<(), CheckError> {
+    let a = b.alloc_segment(GIB).map_err(backing("alloc 1 GiB"))?;
+    b.fill(a, GIB, 1).map_err(backing("fill"))?; // warm-up
     let t = Instant::now();
-    b.fill(a, GIB, 2).map_err(text("fill"))?;
+    b.fill(a, GIB, 2).map_err(backing("fill"))?;
     let fill_ms = t.elapsed().as_secs_f64() * 1e3;
     let t = Instant::now();
-    let got = b.verify(a, GIB, 2).map_err(text("verify"))?;
+    let got = b.verify(a, GIB, 2).map_err(backing("verify"))?;
     let verify_ms = t.elapsed().as_secs_f64() * 1e3;
     r.check(got == Some(0), format!("verify 1 GiB: {got:?}"));
     r.note(format!(
         "1 GiB: fill {fill_ms:.3} ms ({:.0} GB/s), verify {verify_ms:.3} ms",
         GIB as f64 / fill_ms / 1e6
     ));
-    b.free_segment(a, GIB).map_err(text("free 1 GiB"))
+    b.free_segment(a, GIB).map_err(backing("free 1 GiB"))
 }
 
 /// Median microseconds of a raw `cuMemAlloc` + `cuMemFree` pair for each size, over
@@ -320,25 +362,24 @@ pub fn time_alloc_free(
     ordinal: usize,
     sizes: &[u64],
     pairs: usize,
-) -> Result<Vec<(u64, f64)>, String> {
+) -> Result<Vec<(u64, f64)>, CheckError> {
     if !driver_present() {
-        return Err(CudaOpenError::NoDriver.to_string());
+        return Err(CheckError::Cuda(CudaOpenError::NoDriver));
     }
-    let run = || -> Result<Vec<(u64, f64)>, String> {
-        let ctx = CudaContext::new(ordinal).map_err(|e| format!("context: {}", cuda_name(&e)))?;
-        ctx.bind_to_thread().map_err(|e| cuda_name(&e))?;
+    let run = || -> Result<Vec<(u64, f64)>, CheckError> {
+        let ctx = CudaContext::new(ordinal).map_err(driver("cuCtxCreate"))?;
+        ctx.bind_to_thread().map_err(driver("cuCtxSetCurrent"))?;
         let pairs = pairs.max(1);
         let mut out = Vec::with_capacity(sizes.len());
         for &size in sizes {
-            let bytes = usize::try_from(size).map_err(|e| e.to_string())?;
+            let bytes = usize::try_from(size).map_err(|_| CheckError::SizeTooLarge(size))?;
             let mut times = Vec::with_capacity(pairs);
             for k in 0..=pairs {
                 let t = Instant::now();
                 // SAFETY: allocate and free at once; the memory is never touched.
                 unsafe {
-                    let p = cu::malloc_sync(bytes)
-                        .map_err(|e| format!("cuMemAlloc: {}", cuda_name(&e)))?;
-                    cu::free_sync(p).map_err(|e| format!("cuMemFree: {}", cuda_name(&e)))?;
+                    let p = cu::malloc_sync(bytes).map_err(driver("cuMemAlloc"))?;
+                    cu::free_sync(p).map_err(driver("cuMemFree"))?;
                 }
                 if k > 0 {
                     times.push(t.elapsed().as_secs_f64() * 1e6);
@@ -355,7 +396,11 @@ pub fn time_alloc_free(
         }
         Ok(out)
     };
-    catch_unwind(run).unwrap_or_else(|p| Err(format!("panicked: {}", panic_text(p.as_ref()))))
+    catch_unwind(run).unwrap_or_else(|p| {
+        Err(CheckError::Cuda(CudaOpenError::Panicked(panic_text(
+            p.as_ref(),
+        ))))
+    })
 }
 
 #[cfg(test)]

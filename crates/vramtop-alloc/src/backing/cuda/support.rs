@@ -56,7 +56,7 @@ impl fmt::Display for CudaOpenError {
                         "; unset CUDA_VISIBLE_DEVICES or set it to a GPU index or UUID that nvidia-smi lists",
                     ),
                     (0, None) => f.write_str("; check `nvidia-smi`"),
-                    (n, _) => write!(f, "; give --gpu 0 to {}", n - 1),
+                    (n, _) => write!(f, "; its devices are numbered 0 to {}", n - 1),
                 }
             }
             CudaOpenError::Driver { call, error } => {
@@ -365,7 +365,7 @@ mod tests {
         };
         assert_eq!(
             out_of_range.to_string(),
-            "CUDA device 3 not found: CUDA sees 1 device(s); give --gpu 0 to 0"
+            "CUDA device 3 not found: CUDA sees 1 device(s); its devices are numbered 0 to 0"
         );
         let hidden = CudaOpenError::NoDevice {
             ordinal: 0,

@@ -3,7 +3,7 @@
 
 use super::runs::ROUNDUP_TRIED;
 use super::MAX_SPLIT_TRIED_MB;
-use vramtop_alloc::remedy::{Remedy, RemedyVerdict, Verdict, GC_THRESHOLD_TRIED};
+use vramtop_alloc::remedy::{Missing, Remedy, RemedyVerdict, Verdict, GC_THRESHOLD_TRIED};
 
 /// `empty_cache()` between steps, from the history replayed with the cache emptied after
 /// each of the `steps` optimizer steps the hook marked before the OOM.
@@ -81,10 +81,14 @@ pub(super) fn gc_threshold(own: Option<f64>, verdict: Verdict) -> RemedyVerdict 
             "the job's history replayed with PyTorch's garbage collector (free cached \
              segments released once reserved passes 60 % of the cap) still fails the request",
         ),
-        Verdict::CannotTell => (
-            Verdict::CannotTell,
-            "it acts at a share of the memory cap, which this trace only bounds: give --capacity",
-        ),
+        Verdict::CannotTell => {
+            return RemedyVerdict::new(
+                NAME,
+                Verdict::CannotTell,
+                "it acts at a share of the memory cap, which this trace only bounds",
+            )
+            .lacking(Missing::MemoryCap)
+        }
     };
     RemedyVerdict::new(NAME, verdict, reason)
 }
@@ -120,10 +124,14 @@ pub(super) fn expandable(
             "the job's own history replayed with PyTorch's expandable rules (20 MiB pages) \
              still fails the request",
         ),
-        Verdict::CannotTell => (
-            Verdict::CannotTell,
-            "the replay fits it at the trace's lower capacity bound only: give --capacity",
-        ),
+        Verdict::CannotTell => {
+            return RemedyVerdict::new(
+                NAME,
+                Verdict::CannotTell,
+                "the replay fits it at the trace's lower capacity bound only",
+            )
+            .lacking(Missing::MemoryCap)
+        }
     };
     RemedyVerdict::new(NAME, verdict, reason)
 }
@@ -187,10 +195,9 @@ pub(super) fn max_split(verdict: &dyn Fn(u64) -> Verdict) -> RemedyVerdict {
         return RemedyVerdict::new(
             Remedy::MaxSplitSizeMb(None),
             Verdict::CannotTell,
-            format!(
-                "some N fit only at the trace's lower capacity bound: give --capacity ({tried})"
-            ),
-        );
+            format!("some N fit only at the trace's lower capacity bound ({tried})"),
+        )
+        .lacking(Missing::MemoryCap);
     }
     RemedyVerdict::new(
         Remedy::MaxSplitSizeMb(None),
