@@ -3,6 +3,8 @@
 
 #[path = "support/json_doc.rs"]
 mod json_doc;
+#[path = "support/temp_dir.rs"]
+mod temp_dir;
 #[path = "support/hook_wire.rs"]
 mod wire;
 
@@ -383,7 +385,8 @@ fn once_json_and_attach_json_include_the_hooked_job() {
 #[test]
 fn an_idle_directory_publishes_once_and_a_new_job_wakes_it() {
     let dir = socket_dir("peer", "idle");
-    let mut attacher = Attacher::spawn(dir.clone(), Duration::from_millis(10)).expect("attacher");
+    let mut attacher =
+        Attacher::spawn(dir.to_path_buf(), Duration::from_millis(10)).expect("attacher");
     wait_for(&attacher, Duration::from_secs(10), "the first scan", |j| {
         j.scans > 0
     });

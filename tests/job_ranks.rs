@@ -3,13 +3,15 @@
 //! socket named after a real (sleeping) process, watched by the real attacher and shown
 //! by the real app and screen.
 
+#[path = "support/temp_dir.rs"]
+mod temp_dir;
 #[path = "support/hook_wire.rs"]
 mod wire;
 
 use wire::{read_json, send, sleeper, socket_dir};
 
 use std::os::unix::net::UnixListener;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Child;
 use std::sync::mpsc;
 use std::sync::Arc;
@@ -140,7 +142,7 @@ fn app() -> App {
 /// The job under test: a launcher and ranks 0 and 1 (rank 1 holds more), their fake
 /// hooks' OOM triggers, and the processes to end.
 struct Job {
-    dir: PathBuf,
+    dir: temp_dir::TempDir,
     launcher: u32,
     ranks: [u32; 2],
     oom: [mpsc::Sender<()>; 2],
@@ -196,7 +198,7 @@ impl Job {
     }
 
     fn attacher(&self) -> Attacher {
-        Attacher::spawn(self.dir.clone(), Duration::from_millis(50)).expect("attacher")
+        Attacher::spawn(self.dir.to_path_buf(), Duration::from_millis(50)).expect("attacher")
     }
 
     fn all_in(&self, jobs: &AttachedJobs) -> bool {

@@ -3,6 +3,8 @@
 //! attach protocol over a real Unix socket named after a real (sleeping) process, whose
 //! `CUDA_VISIBLE_DEVICES` says which GPU it is on; the real attacher judges the remedy.
 
+#[path = "support/temp_dir.rs"]
+mod temp_dir;
 #[path = "support/hook_wire.rs"]
 mod wire;
 
@@ -122,7 +124,8 @@ fn remedies_with_uuids(
     // The other process: 60 GiB cached, nothing live (a model freed, its cache kept).
     fake_hook(&dir, holder, 60 * GIB, 0, None, uuids.0);
     fake_hook(&dir, job, 2 * GIB, 2 * GIB, Some(oom), uuids.1);
-    let attacher = Attacher::spawn(dir.clone(), Duration::from_millis(100)).expect("attacher");
+    let attacher =
+        Attacher::spawn(dir.to_path_buf(), Duration::from_millis(100)).expect("attacher");
     let deadline = Instant::now() + Duration::from_secs(10);
     let remedies = loop {
         let jobs = attacher.snapshot();

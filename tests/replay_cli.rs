@@ -4,8 +4,10 @@
 
 #[path = "support/trace_support.rs"]
 mod support;
+#[path = "support/temp_dir.rs"]
+mod temp_dir;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use assert_cmd::Command;
 use predicates::prelude::*;
@@ -24,13 +26,8 @@ fn vramtop() -> Command {
 }
 
 /// Writes `bytes` to `name` in this test's own folder under the temp dir.
-fn temp_file(test: &str, name: &str, bytes: &[u8]) -> PathBuf {
-    let dir =
-        std::env::temp_dir().join(format!("vramtop-replay-cli-{}-{test}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
-    let path = dir.join(name);
-    std::fs::write(&path, bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    path
+fn temp_file(test: &str, name: &str, bytes: &[u8]) -> temp_dir::TempFile {
+    temp_dir::TempFile::new(&format!("replay-cli-{test}"), name, bytes)
 }
 
 /// Runs `args` + `path`; expects exit 2, nothing on stdout and one stderr line
@@ -52,7 +49,7 @@ fn fails_with_one_line(args: &[&str], path: &Path, what: &str) {
     assert!(text.contains(what), "{args:?}: wanted '{what}' in {text}");
 }
 
-fn bad_files() -> Vec<(PathBuf, &'static str)> {
+fn bad_files() -> Vec<(temp_dir::TempFile, &'static str)> {
     let leak = std::fs::read(LEAK).unwrap_or_else(|e| panic!("{LEAK}: {e}"));
     let rmm = "Thread,Time,Action,Pointer,Size,Stream\n\
                1,00:00:00.100000,allocate,0x7f8a40000000,1024,0x0\n\
@@ -232,4 +229,30 @@ fn snapshot_summaries() {
     let rmm = "Thread,Time,Action,Pointer,Size,Stream\n1,00:00:00.1,allocate,0x1000,512,0x0\n";
     let path = temp_file("snapshot", "log.csv", rmm.as_bytes());
     fails_with_one_line(&["snapshot"], &path, "no segments to show");
+}
+
+/// The trace's own OOMs and the capacity they imply, as `replay --report` prints them
+/// (a capped checkerboard on an H100, tests/fixtures).
+#[test]
+fn the_report_shows_the_traces_ooms_and_the_inferred_capacity() {
+    let out = vramtop()
+        .args(["replay", "--report", "--policy", "caching,expandable"])
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/oom_cap.pickle.gz"
+        ))
+        .output()
+        .expect("runs");
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("capacity 7.9 GiB inferred from the trace's 2 OOM(s)"),
+        "{err}"
+    );
+    assert!(text.contains("the trace's own OOMs (2):"), "{text}");
+    assert!(
+        text.contains("caching fails too, expandable fits"),
+        "{text}"
+    );
 }

@@ -17,6 +17,10 @@ use std::time::{Duration, Instant};
 
 #[path = "support/serve_support.rs"]
 mod serve_support;
+#[path = "support/temp_dir.rs"]
+mod temp_dir;
+#[path = "support/hook_wire.rs"]
+mod wire;
 
 const PEER: &str = "vramtop-peer";
 
@@ -104,11 +108,7 @@ fn first_frame(stream: &mut UnixStream) -> Option<serde_json::Value> {
     stream
         .set_read_timeout(Some(Duration::from_secs(5)))
         .expect("timeout");
-    let mut header = [0u8; 4];
-    stream.read_exact(&mut header).ok()?;
-    let mut body = vec![0u8; u32::from_be_bytes(header) as usize];
-    stream.read_exact(&mut body).ok()?;
-    serde_json::from_slice(&body).ok()
+    wire::read_json(stream)
 }
 
 /// Runs `command` as the second user.

@@ -13,7 +13,6 @@ mod support;
 mod wire;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::Read;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
 use std::process::{Child, Command};
@@ -112,11 +111,7 @@ fn serve_viewer(mut stream: UnixStream, hello: &Value, state: Option<Value>, sto
     }
     // The viewer's subscribe: read and let go (the pace is fixed here).
     let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
-    let mut header = [0u8; 4];
-    if stream.read_exact(&mut header).is_ok() {
-        let mut body = vec![0u8; u32::from_be_bytes(header) as usize];
-        let _ = stream.read_exact(&mut body);
-    }
+    let _ = wire::read_json(&mut stream);
     let mut seq = 0u64;
     while !stop.load(Ordering::Relaxed) {
         if let Some(state) = &state {

@@ -1,6 +1,7 @@
 """Helpers for the hook's tests: a job under the hook (a real subprocess with the real
 bootstrap on PYTHONPATH, against the stub torch) and a viewer speaking protocol v1."""
 
+import atexit
 import json
 import os
 import shutil
@@ -11,6 +12,13 @@ import sys
 import tempfile
 import time
 import unittest
+
+# Every folder the tests make (tempfile.mkdtemp: socket directories, kept OOMs, user
+# sitecustomize folders) goes under one private root, removed when the run ends, so a run
+# leaves nothing in /tmp whichever test fails.
+_ROOT = tempfile.mkdtemp(prefix="vramtop-hook-tests-")
+tempfile.tempdir = _ROOT
+atexit.register(shutil.rmtree, _ROOT, True)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))

@@ -1,19 +1,18 @@
-//! Test support for fake hooks, included with `#[path]`: the attach protocol's framing
+//! Test support for fake hooks, included with `#[path]` beside `temp_dir.rs`: the attach protocol's framing
 //! (a 4-byte big-endian length, then JSON) over a Unix socket, a private socket directory,
 //! and a sleeping process to name a socket after (the attacher drops sockets of dead pids).
 #![allow(dead_code)]
 
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
-use std::path::PathBuf;
 use std::process::{Child, Command};
 
-/// A fresh private socket directory for one test, named after it and this process.
-pub fn socket_dir(suite: &str, name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("vramtop-{suite}-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    vramtop::attach::discovery::ensure_private_dir(&dir).expect("temp dir");
-    dir
+use super::temp_dir::TempDir;
+
+/// A fresh private socket directory for one test, named after it and this process, and
+/// removed when dropped (the suite including this file includes temp_dir.rs too).
+pub fn socket_dir(suite: &str, name: &str) -> TempDir {
+    TempDir::new(&format!("{suite}-{name}"))
 }
 
 /// A live process to name a socket after.

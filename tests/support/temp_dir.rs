@@ -54,3 +54,39 @@ impl Drop for TempDir {
         let _ = std::fs::remove_dir_all(&self.0);
     }
 }
+
+/// One file with `bytes` in a scratch folder of its own: both removed when dropped.
+#[derive(Debug)]
+pub struct TempFile {
+    path: PathBuf,
+    _dir: TempDir,
+}
+
+impl TempFile {
+    pub fn new(tag: &str, name: &str, bytes: &[u8]) -> TempFile {
+        let dir = TempDir::new(tag);
+        let path = dir.join(name);
+        std::fs::write(&path, bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        TempFile { path, _dir: dir }
+    }
+}
+
+impl std::ops::Deref for TempFile {
+    type Target = Path;
+
+    fn deref(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl AsRef<std::ffi::OsStr> for TempFile {
+    fn as_ref(&self) -> &std::ffi::OsStr {
+        self.path.as_os_str()
+    }
+}
+
+impl AsRef<Path> for TempFile {
+    fn as_ref(&self) -> &Path {
+        &self.path
+    }
+}

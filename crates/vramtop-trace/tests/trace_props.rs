@@ -2,7 +2,7 @@
 //! linear_leak snapshot decompressed) always end in an error or a trace, never a panic
 //! or a hang. A few hundred cases in all, to stay fast.
 
-#[path = "support/trace_support.rs"]
+#[path = "../../../tests/support/trace_support.rs"]
 mod support;
 
 use std::io::{Read, Write};
@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use proptest::collection::vec;
 use proptest::prelude::*;
-use vramtop::trace::{self, pickle, LoadOptions};
+use vramtop_trace::{self as trace, pickle, LoadOptions};
 
 /// Every input parses in linear time; a second is far beyond any of them.
 const TOO_SLOW: Duration = Duration::from_secs(1);
@@ -35,7 +35,7 @@ fn leak() -> &'static [u8] {
     BYTES.get_or_init(|| {
         let path = concat!(
             env!("CARGO_MANIFEST_DIR"),
-            "/tests/fixtures/linear_leak.pickle.gz"
+            "/../../tests/fixtures/linear_leak.pickle.gz"
         );
         let file = std::fs::File::open(path)
             .unwrap_or_else(|e| panic!("real trace {path} is missing ({e}); do not skip"));
@@ -177,8 +177,8 @@ proptest! {
         }
         let ooms = trace::ooms::trace_ooms(&t);
         let opts = trace::replay::plan_capacity(&t, None, &ooms);
-        match trace::replay::report(&t, &vramtop::alloc::PolicyKind::ALL, opts) {
-            Ok(rows) => prop_assert_eq!(rows.len(), vramtop::alloc::PolicyKind::ALL.len()),
+        match trace::replay::report(&t, &vramtop_alloc::PolicyKind::ALL, opts) {
+            Ok(rows) => prop_assert_eq!(rows.len(), vramtop_alloc::PolicyKind::ALL.len()),
             Err(e) => prop_assert!(!e.to_string().contains('\n')),
         }
     }

@@ -5,9 +5,9 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use vramtop::alloc::PolicyKind;
-use vramtop::trace::replay::{self, ReplayOptions, ReplayReport, TraceFigures};
-use vramtop::trace::{self, Trace};
+use vramtop_alloc::PolicyKind;
+use vramtop_trace::replay::{self, ReplayOptions, ReplayReport, TraceFigures};
+use vramtop_trace::{self as trace, Trace};
 
 const MIB: f64 = 1024.0 * 1024.0;
 /// PyTorch's peak reserved for the resnet50 run (README table).
@@ -16,7 +16,7 @@ const PYTORCH_RESERVED_MIB: f64 = 3940.0;
 /// The fixtures; the timing test alone may read another folder (`VRAMTOP_TRACES`), so a
 /// variable set for fuzzing with larger traces never changes what the checks read.
 fn fixtures() -> PathBuf {
-    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures"))
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures"))
 }
 
 fn timing_dir() -> PathBuf {
@@ -119,7 +119,7 @@ fn leak_replays_and_keeps_its_leak() {
     assert_eq!(row.peak_live_bytes, t.live_bytes_peak(512));
 }
 
-/// Run with `cargo test --release --test replay_real -- --ignored --nocapture`.
+/// Run with `cargo test -p vramtop-trace --release --test replay_real -- --ignored --nocapture`.
 #[test]
 #[ignore = "timing; run in release"]
 fn resnet_load_and_replay_time() {

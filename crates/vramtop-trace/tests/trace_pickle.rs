@@ -1,13 +1,13 @@
 //! The pickle reader on pickles written by CPython (bytes captured once, below) and on
 //! hand-made broken ones: every opcode of the subset, memo sharing, and each error.
 
-#[path = "support/trace_support.rs"]
+#[path = "../../../tests/support/trace_support.rs"]
 mod support;
 
 use std::rc::Rc;
 
 use support::{pickle, P};
-use vramtop::trace::pickle::{from_slice, from_slice_with, Limits, PickleErrorKind, Value};
+use vramtop_trace::pickle::{from_slice, from_slice_with, Limits, PickleErrorKind, Value};
 
 fn hex(text: &str) -> Vec<u8> {
     (0..text.len())

@@ -1,27 +1,26 @@
 //! `trace::load` on each format and on each way a file can be wrong: the format is
 //! detected, and every failure is one line that names the file and says what to do.
 
-#[path = "support/trace_support.rs"]
+#[path = "../../../tests/support/trace_support.rs"]
 mod support;
+#[path = "../../../tests/support/temp_dir.rs"]
+mod temp_dir;
 
 use std::io::Write;
-use std::path::PathBuf;
 
 use support::{
     block, dict, event, frame, pickle, pickle_unmemoized_containers, s, segment, small_snapshot,
     snapshot, P,
 };
-use vramtop::alloc::BlockState;
-use vramtop::trace::record::{self, RecordWriter};
-use vramtop::trace::{self, LiveAtStart, LoadOptions, TraceEvent, TraceEventKind, TraceFormat};
+use vramtop_alloc::BlockState;
+use vramtop_trace::record::{self, RecordWriter};
+use vramtop_trace::{
+    self as trace, LiveAtStart, LoadOptions, TraceEvent, TraceEventKind, TraceFormat,
+};
 
-/// Writes `bytes` to a fresh file under the system temp dir and returns its path.
-fn temp_file(name: &str, bytes: &[u8]) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("vramtop-trace-tests-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
-    let path = dir.join(name);
-    std::fs::write(&path, bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    path
+/// Writes `bytes` to a fresh file in a scratch folder, both removed when dropped.
+fn temp_file(name: &str, bytes: &[u8]) -> temp_dir::TempFile {
+    temp_dir::TempFile::new("trace-tests", name, bytes)
 }
 
 fn load_error(name: &str, bytes: &[u8]) -> String {

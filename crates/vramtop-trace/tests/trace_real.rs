@@ -14,12 +14,13 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::time::Instant;
 
-use vramtop::trace::{self, Trace, TraceEventKind, TraceFormat};
+use vramtop_trace::{self as trace, Trace, TraceEventKind, TraceFormat};
 
 const MIB: f64 = 1024.0 * 1024.0;
 
 fn real(name: &str) -> Trace {
-    let path = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures")).join(name);
+    let path =
+        PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures")).join(name);
     assert!(
         path.exists(),
         "real trace {} is missing: these tests read the real traces in tests/fixtures \
@@ -146,14 +147,16 @@ fn leak_trace_survives_the_recording_format() {
     assert_eq!(back.live_bytes_peak(512), t.live_bytes_peak(512));
 }
 
-/// Run with `cargo test --release --test trace_real -- --ignored --nocapture`;
+/// Run with `cargo test -p vramtop-trace --release --test trace_real -- --ignored --nocapture`;
 /// `VRAMTOP_TRACES=dir` reads the snapshot from another folder (to time elsewhere).
 #[test]
 #[ignore = "timing; run in release"]
 fn resnet_load_time() {
     let dir = std::env::var_os("VRAMTOP_TRACES")
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures")));
+        .unwrap_or_else(|| {
+            PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures"))
+        });
     let path = dir.join("resnet50_varbatch_train.pickle.gz");
     let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let opts = trace::LoadOptions::default();

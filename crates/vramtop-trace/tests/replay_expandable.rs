@@ -3,19 +3,21 @@
 //! `torch.cuda.max_memory_reserved()` for runs recorded with expandable segments on,
 //! and, for the same programs recorded without them, of what the expandable run reserved.
 //! The traces are not in the repository: run with
-//! `VRAMTOP_GPU_TRACES=/work/gpu-traces cargo test --test replay_expandable -- --ignored`
-//! (default directory: ../gpu-traces beside the crate).
+//! `VRAMTOP_GPU_TRACES=/work/gpu-traces cargo test -p vramtop-trace --test replay_expandable -- --ignored`
+//! (default directory: ../gpu-traces beside the repository).
 
 use std::path::PathBuf;
 
-use vramtop::alloc::PolicyKind;
-use vramtop::trace;
-use vramtop::trace::replay::{self, ReplayOptions};
+use vramtop_alloc::PolicyKind;
+use vramtop_trace as trace;
+use vramtop_trace::replay::{self, ReplayOptions};
 
 fn dir() -> PathBuf {
     std::env::var_os("VRAMTOP_GPU_TRACES")
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../gpu-traces")))
+        .unwrap_or_else(|| {
+            PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../gpu-traces"))
+        })
 }
 
 /// PyTorch's own peak reserved for trace `name`, from traces.jsonl.
