@@ -1,15 +1,44 @@
 #!/usr/bin/env bash
-# All GPU checks of vramtop in one go, on a machine with an NVIDIA GPU (../shared/gpu.md).
-# usage: scripts/gpu-check.sh PATH/TO/vramtop     (logs go to $OUT, or ./gpu-check-out)
-# Prints a table of results last. Takes device memory with plain allocations only.
-# The whole run takes longer than one `device` command may (10 minutes): there, run its
-# parts as separate calls, each with the binary carried: sections 1-8 here, then
-# gpu-hook-check.sh with gpu-attach.sh, gpu-check-monitor.sh with gpu-faults.sh
-# (FAULT_CASES without soak), and the soak alone (FAULT_CASES=soak, SOAK_SECONDS 560).
+# The GPU checks of vramtop, on a machine with an NVIDIA GPU (../shared/gpu.md): the one
+# entry to the harness in scripts/gpu/ (its parts, their jobs in scripts/gpu/jobs/, and
+# lib.sh, which every part sources: tmux on a private server, one row format).
+#
+# usage: scripts/gpu-check.sh PATH/TO/vramtop [PART...]   (logs go to $OUT, or ./gpu-check-out)
+#   no PART: every section below, in order, then a table of every row;
+#   PART among core (sections 1-8), hook, attach, monitor, faults, whatif, ranks, ring:
+#     those sections only, then their table;
+#   any other PART names a script of scripts/gpu/ (history, causes, roles, oom-batch,
+#     screenshots, trend, wheel, expandable-verdict, serve, serve-load): it runs alone,
+#     given the binary and the arguments after its name, e.g.
+#     scripts/gpu-check.sh .gpu/vramtop history ab gpt2var
+# Rows are "check|status|detail" (scripts/gpu/lib.sh), all of them in $OUT/rows.txt.
+# Takes device memory with plain allocations only. The whole run takes longer than one
+# `device` command may (10 minutes): there, run its parts as separate calls, each with the
+# binary carried: core, then hook attach, monitor faults (FAULT_CASES without soak), and
+# the soak alone (FAULT_CASES=soak SOAK_S=560 ... faults).
 set -uo pipefail
-. "$(dirname "$0")/gpu-lib.sh"
-BIN=$(readlink -f "${1:?usage: scripts/gpu-check.sh PATH/TO/vramtop}")
+. "$(dirname "$0")/gpu/lib.sh"
+BIN=$(readlink -f "${1:?usage: scripts/gpu-check.sh PATH/TO/vramtop [PART...]}")
+shift
 HERE=$(cd "$(dirname "$0")" && pwd)
+SECTIONS="core hook attach monitor faults whatif ranks ring"
+if [ $# -gt 0 ] && [[ " $SECTIONS " != *" $1 "* ]]; then
+  part="$HERE/gpu/$1.sh"
+  if [ ! -f "$part" ]; then
+    echo "gpu-check.sh: no part '$1': name a section ($SECTIONS) or a script of scripts/gpu/" >&2
+    exit 2
+  fi
+  shift
+  exec bash "$part" "$BIN" "$@"
+fi
+PARTS=" ${*:-$SECTIONS} "
+for p in $PARTS; do
+  if [[ " $SECTIONS " != *" $p "* ]]; then
+    echo "gpu-check.sh: '$p' is not a section ($SECTIONS); run other parts one at a time" >&2
+    exit 2
+  fi
+done
+want() { [[ "$PARTS" == *" $1 "* ]]; }
 OUT=${OUT:-$PWD/gpu-check-out}
 mkdir -p "$OUT"
 # Scratch files stay out of $OUT: what comes back from the GPU machine is limited to a few
@@ -18,11 +47,25 @@ WORK=$(mktemp -d)
 LOG="$OUT/gpu-check.log"
 : > "$LOG"
 declare -a RESULTS
-result() { RESULTS+=("$(printf '%-44s %-6s %s' "$1" "$2" "$3")"); echo "[$2] $1: $3" | tee -a "$LOG"; }
+: > "$OUT/rows.txt"
+result() {
+  RESULTS+=("$(printf '%-44s %-6s %s' "$1" "$2" "$3")")
+  VT_ROWS="$OUT/rows.txt" vt_row "$1" "$2" "$3" | tee -a "$LOG"
+}
 say() { echo "== $*" | tee -a "$LOG"; }
+# A part's rows, each a row of this table under PREFIX; FAIL when it wrote none.
+rows_of() { # PREFIX FILE WHAT
+  if [ -s "$2" ]; then
+    while IFS='|' read -r name status detail; do result "$1$name" "$status" "$detail"; done < "$2"
+  else
+    result "$3" FAIL "no rows (see gpu-check.log)"
+  fi
+}
 
 say "machine"
 nvidia-smi --query-gpu=name,driver_version,memory.total,memory.reserved --format=csv | tee -a "$LOG"
+
+if want core; then
 
 # 1. CUDA backing self-check: segments, pages, fill and verify kernels.
 say "cuda self-check"
@@ -105,11 +148,11 @@ say "CPU share over 20 s under a pty of 200x60"
 "$BIN" probe steady --backing cuda --probe-limit 2GiB --hold 45 --json > /dev/null 2>&1 &
 bg=$!
 sleep 3
-"$HERE/cpu-share.sh" 20 "$BIN" --interval 1 --device nvml > "$WORK/cpu-1s.txt" 2>>"$LOG" &
+"$HERE/gpu/cpu-share.sh" 20 "$BIN" --interval 1 --device nvml > "$WORK/cpu-1s.txt" 2>>"$LOG" &
 a=$!
-"$HERE/cpu-share.sh" 20 "$BIN" --interval 0.1 --device nvml > "$WORK/cpu-0.1s.txt" 2>>"$LOG" &
+"$HERE/gpu/cpu-share.sh" 20 "$BIN" --interval 0.1 --device nvml > "$WORK/cpu-0.1s.txt" 2>>"$LOG" &
 b=$!
-"$HERE/cpu-share.sh" 20 nvidia-smi -l 1 > "$WORK/cpu-smi.txt" 2>>"$LOG" &
+"$HERE/gpu/cpu-share.sh" 20 nvidia-smi -l 1 > "$WORK/cpu-smi.txt" 2>>"$LOG" &
 c=$!
 wait $a $b $c
 result "CPU vramtop --interval 1 (target <= 0.375 %)" "$(awk '{print ($1 <= 0.375) ? "ok" : "MISS"}' "$WORK/cpu-1s.txt")" "$(awk '{printf "%.3f %% of a core, peak RSS %d MB", $1, $2/1024}' "$WORK/cpu-1s.txt")"
@@ -143,7 +186,7 @@ say "serve /metrics vs nvidia-smi"
 "$BIN" probe checkerboard --backing cuda --probe-limit 3GiB --hold 20 --json > /dev/null 2>&1 &
 holder=$!
 sleep 4
-serve_line=$(OUT="$WORK" "$HERE/gpu-check-serve.sh" "$BIN" 2>&1 | tail -n 1)
+serve_line=$(OUT="$WORK" "$HERE/gpu/serve.sh" "$BIN" 2>&1 | tail -n 1)
 kill $holder 2>/dev/null; wait $holder 2>/dev/null
 cat "$WORK/gpu-check-serve.log" >> "$LOG" 2>/dev/null
 case "$serve_line" in
@@ -155,7 +198,7 @@ esac
 #     Needs the serve_load example built beside the binary (SERVE_LOAD=path to override).
 say "serve under load"
 SERVE_LOAD=${SERVE_LOAD:-$(dirname "$BIN")/examples/serve_load}
-load_line=$(OUT="$WORK" "$HERE/gpu-check-serve-load.sh" "$BIN" "$SERVE_LOAD" 2>&1 | tail -n 1)
+load_line=$(OUT="$WORK" "$HERE/gpu/serve-load.sh" "$BIN" "$SERVE_LOAD" 2>&1 | tail -n 1)
 cat "$WORK/gpu-check-serve-load.log" >> "$LOG" 2>/dev/null
 case "$load_line" in
   *": ok"*) result "serve 100k scrapes, RSS, slowloris" ok "${load_line#*: ok }" ;;
@@ -166,68 +209,70 @@ esac
 # 8. Draw cost on this machine.
 "$BIN" bench render > "$WORK/bench-render.txt" 2>&1
 result "bench render 200x60" info "$(cat "$WORK/bench-render.txt")"
+fi
 
-# 9. The job hook inside real PyTorch jobs (python only; scripts/gpu-hook-check.sh).
-say "job hook (gpu-hook-check.sh)"
-mkdir -p "$WORK/hook"
-# Six overhead runs of 25 to 65 s each, history_ab.py, then the OOM, leak and two-process jobs.
-OUT="$WORK/hook" timeout 900 "$HERE/gpu-hook-check.sh" "$BIN" > /dev/null 2>&1
-cat "$WORK/hook/gpu-hook-check.log" >> "$LOG" 2>/dev/null
-if [ -s "$WORK/hook/gpu-hook-results.txt" ]; then
-  while IFS='|' read -r name verdict detail; do result "hook: $name" "$verdict" "$detail"; done < "$WORK/hook/gpu-hook-results.txt"
-else result "job hook" FAIL "gpu-hook-check.sh gave no results (see gpu-check.log)"; fi
-# 10. Live attach to real PyTorch jobs through `vramtop run` (scripts/gpu-attach.sh).
-say "live attach (gpu-attach.sh)"
-OUT="$WORK/attach" timeout 900 "$HERE/gpu-attach.sh" "$BIN" > /dev/null 2>&1
-cat "$WORK/attach/gpu-attach.log" >> "$LOG" 2>/dev/null
-if [ -s "$WORK/attach/gpu-attach-results.txt" ]; then
-  while IFS='|' read -r name verdict detail; do result "attach: $name" "$verdict" "$detail"; done < "$WORK/attach/gpu-attach-results.txt"
-else result "live attach" FAIL "gpu-attach.sh gave no results (see gpu-check.log)"; fi
+# 9. The job hook inside real PyTorch jobs (python only; scripts/gpu/hook.sh).
+if want hook; then
+  say "job hook (gpu/hook.sh)"
+  mkdir -p "$WORK/hook"
+  # Six overhead runs of 25 to 65 s each, history_ab.py, then the OOM, leak and two-process jobs.
+  OUT="$WORK/hook" VT_ROWS="$WORK/rows-hook.txt" timeout 900 "$HERE/gpu/hook.sh" "$BIN" > /dev/null 2>&1
+  cat "$WORK/hook/gpu-hook-check.log" >> "$LOG" 2>/dev/null
+  rows_of "hook: " "$WORK/rows-hook.txt" "job hook"
+fi
+# 10. Live attach to real PyTorch jobs through `vramtop run` (scripts/gpu/attach.sh).
+if want attach; then
+  say "live attach (gpu/attach.sh)"
+  OUT="$WORK/attach" VT_ROWS="$WORK/rows-attach.txt" timeout 900 "$HERE/gpu/attach.sh" "$BIN" > /dev/null 2>&1
+  cat "$WORK/attach/gpu-attach.log" >> "$LOG" 2>/dev/null
+  rows_of "attach: " "$WORK/rows-attach.txt" "live attach"
+fi
 # 11. Issue 15, the monitor beside nvtop and nvidia-smi: screen at 200x60 with a busy
 #    PyTorch process, --once wall time (10 runs) vs nvidia-smi, the CUDA checkerboard
 #    compare screen, CPU share at 1 s and 0.1 s beside nvtop, two GPUs when present.
 #    Its screens and timings go to $OUT/monitor.log.
-say "monitor (issue 15)"
-while IFS='|' read -r tag name status details; do
-  [ "$tag" = RESULT ] && result "$name" "$status" "$details"
-done < <(OUT="$OUT" "$HERE/gpu-check-monitor.sh" "$BIN" 2>>"$LOG")
+if want monitor; then
+  say "monitor (issue 15)"
+  OUT="$OUT" VT_ROWS="$WORK/rows-monitor.txt" "$HERE/gpu/monitor.sh" "$BIN" > /dev/null 2>>"$LOG"
+  rows_of "" "$WORK/rows-monitor.txt" "monitor"
+fi
 # 12. Faults: non-root, a PID namespace, a hung NVML call, GPUs CUDA cannot see, a job
-#    killed mid-poll, and a soak (scripts/gpu-faults.sh; its log is $OUT/gpu-faults.log).
-#    STALL_SO: a prebuilt scripts/faults/nvml_stall.c where this machine has no cc;
+#    killed mid-poll, and a soak (scripts/gpu/faults.sh; its log is $OUT/gpu-faults.log).
+#    STALL_SO: a prebuilt scripts/gpu/faults/nvml_stall.c where this machine has no cc;
 #    SOAK_S: the soak's length in seconds (default 120).
-say "faults (scripts/gpu-faults.sh)"
-OUT="$OUT" "$HERE/gpu-faults.sh" "$BIN" "${STALL_SO:--}" "${SOAK_S:-120}" > "$WORK/faults.txt" 2>> "$LOG"
-while IFS='|' read -r tag name verdict details; do
-  [ "$tag" = FAULT ] && result "fault: $name" "$verdict" "$details"
-done < "$WORK/faults.txt"
-grep -q '^FAULT|' "$WORK/faults.txt" || result "faults" FAIL "gpu-faults.sh printed no rows (see gpu-faults.log)"
-# 13. Issue 25, the remedies judged: each workload of scripts/gpu-jobs/whatif_ab.py under
-#    `vramtop run --history` (vramtop's verdicts at its OOM), then once per remedy in a
-#    fresh process (PyTorch's outcome). Its table goes to $OUT/whatif/table.md.
-say "remedies A/B (whatif_ab.py)"
-timeout 1200 python3 "$HERE/gpu-jobs/whatif_ab.py" ab "$BIN" "$OUT/whatif" >> "$LOG" 2>&1
-if [ -s "$OUT/whatif/table.md" ]; then
-  wrong=$(grep -c 'WRONG' "$OUT/whatif/table.md")
-  result "remedies A/B" "$([ "$wrong" = 0 ] && echo PASS || echo FAIL)" "$(tail -1 "$OUT/whatif/table.md")"
-else result "remedies A/B" FAIL "whatif_ab.py wrote no table (see gpu-check.log)"; fi
+if want faults; then
+  say "faults (scripts/gpu/faults.sh)"
+  OUT="$OUT" VT_ROWS="$WORK/rows-faults.txt" "$HERE/gpu/faults.sh" "$BIN" "${STALL_SO:--}" "${SOAK_S:-120}" > /dev/null 2>> "$LOG"
+  rows_of "fault: " "$WORK/rows-faults.txt" "faults"
+fi
+# 13. Issue 25, the remedies judged: each workload of scripts/gpu/jobs/whatif_ab.py under
+#    a plain `vramtop run` (vramtop's verdicts at its OOM), then once per remedy in a fresh
+#    process (PyTorch's outcome). Its table goes to $OUT/whatif/table.md.
+if want whatif; then
+  say "remedies A/B (whatif_ab.py)"
+  timeout 1200 python3 "$HERE/gpu/jobs/whatif_ab.py" ab "$BIN" "$OUT/whatif" >> "$LOG" 2>&1
+  if [ -s "$OUT/whatif/table.md" ]; then
+    wrong=$(grep -c 'WRONG' "$OUT/whatif/table.md")
+    result "remedies A/B" "$([ "$wrong" = 0 ] && echo ok || echo FAIL)" "$(tail -1 "$OUT/whatif/table.md")"
+  else result "remedies A/B" FAIL "whatif_ab.py wrote no table (see gpu-check.log)"; fi
+fi
 # 14. Issue 27, whole jobs: two gloo ranks on one GPU under `vramtop run` in a 200x60
 #    tmux (first screen on rank 0, rank 1's OOM followed), serve per rank vs each rank's
 #    printed figures, --once/attach rank fields, vramtop's RSS and CPU, and the hook's
-#    in-process cost (scripts/gpu-job-ranks.sh; about 8 minutes). Its rows join this table.
-say "whole jobs (gpu-job-ranks.sh)"
-bash "$HERE/gpu-job-ranks.sh" "$BIN" "$OUT/ranks" >> "$LOG" 2>&1
-while IFS='|' read -r name verdict details; do
-  result "ranks: $name" "$verdict" "$details"
-done < "$OUT/ranks/results.txt"
-# 15. The hook's event ring in real jobs (scripts/gpu-ring-check.sh): GPT-2 with history
+#    in-process cost (scripts/gpu/ranks.sh; about 8 minutes). Its rows join this table.
+if want ranks; then
+  say "whole jobs (gpu/ranks.sh)"
+  VT_ROWS="$WORK/rows-ranks.txt" bash "$HERE/gpu/ranks.sh" "$BIN" "$OUT/ranks" >> "$LOG" 2>&1
+  rows_of "ranks: " "$WORK/rows-ranks.txt" "whole jobs"
+fi
+# 15. The hook's event ring in real jobs (scripts/gpu/ring.sh): GPT-2 with history
 #    (the ring turned off mid-run), a small ring wrapped then turned off and the job's own
 #    history after it, the checkerboard's OOM replayed live from its whole history.
-say "event ring (gpu-ring-check.sh)"
-OUT="$OUT/ring" bash "$HERE/gpu-ring-check.sh" "$BIN" >> "$LOG" 2>&1
-while IFS= read -r line; do
-  rc=$(printf '%s' "$line" | sed -n 's/.*| rc \([0-9]*\).*/\1/p')
-  result "ring: ${line%% |*}" "$([ "$rc" = 0 ] && echo PASS || echo FAIL)" "${line#*| }"
-done < "$OUT/ring/summary.txt"
+if want ring; then
+  say "event ring (gpu/ring.sh)"
+  OUT="$OUT/ring" VT_ROWS="$WORK/rows-ring.txt" bash "$HERE/gpu/ring.sh" "$BIN" >> "$LOG" 2>&1
+  rows_of "ring: " "$WORK/rows-ring.txt" "event ring"
+fi
 
 echo
 echo "check                                        result details"

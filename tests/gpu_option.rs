@@ -1,7 +1,7 @@
 //! `--gpu INDEX` for cuda probes: a bad value is one line naming the range, exit 2; on a
 //! machine without CUDA (CI) a cuda probe on any GPU is one line saying so. The real
 //! out-of-range and CUDA_VISIBLE_DEVICES cases run on the GPU machine
-//! (scripts/gpu-faults.sh).
+//! (scripts/gpu/faults.sh).
 
 use assert_cmd::Command;
 
@@ -38,7 +38,7 @@ fn bad_gpu_values_name_the_range() {
 #[test]
 fn a_cuda_probe_without_cuda_is_one_line() {
     if vramtop::backing::cuda::driver_present() {
-        return; // a CUDA machine: scripts/gpu-faults.sh covers it there.
+        return; // a CUDA machine: scripts/gpu/faults.sh covers it there.
     }
     one_line(
         &["probe", "checkerboard", "--backing", "cuda", "--gpu", "3"],

@@ -1,5 +1,5 @@
 //! The OOM's cause, on files the hook (1.4) kept at real OOMs on an H100 (PyTorch 2.11,
-//! `scripts/gpu-cause-check.sh`; see tests/fixtures/README.md): another process (JAX's
+//! `scripts/gpu/causes.sh`; see tests/fixtures/README.md): another process (JAX's
 //! preallocation, CuPy's pool), the job's own cap, a leak with and without `--history`, a
 //! GPT-2 too big for the GPU. The same cause in the batch block (`vramtop snapshot --once`,
 //! the binary itself), from the library, and in the live view's explanation of the OOM.

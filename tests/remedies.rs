@@ -314,7 +314,7 @@ fn replay_json_lists_remedies_at_each_trace_oom() {
 }
 
 /// What PyTorch 2.11 did on the H100 with each remedy, each in a fresh process
-/// (`scripts/gpu-jobs/whatif_ab.py`), for the workloads whose OOM the hook kept with its
+/// (`scripts/gpu/jobs/whatif_ab.py`), for the workloads whose OOM the hook kept with its
 /// event ring: (remedy as vramtop names it, fits).
 fn pytorch_outcomes(workload: &str) -> Vec<(&'static str, bool)> {
     let all_fail = vec![
@@ -427,7 +427,7 @@ fn gpu_kept_files_with_the_whole_history_give_pytorchs_outcomes_on_both_paths() 
 }
 
 /// Files kept by hook 1.3 at the judged OOM of three stepped workloads of
-/// `scripts/gpu-jobs/whatif_ab.py` under a plain `vramtop run` on the H100 (PyTorch 2.11):
+/// `scripts/gpu/jobs/whatif_ab.py` under a plain `vramtop run` on the H100 (PyTorch 2.11):
 /// kvcache with its whole history (27,683 events), gpt2var and gpt2mixed from the hook's
 /// checkpoint (4,340 and 26,593 events since). PyTorch's outcome for each remedy is its
 /// own, each in a fresh process (tests/fixtures/README.md).

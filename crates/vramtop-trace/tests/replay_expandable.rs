@@ -1,5 +1,5 @@
 //! Fidelity of `pytorch-expandable` to PyTorch 2.11 on the H100 traces
-//! (scripts/gpu-traces/NOTE-expandable.md): replayed peak reserved within 1 % of
+//! (scripts/gpu/traces/NOTE-expandable.md): replayed peak reserved within 1 % of
 //! `torch.cuda.max_memory_reserved()` for runs recorded with expandable segments on,
 //! and, for the same programs recorded without them, of what the expandable run reserved.
 //! The traces are not in the repository: run with

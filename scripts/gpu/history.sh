@@ -8,14 +8,14 @@
 #   4. what reading the ring whole before each checkpoint costs a GPT-2 step (hook 1.5), in
 #      one process (ring_history_cost.py), and what PyTorch's C++ read itself costs
 #      against _snapshot() (ring_pickled_cost.py, without the hook).
-# Usage: scripts/gpu-history-check.sh path/to/vramtop [ab|cost|all] [workload...]
+# Usage: scripts/gpu/history.sh path/to/vramtop [ab|cost|all] [workload...]
 set -uo pipefail
-BIN=$(realpath "${1:?usage: gpu-history-check.sh path/to/vramtop [ab|cost|all] [workload...]}")
+BIN=$(realpath "${1:?usage: history.sh path/to/vramtop [ab|cost|all] [workload...]}")
 PART=${2:-all}
 shift 2 2>/dev/null || shift
 OUT=${OUT:-/tmp/vramtop-history}
 mkdir -p "$OUT"
-cd "$(dirname "$0")/gpu-jobs" || exit 1
+cd "$(dirname "$0")/jobs" || exit 1
 
 if [ "$PART" = ab ] || [ "$PART" = all ]; then
   python3 whatif_ab.py ab "$BIN" "$OUT/ab" "$@"

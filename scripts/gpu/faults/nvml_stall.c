@@ -1,7 +1,7 @@
 /*
  * nvml_stall: a libnvidia-ml.so.1 stand-in that forwards every NVML call to the real
  * library and stalls one of them, to show that a hung driver call does not freeze
- * vramtop's screen (scripts/gpu-faults.sh, case "hung driver call").
+ * vramtop's screen (scripts/gpu/faults.sh, case "hung driver call").
  *
  * Build (x86-64 Linux, any C compiler):
  *   cc -shared -fPIC -O2 -Wl,-soname,libnvidia-ml.so.1 -o nvml_stall.so nvml_stall.c -ldl

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Jobs that die of "CUDA out of memory" for each cause users meet, for the GPU checks of
-the OOM's cause line (scripts/gpu-cause-check.sh). Each prints one JSON line with PyTorch's
+the OOM's cause line (scripts/gpu/causes.sh). Each prints one JSON line with PyTorch's
 outcome (`"oom": true/false`, its message) and exits 1 on an OOM, 0 when it fit.
 
   jax_hold SECONDS   a JAX process that makes one array (XLA preallocates 75 % of the GPU

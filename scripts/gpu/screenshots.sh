@@ -1,23 +1,23 @@
 #!/usr/bin/env bash
 # The README's pictures, made on a GPU by anyone who reruns this: a GPT-2 training job
-# (scripts/gpu-jobs/front_page.py) under `vramtop run` in a 150x45 terminal (tmux, on a
+# (scripts/gpu/jobs/front_page.py) under `vramtop run` in a 150x45 terminal (tmux, on a
 # server of its own so nobody's sessions are touched), pictured with the P key while it
 # trains (the role bar) and after it died of "CUDA out of memory" (the OOM panel); the same
 # job in batch, for the log block vramtop writes after it; and the A/B of the knobs line:
 # the long batch again at half the batch size, without vramtop.
-# usage: scripts/gpu-screenshots.sh PATH/TO/vramtop [ab]   (pictures and logs go to $OUT;
+# usage: scripts/gpu/screenshots.sh PATH/TO/vramtop [ab]   (pictures and logs go to $OUT;
 #        with `ab`, only the A/B runs of section 3)
 # Then: tar xzf $OUT/shots.tgz; cp shots/run-*.svg assets/screenshots/; the log block into the README.
 set -uo pipefail
-BIN=$(readlink -f "${1:?usage: scripts/gpu-screenshots.sh PATH/TO/vramtop}")
-REPO=$(cd "$(dirname "$0")/.." && pwd)
+BIN=$(readlink -f "${1:?usage: scripts/gpu/screenshots.sh PATH/TO/vramtop}")
+REPO=$(cd "$(dirname "$0")/../.." && pwd)
 OUT=${OUT:-$PWD/gpu-screenshots-out}
-JOB="$REPO/scripts/gpu-jobs/front_page.py"
+JOB="$REPO/scripts/gpu/jobs/front_page.py"
 mkdir -p "$OUT/shots"
 LOG=$OUT/screenshots.log
 : > "$LOG"
 say() { echo "$*" | tee -a "$LOG"; }
-. "$(dirname "$0")/gpu-lib.sh"
+. "$(dirname "$0")/lib.sh"
 t() { vt_tmux "$@"; }
 
 # wait_for TEXT SECONDS: until the screen shows TEXT; false when it never did.

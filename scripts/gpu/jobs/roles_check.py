@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Jobs that print their own memory by role, for the GPU check of vramtop's roles
-(scripts/gpu-roles-check.sh): the bytes of their parameters' and buffers' storages, of
+(scripts/gpu/roles.sh): the bytes of their parameters' and buffers' storages, of
 their gradients' and of their optimizers' state tensors, each storage counted once, on the
 job's device. Each prints a JSON line {"moment", "pid", "rank", "parameters", "gradients",
 "optimizer_state"} and holds still HOLD_S seconds (a viewer reads it then), and at the end

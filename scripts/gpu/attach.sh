@@ -2,10 +2,11 @@
 # GPU checks of live attach, through the vramtop binary: real PyTorch jobs started with
 # `vramtop run` (stdout not a terminal: passthrough), watched headless with
 # `vramtop attach --json` (one JSON line per interval, as `--once --json`'s `attached`).
-# Job scripts: scripts/gpu-jobs/ (the hook's checks share them).
-# usage: scripts/gpu-attach.sh PATH/TO/vramtop
+# Job scripts: scripts/gpu/jobs/ (the hook's checks share them).
+# usage: scripts/gpu/attach.sh PATH/TO/vramtop
 # Writes $OUT/gpu-attach.log (default ./gpu-attach-out) and the results as
-# "check|verdict|detail" lines in $OUT/gpu-attach-results.txt; prints a table last.
+# "check|verdict|detail" rows (lib.sh) in $VT_ROWS, default $OUT/gpu-attach-results.txt;
+# prints a table last.
 # env: ATTACH_CHECKS  the checks to run, by name (default all): gpt2 oom leak ranks cpu
 # Checks: (1) GPT-2 training: vramtop's totals, read off the segments and from the hook's
 # stats, equal memory_reserved()/memory_allocated() read in the job while it holds still;
@@ -15,20 +16,21 @@
 # file:line; (4) two ranks under torchrun on one GPU: both hooked; (5) vramtop's CPU
 # share (live TUI at 1 s, 200x60) while a hooked job runs.
 set -uo pipefail
-BIN=$(readlink -f "${1:?usage: scripts/gpu-attach.sh PATH/TO/vramtop}")
+. "$(dirname "$0")/lib.sh"
+BIN=$(readlink -f "${1:?usage: scripts/gpu/attach.sh PATH/TO/vramtop}")
 HERE=$(cd "$(dirname "$0")" && pwd)
-JOBS="$HERE/gpu-jobs"
+JOBS="$HERE/jobs"
 OUT=${OUT:-$PWD/gpu-attach-out}
 mkdir -p "$OUT"
 LOG="$OUT/gpu-attach.log"
 : > "$LOG"
-: > "$OUT/gpu-attach-results.txt"
+: "${VT_ROWS:=$OUT/gpu-attach-results.txt}"
+: > "$VT_ROWS"
 WORK=$(mktemp -d)
 declare -a RESULTS
 result() {
   RESULTS+=("$(printf '%-40s %-6s %s' "$1" "$2" "$3")")
-  echo "[$2] $1: $3" | tee -a "$LOG"
-  echo "$1|$2|$3" >> "$OUT/gpu-attach-results.txt"
+  vt_row "$1" "$2" "$3" | tee -a "$LOG"
 }
 say() { echo "== $*" | tee -a "$LOG"; }
 # ATTACH_CHECKS picks checks by name (default all), for a short rerun of one.

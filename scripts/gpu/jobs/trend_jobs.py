@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Loops for the process-trend check (scripts/gpu-trend-series.sh): jobs whose device
+"""Loops for the process-trend check (scripts/gpu/trend.sh): jobs whose device
 memory warms up and levels off, and one that leaks. Random weights; they run until killed.
 
   resnet  torchvision ResNet-50, batch drawn from {16,32,48,64}, SGD, bf16 autocast

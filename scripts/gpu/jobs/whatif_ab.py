@@ -185,7 +185,7 @@ def steps(workload, cap, stop_at, judged, before_judged, after_step):
         mark = lambda: None  # noqa: E731
         if workload == "kvcache_steps":
             # The user's way: the package from the wheel (here the repository's copy).
-            sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
+            sys.path.insert(0, os.path.join(HERE, "..", "..", "..", "python"))
             import vramtop
 
             mark = vramtop.step

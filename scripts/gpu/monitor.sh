@@ -7,20 +7,21 @@
 #   - the CUDA checkerboard compare screen (caching vs expandable) at 200x60;
 #   - CPU share at 1 s and 0.1 s beside nvtop's, in the same 20 s;
 #   - with two GPUs: the 2-device screen, and a probe on the second GPU.
-# usage: scripts/gpu-check-monitor.sh PATH/TO/vramtop
-# Everything goes to one file, $OUT/monitor.log; result rows go to stdout as
-#   RESULT|check|status|details
-# (gpu-check.sh turns them into rows of its table).
+# usage: scripts/gpu/monitor.sh PATH/TO/vramtop
+# Everything goes to one file, $OUT/monitor.log; its rows ("check|status|detail", lib.sh)
+# to $VT_ROWS (default $OUT/monitor-rows.txt), which gpu-check.sh reads.
 set -uo pipefail
-. "$(dirname "$0")/gpu-lib.sh"
-BIN=$(readlink -f "${1:?usage: scripts/gpu-check-monitor.sh PATH/TO/vramtop}")
+. "$(dirname "$0")/lib.sh"
+BIN=$(readlink -f "${1:?usage: scripts/gpu/monitor.sh PATH/TO/vramtop}")
 HERE=$(cd "$(dirname "$0")" && pwd)
 OUT=${OUT:-$PWD/gpu-check-out}
 mkdir -p "$OUT"
 LOG="$OUT/monitor.log"
 : > "$LOG"
 WORK=$(mktemp -d)
-row() { echo "RESULT|$1|$2|$3"; echo "[$2] $1: $3" >> "$LOG"; }
+: "${VT_ROWS:=$OUT/monitor-rows.txt}"
+: > "$VT_ROWS"
+row() { vt_row "$1" "$2" "$3" >> "$LOG"; }
 say() { echo "== $*" >> "$LOG"; }
 
 # The busy process: holds 20 GiB, runs matrix products, leaks 8 MiB a second.

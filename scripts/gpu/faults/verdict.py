@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Verdicts of scripts/gpu-faults.sh: vramtop's `--once --json` beside nvidia-smi.
+"""Verdicts of scripts/gpu/faults.sh: vramtop's `--once --json` beside nvidia-smi.
 
 usage:
   verdict.py nonroot ONCE.json SMI_GPU.csv SMI_APPS.csv JOB_PID

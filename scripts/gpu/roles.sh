@@ -1,17 +1,17 @@
 #!/usr/bin/env bash
 # Memory by role, judged on a GPU: jobs that print their own sums (parameters and buffers,
-# gradients, optimizer state; scripts/gpu-jobs/roles_check.py) under a plain `vramtop run`
+# gradients, optimizer state; scripts/gpu/jobs/roles_check.py) under a plain `vramtop run`
 # in batch, read meanwhile by `vramtop attach --json`, then their sums against vramtop's:
 # at the moment the job held still, and in the file kept at its OOM.
-# usage: scripts/gpu-roles-check.sh PATH/TO/vramtop [plain inference trainer ddp]
+# usage: scripts/gpu/roles.sh PATH/TO/vramtop [plain inference trainer ddp]
 set -uo pipefail
-BIN=$(readlink -f "${1:?usage: gpu-roles-check.sh PATH/TO/vramtop [JOB...]}")
+BIN=$(readlink -f "${1:?usage: roles.sh PATH/TO/vramtop [JOB...]}")
 shift
 JOBS=${*:-plain inference trainer ddp}
-REPO=$(cd "$(dirname "$0")/.." && pwd)
+REPO=$(cd "$(dirname "$0")/../.." && pwd)
 OUT=${OUT:-$PWD/gpu-roles-out}
 mkdir -p "$OUT"
-JOB="$REPO/scripts/gpu-jobs/roles_check.py"
+JOB="$REPO/scripts/gpu/jobs/roles_check.py"
 for job in $JOBS; do
   W=$(mktemp -d)
   echo "=== $job"

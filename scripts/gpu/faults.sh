@@ -4,17 +4,19 @@
 # GPU, with a job SIGKILLed mid-poll, and a soak of the live view. Each case is judged
 # beside nvidia-smi's ground truth and printed as one table row.
 #
-# usage: scripts/gpu-faults.sh PATH/TO/vramtop [STALL_SO|-] [SOAK_SECONDS]
-#   STALL_SO      a prebuilt scripts/faults/nvml_stall.c, used when this machine has no C
+# usage: scripts/gpu/faults.sh PATH/TO/vramtop [STALL_SO|-] [SOAK_SECONDS]
+#   STALL_SO      a prebuilt scripts/gpu/faults/nvml_stall.c, used when this machine has no C
 #                 compiler ("-" or empty: build it here with cc)
 #   SOAK_SECONDS  length of the soak (default 120; the issue's full soak is 600)
 # env:  FAULT_CASES  the cases to run, by name (default all): nonroot ns stall missing kill soak
 # Run as root (the non-root case drops to uid 65534 with setpriv; the namespace case uses
 # unshare). Logs, screens included, go to $OUT/gpu-faults.log (default ./gpu-check-out).
-# Besides the table it prints "FAULT|case|result|details" lines, which gpu-check.sh reads.
+# Its rows ("case|result|details", lib.sh) go to $VT_ROWS (default $OUT/faults-rows.txt),
+# which gpu-check.sh reads.
 # Takes device memory with plain allocations only (PyTorch, or vramtop's cuda probes).
 set -uo pipefail
-BIN_IN=$(readlink -f "${1:?usage: scripts/gpu-faults.sh PATH/TO/vramtop [STALL_SO|-] [SOAK_SECONDS]}")
+. "$(dirname "$0")/lib.sh"
+BIN_IN=$(readlink -f "${1:?usage: scripts/gpu/faults.sh PATH/TO/vramtop [STALL_SO|-] [SOAK_SECONDS]}")
 STALL_SO_IN=${2:-}
 [ "$STALL_SO_IN" = - ] && STALL_SO_IN=""
 SOAK_S=${3:-120}
@@ -23,10 +25,12 @@ OUT=${OUT:-$PWD/gpu-check-out}
 mkdir -p "$OUT"
 LOG="$OUT/gpu-faults.log"
 : > "$LOG"
+: "${VT_ROWS:=$OUT/faults-rows.txt}"
+: > "$VT_ROWS"
 WORK=$(mktemp -d)
 VERDICT="python3 $HERE/faults/verdict.py"
 if ! [[ "$SOAK_S" =~ ^[0-9]+$ ]] || [ "$SOAK_S" -lt 20 ]; then
-  echo "gpu-faults.sh: SOAK_SECONDS must be a whole number of seconds, 20 or more (got '$SOAK_S')" >&2
+  echo "faults.sh: SOAK_SECONDS must be a whole number of seconds, 20 or more (got '$SOAK_S')" >&2
   exit 2
 fi
 
@@ -44,8 +48,7 @@ declare -a RESULTS
 declare -a JOBS
 result() {
   RESULTS+=("$(printf '%-34s %-5s %s' "$1" "$2" "$3")")
-  echo "FAULT|$1|$2|$3"
-  echo "[$2] $1: $3" >> "$LOG"
+  vt_row "$1" "$2" "$3" >> "$LOG"
 }
 say() { echo "== $*" >> "$LOG"; }
 # FAULT_CASES picks cases by name (default all), so the 10-minute soak can have a run of its own.

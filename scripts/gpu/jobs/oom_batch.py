@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Batch jobs that run out of memory, for the unattended-OOM check (scripts/gpu-oom-batch.sh):
+"""Batch jobs that run out of memory, for the unattended-OOM check (scripts/gpu/oom-batch.sh):
 
   dies     the capped checkerboard (set_per_process_memory_fraction(0.1), 6 MiB tensors,
            every other freed, then 1 GiB): the OOM is not caught, the job dies of it.

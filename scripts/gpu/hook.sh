@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # GPU checks of vramtop's job hook (python/vramtop/_hook), with python only: real PyTorch jobs under
-# the hook, read by scripts/gpu-jobs/viewer.py. Run on the GPU machine (../shared/gpu.md).
-# usage: scripts/gpu-hook-check.sh [PATH/TO/vramtop]
+# the hook, read by scripts/gpu/jobs/viewer.py. Run on the GPU machine (../shared/gpu.md).
+# usage: scripts/gpu/hook.sh [PATH/TO/vramtop]
 #   With a binary, the hook it ships (`vramtop hook-path`) is checked; else python/vramtop/_hook.
 # Writes one log, $OUT/gpu-hook-check.log (default ./gpu-hook-out), and the results as
-# "check|verdict|detail" lines in $OUT/gpu-hook-results.txt; prints a table last.
+# "check|verdict|detail" rows (lib.sh) in $VT_ROWS, default $OUT/gpu-hook-results.txt;
+# prints a table last.
 # env: HOOK_CHECKS  the checks to run, by name (default all): overhead ab oom leak two
 #      OVERHEAD_ROUNDS  rounds of the five overhead runs, averaged (default 1). One run took
 #                       25 to 65 s on the H100 (a cold machine's imports are slow), and
@@ -14,20 +15,21 @@
 # figures; history sites name leak_list.py's line; the hook's step-time overhead; history's
 # cost inside one process (ab: history_ab.py, free of the drift between processes).
 set -uo pipefail
+. "$(dirname "$0")/lib.sh"
 HERE=$(cd "$(dirname "$0")" && pwd)
-REPO=$(dirname "$HERE")
-JOBS="$HERE/gpu-jobs"
+REPO=$(cd "$HERE/../.." && pwd)
+JOBS="$HERE/jobs"
 OUT=${OUT:-$PWD/gpu-hook-out}
 mkdir -p "$OUT"
 LOG="$OUT/gpu-hook-check.log"
 : > "$LOG"
 WORK=$(mktemp -d)
 declare -a RESULTS
-: > "$OUT/gpu-hook-results.txt"
+: "${VT_ROWS:=$OUT/gpu-hook-results.txt}"
+: > "$VT_ROWS"
 result() {
   RESULTS+=("$(printf '%-34s %-6s %s' "$1" "$2" "$3")")
-  echo "[$2] $1: $3" | tee -a "$LOG"
-  echo "$1|$2|$3" >> "$OUT/gpu-hook-results.txt"
+  vt_row "$1" "$2" "$3" | tee -a "$LOG"
 }
 say() { echo "== $*" | tee -a "$LOG"; }
 # HOOK_CHECKS picks checks by name (default all), for a short rerun of one.

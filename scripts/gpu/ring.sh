@@ -7,16 +7,20 @@
 #     the job's own _record_memory_history call afterwards: the job must end 0;
 #  3. the capped checkerboard (whatif_ab.py checker): its OOM replayed from the whole
 #     history, live (`attach --json`: history_events) and after the job.
-# usage: scripts/gpu-ring-check.sh PATH/TO/vramtop   (logs under $OUT, default ./gpu-ring-out)
+# usage: scripts/gpu/ring.sh PATH/TO/vramtop   (logs under $OUT, default ./gpu-ring-out)
 set -uo pipefail
-BIN=$(readlink -f "${1:?usage: gpu-ring-check.sh PATH/TO/vramtop}")
-REPO=$(cd "$(dirname "$0")/.." && pwd)
-JOBS=$REPO/scripts/gpu-jobs
+. "$(dirname "$0")/lib.sh"
+BIN=$(readlink -f "${1:?usage: ring.sh PATH/TO/vramtop}")
+REPO=$(cd "$(dirname "$0")/../.." && pwd)
+JOBS=$REPO/scripts/gpu/jobs
 OUT=${OUT:-$PWD/gpu-ring-out}
 mkdir -p "$OUT"
+: > "$OUT/summary.txt"
 W=$(mktemp -d)
 export VRAMTOP_SOCKET_DIR=$W/sock VRAMTOP_OOM_DIR=$W
-results=()
+: "${VT_ROWS:=$OUT/rows.txt}"
+: > "$VT_ROWS"
+passed() { if [ "$1" = 0 ]; then echo ok; else echo FAIL; fi; }
 
 "$BIN" attach --json --interval 0.2 --seconds 120 --until-ended > "$OUT/gpt2-attach.jsonl" 2>/dev/null &
 A=$!
@@ -24,7 +28,7 @@ sleep 0.5
 "$BIN" run --history -- python3 "$JOBS/train_gpt2.py" --steps 60 --hold 1 > "$OUT/gpt2.log" 2>&1
 rc=$?; wait "$A"
 states=$(grep -c '"states"' "$OUT/gpt2-attach.jsonl")
-results+=("gpt2 --history, ring turned off mid-run | rc $rc (want 0), $states attach lines")
+vt_row "gpt2 --history, ring turned off mid-run" "$(passed "$rc")" "rc $rc (want 0), $states attach lines" | tee -a "$OUT/summary.txt"
 
 cat > "$W/small.py" <<'PY'
 import torch
@@ -47,7 +51,8 @@ A=$!
 sleep 0.5
 VRAMTOP_RING=8 "$BIN" run --history -- python3 "$W/small.py" > "$OUT/small.log" 2>&1
 rc=$?; wait "$A"
-results+=("ring of 8 wrapped, then turned off; the job's own history after | rc $rc (want 0); $(grep -o 'user trace entries [0-9]*' "$OUT/small.log")")
+vt_row "ring of 8 wrapped, then turned off; the job's own history after" "$(passed "$rc")" \
+  "rc $rc (want 0); $(grep -o 'user trace entries [0-9]*' "$OUT/small.log")" | tee -a "$OUT/summary.txt"
 
 "$BIN" attach --json --interval 0.5 --seconds 120 --until-ended > "$OUT/checker-attach.jsonl" 2>/dev/null &
 A=$!
@@ -68,8 +73,7 @@ print("history_events %s; %s" % (last and last.get("history_events"),
       last and ", ".join("%s %s" % (r["remedy"], r["verdict"]) for r in last["remedies"])))
 PY
 )
-results+=("checker: live OOM from the whole history | rc $rc; $events")
+vt_row "checker: live OOM from the whole history" "$(passed "$rc")" "rc $rc; $events" | tee -a "$OUT/summary.txt"
 grep -h "vramtop:" "$OUT/checker.log" | head -12 > "$OUT/checker-block.txt"
 
-printf '%s\n' "${results[@]}" | tee "$OUT/summary.txt"
 rm -rf "$W"

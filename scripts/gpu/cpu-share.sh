@@ -2,7 +2,7 @@
 # CPU share of a terminal program over N seconds under a pseudo-terminal of 200x60,
 # as in ../shared/anchors.md: user+system ticks from /proc/PID/stat (fields 14 and 15)
 # before and after, divided by the wall time. Prints "PERCENT_OF_ONE_CORE PEAK_RSS_KB".
-# usage: scripts/cpu-share.sh SECONDS COMMAND...
+# usage: scripts/gpu/cpu-share.sh SECONDS COMMAND...
 set -euo pipefail
 secs=$1; shift
 cmd="stty cols 200 rows 60; exec $*"

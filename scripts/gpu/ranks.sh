@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # GPU check of whole jobs (ranks), on the GPU machine (../shared/gpu.md), about 8 minutes:
-#  a. `vramtop run -- torchrun --nproc-per-node 2 scripts/gpu-jobs/ddp_ranks.py --one-gpu`
+#  a. `vramtop run -- torchrun --nproc-per-node 2 scripts/gpu/jobs/ddp_ranks.py --one-gpu`
 #     (two gloo ranks on cuda:0; rank 1 trains a larger batch and runs out of memory at
 #     OOM_AFTER s, caught) in tmux at 200x60; screens at the first holds (>= 20 s), at 40 s,
 #     3 s after rank 1's OOM (the view should have gone to rank 1: "rank 1 ... ran out of
@@ -14,11 +14,11 @@
 #     entries) and `vramtop attach --json` for a few seconds (OUTDIR/attach.jsonl);
 #  d. the RSS (VmRSS) and CPU ticks (/proc/PID/stat 14+15) of the `vramtop run` process
 #     at the first screen and near the end: MiB, and CPU % of a core between them;
-#  e. after the ranks: scripts/gpu-jobs/hook_ab.py under `vramtop run` (batch mode), the
+#  e. after the ranks: scripts/gpu/jobs/hook_ab.py under `vramtop run` (batch mode), the
 #     hook's cost with a viewer at 1 s and 0.1 s (OUTDIR/hook_ab.json).
-# usage: scripts/gpu-job-ranks.sh PATH/TO/vramtop OUTDIR
+# usage: scripts/gpu/ranks.sh PATH/TO/vramtop OUTDIR
 # Writes everything under OUTDIR (the log is OUTDIR/gpu-job-ranks.log, the results
-# "check|verdict|detail" OUTDIR/results.txt, the table OUTDIR/summary.txt); prints the table
+# "check|verdict|detail" rows (lib.sh) in $VT_ROWS, default OUTDIR/results.txt, the table OUTDIR/summary.txt); prints the table
 # last. BUNDLE=FILE.tar.gz also packs OUTDIR into one file (the device tool brings back
 # only 8 files: e.g. OUTDIR=/tmp/ranks BUNDLE=$OUT/ranks.tar.gz, then cp the summary).
 # env (defaults): RANK_SECONDS 420, OOM_AFTER 60, BATCH0 4, BATCH1 8, PRINT_EVERY 2,
@@ -26,11 +26,12 @@
 #   AB_BLOCKS 16, AB_BLOCK_SECONDS 3, AB_VIEWER process, DEADLINE_S 590 (hook_ab.py is skipped when it would
 #   end past it: one device command may run 600 s).
 set -uo pipefail
-BIN=$(readlink -f "${1:?usage: scripts/gpu-job-ranks.sh PATH/TO/vramtop OUTDIR}")
-OUTDIR=${2:?usage: scripts/gpu-job-ranks.sh PATH/TO/vramtop OUTDIR}
+. "$(dirname "$0")/lib.sh"
+BIN=$(readlink -f "${1:?usage: scripts/gpu/ranks.sh PATH/TO/vramtop OUTDIR}")
+OUTDIR=${2:?usage: scripts/gpu/ranks.sh PATH/TO/vramtop OUTDIR}
 mkdir -p "$OUTDIR" && OUTDIR=$(cd "$OUTDIR" && pwd) || { echo "cannot use $OUTDIR" >&2; exit 2; }
 HERE=$(cd "$(dirname "$0")" && pwd)
-JOBS="$HERE/gpu-jobs"
+JOBS="$HERE/jobs"
 RANK_SECONDS=${RANK_SECONDS:-420}
 OOM_AFTER=${OOM_AFTER:-60}
 BATCH0=${BATCH0:-4}
@@ -48,7 +49,8 @@ AB_VIEWER=${AB_VIEWER:-process}
 DEADLINE_S=${DEADLINE_S:-590}
 LOG="$OUTDIR/gpu-job-ranks.log"
 : > "$LOG"
-: > "$OUTDIR/results.txt"
+: "${VT_ROWS:=$OUTDIR/results.txt}"
+: > "$VT_ROWS"
 RANKS="$OUTDIR/ranks"
 rm -rf "$RANKS" "$OUTDIR/metrics"
 mkdir -p "$RANKS"
@@ -62,8 +64,7 @@ SESSION=ranks
 declare -a RESULTS
 result() {
   RESULTS+=("$(printf '%-40s %-6s %s' "$1" "$2" "$3")")
-  echo "[$2] $1: $3" | tee -a "$LOG"
-  echo "$1|$2|$3" >> "$OUTDIR/results.txt"
+  vt_row "$1" "$2" "$3" | tee -a "$LOG"
 }
 say() { echo "== $* (t=$(since) s)" | tee -a "$LOG"; }
 LAUNCH=$SECONDS

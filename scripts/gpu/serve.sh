@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # `vramtop serve --device nvml` against nvidia-smi, on a machine with an NVIDIA GPU.
-# usage: scripts/gpu-check-serve.sh PATH/TO/vramtop    (logs go to $OUT, or ./gpu-check-out)
+# usage: scripts/gpu/serve.sh PATH/TO/vramtop    (logs go to $OUT, or ./gpu-check-out)
 # Prints one line: "serve vs nvidia-smi: ok|FAIL ...". Exit 0 when ok, 1 otherwise.
 # Memory used, total and reserved must agree within 2 MiB on every GPU.
 set -uo pipefail
-BIN=$(readlink -f "${1:?usage: scripts/gpu-check-serve.sh PATH/TO/vramtop}")
+BIN=$(readlink -f "${1:?usage: scripts/gpu/serve.sh PATH/TO/vramtop}")
 OUT=${OUT:-$PWD/gpu-check-out}
 mkdir -p "$OUT"
 LOG="$OUT/gpu-check-serve.log"

@@ -3,10 +3,10 @@
 # package started inside a GPT-2 job (`import vramtop; vramtop.start()`), watched by the
 # wheel's own binary (`vramtop attach --json`); the job's printed memory_reserved() /
 # memory_allocated() beside vramtop's figures.
-# usage: scripts/gpu-wheel-check.sh PATH/TO/vramtop-*.whl
+# usage: scripts/gpu/wheel.sh PATH/TO/vramtop-*.whl
 set -uo pipefail
-WHEEL=$(readlink -f "${1:?usage: gpu-wheel-check.sh PATH/TO/vramtop-*.whl}")
-REPO=$(cd "$(dirname "$0")/.." && pwd)
+WHEEL=$(readlink -f "${1:?usage: wheel.sh PATH/TO/vramtop-*.whl}")
+REPO=$(cd "$(dirname "$0")/../.." && pwd)
 OUT=${OUT:-$PWD/gpu-wheel-out}
 mkdir -p "$OUT"
 LOG=$OUT/wheel.log
@@ -16,7 +16,7 @@ echo "pip install --no-index --target: exit $?; $(ls "$DIR/site" | tr '\n' ' ')"
 BIN="$DIR/site/bin/vramtop"
 "$BIN" --version | tee -a "$LOG"
 export VRAMTOP_SOCKET_DIR=$DIR/sockets
-PYTHONPATH="$DIR/site" python3 "$REPO/scripts/gpu-jobs/wheel_job.py" > "$OUT/job.out" 2> "$OUT/job.err" &
+PYTHONPATH="$DIR/site" python3 "$REPO/scripts/gpu/jobs/wheel_job.py" > "$OUT/job.out" 2> "$OUT/job.err" &
 JOB=$!
 # Wait for the job's final line, then read vramtop's view while it holds still.
 for _ in $(seq 1 240); do

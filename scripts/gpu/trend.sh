@@ -1,20 +1,24 @@
 #!/usr/bin/env bash
-# PyTorch's allocated bytes per hooked process, as `vramtop attach --json` reads them from
-# the hook every second, for DURATION seconds (default 200), while four hooked jobs run
-# side by side on one GPU: a GPT-2 loop, a ResNet-50 loop, two DDP ranks (gloo, both on
-# GPU 0) and a job that leaks 8 MiB/s from its 60th second. The leak flag of an attached
-# job reads this series (its allocated floor per window). Writes $OUT/attach.jsonl (one
-# line a second), $OUT/driver.jsonl (NVML's figure per pid, by nvidia-smi, on the same
-# clock), $OUT/jobs.json (pid -> job, leak onset) and the live view at 180 s and
-# at the end in a 200x60 tmux ($OUT/screen-*.txt).
-# usage: scripts/gpu-trend-allocated.sh PATH/TO/vramtop [DURATION]
+# Memory per process over time, both series in one run, for DURATION seconds (default
+# 200), while four hooked jobs run side by side on one GPU: a GPT-2 loop, a ResNet-50 loop,
+# two DDP ranks (gloo, both on GPU 0) and a job that leaks 8 MiB/s from its 60th second.
+#   $OUT/attach.jsonl  PyTorch's allocated bytes per hooked process, as `vramtop attach
+#                      --json` reads them from the hook every second (the leak flag of an
+#                      attached job reads this: its allocated floor per window);
+#   $OUT/driver.jsonl  NVML's figure per pid by nvidia-smi, on the same clock ({"t":
+#                      seconds since the start, "unix": time, "used": {pid: bytes}}): what
+#                      the process table's trend reads;
+#   $OUT/jobs.json     pid -> job, and the leak's onset;
+#   $OUT/screen-*.txt  the live view at 180 s and at the end, in a 200x60 tmux.
+# (tests/fixtures/allocated_series.json and process_series.json hold such series.)
+# usage: scripts/gpu/trend.sh PATH/TO/vramtop [DURATION]
 set -uo pipefail
-. "$(dirname "$0")/gpu-lib.sh"
+. "$(dirname "$0")/lib.sh"
 export VT_TMUX_SERVER
-BIN=$(readlink -f "${1:?usage: gpu-trend-allocated.sh PATH/TO/vramtop [DURATION]}")
+BIN=$(readlink -f "${1:?usage: trend.sh PATH/TO/vramtop [DURATION]}")
 DURATION=${2:-200}
-REPO=$(cd "$(dirname "$0")/.." && pwd)
-JOBS=$REPO/scripts/gpu-jobs
+REPO=$(cd "$(dirname "$0")/../.." && pwd)
+JOBS=$REPO/scripts/gpu/jobs
 OUT=${OUT:-$PWD/gpu-trend-out}
 mkdir -p "$OUT"
 W=$(mktemp -d)
@@ -43,7 +47,7 @@ with open(path, "w") as out:
             except ValueError:
                 continue
             used[pid] = mib * 1024 * 1024
-        out.write(json.dumps({"t": tick - start, "used": used}) + "\n")
+        out.write(json.dumps({"t": tick - start, "unix": tick, "used": used}) + "\n")
         out.flush()
         time.sleep(max(0.0, 1.0 - (time.time() - tick)))
 PY

@@ -1,21 +1,21 @@
 #!/usr/bin/env bash
 # The OOM's cause line, judged on a GPU: jobs that die of each cause users meet
-# (scripts/gpu-jobs/cause_jobs.py) under a plain `vramtop run` in batch (stdout to a file),
+# (scripts/gpu/jobs/cause_jobs.py) under a plain `vramtop run` in batch (stdout to a file),
 # the cause vramtop names in the log, in `vramtop snapshot --once` of the kept file and in
 # `vramtop attach --json` (`last_oom.cause`), then the A/B: what the cause line says to do,
 # done, and what PyTorch then does. Kept files go to $OUT/files (test fixtures).
-# usage: scripts/gpu-cause-check.sh PATH/TO/vramtop [CASE...]   (cases: jax cupy cap leak toobig)
+# usage: scripts/gpu/causes.sh PATH/TO/vramtop [CASE...]   (cases: jax cupy cap leak toobig)
 set -uo pipefail
-BIN=$(readlink -f "${1:?usage: gpu-cause-check.sh PATH/TO/vramtop [CASE...]}")
+BIN=$(readlink -f "${1:?usage: causes.sh PATH/TO/vramtop [CASE...]}")
 shift
 CASES=${*:-jax cupy cap leak toobig}
 want() { [[ " $CASES " == *" $1 "* ]]; }
-REPO=$(cd "$(dirname "$0")/.." && pwd)
+REPO=$(cd "$(dirname "$0")/../.." && pwd)
 OUT=${OUT:-$PWD/gpu-cause-out}
 mkdir -p "$OUT/files"
 LOG=$OUT/cause.log
 : > "$LOG"
-JOB="$REPO/scripts/gpu-jobs/cause_jobs.py"
+JOB="$REPO/scripts/gpu/jobs/cause_jobs.py"
 ROWS=()
 
 say() { echo "$*" | tee -a "$LOG"; }

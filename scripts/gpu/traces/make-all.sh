@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Make every trace vramtop's tests and benchmarks use, on the GPU machine.
-# usage: scripts/gpu-traces/make-all.sh OUT_DIR     (figures to OUT_DIR/traces.jsonl)
+# usage: scripts/gpu/traces/make-all.sh OUT_DIR     (figures to OUT_DIR/traces.jsonl)
 set -uo pipefail
 OUT=${1:?usage: make-all.sh OUT_DIR}
 HERE=$(cd "$(dirname "$0")" && pwd)

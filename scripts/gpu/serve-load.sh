@@ -2,11 +2,11 @@
 # vramtop serve under load on the GPU machine (NVML telemetry, an otherwise idle host):
 # RSS before and after 100,000 scrapes over 16 keep-alive connections, and the latency of
 # fresh scrapes while 500 clients scrape and 200 slowloris clients hold half-sent requests.
-# usage: scripts/gpu-check-serve-load.sh PATH/TO/vramtop PATH/TO/serve_load
+# usage: scripts/gpu/serve-load.sh PATH/TO/vramtop PATH/TO/serve_load
 #   serve_load is `cargo build --release --example serve_load` (target/release/examples/).
 # Writes $OUT/gpu-check-serve-load.log; its last line is "serve load: ok|FAIL|skipped ...".
 set -uo pipefail
-BIN=${1:?usage: scripts/gpu-check-serve-load.sh PATH/TO/vramtop PATH/TO/serve_load}
+BIN=${1:?usage: scripts/gpu/serve-load.sh PATH/TO/vramtop PATH/TO/serve_load}
 LOADER=${2:-}
 OUT=${OUT:-$PWD}
 LOG="$OUT/gpu-check-serve-load.log"
