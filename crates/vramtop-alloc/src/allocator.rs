@@ -18,10 +18,11 @@ use super::pytorch_expandable::PytorchExpandable;
 use super::size_index::SizeIndex;
 use super::tlsf::TlsfIndex;
 use super::types::{
-    AllocError, Block, EventKind, FreeForRequests, Layout, OomReport, PolicyKind, Pool, Stats,
-    StreamId, TagId, GRAIN,
+    Block, EventKind, FreeForRequests, Layout, OomReport, PolicyKind, Pool, Stats, StreamId, TagId,
+    GRAIN,
 };
 use crate::backing::{Backing, BackingError};
+use crate::error::AllocError;
 
 /// Allocator options; `Default` gives PyTorch's defaults and a 65536-event ring.
 #[derive(Clone, Debug, PartialEq)]

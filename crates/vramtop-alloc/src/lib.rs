@@ -57,6 +57,7 @@ mod arena;
 pub mod backing;
 pub mod bench;
 mod caching;
+pub mod error;
 pub mod events;
 mod expandable;
 mod fit;
@@ -76,5 +77,6 @@ pub mod whatif;
 
 pub use allocator::{AllocConfig, Allocator, LiveBlock, TagUsage};
 pub use caching::allocation_size as segment_size_for;
+pub use error::{AllocError, BackingError, UnknownBacking};
 pub use events::EventReceiver;
 pub use types::*;

@@ -1,5 +1,6 @@
 //! Public value types of the allocator: what callers hold (`Block`), what they read
-//! (`Stats`, `Layout`, `Event`) and how it fails (`AllocError`, `OomReport`).
+//! (`Stats`, `Layout`, `Event`) and what an OOM looked like (`OomReport`; the error itself is
+//! `crate::error::AllocError`).
 //! Plain data only: no locking, no policy logic, no UI, no CUDA.
 
 use std::fmt;
@@ -257,41 +258,6 @@ impl fmt::Display for OomReport {
         )
     }
 }
-
-#[derive(Clone, Debug, PartialEq)]
-pub enum AllocError {
-    OutOfMemory(Box<OomReport>),
-    /// The block was already freed (or its id is unknown to this allocator).
-    DoubleFree {
-        id: u64,
-    },
-    /// The block was issued by a different allocator.
-    ForeignBlock {
-        id: u64,
-    },
-    /// The backing failed for a reason other than capacity (a driver error, say).
-    Backing(String),
-}
-
-impl fmt::Display for AllocError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            AllocError::OutOfMemory(r) => write!(f, "out of memory: {r}"),
-            AllocError::DoubleFree { id } => {
-                write!(
-                    f,
-                    "block #{id} is not live in this allocator (double free?)"
-                )
-            }
-            AllocError::ForeignBlock { id } => {
-                write!(f, "block #{id} belongs to another allocator")
-            }
-            AllocError::Backing(msg) => write!(f, "backing failed: {msg}"),
-        }
-    }
-}
-
-impl std::error::Error for AllocError {}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
 #[serde(rename_all = "snake_case")]

@@ -27,6 +27,7 @@ pub mod remedies;
 pub mod report;
 pub mod whatif;
 
+pub use crate::error::ReplayError;
 use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::time::{Duration, Instant};
@@ -163,25 +164,6 @@ pub struct ReplayCounts {
     pub trace_ooms: u64,
     pub snapshots: u64,
 }
-
-/// The allocator refused something no trace should make it refuse (a backing failure).
-#[derive(Debug)]
-pub struct ReplayError {
-    /// Index of the event; `None` while allocating the blocks live at the start.
-    pub event: Option<usize>,
-    pub error: AllocError,
-}
-
-impl fmt::Display for ReplayError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.event {
-            Some(i) => write!(f, "replaying event {}: {}", i + 1, self.error),
-            None => write!(f, "placing the blocks live at the start: {}", self.error),
-        }
-    }
-}
-
-impl std::error::Error for ReplayError {}
 
 /// A replay in progress: one policy, stepped event by event (the TUI) or run to the
 /// end (the report).

@@ -24,6 +24,7 @@ pub mod bookkeeping;
 pub mod cuda;
 pub mod host;
 
+pub use crate::error::{BackingError, UnknownBacking};
 pub use bookkeeping::BookkeepingBacking;
 pub use host::HostBacking;
 
@@ -71,59 +72,8 @@ impl std::str::FromStr for BackingChoice {
     }
 }
 
-/// A backing name that is none of `BackingChoice`'s.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct UnknownBacking(pub String);
-
-impl std::fmt::Display for UnknownBacking {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "'{}' is not a backing; use auto, host, cuda or bookkeeping",
-            self.0
-        )
-    }
-}
-
-impl std::error::Error for UnknownBacking {}
-
-use std::fmt;
-
 /// Default page (mapping granularity) of the backings: 2 MiB, CUDA's usual granularity.
 pub const DEFAULT_PAGE_SIZE: u64 = 2 << 20;
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum BackingError {
-    /// The request would take the backing past its capacity.
-    Exhausted {
-        requested: u64,
-        held: u64,
-        capacity: u64,
-    },
-    /// Anything else: a bad address, a driver or OS error.
-    Failed(String),
-}
-
-impl fmt::Display for BackingError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            BackingError::Exhausted {
-                requested,
-                held,
-                capacity,
-            } => write!(
-                f,
-                "backing exhausted: asked for {}, holding {} of {}",
-                crate::human_bytes(*requested),
-                crate::human_bytes(*held),
-                crate::human_bytes(*capacity)
-            ),
-            BackingError::Failed(msg) => f.write_str(msg),
-        }
-    }
-}
-
-impl std::error::Error for BackingError {}
 
 /// A source of address ranges with a capacity. Addresses are plain `u64`s: the
 /// allocator never dereferences them, only `fill`/`verify` touch memory, and only
