@@ -698,3 +698,125 @@ fn a_gpu_kept_file_with_history_pieces_stitches_from_its_older_checkpoint() {
     assert_eq!(verdict("expandable_segments:True"), Some(Verdict::Fits));
     assert_eq!(verdict("empty_cache() between steps"), Some(Verdict::Fits));
 }
+
+/// A kept file whose history has two checkpoints: the job's first events (a long churn,
+/// about `churn` alloc/free triples of one 1 MiB tensor, then tensor A kept), the state
+/// with A, tensor B's alloc, the state with A and B; then the file's own ring (the frees
+/// of A and B, the OOM).
+fn two_checkpoints_kept(churn: usize) -> Vec<u8> {
+    use std::io::Write;
+    use trace_support::{block, dict, event, pickle, segment, snapshot, P};
+    let x: i64 = 0x7f00_0000_0000;
+    let mib: i64 = 1 << 20;
+    let whole: i64 = 64 * mib;
+    let seg = |a: bool, b: bool| {
+        let state = |live: bool| if live { "active_allocated" } else { "inactive" };
+        segment(
+            x,
+            whole,
+            vec![
+                block(x, mib, state(a)),
+                block(x + mib, 2 * mib, state(b)),
+                block(x + 3 * mib, whole - 3 * mib, "inactive"),
+            ],
+        )
+    };
+    let mut first = vec![event("segment_alloc", x, whole, vec![])];
+    for _ in 0..churn {
+        first.push(event("alloc", x, mib, vec![]));
+        first.push(event("free_requested", x, mib, vec![]));
+        first.push(event("free_completed", x, mib, vec![]));
+    }
+    first.push(event("alloc", x, mib, vec![]));
+    // Each events piece after a state begins at that state's own `snapshot` entry.
+    let second = vec![
+        event("snapshot", 0, mib, vec![]),
+        event("alloc", x + mib, 2 * mib, vec![]),
+    ];
+    let zlib = |value: &P| {
+        let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::fast());
+        z.write_all(&pickle(value)).unwrap();
+        P::Bytes(z.finish().unwrap())
+    };
+    let piece =
+        |kind: &str, value: &P| dict(vec![("kind", P::Str(kind.into())), ("zlib", zlib(value))]);
+    let pieces = vec![
+        piece("events", &snapshot(vec![seg(true, false)], vec![first])),
+        piece("state", &snapshot(vec![seg(true, false)], vec![vec![]])),
+        piece("events", &snapshot(vec![seg(true, true)], vec![second])),
+        piece("state", &snapshot(vec![seg(true, true)], vec![vec![]])),
+    ];
+    let after = vec![
+        event("snapshot", 0, 3 * mib, vec![]),
+        event("free_completed", x, mib, vec![]),
+        event("free_completed", x + mib, 2 * mib, vec![]),
+        event("oom", 70 << 30, 128 * mib, vec![]),
+    ];
+    let mut file = snapshot(vec![seg(false, false)], vec![after]);
+    let kept = dict(vec![
+        ("number", P::Int(1)),
+        ("pid", P::Int(4242)),
+        ("time_s", P::Float(1_795_321_079.0)),
+        ("device", P::Int(0)),
+        ("requested_bytes", P::Int(128 * mib)),
+        ("device_free_bytes", P::Int(70 << 30)),
+        ("device_total_bytes", P::Int(80 * mib)),
+        ("ring", dict(vec![("complete", P::Bool(true))])),
+        (
+            "checkpoint",
+            dict(vec![
+                ("time_s", P::Float(1_795_321_078.5)),
+                ("skip", P::Int(0)),
+                ("segments", P::List(vec![seg(true, true)])),
+            ]),
+        ),
+        (
+            "history",
+            dict(vec![
+                ("version", P::Int(1)),
+                ("from_start", P::Bool(true)),
+                ("pieces", P::List(pieces)),
+            ]),
+        ),
+    ]);
+    if let P::Dict(pairs) = &mut file {
+        pairs.push((P::Str("vramtop_oom".into()), kept));
+    }
+    pickle(&file)
+}
+
+/// A history whose oldest piece inflates past the reader's limit (a long job's first
+/// events) still begins at the newest checkpoint before it, instead of being dropped.
+#[test]
+fn a_history_past_the_readers_limit_begins_at_its_newest_checkpoint() {
+    let bytes = two_checkpoints_kept(20_000);
+    let whole = trace::from_bytes(&bytes, &Default::default()).unwrap();
+    let history = whole
+        .stats
+        .kept_oom
+        .unwrap()
+        .history
+        .expect("every piece read");
+    assert_eq!((history.pieces, history.from_start), (4, true));
+    assert!(whole.initial.is_empty());
+    // A limit the file fits in, which the first piece's 60,000 events inflate past.
+    let limit = 1 << 20;
+    assert!((bytes.len() as u64) < limit, "{} bytes", bytes.len());
+    let opts = trace::LoadOptions {
+        max_bytes: limit,
+        ..Default::default()
+    };
+    let cut = trace::from_bytes(&bytes, &opts).unwrap();
+    let kept = cut.stats.kept_oom.clone().unwrap();
+    let history = kept.history.expect("the newest pieces read");
+    assert_eq!((history.pieces, history.from_start), (3, false));
+    // It begins at the first checkpoint: A live, then B's alloc, then the file's ring.
+    assert_eq!(cut.initial.len(), 1, "{:?}", cut.initial);
+    assert_eq!(history.events, 1);
+    assert!(cut.events.len() < 10, "{:?}", cut.events);
+    // And the OOM is judged from there.
+    let ooms = trace_ooms(&cut);
+    assert_eq!(ooms.len(), 1);
+    let judged = remedies(&cut, &ooms, None).unwrap();
+    assert!(!judged[0].remedies.is_empty());
+}

@@ -222,9 +222,10 @@ fn import(
 }
 
 /// Hook 1.5: the pieces of `vramtop_oom.history` for `device`, each a snapshot as
-/// PyTorch's C++ pickles it, zlib-compressed; None where one cannot be read (the history
-/// then begins at the checkpoint, as without it). Streams keep the numbers the file's own
-/// entries gave them.
+/// PyTorch's C++ pickles it, zlib-compressed. Where an older piece cannot be read, or the
+/// pieces inflate past the reader's limit, they begin at the newest state after it; None
+/// where that leaves nothing the checkpoint does not say (the history then begins at the
+/// checkpoint, as without it). Streams keep the numbers the file's own entries gave them.
 fn history_pieces(
     history: &Value,
     device: i64,
@@ -240,18 +241,18 @@ fn history_pieces(
         streams: std::mem::take(&mut entries.streams),
         ..EntryReader::default()
     };
-    let mut pieces = Vec::new();
+    // Newest first: where the pieces inflate past the reader's limit, or one cannot be
+    // read, the history still begins at the newest checkpoint before them (rather than
+    // nowhere, which left a full 32 MiB history of a long job unread).
+    let mut newest_first = Vec::new();
     let mut left = opts.max_bytes;
-    for piece in listed {
+    for piece in listed.iter().rev() {
         // Compressed once the checkpoint is past; an OOM right at it finds the last ones
         // as read.
         let (bytes, compressed) = match (piece.get("zlib"), piece.get("pickle")) {
             (Some(Value::Bytes(b)), _) => (b, true),
             (_, Some(Value::Bytes(b))) => (b, false),
-            _ => {
-                pieces.clear();
-                break;
-            }
+            _ => break,
         };
         let kind = piece.get("kind").and_then(Value::as_str);
         let read = read_piece(
@@ -264,15 +265,22 @@ fn history_pieces(
             opts,
             &mut reader,
         );
-        match read {
-            Some((piece, size)) => {
-                left = left.saturating_sub(size);
-                pieces.push(piece);
-            }
-            None => {
-                pieces.clear();
-                break;
-            }
+        let Some((piece, size)) = read else { break };
+        left = left.saturating_sub(size);
+        newest_first.push(piece);
+    }
+    let whole = newest_first.len() == listed.len();
+    let mut pieces: Vec<history::Piece> = newest_first.into_iter().rev().collect();
+    if !whole {
+        // Cut short, it can only begin at a state; and a state with no events after it
+        // is the checkpoint the file carries anyway.
+        let first_state = pieces
+            .iter()
+            .position(|p| matches!(p, history::Piece::State(_)))
+            .unwrap_or(pieces.len());
+        pieces.drain(..first_state);
+        if pieces.len() < 3 {
+            pieces.clear();
         }
     }
     entries.streams = std::mem::take(&mut reader.streams);
