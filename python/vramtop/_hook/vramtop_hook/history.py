@@ -96,6 +96,21 @@ class PickledSnapshot:
                 self._free(data)
 
 
+def trim_oldest(pieces, over, kind_of, size_of, keep):
+    """Drops the oldest of `pieces` (a list or deque, oldest first) until `over` bytes have
+    gone or `keep` pieces are left, so that what stays is still a history: it begins at a
+    state, or at the job's first events. A state goes with the events after it (they
+    begin where it was read); the job's first events go alone. Returns the bytes still
+    over (<= 0 when enough went). The one rule for the hook's own limit (`History.pack`)
+    and the kept file's (`OomKeeper`)."""
+    while over > 0 and len(pieces) > keep:
+        cut = 2 if kind_of(pieces[0]) == "state" and len(pieces) > 2 else 1
+        for _ in range(cut):
+            over -= size_of(pieces[0])
+            del pieces[0]
+    return over
+
+
 class History:
     """The job's allocator history in pieces (hook 1.5), for the file kept at an OOM: the
     ring as read just before each checkpoint cleared it (`events`), and the snapshot taken
@@ -144,9 +159,9 @@ class History:
                 small = zlib.compress(data, 1)
                 self.pieces[i] = (kind, small, True)
                 self.bytes += len(small) - len(data)
-        while self.bytes > self.limit and len(self.pieces) > 2:
-            for _ in range(2 if self.pieces[0][0] == "state" else 1):
-                self.bytes -= len(self.pieces.popleft()[1])
+        # At least one pair stays: a history past the limit begins at a later checkpoint.
+        over = trim_oldest(self.pieces, self.bytes - self.limit, lambda p: p[0], lambda p: len(p[1]), keep=2)
+        self.bytes = self.limit + over
 
     def of(self):
         """What an OOM's file carries (`vramtop_oom.history`), or None without pieces."""

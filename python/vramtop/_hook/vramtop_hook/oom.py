@@ -10,6 +10,7 @@ import threading
 import time
 
 from . import running
+from .history import trim_oldest
 from .processes import who_holds_the_gpu
 from .settings import env_float
 from .sockets import socket_dir
@@ -81,11 +82,13 @@ class OomKeeper:
             # The oldest history goes first, an events piece with the state before it;
             # counted by the pieces' own sizes and pickled once more, not at each cut.
             pieces = history["pieces"]
-            over = len(data) - limit
-            while over > 0 and len(pieces) > 1:
-                cut = 2 if pieces[0]["kind"] == "state" and len(pieces) > 2 else 1
-                over -= sum(len(p.get("zlib") or p.get("pickle") or b"") for p in pieces[:cut])
-                del pieces[:cut]
+            over = trim_oldest(
+                pieces,
+                len(data) - limit,
+                lambda p: p["kind"],
+                lambda p: len(p.get("zlib") or p.get("pickle") or b""),
+                keep=1,
+            )
             history["from_start"] = pieces[0]["kind"] == "events"
             if over > 0:
                 snapshot["vramtop_oom"]["history"] = None
