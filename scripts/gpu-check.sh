@@ -8,9 +8,10 @@
 #   PART among core (sections 1-8), hook, attach, monitor, faults, whatif, ranks, ring:
 #     those sections only, then their table;
 #   any other PART names a script of scripts/gpu/ (history, causes, roles, oom-batch,
-#     screenshots, trend, wheel, expandable-verdict, serve, serve-load): it runs alone,
-#     given the binary and the arguments after its name, e.g.
+#     screenshots, trend, expandable-verdict, serve, serve-load): it runs alone, given the
+#     binary and the arguments after its name, e.g.
 #     scripts/gpu-check.sh .gpu/vramtop history ab gpt2var
+#   (scripts/gpu/wheel.sh takes a wheel, not a binary: run it directly.)
 # Rows are "check|status|detail" (scripts/gpu/lib.sh), all of them in $OUT/rows.txt.
 # Takes device memory with plain allocations only. The whole run takes longer than one
 # `device` command may (10 minutes): there, run its parts as separate calls, each with the
@@ -24,6 +25,11 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 SECTIONS="core hook attach monitor faults whatif ranks ring"
 if [ $# -gt 0 ] && [[ " $SECTIONS " != *" $1 "* ]]; then
   part="$HERE/gpu/$1.sh"
+  case "$1" in
+    wheel|cpu-share|lib)
+      echo "gpu-check.sh: scripts/gpu/$1.sh is not given the binary: run it directly" >&2
+      exit 2 ;;
+  esac
   if [ ! -f "$part" ]; then
     echo "gpu-check.sh: no part '$1': name a section ($SECTIONS) or a script of scripts/gpu/" >&2
     exit 2

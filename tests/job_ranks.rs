@@ -356,8 +356,13 @@ fn json_and_attach_lines_name_ranks_and_the_launcher() {
     }
     assert_eq!(report(job.ranks[1])["stats"]["reserved_bytes"], 100 * MIB);
 
-    let line =
-        |pid: u32| vramtop::attach::summary::job_line(jobs.get(pid).expect("job"), &jobs.jobs);
+    let line = |pid: u32| {
+        vramtop::attach::summary::job_line(
+            jobs.get(pid).expect("job"),
+            &jobs.jobs,
+            vramtop::advice::line_with,
+        )
+    };
     let l = line(job.launcher);
     assert!(
         l.contains("launcher of ranks 0, 1 (no CUDA: the job's parent, on no GPU)"),

@@ -820,3 +820,29 @@ fn a_history_past_the_readers_limit_begins_at_its_newest_checkpoint() {
     let judged = remedies(&cut, &ooms, None).unwrap();
     assert!(!judged[0].remedies.is_empty());
 }
+
+/// Where the kept file carries the job's cap, no verdict asks for it: those left open turn
+/// on the checkpoint or the addresses, which the cap would not settle (the advice to
+/// give `--capacity` there promised what it could not).
+#[test]
+fn verdicts_of_files_that_carry_their_cap_ask_for_no_cap() {
+    for name in [
+        "cause_leak.pickle.gz",
+        "cause_leak_history.pickle.gz",
+        "checkpoint_gpt2var_steps.pickle.gz",
+        "history_gpt2var_pieces.pickle.gz",
+    ] {
+        let t = trace::load(&fixture(name)).unwrap();
+        let ooms = trace_ooms(&t);
+        let judged = remedies(&t, &ooms, None).unwrap();
+        let open: Vec<_> = judged
+            .iter()
+            .flat_map(|at| &at.remedies)
+            .filter(|r| r.verdict == Verdict::CannotTell)
+            .collect();
+        assert!(!open.is_empty(), "{name}: nothing left open to check");
+        for r in open {
+            assert_eq!(r.missing, None, "{name}: {r:?}");
+        }
+    }
+}

@@ -42,7 +42,12 @@ def start(history=False):
         _sys.path.insert(0, _HOOK_DIR)
     import vramtop_hook
 
-    _clear_stale_sockets(vramtop_hook.sockets.socket_dir())
+    try:
+        # The hook already imported may be another version's (a `vramtop run` of another
+        # binary put its folder first): a tidy-up it lacks is no reason to fail.
+        _clear_stale_sockets(vramtop_hook.socket_dir())
+    except Exception:
+        pass
     vramtop_hook.start(history=history)
     return _os.getpid()
 

@@ -10,7 +10,9 @@
 #                      the process table's trend reads;
 #   $OUT/jobs.json     pid -> job, and the leak's onset;
 #   $OUT/screen-*.txt  the live view at 180 s and at the end, in a 200x60 tmux.
-# (tests/fixtures/allocated_series.json and process_series.json hold such series.)
+# (tests/fixtures/allocated_series.json and process_series.json hold such series; the
+# latter was made by the script this one replaced, with the jobs not hooked and `t` in
+# unix time.)
 # usage: scripts/gpu/trend.sh PATH/TO/vramtop [DURATION]
 set -uo pipefail
 . "$(dirname "$0")/lib.sh"

@@ -34,7 +34,11 @@ pub fn attached_table(attached: &[JobView]) -> String {
     }
     let mut out = String::from("\nHOOKED JOBS\n");
     for job in attached {
-        let _ = writeln!(out, "{}", vramtop_attach::summary::job_line(job, attached));
+        let _ = writeln!(
+            out,
+            "{}",
+            vramtop_attach::summary::job_line(job, attached, crate::advice::line_with)
+        );
     }
     out
 }

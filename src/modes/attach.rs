@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use color_eyre::eyre::{Result, WrapErr};
 
+use crate::advice::line_with;
 use vramtop_attach::report::{JobReport, ATTACH_SCHEMA};
 use vramtop_attach::summary::job_line;
 use vramtop_attach::{Attacher, JobView};
@@ -57,7 +58,7 @@ pub fn run(args: &AttachArgs) -> Result<u8> {
         } else {
             shown
                 .iter()
-                .map(|j| job_line(j, &jobs.jobs))
+                .map(|j| job_line(j, &jobs.jobs, line_with))
                 .collect::<Vec<_>>()
                 .join("\n")
         };

@@ -4,10 +4,17 @@
 use super::job::JobView;
 use super::ranks::{is_launcher, ranks_of};
 use vramtop_alloc::human_bytes;
+use vramtop_alloc::remedy::Missing;
 
 /// One line per job: who (with its rank, or as a launcher), the allocator's figures, its
-/// last OOM, whether it ended. `all` is every job shown, to tell launchers.
-pub fn job_line(job: &JobView, all: &[JobView]) -> String {
+/// last OOM, whether it ended. `all` is every job shown, to tell launchers. `advise`
+/// follows a line lacking something (`Missing`) with how to give it: the application's
+/// words, since only it knows its command line.
+pub fn job_line(
+    job: &JobView,
+    all: &[JobView],
+    advise: impl Fn(&str, Option<Missing>) -> String,
+) -> String {
     let mut parts = vec![format!(
         "pid {} {}",
         job.pid,
@@ -59,7 +66,10 @@ pub fn job_line(job: &JobView, all: &[JobView]) -> String {
         // expandable line gives its bounds.
         // The cause first: it says what the remedies then address.
         if let Some(cause) = oom.causes.first() {
-            parts.push(format!("OOM cause: {}", cause.line()));
+            parts.push(format!(
+                "OOM cause: {}",
+                advise(&cause.line(), cause.missing())
+            ));
         }
         parts.push(match oom.history_events {
             Some(events) => format!(

@@ -377,6 +377,10 @@ impl Judge<'_> {
             .iter()
             .find_map(|&run| self.runs.disagreement(at.event, run));
         if r.verdict == Verdict::CannotTell {
+            if split.is_some() {
+                // The variants disagree whatever the cap: giving it would settle nothing.
+                r.missing = None;
+            }
             match (split, self.checkpoint) {
                 (Some(Disagreement::Start), Some(cp)) => {
                     r.reason = format!(
@@ -414,7 +418,7 @@ fn expandable_with_gc(remedies: &[RemedyVerdict], already_on: bool) -> Option<Re
     let alone = remedies
         .iter()
         .find(|r| r.remedy == Remedy::ExpandableSegments && !already_on)?;
-    Some(RemedyVerdict::new(
+    let mut with_gc = RemedyVerdict::new(
         Remedy::ExpandableWithGc(GC_THRESHOLD_TRIED),
         alone.verdict,
         format!(
@@ -422,7 +426,9 @@ fn expandable_with_gc(remedies: &[RemedyVerdict], already_on: bool) -> Option<Re
              before it raises, whatever the threshold): {}",
             alone.reason
         ),
-    ))
+    );
+    with_gc.missing = alone.missing;
+    Some(with_gc)
 }
 
 /// What PyTorch released just before it raised: the segment frees and unmaps the trace

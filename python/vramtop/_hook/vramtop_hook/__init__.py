@@ -34,8 +34,9 @@ import time
 from . import oom, running
 from .server import Hook
 from .settings import HOOK_VERSION, say_once
+from .sockets import socket_dir  # the package `vramtop` (any version) calls it from here
 
-__all__ = ["HOOK_VERSION", "start", "mark_step", "torch_imported"]
+__all__ = ["HOOK_VERSION", "start", "mark_step", "torch_imported", "socket_dir"]
 
 _start_lock = threading.Lock()
 

@@ -211,6 +211,20 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_verdict_the_cap_would_decide_says_the_cap_is_missing() {
+        let open = gc_threshold(None, Verdict::CannotTell);
+        assert_eq!(open.missing, Some(Missing::MemoryCap), "{open:?}");
+        assert!(
+            !open.reason.contains("--"),
+            "no flag in a library's words: {open:?}"
+        );
+        let decided = gc_threshold(None, Verdict::Fails);
+        assert_eq!(decided.missing, None, "{decided:?}");
+        let split = max_split(&|_| Verdict::CannotTell);
+        assert_eq!(split.missing, Some(Missing::MemoryCap), "{split:?}");
+    }
+
+    #[test]
     fn a_max_split_that_fits_alone_between_failures_is_not_a_verdict() {
         use Verdict::{Fails, Fits};
         let only =
