@@ -1,7 +1,8 @@
 """The wire protocol (protocol v1, crates/vramtop-attach/PROTOCOL.md): length-prefixed
 JSON frames, their reader, and the fitting of an OOM message under the frame limit.
 
-Stdlib only; nothing here raises into the job.
+Stdlib only. What raises here (a frame over the limit, a peer breaking framing) is caught
+by the server, which drops that frame or that viewer: it never reaches the job.
 """
 
 import json
