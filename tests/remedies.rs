@@ -11,7 +11,7 @@ use std::process::Command;
 mod trace_support;
 use trace_support::unzipped_as_kept;
 
-use vramtop::alloc::remedy::Verdict;
+use vramtop::alloc::remedy::{Missing, Remedy, Verdict};
 use vramtop::attach::job::{snapshot_segments, OomExplained};
 use vramtop::attach::protocol::{AllocatorSettings, HookBlock, HookSegment, OomState};
 use vramtop::trace::ooms::trace_ooms;
@@ -844,5 +844,35 @@ fn verdicts_of_files_that_carry_their_cap_ask_for_no_cap() {
         for r in open {
             assert_eq!(r.missing, None, "{name}: {r:?}");
         }
+    }
+}
+
+/// The advice a `cannot tell` gives settles what it promises: the capped checkerboard's
+/// file does not carry its cap, the GC threshold's verdict asks for it, and given either
+/// bound of it the verdict is decided (fails, as PyTorch did in the A/B on the H100).
+#[test]
+fn a_verdict_that_asks_for_the_cap_is_decided_once_given_it() {
+    let t = trace::load(&fixture("oom_cap.pickle.gz")).unwrap();
+    let ooms = trace_ooms(&t);
+    let gc = |given: Option<u64>| {
+        let judged = remedies(&t, &ooms, given).unwrap();
+        judged
+            .last()
+            .unwrap()
+            .remedies
+            .iter()
+            .find(|r| matches!(r.remedy, Remedy::GarbageCollectionThreshold(_)))
+            .cloned()
+            .expect("a GC threshold verdict")
+    };
+    let open = gc(None);
+    assert_eq!(open.verdict, Verdict::CannotTell, "{open:?}");
+    assert_eq!(open.missing, Some(Missing::MemoryCap), "{open:?}");
+    let bounds = capacity_bounds(&t, &ooms, None).expect("bounds");
+    assert!(bounds.low < bounds.high, "{bounds:?}");
+    for cap in [bounds.low, bounds.high] {
+        let given = gc(Some(cap));
+        assert_eq!(given.verdict, Verdict::Fails, "{cap}: {given:?}");
+        assert_eq!(given.missing, None, "{cap}: {given:?}");
     }
 }

@@ -377,8 +377,9 @@ impl Judge<'_> {
             .iter()
             .find_map(|&run| self.runs.disagreement(at.event, run));
         if r.verdict == Verdict::CannotTell {
-            if split.is_some() {
-                // The variants disagree whatever the cap: giving it would settle nothing.
+            if split.is_some() || self.plain.capacity == self.high {
+                // The variants disagree whatever the cap, or the cap is known already:
+                // giving it would settle nothing.
                 r.missing = None;
             }
             match (split, self.checkpoint) {
