@@ -515,13 +515,56 @@ fn gpu_kept_files_of_stepped_jobs_give_pytorchs_outcomes_on_both_paths() {
     }
 }
 
+/// `value` pickled and zlib-compressed, as hook 1.5 keeps a history piece.
+fn zlib_pickle(value: &trace_support::P) -> trace_support::P {
+    use std::io::Write;
+    let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::fast());
+    z.write_all(&trace_support::pickle(value)).unwrap();
+    trace_support::P::Bytes(z.finish().unwrap())
+}
+
+/// A file as hook 1.5 keeps it at an OOM: the snapshot `file` with its `vramtop_oom`
+/// entry (the request, the device's total with 70 GiB free, so a memory fraction refused
+/// it; a whole ring; the checkpoint's segments; the history).
+fn kept_by_hook(
+    mut file: trace_support::P,
+    requested: i64,
+    total: i64,
+    checkpoint: Vec<trace_support::P>,
+    history: trace_support::P,
+) -> Vec<u8> {
+    use trace_support::{dict, pickle, P};
+    let kept = dict(vec![
+        ("number", P::Int(1)),
+        ("pid", P::Int(4242)),
+        ("time_s", P::Float(1_795_321_079.0)),
+        ("device", P::Int(0)),
+        ("requested_bytes", P::Int(requested)),
+        ("device_free_bytes", P::Int(70 << 30)),
+        ("device_total_bytes", P::Int(total)),
+        ("ring", dict(vec![("complete", P::Bool(true))])),
+        (
+            "checkpoint",
+            dict(vec![
+                ("time_s", P::Float(1_795_321_078.5)),
+                ("skip", P::Int(0)),
+                ("segments", P::List(checkpoint)),
+            ]),
+        ),
+        ("history", history),
+    ]);
+    if let P::Dict(pairs) = &mut file {
+        pairs.push((P::Str("vramtop_oom".into()), kept));
+    }
+    pickle(&file)
+}
+
 /// Hook 1.5: a file kept at an OOM whose history before its checkpoint came in pieces
 /// (the ring as read before the checkpoint cleared it, and the state just after), as the
 /// hook writes them: each a snapshot pickle, zlib-compressed. The split-cache workload of
 /// the A/B table: a 6 GiB block cached, split by 20 tensors of 304 MiB, the checkpoint,
 /// every other tensor freed, then 2.5 GiB asked under a 7.9 GiB cap.
 fn split_cache_kept(with_history: bool) -> Vec<u8> {
-    use std::io::Write;
     use trace_support::{block, dict, event, pickle, segment, snapshot, P};
     let x: i64 = 0x7f00_0000_0000;
     let part: i64 = 304 << 20;
@@ -547,11 +590,6 @@ fn split_cache_kept(with_history: bool) -> Vec<u8> {
         event("free_completed", x, whole, vec![]),
     ];
     ring.extend((0..20).map(|i| event("alloc", x + i * part, part, vec![])));
-    let zlib = |value: &P| {
-        let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::fast());
-        z.write_all(&pickle(value)).unwrap();
-        P::Bytes(z.finish().unwrap())
-    };
     let at_checkpoint = vec![seg(&|_| true)];
     let events_piece = snapshot(vec![seg(&|_| true)], vec![ring]);
     let state_piece = snapshot(at_checkpoint.clone(), vec![vec![]]);
@@ -564,7 +602,7 @@ fn split_cache_kept(with_history: bool) -> Vec<u8> {
             .map(|i| event("free_completed", x + i * part, part, vec![])),
     );
     after.push(event("oom", 70 << 30, 2560 << 20, vec![]));
-    let mut file = snapshot(vec![seg(&|i| i % 2 == 1)], vec![after]);
+    let file = snapshot(vec![seg(&|i| i % 2 == 1)], vec![after]);
     let history = dict(vec![
         ("version", P::Int(1)),
         ("from_start", P::Bool(true)),
@@ -573,7 +611,7 @@ fn split_cache_kept(with_history: bool) -> Vec<u8> {
             P::List(vec![
                 dict(vec![
                     ("kind", P::Str("events".into())),
-                    ("zlib", zlib(&events_piece)),
+                    ("zlib", zlib_pickle(&events_piece)),
                 ]),
                 // The last piece as read: an OOM came before the hook compressed it.
                 dict(vec![
@@ -583,29 +621,8 @@ fn split_cache_kept(with_history: bool) -> Vec<u8> {
             ]),
         ),
     ]);
-    let kept = dict(vec![
-        ("number", P::Int(1)),
-        ("pid", P::Int(4242)),
-        ("time_s", P::Float(1_795_321_079.0)),
-        ("device", P::Int(0)),
-        ("requested_bytes", P::Int(2560 << 20)),
-        ("device_free_bytes", P::Int(70 << 30)),
-        ("device_total_bytes", P::Int(7900 << 20)),
-        ("ring", dict(vec![("complete", P::Bool(true))])),
-        (
-            "checkpoint",
-            dict(vec![
-                ("time_s", P::Float(1_795_321_078.5)),
-                ("skip", P::Int(0)),
-                ("segments", P::List(at_checkpoint)),
-            ]),
-        ),
-        ("history", if with_history { history } else { P::None }),
-    ]);
-    if let P::Dict(pairs) = &mut file {
-        pairs.push((P::Str("vramtop_oom".into()), kept));
-    }
-    pickle(&file)
+    let history = if with_history { history } else { P::None };
+    kept_by_hook(file, 2560 << 20, 7900 << 20, at_checkpoint, history)
 }
 
 #[test]
@@ -704,8 +721,7 @@ fn a_gpu_kept_file_with_history_pieces_stitches_from_its_older_checkpoint() {
 /// with A, tensor B's alloc, the state with A and B; then the file's own ring (the frees
 /// of A and B, the OOM).
 fn two_checkpoints_kept(churn: usize) -> Vec<u8> {
-    use std::io::Write;
-    use trace_support::{block, dict, event, pickle, segment, snapshot, P};
+    use trace_support::{block, dict, event, segment, snapshot, P};
     let x: i64 = 0x7f00_0000_0000;
     let mib: i64 = 1 << 20;
     let whole: i64 = 64 * mib;
@@ -733,13 +749,12 @@ fn two_checkpoints_kept(churn: usize) -> Vec<u8> {
         event("snapshot", 0, mib, vec![]),
         event("alloc", x + mib, 2 * mib, vec![]),
     ];
-    let zlib = |value: &P| {
-        let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::fast());
-        z.write_all(&pickle(value)).unwrap();
-        P::Bytes(z.finish().unwrap())
+    let piece = |kind: &str, value: &P| {
+        dict(vec![
+            ("kind", P::Str(kind.into())),
+            ("zlib", zlib_pickle(value)),
+        ])
     };
-    let piece =
-        |kind: &str, value: &P| dict(vec![("kind", P::Str(kind.into())), ("zlib", zlib(value))]);
     let pieces = vec![
         piece("events", &snapshot(vec![seg(true, false)], vec![first])),
         piece("state", &snapshot(vec![seg(true, false)], vec![vec![]])),
@@ -752,37 +767,13 @@ fn two_checkpoints_kept(churn: usize) -> Vec<u8> {
         event("free_completed", x + mib, 2 * mib, vec![]),
         event("oom", 70 << 30, 128 * mib, vec![]),
     ];
-    let mut file = snapshot(vec![seg(false, false)], vec![after]);
-    let kept = dict(vec![
-        ("number", P::Int(1)),
-        ("pid", P::Int(4242)),
-        ("time_s", P::Float(1_795_321_079.0)),
-        ("device", P::Int(0)),
-        ("requested_bytes", P::Int(128 * mib)),
-        ("device_free_bytes", P::Int(70 << 30)),
-        ("device_total_bytes", P::Int(80 * mib)),
-        ("ring", dict(vec![("complete", P::Bool(true))])),
-        (
-            "checkpoint",
-            dict(vec![
-                ("time_s", P::Float(1_795_321_078.5)),
-                ("skip", P::Int(0)),
-                ("segments", P::List(vec![seg(true, true)])),
-            ]),
-        ),
-        (
-            "history",
-            dict(vec![
-                ("version", P::Int(1)),
-                ("from_start", P::Bool(true)),
-                ("pieces", P::List(pieces)),
-            ]),
-        ),
+    let file = snapshot(vec![seg(false, false)], vec![after]);
+    let history = dict(vec![
+        ("version", P::Int(1)),
+        ("from_start", P::Bool(true)),
+        ("pieces", P::List(pieces)),
     ]);
-    if let P::Dict(pairs) = &mut file {
-        pairs.push((P::Str("vramtop_oom".into()), kept));
-    }
-    pickle(&file)
+    kept_by_hook(file, 128 * mib, 80 * mib, vec![seg(true, true)], history)
 }
 
 /// A history whose oldest piece inflates past the reader's limit (a long job's first
