@@ -867,3 +867,98 @@ fn a_verdict_that_asks_for_the_cap_is_decided_once_given_it() {
         assert_eq!(given.missing, None, "{cap}: {given:?}");
     }
 }
+
+/// Three files kept by hook 1.5 under a plain `vramtop run` on the H100 (PyTorch 2.11,
+/// `scripts/gpu/jobs/whatif_ab.py`, 2026-11-26), each judged against PyTorch's outcome for
+/// every remedy in a fresh process, and the OOM reproduced by plain PyTorch (no vramtop)
+/// at the same step asking the same bytes:
+/// - gpt2mixed under a 15.5 GiB cap (the job: batch and length vary each step),
+///   its whole history from the job's first allocation, stitched from the hook's pieces;
+/// - gpt2var dying at step 20 (756 MiB asked), its whole history too;
+/// - kvcache_steps, which marks its own steps with `vramtop.step()` (no optimizer), as the
+///   reason of a `cannot tell` advises.
+#[test]
+fn gpu_kept_histories_of_training_loops_give_pytorchs_outcomes_on_both_paths() {
+    use Verdict::{CannotTell, Fails, Fits};
+    let gpt2mixed: &[(&str, Verdict)] = &[
+        ("expandable_segments:True", Fits),
+        ("max_split_size_mb:20", Fits),
+        ("roundup_power2_divisions:4", Fails),
+        ("garbage_collection_threshold:0.6", Fails),
+        (
+            "expandable_segments:True,garbage_collection_threshold:0.6",
+            Fits,
+        ),
+        ("empty_cache() between steps", Fits),
+    ];
+    let gpt2var: &[(&str, Verdict)] = &[
+        ("expandable_segments:True", Fits),
+        ("max_split_size_mb:512", Fits),
+        ("roundup_power2_divisions:4", Fits),
+        ("garbage_collection_threshold:0.6", Fits),
+        (
+            "expandable_segments:True,garbage_collection_threshold:0.6",
+            Fits,
+        ),
+        ("empty_cache() between steps", Fits),
+    ];
+    // PyTorch failed every remedy. `empty_cache() between steps` is replayed now that the
+    // job marked its steps, and the replays under CUDA's possible address orders disagree
+    // (the trace's and bottom-up fit, top-down and scattered fail): left open, not guessed.
+    let kvcache_steps: &[(&str, Verdict)] = &[
+        ("expandable_segments:True", Fails),
+        ("max_split_size_mb", Fails),
+        ("roundup_power2_divisions:4", Fails),
+        ("garbage_collection_threshold:0.6", Fails),
+        (
+            "expandable_segments:True,garbage_collection_threshold:0.6",
+            Fails,
+        ),
+        ("empty_cache() between steps", CannotTell),
+    ];
+    for (name, outcomes, steps) in [
+        ("history_gpt2mixed_cap15g", gpt2mixed, 93),
+        ("history_gpt2var_step20", gpt2var, 20),
+        ("ring_kvcache_steps", kvcache_steps, 85),
+    ] {
+        let path = fixture(&format!("{name}.pickle.gz"));
+        let file = trace::load(&path).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let kept = file.stats.kept_oom.clone().expect("a file the hook kept");
+        assert!(kept.ring_complete, "{name}");
+        // From the job's first allocation: no blocks live before the history begins.
+        assert!(
+            file.initial.is_empty(),
+            "{name}: {} live",
+            file.initial.len()
+        );
+        assert_eq!(
+            kept.steps_us.len(),
+            steps,
+            "{name}: the steps marked before the OOM"
+        );
+        let ooms = trace_ooms(&file);
+        let last = ooms.last().expect("an OOM").event;
+        let replayed = remedies(&file, &ooms, None).unwrap();
+        let at = replayed.iter().find(|r| r.event == last).unwrap();
+        assert!(at.what_would_fit.is_none(), "{name}: from history");
+        for &(remedy, expected) in outcomes {
+            let ours = at
+                .remedies
+                .iter()
+                .find(|r| r.remedy.to_string().starts_with(remedy))
+                .unwrap_or_else(|| panic!("{name}: no {remedy}: {:?}", at.remedies));
+            assert_eq!(ours.verdict, expected, "{name} {remedy}: {ours:?}");
+            if expected == CannotTell {
+                assert!(ours.reason.contains("address orders"), "{name}: {ours:?}");
+                assert!(
+                    ours.missing.is_none(),
+                    "{name}: nothing to ask for: {ours:?}"
+                );
+            }
+        }
+        let (dir, kept_path) = unzipped_as_kept(&path, name);
+        let live = OomExplained::from_oom(&oom_message_for(&kept_path, &kept, true));
+        assert_eq!(live.remedies, at.remedies, "{name}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

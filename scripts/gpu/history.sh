@@ -8,7 +8,18 @@
 #   4. what reading the ring whole before each checkpoint costs a GPT-2 step (hook 1.5), in
 #      one process (ring_history_cost.py), and what PyTorch's C++ read itself costs
 #      against _snapshot() (ring_pickled_cost.py, without the hook).
-# Usage: scripts/gpu/history.sh path/to/vramtop [ab|cost|all] [workload...]
+# Parts run alone (each fits one 10-minute device call):
+#   step-cost   the history's whole cost to a GPT-2 step, ring on against off in one
+#               process, with no viewer and with a state every second (hook_step_cost.py);
+#               run it with nothing else on the GPU
+#   memory      the hook's peak host memory with a full history against no ring
+#               (hook_memory.py, 3,000 steps each, side by side; its peak over the
+#               loop's start is the figure: the baseline differs by 20 MB between processes)
+#   profile     where a checkpoint's time goes (checkpoint_profile.py), default ring and
+#               a quarter of it
+#   scan CAP... where gpt2mixed dies under each cap, plainly and with expandable segments
+# WHATIF_JOBS runs that many remedy processes side by side in `ab` (each under its cap).
+# Usage: scripts/gpu/history.sh path/to/vramtop [ab|cost|step-cost|memory|profile|scan|all] [arg...]
 set -uo pipefail
 BIN=$(realpath "${1:?usage: history.sh path/to/vramtop [ab|cost|all] [workload...]}")
 PART=${2:-all}
@@ -19,6 +30,35 @@ cd "$(dirname "$0")/jobs" || exit 1
 
 if [ "$PART" = ab ] || [ "$PART" = all ]; then
   python3 whatif_ab.py ab "$BIN" "$OUT/ab" "$@"
+fi
+
+if [ "$PART" = scan ]; then
+  python3 whatif_ab.py scan gpt2mixed "$@" | tee "$OUT/scan-$(echo "$@" | tr ' ' _).jsonl"
+fi
+
+if [ "$PART" = step-cost ]; then
+  for viewer in "" --viewer; do
+    "$BIN" run --quiet -- python3 hook_step_cost.py $viewer "$@" \
+      > "$OUT/step-cost$viewer.json" 2> "$OUT/step-cost$viewer.err"
+    echo "history's cost to a step${viewer:+ (state every second)}: $(tail -1 "$OUT/step-cost$viewer.json")"
+  done
+fi
+
+if [ "$PART" = profile ]; then
+  for ring in 65536 16384; do
+    VRAMTOP_RING=$ring "$BIN" run --quiet -- python3 checkpoint_profile.py "$@" \
+      > "$OUT/profile-ring$ring.json" 2> "$OUT/profile-ring$ring.err"
+    echo "checkpoint parts, ring $ring: $(tail -1 "$OUT/profile-ring$ring.json")"
+  done
+fi
+
+if [ "$PART" = memory ]; then
+  for ring in 65536 0; do
+    VRAMTOP_RING=$ring "$BIN" run --quiet -- python3 hook_memory.py "$@" \
+      > "$OUT/memory-ring$ring.json" 2> "$OUT/memory-ring$ring.err" &
+  done
+  wait
+  for ring in 65536 0; do echo "host memory, ring $ring: $(tail -1 "$OUT/memory-ring$ring.json")"; done
 fi
 
 if [ "$PART" = cost ] || [ "$PART" = all ]; then

@@ -1,0 +1,127 @@
+#!/usr/bin/env python3
+"""What the hook's history costs a GPT-2 training step in all (issue "Right on real training
+jobs": at most 1 %), measured inside one process: short blocks of steps alternate between
+the hook as `vramtop run` sets it up (PyTorch's event ring on, the hook's thread
+checkpointing it and reading it whole off the GIL; with --viewer also a state made every
+second, as for a viewer at 1 s) and the ring off (no recording, no checkpoints, no states).
+The hook's idle thread (its socket poll and the allocation series) runs in both, so the
+difference is what the history and the states add, not the hook's import.
+
+Each block's median step is compared with the mean of the medians of the blocks either side
+(the step time drifts a few % over minutes; the median drops the odd slow step). A block
+must be long enough to reach the hook's checkpoints at the job's own pace: each 'on' block
+starts the ring afresh, and 8 steps of GPT-2 (23,000 entries) never half-fill the default
+ring, so such blocks measure the recording alone (seen on the H100: 0 checkpoints).
+
+Run under the hook, with no viewer attached:
+  vramtop run --quiet -- python3 hook_step_cost.py [--blocks 120] [--block-steps 40] [--viewer]
+Prints one JSON line.
+"""
+import argparse
+import json
+import re
+import statistics
+import sys
+import time
+
+from hook_read_cost import Reader, spread, warmed_gpt2_under_the_hook
+from train_gpt2 import train_step
+
+
+class Switch:
+    """Turns the hook's ring (and with it its checkpoints) off and on between blocks."""
+
+    def __init__(self, alloc):
+        self.alloc = alloc
+        self.entries = alloc.ring_entries
+        self.checkpoints = 0
+        restart = alloc.restart_ring
+
+        def counted(stacks):
+            raw = restart(stacks)
+            if raw is not None:
+                self.checkpoints += 1
+            return raw
+
+        alloc.restart_ring = counted
+
+    def off(self):
+        alloc = self.alloc
+        alloc.ring_entries = 0  # the hook's thread starts no checkpoint from here
+        time.sleep(0.02)
+        while alloc.restarting:  # one under way turns the ring back on as it ends
+            time.sleep(0.005)
+        alloc._record(enabled=None)
+
+    def on(self):
+        alloc = self.alloc
+        alloc.record_ring(self.entries)
+        alloc.ring_fill = 0
+        alloc.ring_start_count = alloc.allocation_count()
+        alloc.ring_entries = self.entries
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--blocks", type=int, default=120)
+    parser.add_argument("--block-steps", type=int, default=40)
+    parser.add_argument("--viewer", action="store_true", help="a state every second in 'on' blocks")
+    args = parser.parse_args()
+    hook, model, optimizer, ids = warmed_gpt2_under_the_hook()
+    alloc = hook.alloc
+    if not alloc.ring_entries or alloc.pickled is None:
+        print(json.dumps({"error": "no ring or no ring reader: %s" % (alloc.missing + [alloc.pickled_missing],)}))
+        sys.exit(2)
+    if hook.viewers:
+        print(json.dumps({"error": "a viewer is attached: its states would count as 'off'"}))
+        sys.exit(2)
+    switch = Switch(alloc)
+    reader = Reader(hook, 1.0) if args.viewer else None
+    if reader is not None:
+        reader.start()
+    blocks = []  # (mode, median step seconds, checkpoints, states, wall seconds)
+    for block in range(args.blocks + 1):  # the first, off, is a warm-up
+        mode = "on" if block % 2 else "off"
+        if mode == "on":
+            switch.on()
+            if reader is not None:
+                reader.on.set()
+        else:
+            if reader is not None:
+                reader.on.clear()
+            switch.off()
+        checkpoints, states = switch.checkpoints, reader.states if reader else 0
+        began = time.perf_counter()
+        times = [train_step(model, optimizer, ids)[1] for _ in range(args.block_steps)]
+        wall = time.perf_counter() - began
+        if block:
+            blocks.append((mode, statistics.median(times), switch.checkpoints - checkpoints,
+                           (reader.states if reader else 0) - states, wall))
+    if reader is not None:
+        reader.stop = True
+    switch.on()
+    pairs = []
+    for i, (mode, median, _, _, _) in enumerate(blocks):
+        if mode != "on" or i == 0 or i + 1 >= len(blocks):
+            continue
+        off = (blocks[i - 1][1] + blocks[i + 1][1]) / 2
+        pairs.append(100.0 * (median - off) / off)
+    on = [b for b in blocks if b[0] == "on"]
+    off = [b for b in blocks if b[0] == "off"]
+    print(json.dumps({
+        "viewer_at_1s": args.viewer,
+        "blocks": len(blocks), "block_steps": args.block_steps,
+        "off_step_ms": round(1000 * statistics.mean(b[1] for b in off), 3),
+        "on_step_ms": round(1000 * statistics.mean(b[1] for b in on), 3),
+        "on_vs_off_pct": spread(pairs),
+        "checkpoints_on": sum(b[2] for b in on), "checkpoints_off": sum(b[2] for b in off),
+        "checkpoints_per_on_s": round(sum(b[2] for b in on) / sum(b[4] for b in on), 2),
+        "states_per_on_s": round(sum(b[3] for b in on) / sum(b[4] for b in on), 2),
+        "states_off": sum(b[3] for b in off),
+        "history_pieces": len(alloc.history.pieces), "history_bytes": alloc.history.bytes,
+        "vm_hwm_kb": int(re.search(r"VmHWM:\s+(\d+) kB", open("/proc/self/status").read()).group(1)),
+    }), flush=True)
+
+
+if __name__ == "__main__":
+    main()
