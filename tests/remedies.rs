@@ -874,9 +874,10 @@ fn a_verdict_that_asks_for_the_cap_is_decided_once_given_it() {
 /// at the same step asking the same bytes:
 /// - gpt2mixed under a 15.5 GiB cap (the job: batch and length vary each step),
 ///   its whole history from the job's first allocation, stitched from the hook's pieces;
-/// - gpt2var dying at step 20 (756 MiB asked), its whole history too;
+/// - gpt2var dying at step 20 (756 MiB asked), its whole history in the ring alone;
 /// - kvcache_steps, which marks its own steps with `vramtop.step()` (no optimizer), as the
-///   reason of a `cannot tell` advises.
+///   reason of a `cannot tell` advises; its whole history in the ring alone.
+/// (Expandable + GC takes expandable's verdict by rule: those rows are not independent.)
 #[test]
 fn gpu_kept_histories_of_training_loops_give_pytorchs_outcomes_on_both_paths() {
     use Verdict::{CannotTell, Fails, Fits};
@@ -916,15 +917,19 @@ fn gpu_kept_histories_of_training_loops_give_pytorchs_outcomes_on_both_paths() {
         ),
         ("empty_cache() between steps", CannotTell),
     ];
-    for (name, outcomes, steps) in [
-        ("history_gpt2mixed_cap15g", gpt2mixed, 93),
-        ("history_gpt2var_step20", gpt2var, 20),
-        ("ring_kvcache_steps", kvcache_steps, 85),
+    for (name, outcomes, steps, stitched) in [
+        ("history_gpt2mixed_cap15g", gpt2mixed, 93, true),
+        ("ring_gpt2var_step20", gpt2var, 20, false),
+        ("ring_kvcache_steps", kvcache_steps, 85, false),
     ] {
         let path = fixture(&format!("{name}.pickle.gz"));
         let file = trace::load(&path).unwrap_or_else(|e| panic!("{name}: {e}"));
         let kept = file.stats.kept_oom.clone().expect("a file the hook kept");
         assert!(kept.ring_complete, "{name}");
+        // gpt2mixed's history came in pieces read before the hook's checkpoints, from the
+        // job's start; the others' fitted in the ring alone.
+        let pieces = kept.history.as_ref().map(|h| (h.pieces > 1, h.from_start));
+        assert_eq!(pieces, stitched.then_some((true, true)), "{name}");
         // From the job's first allocation: no blocks live before the history begins.
         assert!(
             file.initial.is_empty(),

@@ -12,9 +12,10 @@
 #   step-cost   the history's whole cost to a GPT-2 step, ring on against off in one
 #               process, with no viewer and with a state every second (hook_step_cost.py);
 #               run it with nothing else on the GPU
-#   memory      the hook's peak host memory with a full history against no ring
-#               (hook_memory.py, 3,000 steps each, side by side; its peak over the
-#               loop's start is the figure: the baseline differs by 20 MB between processes)
+#   memory      the hook's peak host memory with a full history (hook_memory.py, 2,200
+#               steps, so the history fills), rings of 0, 65536, 32768 and 16384 entries
+#               and 32768 with malloc_trim after every read, side by side; the figure is
+#               each one's peak over its own start (baselines differ between processes)
 #   profile     where a checkpoint's time goes (checkpoint_profile.py), default ring and
 #               a quarter of it
 #   scan CAP... where gpt2mixed dies under each cap, plainly and with expandable segments
@@ -53,12 +54,14 @@ if [ "$PART" = profile ]; then
 fi
 
 if [ "$PART" = memory ]; then
-  for ring in 65536 0; do
-    VRAMTOP_RING=$ring "$BIN" run --quiet -- python3 hook_memory.py "$@" \
-      > "$OUT/memory-ring$ring.json" 2> "$OUT/memory-ring$ring.err" &
+  for case in 0 65536 32768 16384 32768:--trim; do
+    ring=${case%%:*}
+    trim=$([ "$case" != "${case#*:}" ] && echo "${case#*:}")
+    VRAMTOP_RING=$ring "$BIN" run --quiet -- python3 hook_memory.py --steps 2200 $trim "$@" \
+      > "$OUT/memory-ring$ring$trim.json" 2> "$OUT/memory-ring$ring$trim.err" &
   done
   wait
-  for ring in 65536 0; do echo "host memory, ring $ring: $(tail -1 "$OUT/memory-ring$ring.json")"; done
+  for f in "$OUT"/memory-ring*.json; do echo "host memory, $(basename "$f" .json): $(tail -1 "$f")"; done
 fi
 
 if [ "$PART" = cost ] || [ "$PART" = all ]; then

@@ -13,6 +13,10 @@ must be long enough to reach the hook's checkpoints at the job's own pace: each 
 starts the ring afresh, and 8 steps of GPT-2 (23,000 entries) never half-fill the default
 ring, so such blocks measure the recording alone (seen on the H100: 0 checkpoints).
 
+--viewer is a stand-in, not a real viewer: its thread calls the hook's state_frame() (as
+hook_read_cost.py does), which can take a checkpoint beside the hook's own thread, and it
+makes a state at the start of each 'on' block.
+
 Run under the hook, with no viewer attached:
   vramtop run --quiet -- python3 hook_step_cost.py [--blocks 120] [--block-steps 40] [--viewer]
 Prints one JSON line.

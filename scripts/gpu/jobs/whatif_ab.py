@@ -268,8 +268,10 @@ def fresh(workload, remedy, stop_at, log):
         p = subprocess.run([sys.executable, __file__, "job", workload, remedy], env=env,
                            capture_output=True, text=True, timeout=400)
     except subprocess.TimeoutExpired as err:
+        # Bytes here, even with text=True.
+        text = lambda b: b.decode(errors="replace") if isinstance(b, bytes) else (b or "")  # noqa: E731
         with open(log, "w") as f:
-            f.write("timed out after 400 s\n%s" % (err.stdout or ""))
+            f.write("timed out after 400 s\n" + text(err.stdout) + text(err.stderr))
         return None
     with open(log, "w") as f:
         f.write(p.stdout + p.stderr)
@@ -283,6 +285,8 @@ def fresh_all(workload, remedies, stop_at, out):
     from concurrent.futures import ThreadPoolExecutor
 
     jobs = max(1, int(os.environ.get("WHATIF_JOBS", "1")))
+    if workload == "otherproc":
+        jobs = 1  # each run starts its own 60 GiB holder: one at a time fits the card
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         futures = {r: pool.submit(fresh, workload, r, stop_at,
                                   os.path.join(out, f"{workload}-{r.replace(':', '_')}.log"))
@@ -452,6 +456,8 @@ def table(rows, path, quiet=False):
     lines = ["| workload | remedy | live verdict | history verdict | PyTorch | |",
              "|---|---|---|---|---|---|"]
     count = {"ok": 0, "WRONG": 0, "?": 0, "n/r": 0}
+    # A remedy's run that ended with no outcome (it hung, or crashed) is no evidence.
+    no_outcome = sum(1 for r in rows if r["pytorch"] is None)
     for r in rows:
         reproduced = r.get("reproduced", True)
         marks = [agree(r["live"], r["pytorch"], reproduced),
@@ -464,7 +470,7 @@ def table(rows, path, quiet=False):
     lines.append("")
     lines.append(f"verdicts equal to PyTorch's outcome: {count['ok']}; wrong: {count['WRONG']}; "
                  f"cannot tell: {count['?']}; not reproduced without vramtop (n/r): "
-                 f"{count['n/r']}")
+                 f"{count['n/r']}; remedy runs with no PyTorch outcome: {no_outcome}")
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")
     if not quiet:
