@@ -877,7 +877,8 @@ fn a_verdict_that_asks_for_the_cap_is_decided_once_given_it() {
 /// - gpt2var dying at step 20 (756 MiB asked), its whole history in the ring alone;
 /// - kvcache_steps, which marks its own steps with `vramtop.step()` (no optimizer), as the
 ///   reason of a `cannot tell` advises; its whole history in the ring alone.
-/// (Expandable + GC takes expandable's verdict by rule: those rows are not independent.)
+///
+/// Expandable + GC takes expandable's verdict by rule: those rows are not independent.
 #[test]
 fn gpu_kept_histories_of_training_loops_give_pytorchs_outcomes_on_both_paths() {
     use Verdict::{CannotTell, Fails, Fits};
