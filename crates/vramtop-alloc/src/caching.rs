@@ -13,7 +13,7 @@
 //! (`SizeIndex::lowest_address_first`); which block is lowest follows the backing's
 //! addresses, which a replay takes from the trace where it can (`Backing::hint_segment`).
 
-use std::collections::HashMap;
+use crate::hash::AddrMap;
 
 use super::arena::{Arena, LiveInfo, NIL};
 use super::heap::{FreeIndex, Heap};
@@ -121,7 +121,7 @@ struct GarbageCollector {
     threshold: f64,
     searches: u64,
     /// Wholly free large segments by address: the search count when they became free.
-    freed_at: HashMap<u64, u64>,
+    freed_at: AddrMap<u64>,
 }
 
 /// PyTorch's round_size: 512 B granules, or with `roundup_power2_divisions` the next of
@@ -172,7 +172,7 @@ impl Caching {
             .map(|threshold| GarbageCollector {
                 threshold,
                 searches: 0,
-                freed_at: HashMap::new(),
+                freed_at: AddrMap::default(),
             });
         self
     }

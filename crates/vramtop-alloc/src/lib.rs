@@ -62,6 +62,7 @@ pub mod events;
 mod expandable;
 mod fit;
 pub mod framework;
+pub mod hash;
 mod heap;
 pub mod leaks;
 mod ledger;

@@ -28,9 +28,9 @@ pub mod report;
 pub mod whatif;
 
 pub use crate::error::ReplayError;
-use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::time::{Duration, Instant};
+use vramtop_alloc::hash::{AddrMap, AddrSet};
 
 use serde::Serialize;
 
@@ -171,9 +171,9 @@ pub struct Replay<'t> {
     trace: &'t Trace,
     allocator: Allocator,
     /// Live blocks by trace address.
-    live: HashMap<u64, Block>,
+    live: AddrMap<Block>,
     /// Trace addresses whose alloc ran out of memory and was not since replaced.
-    failed: HashSet<u64>,
+    failed: AddrSet,
     /// Index of the next event to apply.
     next: usize,
     counts: ReplayCounts,
@@ -246,8 +246,8 @@ impl<'t> Replay<'t> {
         let mut replay = Replay {
             trace,
             allocator: Allocator::new(policy, Box::new(backing), config),
-            live: HashMap::with_capacity(trace.initial.len() + 4096),
-            failed: HashSet::new(),
+            live: AddrMap::with_capacity_and_hasher(trace.initial.len() + 4096, Default::default()),
+            failed: AddrSet::default(),
             next: 0,
             counts: ReplayCounts::default(),
             held_bytes: 0,
@@ -297,8 +297,8 @@ impl<'t> Replay<'t> {
     /// when the trace began, with the blocks live then at their own places: the replay
     /// starts from PyTorch's state, not from a fresh allocator's. Returns the addresses
     /// of the blocks placed so.
-    fn adopt_initial_segments(&mut self) -> Result<HashSet<u64>, ReplayError> {
-        let mut adopted = HashSet::new();
+    fn adopt_initial_segments(&mut self) -> Result<AddrSet, ReplayError> {
+        let mut adopted = AddrSet::default();
         if self.trace.initial_segments.is_empty() || !self.allocator.can_adopt() {
             return Ok(adopted);
         }
