@@ -1,6 +1,7 @@
-//! Maps keyed by device addresses, on the replay's hot path (one lookup or more per event
-//! of a history of millions): SipHash's armour against chosen keys buys nothing for
-//! addresses a trace or a backing handed out, and cost a quarter of a replay's time.
+//! One fast hasher for the maps on the allocator's and the replay's hot paths: keyed by
+//! device addresses (one lookup or more per event of a history of millions) and by
+//! allocation-site tags. SipHash's armour against chosen keys buys nothing for keys a
+//! trace, a backing or our own callers hand out, and cost a quarter of a replay's time.
 
 use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasherDefault, Hasher};
@@ -9,14 +10,14 @@ use std::hash::{BuildHasherDefault, Hasher};
 /// which pick the bucket, depend on every bit of the address: addresses are 512-byte
 /// aligned, so a plain product would leave its low 9 bits zero.
 #[derive(Default, Clone, Copy)]
-pub struct AddrHasher {
+pub struct FastHasher {
     hash: u64,
 }
 
-impl Hasher for AddrHasher {
+impl Hasher for FastHasher {
     #[inline]
     fn write(&mut self, bytes: &[u8]) {
-        // Only u64 keys come here; any other key still hashes, word by word.
+        // Strings (tags), word by word.
         for chunk in bytes.chunks(8) {
             let mut word = [0u8; 8];
             word[..chunk.len()].copy_from_slice(chunk);
@@ -35,11 +36,11 @@ impl Hasher for AddrHasher {
     }
 }
 
-pub type AddrBuild = BuildHasherDefault<AddrHasher>;
+pub type FastBuild = BuildHasherDefault<FastHasher>;
 /// A map from device addresses.
-pub type AddrMap<V> = HashMap<u64, V, AddrBuild>;
+pub type AddrMap<V> = HashMap<u64, V, FastBuild>;
 /// A set of device addresses.
-pub type AddrSet = HashSet<u64, AddrBuild>;
+pub type AddrSet = HashSet<u64, FastBuild>;
 
 #[cfg(test)]
 mod tests {
@@ -49,7 +50,7 @@ mod tests {
     #[test]
     fn aligned_addresses_spread_over_the_low_bits() {
         // 4,096 addresses 512 bytes apart land in most of 4,096 buckets.
-        let build = AddrBuild::default();
+        let build = FastBuild::default();
         let mut buckets = HashSet::new();
         for i in 0..4096u64 {
             buckets.insert(build.hash_one(0x7f00_0000_0000 + i * 512) & 4095);

@@ -3,46 +3,14 @@
 //! deferred frees waiting for `process_pending`.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
 
+use super::hash::FastBuild;
 use super::types::TagId;
-
-/// A fast multiplicative hasher for short tag strings (FxHash's mix); keys come from
-/// our callers, not from an attacker, so SipHash's armour buys nothing here.
-#[derive(Default, Clone, Copy)]
-pub(crate) struct FxHasher {
-    hash: u64,
-}
-
-const SEED: u64 = 0x51_7c_c1_b7_27_22_0a_95;
-
-impl Hasher for FxHasher {
-    #[inline]
-    fn write(&mut self, bytes: &[u8]) {
-        for chunk in bytes.chunks(8) {
-            let mut word = [0u8; 8];
-            word[..chunk.len()].copy_from_slice(chunk);
-            self.write_u64(u64::from_le_bytes(word));
-        }
-    }
-
-    #[inline]
-    fn write_u64(&mut self, n: u64) {
-        self.hash = (self.hash.rotate_left(5) ^ n).wrapping_mul(SEED);
-    }
-
-    #[inline]
-    fn finish(&self) -> u64 {
-        self.hash
-    }
-}
-
-type FxBuild = BuildHasherDefault<FxHasher>;
 
 /// Interned allocation-site labels and per-tag usage.
 #[derive(Debug, Default)]
 pub(crate) struct Tags {
-    ids: HashMap<String, TagId, FxBuild>,
+    ids: HashMap<String, TagId, FastBuild>,
     pub names: Vec<String>,
     /// (live bytes, live blocks) per tag, indexed by TagId.
     pub usage: Vec<(u64, u64)>,
