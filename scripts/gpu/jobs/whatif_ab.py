@@ -24,7 +24,7 @@ Workloads (each ends with one judged request, caught so the process ends normall
   gpt2mixed   a GPT-2 (6 layers, 1024 wide, random weights, AdamW, bf16 autocast) whose
               batch and sequence length both vary from step to step, under a 15.5 GiB
               cap (WHATIF_GPT2MIXED_CAP_GIB sets another); judged: the step the plain run
-              failed. It dies at step 93 asking 2.26 GiB under any cap from 12.5 to 15.5
+              failed. It dies at step 93 asking 2.26 GiB under each cap tried, 12.5 to 15.5
               GiB (`scan`, H100); from 15.5 GiB expandable segments get past it (the
               cache's fragmentation ends the job there, not the batch).
   otherproc   a second process holds a 60 GiB cache on the same GPU (freed tensors,
