@@ -11,11 +11,11 @@ use std::process::Command;
 mod trace_support;
 use trace_support::unzipped_as_kept;
 
-use vramtop::alloc::remedy::{Missing, Remedy, Verdict};
+use vramtop::alloc::remedy::{Missing, Remedy, RemedyVerdict, Verdict};
 use vramtop::attach::job::{snapshot_segments, OomExplained};
 use vramtop::attach::protocol::{AllocatorSettings, HookBlock, HookSegment, OomState};
 use vramtop::trace::ooms::trace_ooms;
-use vramtop::trace::replay::remedies::{capacity_bounds, remedies};
+use vramtop::trace::replay::remedies::{capacity_bounds, remedies, OomRemedies};
 use vramtop::trace::{self, KeptOom, Trace, TraceEvent, TraceEventKind, TraceFormat};
 
 const MIB: u64 = 1 << 20;
@@ -376,14 +376,7 @@ fn gpu_kept_files_with_the_whole_history_give_pytorchs_outcomes_on_both_paths() 
             "{workload}: the ring held the whole history"
         );
         // The replay of the file, as `vramtop replay` answers it...
-        let ooms = trace_ooms(&file);
-        let last = ooms.last().expect("an OOM").event;
-        let replayed = remedies(&file, &ooms, None).unwrap();
-        let at = replayed.iter().find(|r| r.event == last).unwrap();
-        assert!(
-            at.what_would_fit.is_none(),
-            "{workload}: from history, not one state"
-        );
+        let at = at_last_oom(workload, &file);
         // ...and the live view, handed the same OOM by the hook, which names its files
         // `vramtop-oom-...` (the live view opens no other).
         let (dir, kept_path) = unzipped_as_kept(&path, workload);
@@ -493,26 +486,42 @@ fn gpu_kept_files_of_stepped_jobs_give_pytorchs_outcomes_on_both_paths() {
             (None, false) => assert!(file.initial.is_empty(), "{name}"),
             (cp, _) => panic!("{name}: checkpoint {cp:?}"),
         }
-        let ooms = trace_ooms(&file);
-        let last = ooms.last().expect("an OOM").event;
-        let replayed = remedies(&file, &ooms, None).unwrap();
-        let at = replayed.iter().find(|r| r.event == last).unwrap();
-        assert!(at.what_would_fit.is_none(), "{name}: from history");
+        let at = at_last_oom(name, &file);
         for &(remedy, expected) in outcomes {
-            let ours = at
-                .remedies
-                .iter()
-                .find(|r| r.remedy.to_string().starts_with(remedy))
-                .unwrap_or_else(|| panic!("{name}: no {remedy}: {:?}", at.remedies));
+            let ours = verdict_of(name, &at, remedy);
             assert_eq!(ours.verdict, expected, "{name} {remedy}: {ours:?}");
         }
         // The live view, handed the same OOM, replays the same file to the same verdicts.
-        let (dir, kept_path) = unzipped_as_kept(&path, name);
-        let live = OomExplained::from_oom(&oom_message_for(&kept_path, &kept, true));
+        let live = live_view_of(&path, name, &kept);
         assert_eq!(live.history_events, Some(file.events.len()), "{name}");
         assert_eq!(live.remedies, at.remedies, "{name}");
-        let _ = std::fs::remove_dir_all(&dir);
     }
+}
+
+/// The verdicts at a kept file's last OOM, from its history (not from one state).
+fn at_last_oom(name: &str, file: &Trace) -> OomRemedies {
+    let ooms = trace_ooms(file);
+    let last = ooms.last().expect("an OOM").event;
+    let replayed = remedies(file, &ooms, None).unwrap();
+    let at = replayed.into_iter().find(|r| r.event == last).unwrap();
+    assert!(at.what_would_fit.is_none(), "{name}: from history");
+    at
+}
+
+/// The verdict whose remedy's name begins with `remedy`.
+fn verdict_of<'a>(name: &str, at: &'a OomRemedies, remedy: &str) -> &'a RemedyVerdict {
+    at.remedies
+        .iter()
+        .find(|r| r.remedy.to_string().starts_with(remedy))
+        .unwrap_or_else(|| panic!("{name}: no {remedy}: {:?}", at.remedies))
+}
+
+/// What the live view says of the OOM a GPU-kept file holds, handed it as the hook does.
+fn live_view_of(path: &std::path::Path, name: &str, kept: &KeptOom) -> OomExplained {
+    let (dir, kept_path) = unzipped_as_kept(path, name);
+    let live = OomExplained::from_oom(&oom_message_for(&kept_path, kept, true));
+    let _ = std::fs::remove_dir_all(&dir);
+    live
 }
 
 /// `value` pickled and zlib-compressed, as hook 1.5 keeps a history piece.
@@ -942,17 +951,9 @@ fn gpu_kept_histories_of_training_loops_give_pytorchs_outcomes_on_both_paths() {
             steps,
             "{name}: the steps marked before the OOM"
         );
-        let ooms = trace_ooms(&file);
-        let last = ooms.last().expect("an OOM").event;
-        let replayed = remedies(&file, &ooms, None).unwrap();
-        let at = replayed.iter().find(|r| r.event == last).unwrap();
-        assert!(at.what_would_fit.is_none(), "{name}: from history");
+        let at = at_last_oom(name, &file);
         for &(remedy, expected) in outcomes {
-            let ours = at
-                .remedies
-                .iter()
-                .find(|r| r.remedy.to_string().starts_with(remedy))
-                .unwrap_or_else(|| panic!("{name}: no {remedy}: {:?}", at.remedies));
+            let ours = verdict_of(name, &at, remedy);
             assert_eq!(ours.verdict, expected, "{name} {remedy}: {ours:?}");
             if expected == CannotTell {
                 assert!(ours.reason.contains("address orders"), "{name}: {ours:?}");
@@ -962,9 +963,7 @@ fn gpu_kept_histories_of_training_loops_give_pytorchs_outcomes_on_both_paths() {
                 );
             }
         }
-        let (dir, kept_path) = unzipped_as_kept(&path, name);
-        let live = OomExplained::from_oom(&oom_message_for(&kept_path, &kept, true));
+        let live = live_view_of(&path, name, &kept);
         assert_eq!(live.remedies, at.remedies, "{name}");
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }

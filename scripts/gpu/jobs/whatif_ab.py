@@ -268,14 +268,17 @@ def fresh(workload, remedy, stop_at, log):
         p = subprocess.run([sys.executable, __file__, "job", workload, remedy], env=env,
                            capture_output=True, text=True, timeout=400)
     except subprocess.TimeoutExpired as err:
-        # Bytes here, even with text=True.
-        text = lambda b: b.decode(errors="replace") if isinstance(b, bytes) else (b or "")  # noqa: E731
         with open(log, "w") as f:
-            f.write("timed out after 400 s\n" + text(err.stdout) + text(err.stderr))
+            f.write("timed out after 400 s\n" + as_text(err.stdout) + as_text(err.stderr))
         return None
     with open(log, "w") as f:
         f.write(p.stdout + p.stderr)
     return judged_line(p.stdout)
+
+
+def as_text(output):
+    """A timed-out run's output: bytes even with text=True, or None."""
+    return output.decode(errors="replace") if isinstance(output, bytes) else (output or "")
 
 
 def fresh_all(workload, remedies, stop_at, out):
