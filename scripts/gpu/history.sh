@@ -10,12 +10,13 @@
 #      against _snapshot() (ring_pickled_cost.py, without the hook).
 # Parts run alone (each fits one 10-minute device call):
 #   step-cost   the history's whole cost to a GPT-2 step, ring on against off in one
-#               process, with no viewer and with a state every second (hook_step_cost.py);
-#               run it with nothing else on the GPU
+#               process, with no viewer and with a real one at 1 s (hook_step_cost.py;
+#               RINGS, VIEWERS); run it with nothing else on the GPU
 #   memory      the hook's peak host memory with a full history (hook_memory.py, 2,200
-#               steps, so the history fills), rings of 0, 65536, 32768 and 16384 entries
-#               and 32768 with malloc_trim after every read, side by side; the figure is
-#               each one's peak over its own start (baselines differ between processes)
+#               steps, so the history fills), rings of 0, 65536, 32768, 24576 and 16384
+#               entries side by side (MEMORY_CASES: "RING" or "RING:--trim" for
+#               malloc_trim after every read); the figure is each one's peak over its own
+#               start (baselines differ between processes)
 #   profile     where a checkpoint's time goes (checkpoint_profile.py), default ring and
 #               a quarter of it
 #   scan CAP... where gpt2mixed dies under each cap, plainly and with expandable segments
@@ -38,10 +39,14 @@ if [ "$PART" = scan ]; then
 fi
 
 if [ "$PART" = step-cost ]; then
-  for viewer in "" --viewer; do
-    "$BIN" run --quiet -- python3 hook_step_cost.py $viewer "$@" \
-      > "$OUT/step-cost$viewer.json" 2> "$OUT/step-cost$viewer.err"
-    echo "history's cost to a step${viewer:+ (state every second)}: $(tail -1 "$OUT/step-cost$viewer.json")"
+  # RINGS: the ring sizes to run (default the hook's); VIEWERS: "none", "real" or both.
+  for ring in ${RINGS:-65536}; do
+    for viewer in ${VIEWERS:-none real}; do
+      flag=$([ "$viewer" = real ] && echo --viewer)
+      VRAMTOP_RING=$ring "$BIN" run --quiet -- python3 hook_step_cost.py $flag "$@" \
+        > "$OUT/step-cost-ring$ring-$viewer.json" 2> "$OUT/step-cost-ring$ring-$viewer.err"
+      echo "history's cost to a step, ring $ring, viewer $viewer: $(tail -1 "$OUT/step-cost-ring$ring-$viewer.json")"
+    done
   done
 fi
 
@@ -54,7 +59,7 @@ if [ "$PART" = profile ]; then
 fi
 
 if [ "$PART" = memory ]; then
-  for case in 0 65536 32768 16384 32768:--trim; do
+  for case in ${MEMORY_CASES:-0 65536 32768 24576 16384}; do
     ring=${case%%:*}
     trim=$([ "$case" != "${case#*:}" ] && echo "${case#*:}")
     VRAMTOP_RING=$ring "$BIN" run --quiet -- python3 hook_memory.py --steps 2200 $trim "$@" \

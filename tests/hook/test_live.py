@@ -346,7 +346,7 @@ class LiveTest(unittest.TestCase):
         job.do("alloc leak %d" % (2 * MiB))
         # Stacks for live blocks only, on top of the event ring (no stacks in the ring).
         calls = job.do("history")
-        self.assertIn("{'enabled': 'all', 'context': 'state', 'stacks': 'python', 'max_entries': 65536}", calls)
+        self.assertIn("{'enabled': 'all', 'context': 'state', 'stacks': 'python', 'max_entries': 16384}", calls)
         viewer.subscribe(0.05)
         state = viewer.recv_type("state")
         sites = [b["site"] for s in state["segments"] for b in s["blocks"] if b["state"] == "active_allocated"]
@@ -364,10 +364,9 @@ class LiveTest(unittest.TestCase):
             job.do("alloc t%d %d" % (n, MiB))
         viewer.subscribe(0.05)
         viewer.recv_type("state")
-        # Checkpointed: off (which clears it), then on again with stacks for live blocks.
-        calls = wait_for(lambda: (lambda c: c if "'enabled': None" in c else None)(job.do("history")))
-        after_off = calls[calls.rindex("'enabled': None"):]
-        self.assertIn("{'enabled': 'all', 'context': 'state', 'stacks': 'python', 'max_entries': 6}", after_off)
+        # Checkpointed: cleared in place, still with stacks for live blocks.
+        calls = wait_for(lambda: (lambda c: c if "'clear_history': True" in c else None)(job.do("history")))
+        self.assertIn("{'enabled': 'all', 'context': 'state', 'stacks': 'python', 'max_entries': 6, 'clear_history': True}", calls)
         self.assertNotIn("'enabled': 'state'", calls)  # never shrunk in place (PyTorch would crash)
         for n in range(4):  # the stub exits 139 where PyTorch would write past a shrunk ring
             job.do("alloc later%d %d" % (n, MiB))
@@ -376,19 +375,24 @@ class LiveTest(unittest.TestCase):
         self.assertTrue(all(site and "alloc_named" in site for site in sites), sites)
 
     def test_a_ring_the_allocations_may_fill_is_checkpointed_with_no_viewer(self):
-        job = self.job(VRAMTOP_RING="13")
-        job.do("import")
-        job.wait_socket()
-        job.do("init")
-        job.do("alloc a %d" % MiB)
-        job.do("alloc b %d" % MiB)  # 2 allocations: 6 entries at most, under half of 13
-        time.sleep(1.0)
-        self.assertNotIn("'enabled': None", job.do("history"))
-        job.do("alloc c %d" % MiB)  # 9: it may be half full
-        calls = wait_for(lambda: (lambda c: c if "'enabled': None" in c else None)(job.do("history")), timeout=5)
-        # Off (which clears it) and at once on again: the ring goes on from a checkpoint.
-        self.assertTrue(calls.endswith("'max_entries': %d}, {'enabled': 'all', 'context': None, 'stacks': 'python', 'max_entries': 13}]" % sys.maxsize), calls)
-        self.assertEqual(job.do("traces"), "ok 0")
+        # Cleared in place where PyTorch takes clear_history (one call), else off (which
+        # clears it) and at once on again: either way the ring goes on from a checkpoint.
+        cleared = "{'enabled': 'all', 'context': None, 'stacks': 'python', 'max_entries': 13, 'clear_history': True}]"
+        off_and_on = "'max_entries': %d}, {'enabled': 'all', 'context': None, 'stacks': 'python', 'max_entries': 13}]" % sys.maxsize
+        for lacks, clue, ends in (("", "'clear_history': True", cleared), ("clear_history", "'enabled': None", off_and_on)):
+            with self.subTest(lacks=lacks):
+                job = self.job(VRAMTOP_RING="13", STUB_TORCH_LACKS=lacks)
+                job.do("import")
+                job.wait_socket()
+                job.do("init")
+                job.do("alloc a %d" % MiB)
+                job.do("alloc b %d" % MiB)  # 2 allocations: 6 entries at most, under half of 13
+                time.sleep(1.0)
+                self.assertNotIn(clue, job.do("history"))
+                job.do("alloc c %d" % MiB)  # 9: it may be half full
+                calls = wait_for(lambda: (lambda c: c if clue in c else None)(job.do("history")), timeout=5)
+                self.assertTrue(calls.endswith(ends), calls)
+                self.assertEqual(job.do("traces"), "ok 0")
 
     def test_the_jobs_own_history_is_never_turned_off_by_the_hook(self):
         job = self.job(VRAMTOP_HISTORY="1", VRAMTOP_RING="6")
@@ -420,7 +424,7 @@ class LiveTest(unittest.TestCase):
         hello = wait_for(lambda: (lambda h: h if h["cuda_ready"] else None)(viewer.recv_type("hello")))
         self.assertEqual(hello["ring"], 0)
         calls = job.do("history")
-        self.assertNotIn("'max_entries': 65536", calls)
+        self.assertNotIn("'max_entries': 16384", calls)
 
     def test_an_older_torch_is_served_with_what_it_has_and_told_once(self):
         job = self.job(STUB_TORCH_LACKS="oom_observer,allocator_settings,record_memory_history",

@@ -83,7 +83,7 @@ class OomKeepTest(unittest.TestCase):
         self.assertEqual(actions, ["segment_alloc", "alloc", "segment_alloc", "alloc",
                                    "free_requested", "free_completed", "oom"])
         self.assertFalse(any(e.get("vramtop_added") for e in snapshot["device_traces"][0]))
-        self.assertEqual(snapshot["vramtop_oom"]["ring"], {"max_entries": 65536, "entries": 7, "complete": True, "checkpoint": False})
+        self.assertEqual(snapshot["vramtop_oom"]["ring"], {"max_entries": 16384, "entries": 7, "complete": True, "checkpoint": False})
         self.assertIsNone(snapshot["vramtop_oom"]["checkpoint"])
         self.assertEqual(job.finish()[0], 0)
 
@@ -148,7 +148,7 @@ class OomKeepTest(unittest.TestCase):
         job.do("start")
         job.wait_socket()
         Viewer(job.socket_path).ready_hello()
-        wait_for(lambda: (lambda c: c if "'enabled': None" in c else None)(job.do("history")), timeout=5)
+        wait_for(lambda: (lambda c: c if "'clear_history': True" in c else None)(job.do("history")), timeout=5)
         job.do("alloc b %d" % (3 * MiB))
         self.assertEqual(job.do("oom %d" % (1024 * MiB)), "ok caught OutOfMemoryError")
         (name,) = self.kept()

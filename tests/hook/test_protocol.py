@@ -335,5 +335,92 @@ class AllocatorTranslationTest(unittest.TestCase):
         self.assertIsNone(alloc.site([]))
 
 
+class CheckpointTest(unittest.TestCase):
+    """A checkpoint of the ring, in-process against the stub torch. The stub has no
+    libtorch_cuda.so, so PyTorch's C++ pickled read is stood in for by `PickledRead`:
+    the stub's own snapshot, pickled (as `_memory_snapshot_pickled()` pickles _snapshot())."""
+
+    class PickledRead:
+        def __init__(self, torch):
+            self.torch = torch
+            self.reads = 0
+
+        def read(self):
+            import pickle
+
+            self.reads += 1
+            return pickle.dumps(self.torch.cuda.memory._snapshot())
+
+    @classmethod
+    def setUpClass(cls):
+        sys.path.insert(0, STUB_DIR)
+        import torch
+
+        cls.torch = torch
+        torch.cuda.init()
+
+    def test_a_checkpoint_clears_the_ring_in_place_and_keeps_its_state_pickled(self):
+        import pickle
+        import zlib
+
+        torch = self.torch
+        alloc = hook.torch_allocator.TorchAllocator(torch)
+        torch.cuda.stub_alloc("cp-before", 1048576)  # before the ring: it needs a checkpoint
+        alloc.start_ring(64)
+        try:
+            alloc.pickled = reader = self.PickledRead(torch)
+            self.assertTrue(alloc.ring_may_be_full())
+            calls = len(torch.cuda.memory.history_calls)
+            self.assertTrue(alloc.restart_ring(stacks=False))
+            # One call, cleared in place: never off (the annotation callback stays) and
+            # never resized.
+            self.assertEqual(torch.cuda.memory.history_calls[calls:], [
+                {"enabled": "all", "context": None, "stacks": "python", "max_entries": 64, "clear_history": True},
+            ])
+            self.assertIsNone(alloc.checkpoint["raw"])  # not unpickled until asked
+            torch.cuda.stub_alloc("cp-after", 2 * 1048576)
+            self.assertTrue(alloc.restart_ring(stacks=False))
+            self.assertEqual(reader.reads, 3)  # state; then events (the ring read whole) and state
+            kinds = [p["kind"] for p in alloc.history.of()["pieces"]]
+            self.assertEqual(kinds, ["state", "events", "state"])
+            events = pickle.loads(zlib.decompress(alloc.history.of()["pieces"][1]["zlib"]))
+            actions = [e["action"] for e in events["device_traces"][0]]
+            self.assertIn("alloc", actions)  # cp-after's, read before the ring was cleared
+            # What an OOM's file carries, unpickled now: the segments at the checkpoint.
+            checkpoint = alloc.checkpoint_of(0)
+            sizes = sorted(b["size"] for s in checkpoint["segments"] for b in s["blocks"] if b["state"] == "active_allocated")
+            self.assertIn(2 * 1048576, sizes)
+            self.assertEqual(checkpoint["skip"], 0)  # the ring was empty when it was read
+            self.assertEqual(alloc.checkpoint_raw()["segments"], checkpoint["segments"])
+        finally:
+            alloc._record(enabled=None)
+            torch.cuda.stub_free("cp-before")
+            torch.cuda.stub_free("cp-after")
+
+    def test_an_oom_during_a_checkpoint_waits_for_it_and_never_for_long(self):
+        import threading
+
+        alloc = hook.torch_allocator.TorchAllocator(self.torch)
+        order = []
+        alloc.restarting = True
+        alloc.checkpoint_done.clear()
+
+        def checkpoint_ends():
+            time.sleep(0.1)
+            order.append("checkpoint kept")
+            alloc.restarting = False
+            alloc.checkpoint_done.set()
+
+        threading.Thread(target=checkpoint_ends).start()
+        alloc.wait_for_checkpoint()
+        order.append("oom read")
+        self.assertEqual(order, ["checkpoint kept", "oom read"])
+        # A checkpoint that never ends does not hold the OOM past the bound.
+        alloc.restarting = True
+        alloc.checkpoint_done.clear()
+        alloc.wait_for_checkpoint(timeout_s=0.05)
+        self.assertTrue(alloc.restarting)
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -68,10 +68,9 @@ def trim_after_reads():
     alloc = vramtop_hook.running.hook.alloc
     read, trim = alloc.read_pickled, ctypes.CDLL("libc.so.6").malloc_trim
 
-    def read_then_trim(hold_gil=False):
-        data = read(hold_gil)
-        if not hold_gil:
-            trim(0)
+    def read_then_trim():
+        data = read()
+        trim(0)
         return data
 
     alloc.read_pickled = read_then_trim

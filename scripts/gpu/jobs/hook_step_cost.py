@@ -13,9 +13,10 @@ must be long enough to reach the hook's checkpoints at the job's own pace: each 
 starts the ring afresh, and 8 steps of GPT-2 (23,000 entries) never half-fill the default
 ring, so such blocks measure the recording alone (seen on the H100: 0 checkpoints).
 
---viewer is a stand-in, not a real viewer: its thread calls the hook's state_frame() (as
-hook_read_cost.py does), which can take a checkpoint beside the hook's own thread, and it
-makes a state at the start of each 'on' block.
+--viewer attaches a real viewer (viewer.py, a subprocess on the hook's socket, states at
+1 s) for the whole run; its states are made in 'on' blocks only (the hook's own thread
+makes them, as for any viewer) and refused in 'off' blocks, so 'on' against 'off' is the
+history and a viewer at 1 s against the hook idle.
 
 Run under the hook, with no viewer attached:
   vramtop run --quiet -- python3 hook_step_cost.py [--blocks 120] [--block-steps 40] [--viewer]
@@ -23,12 +24,14 @@ Prints one JSON line.
 """
 import argparse
 import json
+import os
 import re
 import statistics
+import subprocess
 import sys
 import time
 
-from hook_read_cost import Reader, spread, warmed_gpt2_under_the_hook
+from hook_read_cost import spread, warmed_gpt2_under_the_hook
 from train_gpt2 import train_step
 
 
@@ -65,11 +68,40 @@ class Switch:
         alloc.ring_entries = self.entries
 
 
+class States:
+    """The hook's states, counted, and refused while `paused` (the viewer then gets none)."""
+
+    def __init__(self, hook):
+        self.count = 0
+        self.paused = False
+        made = hook.state_frame
+
+        def counted():
+            if self.paused:
+                return None
+            self.count += 1
+            return made()
+
+        hook.state_frame = counted
+
+
+def attach_viewer(hook, interval):
+    """viewer.py on the hook's socket, once the hook has it as a viewer (None if not)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    viewer = subprocess.Popen(
+        [sys.executable, os.path.join(here, "viewer.py"), "--socket", hook.path, "--interval", str(interval),
+         "--timeout", "3600"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 20
+    while not hook.viewers and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return viewer if hook.viewers else None
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--blocks", type=int, default=120)
     parser.add_argument("--block-steps", type=int, default=40)
-    parser.add_argument("--viewer", action="store_true", help="a state every second in 'on' blocks")
+    parser.add_argument("--viewer", action="store_true", help="a real viewer at 1 s, its states in 'on' blocks")
     args = parser.parse_args()
     hook, model, optimizer, ids = warmed_gpt2_under_the_hook()
     alloc = hook.alloc
@@ -77,32 +109,32 @@ def main():
         print(json.dumps({"error": "no ring or no ring reader: %s" % (alloc.missing + [alloc.pickled_missing],)}))
         sys.exit(2)
     if hook.viewers:
-        print(json.dumps({"error": "a viewer is attached: its states would count as 'off'"}))
+        print(json.dumps({"error": "a viewer is attached before ours: its states would count as 'off'"}))
         sys.exit(2)
     switch = Switch(alloc)
-    reader = Reader(hook, 1.0) if args.viewer else None
-    if reader is not None:
-        reader.start()
+    states = States(hook)
+    viewer = attach_viewer(hook, 1.0) if args.viewer else None
+    if args.viewer and viewer is None:
+        print(json.dumps({"error": "the viewer never attached"}))
+        sys.exit(2)
     blocks = []  # (mode, median step seconds, checkpoints, states, wall seconds)
     for block in range(args.blocks + 1):  # the first, off, is a warm-up
         mode = "on" if block % 2 else "off"
         if mode == "on":
             switch.on()
-            if reader is not None:
-                reader.on.set()
+            states.paused = False
         else:
-            if reader is not None:
-                reader.on.clear()
+            states.paused = True
             switch.off()
-        checkpoints, states = switch.checkpoints, reader.states if reader else 0
+        checkpoints, made = switch.checkpoints, states.count
         began = time.perf_counter()
         times = [train_step(model, optimizer, ids)[1] for _ in range(args.block_steps)]
         wall = time.perf_counter() - began
         if block:
-            blocks.append((mode, statistics.median(times), switch.checkpoints - checkpoints,
-                           (reader.states if reader else 0) - states, wall))
-    if reader is not None:
-        reader.stop = True
+            blocks.append((mode, statistics.median(times), switch.checkpoints - checkpoints, states.count - made, wall))
+    if viewer is not None:
+        viewer.terminate()
+    states.paused = False
     switch.on()
     pairs = []
     for i, (mode, median, _, _, _) in enumerate(blocks):
@@ -113,7 +145,7 @@ def main():
     on = [b for b in blocks if b[0] == "on"]
     off = [b for b in blocks if b[0] == "off"]
     print(json.dumps({
-        "viewer_at_1s": args.viewer,
+        "viewer_at_1s": args.viewer, "ring": switch.entries,
         "blocks": len(blocks), "block_steps": args.block_steps,
         "off_step_ms": round(1000 * statistics.mean(b[1] for b in off), 3),
         "on_step_ms": round(1000 * statistics.mean(b[1] for b in on), 3),
@@ -124,6 +156,7 @@ def main():
         "states_off": sum(b[3] for b in off),
         "history_pieces": len(alloc.history.pieces), "history_bytes": alloc.history.bytes,
         "vm_hwm_kb": int(re.search(r"VmHWM:\s+(\d+) kB", open("/proc/self/status").read()).group(1)),
+        "block_medians_ms": [[b[0], round(1000 * b[1], 3)] for b in blocks],
     }), flush=True)
 
 

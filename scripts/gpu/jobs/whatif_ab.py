@@ -35,6 +35,10 @@ control is the same job in a fresh process with no vramtop and no remedy, judged
 step: where it does not run out of memory there, the OOM vramtop judged was not plain
 PyTorch's, and the workload's rows are counted apart ("not reproduced").
 
+  python3 whatif_ab.py nudge WORKLOAD REMEDY STEP MB...   REMEDY judged at STEP once per
+                                                 MB of device memory taken first outside
+                                                 PyTorch (0: none): does PyTorch's outcome
+                                                 turn on where CUDA places its segments?
   python3 whatif_ab.py scan WORKLOAD CAP_GIB...   the stepped workload without vramtop
                                                  under each cap, plainly and with
                                                  expandable_segments: the step each died
@@ -80,7 +84,29 @@ def conf_for(remedy):
 # ---------------------------------------------------------------- one run of a workload
 
 
+def nudge_address_space():
+    """WHATIF_VA_NUDGE_MB: that much device memory taken first through the CUDA driver
+    (cuMemAlloc on the primary context PyTorch then uses), outside PyTorch's allocator and
+    so outside its history and its cap. It moves where CUDA places PyTorch's segments and
+    nothing else: a remedy whose outcome in PyTorch changes with it turns on something no
+    PyTorch history holds."""
+    megabytes = int(os.environ.get("WHATIF_VA_NUDGE_MB", "0") or 0)
+    if megabytes <= 0:
+        return
+    import ctypes
+
+    cu = ctypes.CDLL("libcuda.so.1")
+    device, context, pointer = ctypes.c_int(), ctypes.c_void_p(), ctypes.c_uint64()
+    for rc in (cu.cuInit(0), cu.cuDeviceGet(ctypes.byref(device), 0),
+               cu.cuDevicePrimaryCtxRetain(ctypes.byref(context), device), cu.cuCtxSetCurrent(context),
+               cu.cuMemAlloc_v2(ctypes.byref(pointer), ctypes.c_size_t(megabytes << 20))):
+        if rc != 0:
+            sys.exit(f"nudge: CUDA driver call failed ({rc})")
+    print(f"nudge: {megabytes} MiB at {pointer.value:#x}", flush=True)
+
+
 def run_job(workload, remedy, stop_at):
+    nudge_address_space()
     import torch  # after PYTORCH_CUDA_ALLOC_CONF is set by the caller
 
     def before_judged():
@@ -256,8 +282,8 @@ def judged_line(text):
     return None
 
 
-def fresh(workload, remedy, stop_at, log):
-    env = dict(os.environ)
+def fresh(workload, remedy, stop_at, log, extra_env=None):
+    env = dict(os.environ, **(extra_env or {}))
     env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
     conf = conf_for(remedy)
     if conf:
@@ -445,6 +471,22 @@ def scan_main(workload, caps):
         print(json.dumps(dict(cap_gib=cap_gib, plain=plain, expandable=expandable)), flush=True)
 
 
+def nudge_main(workload, remedy, stop_at, nudges):
+    """One remedy of a stepped workload judged at `stop_at` (the plain run's OOM step),
+    once per nudge of CUDA's address space (`nudge_address_space`; 0: none), WHATIF_JOBS at
+    a time: does PyTorch's outcome turn on where CUDA places its segments?"""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(megabytes):
+        with tempfile.NamedTemporaryFile(suffix=".log") as log:
+            return fresh(workload, remedy, stop_at, log.name, extra_env={"WHATIF_VA_NUDGE_MB": str(megabytes)})
+
+    with ThreadPoolExecutor(max_workers=max(1, int(os.environ.get("WHATIF_JOBS", "1")))) as pool:
+        for megabytes, judged in zip(nudges, pool.map(one, nudges)):
+            print(json.dumps(dict(workload=workload, remedy=remedy, stop_at=stop_at, nudge_mb=megabytes,
+                                  judged=judged)), flush=True)
+
+
 def table(rows, path, quiet=False):
     def agree(v, p, reproduced):
         if v is None or p is None:
@@ -483,6 +525,8 @@ def table(rows, path, quiet=False):
 if __name__ == "__main__":
     if len(sys.argv) >= 3 and sys.argv[1] == "job":
         job_main(sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else "none")
+    elif len(sys.argv) >= 6 and sys.argv[1] == "nudge":
+        nudge_main(sys.argv[2], sys.argv[3], int(sys.argv[4]), [int(n) for n in sys.argv[5:]])
     elif len(sys.argv) >= 4 and sys.argv[1] == "scan":
         scan_main(sys.argv[2], [float(c) for c in sys.argv[3:]])
     elif len(sys.argv) >= 4 and sys.argv[1] == "ab":

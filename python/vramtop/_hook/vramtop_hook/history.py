@@ -43,9 +43,8 @@ class PickledSnapshot:
     so: Linux on x86-64, the cxx11 string ABI, the symbol under its mangled name (which
     fixes the signature: no arguments). VRAMTOP_RING_READ=0 turns it off."""
 
-    def __init__(self, function, holding_gil, free):
+    def __init__(self, function, free):
         self._function = function
-        self._holding_gil = holding_gil
         self._free = free
 
     @classmethod
@@ -65,29 +64,26 @@ class PickledSnapshot:
         try:
             import ctypes
 
-            # Already loaded by torch: these only take handles on it. Through CDLL a call
-            # releases the GIL; through PyDLL it keeps it.
+            # Already loaded by torch: this only takes a handle on it. Through CDLL a call
+            # releases the GIL.
             function = getattr(ctypes.CDLL(path), PICKLED_SNAPSHOT_SYMBOL)
-            holding_gil = getattr(ctypes.PyDLL(path), PICKLED_SNAPSHOT_SYMBOL)
             free = ctypes.CDLL(None).free
         except (OSError, AttributeError):
             return None, "this torch does not export _memory_snapshot_pickled"
-        for f in (function, holding_gil):
-            f.argtypes = [ctypes.c_void_p]
-            f.restype = ctypes.c_void_p
+        function.argtypes = [ctypes.c_void_p]
+        function.restype = ctypes.c_void_p
         free.argtypes = [ctypes.c_void_p]
         free.restype = None
-        return cls(function, holding_gil, free), None
+        return cls(function, free), None
 
-    def read(self, hold_gil=False):
-        """The pickled snapshot, as bytes. `hold_gil`: the job's threads wait meanwhile
-        (for a small read that must not let the job run on, as at a checkpoint)."""
+    def read(self):
+        """The pickled snapshot, as bytes; the job's threads run on meanwhile."""
         import ctypes
 
         # std::string (libstdc++, cxx11): data pointer, size, then 16 bytes of inline buffer.
         out = ctypes.create_string_buffer(32)
         base = ctypes.addressof(out)
-        (self._holding_gil if hold_gil else self._function)(base)
+        self._function(base)
         data, size = struct.unpack_from("=QQ", out.raw, 0)
         try:
             return ctypes.string_at(data, size)
@@ -119,8 +115,9 @@ class History:
     events, state, ...] from an older checkpoint. The events between a ring's read and its
     clearing are in no piece: vramtop puts in what the next `state` says changed.
 
-    Pieces are added as read (`add`, while a checkpoint holds the job back: an OOM then
-    finds the checkpoint and the history before it in step) and compressed after (`pack`).
+    Pieces are added as read (`add`, before the checkpoint ends: an OOM waits for it, and
+    then finds the checkpoint and the history before it in step) and compressed after
+    (`pack`).
     Past `limit` bytes the oldest pieces go, an events piece with the state before it, so
     the history then begins at a later checkpoint."""
 

@@ -222,6 +222,8 @@ def on_oom(device, alloc_size, limit_bytes, device_free):
         hook = running.hook
         if hook is None or hook.alloc is None or hook.pid != os.getpid():
             return
+        # A checkpoint under way clears the ring before it keeps the new one: let it end.
+        hook.alloc.wait_for_checkpoint()
         generation = hook.alloc.generation
         raw = hook.alloc.raw_snapshot(on_job_thread=True)
         state = hook.alloc.collect(device=int(device), raw=raw)

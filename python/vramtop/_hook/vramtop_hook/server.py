@@ -482,8 +482,8 @@ class Hook:
             if alloc.ring_entries and not alloc.ring_cheap_to_read() and not self.segments_wanted:
                 # Reading the ring now would cost more than the state is worth: a checkpoint
                 # if it is due (its snapshot is cheap), else the stats alone.
-                if alloc.ring_may_be_full():
-                    raw = alloc.restart_ring(self.recording_stacks())
+                if alloc.ring_may_be_full() and alloc.restart_ring(self.recording_stacks()):
+                    raw = alloc.checkpoint_raw()
                 with_segments = raw is not None or not alloc.ring_entries
             state = alloc.collect(raw=raw, segments=with_segments)
             if with_segments:

@@ -8,7 +8,7 @@ import os
 import sys
 
 
-HOOK_VERSION = "1.5.0"
+HOOK_VERSION = "1.6.0"
 PROTOCOL_VERSION = 1
 MAX_FRAME = 16 * 1024 * 1024
 # Viewers only ever send `subscribe`; a bigger frame from one is garbage, not a request.
@@ -73,9 +73,9 @@ def env_entries(name, default):
 # at 4,096 entries, 69 ms at 65,536; 0.55 ms without), holding the GIL. So:
 # - A state read never pays for a ring that may hold more than READ_RING_MAX entries: it
 #   sends stats only, and the viewer keeps the block map of the last read that had one.
-# - Before the ring can fill, the hook takes a checkpoint: history off (which clears the
-#   ring: nothing converted), on again, and a snapshot that now converts only the entries
-#   made since (a handful). That snapshot's segments, kept in memory, plus every event of
+# - Before the ring can fill, the hook takes a checkpoint: the ring cleared in place
+#   (nothing converted), and a snapshot that now converts only the entries made since (a
+#   handful). That snapshot's segments, kept in memory, plus every event of
 #   the ring since, is the job's history from then on: an OOM's file carries both
 #   (`vramtop_oom.checkpoint`), and a replay starts from the checkpoint's segments.
 # - Whether it may fill is told without reading it: the allocations since the checkpoint
@@ -83,7 +83,12 @@ def env_entries(name, default):
 #   `ring_look_period`), counted as 3 entries each (alloc, free_requested, free_completed)
 #   and checkpointed at half the ring, which leaves room for a quarter of the ring between
 #   looks.
-RING_ENTRIES = env_entries("VRAMTOP_RING", 65536)
+# 16,384 entries (hook 1.6; 65,536 before): every entry is read once whichever the size,
+# but PyTorch's C++ read needs about 2.3 KB an entry while it runs, so a read of a bigger
+# ring breaks the 64 MiB bound on the hook's memory (+124.9 MiB peak with 65,536, +58.5
+# with 16,384; hook_memory.py on an H100). The smaller ring checkpoints about four times
+# as often, which cost the GIL 2.3 ms each until the state read moved off it (0.3 ms now).
+RING_ENTRIES = env_entries("VRAMTOP_RING", 16384)
 RING_CHECK_S = 0.25
 # Optimizer steps remembered for a replay (a float each).
 STEP_MARKS = 4096
@@ -104,6 +109,11 @@ ENTRIES_PER_ALLOCATION = 3
 # against +6.9 % with _snapshot(), which turns each entry into a dict under the GIL. The
 # bytes are kept as PyTorch pickled them, zlib-compressed (also without the GIL): nothing
 # here unpickles them (that alone cost +5.4 %); vramtop reads them at the OOM.
+# Hook 1.6: the checkpoint's own state is read the same way, off the GIL, and unpickled only
+# when an OOM or a state needs it; the ring is cleared in place (clear_history) in one call.
+# Before, a checkpoint held the GIL about 2.3 ms (the state read 1.4 to 1.6 ms, unpickling
+# 0.4, the ring off and on 0.2 to 0.65; checkpoint_profile.py on an H100), which a ring small
+# enough for the 64 MiB bound pays several times a second.
 HISTORY_MAX_MB = env_float("VRAMTOP_HISTORY_MB", 32.0)
 PICKLED_SNAPSHOT_SYMBOL = "_ZN5torch4cuda24_memory_snapshot_pickledB5cxx11Ev"
 

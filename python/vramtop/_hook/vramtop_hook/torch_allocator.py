@@ -7,6 +7,7 @@ Stdlib only; nothing here raises into the job.
 import collections
 import os
 import sys
+import threading
 import time
 
 from .history import History, PickledSnapshot
@@ -101,6 +102,10 @@ class TorchAllocator:
         # entries that snapshot already held per device (they are in its segments).
         self.checkpoint = None
         self.restarting = False  # restart_ring between clearing the ring and its checkpoint
+        # Set while no checkpoint is being taken: an OOM waits on it (`wait_for_checkpoint`).
+        self.checkpoint_done = threading.Event()
+        self.checkpoint_done.set()
+        self._clear_in_place = True  # clear_ring: until this PyTorch refuses clear_history
         # Hook 1.5: the ring read off the GIL before each checkpoint, and what it read.
         self.pickled = None
         self.history = History(int(HISTORY_MAX_MB * 1024 * 1024))
@@ -266,18 +271,39 @@ class TorchAllocator:
         except Exception as err:
             self.missing.append("OOM observer refused: %r" % (err,))
 
-    def record_ring(self, entries, stacks=False):
-        """Turn the ring of `entries` on (with stacks for live blocks when `stacks`).
+    def record_ring(self, entries, stacks=False, clear=False):
+        """Turn the ring of `entries` on (with stacks for live blocks when `stacks`); with
+        `clear`, empty it too, in place (`clear_history`).
 
         Annotations are recorded by a callback PyTorch registers per thread unless asked for
         a global one; the ring starts in the job's thread (CUDA's init) and is restarted from
         ours, and a thread-local callback removed from another thread makes PyTorch warn
         "Requested callback is not found" on the job's stderr. Global, it is found."""
         context = "state" if stacks else None
+        extra = {"clear_history": True} if clear else {}
         try:
-            self._record(enabled="all", context=context, stacks="python", max_entries=entries, global_record_annotations=True)
+            self._record(enabled="all", context=context, stacks="python", max_entries=entries,
+                         global_record_annotations=True, **extra)
         except TypeError:
-            self._record(enabled="all", context=context, stacks="python", max_entries=entries)
+            self._record(enabled="all", context=context, stacks="python", max_entries=entries, **extra)
+
+    def clear_ring(self, entries, stacks):
+        """Empty the ring and keep recording, in one call where this PyTorch can.
+
+        recordHistory (CUDACachingAllocator.cpp) empties the ring under its own lock when
+        asked to clear it (`if (!enabled || clearHistory) alloc_buffer.clear()`), and with
+        the same `entries` nothing is resized: safe, unlike shrinking one in place
+        (restart_ring). One call instead of off and on (which also removes and adds
+        PyTorch's annotation callback) is less time holding the GIL. A PyTorch without
+        `clear_history` is turned off and on, as before."""
+        if self._clear_in_place:
+            try:
+                self.record_ring(entries, stacks=stacks, clear=True)
+                return
+            except TypeError:
+                self._clear_in_place = False
+        self._record(enabled=None)
+        self.record_ring(entries, stacks=stacks)
 
     def start_ring(self, entries):
         """Keep PyTorch's alloc/free events per device, without stacks (context=None: no
@@ -380,32 +406,59 @@ class TorchAllocator:
         """The checkpoint as an OOM's file carries it (`vramtop_oom.checkpoint`): the segments
         of `device` then, in PyTorch's own form, and how many of the ring's first entries
         that snapshot had already seen (`skip`: they are in its segments)."""
+        raw = self.checkpoint_raw()
+        if raw is None:
+            return None
+        traces = raw.get("device_traces") or []
+        return {
+            "time_s": self.checkpoint["time_s"],
+            "skip": len(traces[device]) if 0 <= device < len(traces) else 0,
+            "segments": [seg for seg in raw.get("segments") or [] if seg.get("device", device) == device],
+        }
+
+    def checkpoint_raw(self):
+        """The checkpoint's snapshot as _snapshot() gives it, or None. Kept as PyTorch
+        pickled it and unpickled only when asked (at an OOM, or for a state that shows
+        it): unpickling at every checkpoint held the GIL 0.4 ms each time, for nothing."""
         cp = self.checkpoint
         if cp is None:
             return None
-        skips = cp["skip"]
-        return {
-            "time_s": cp["time_s"],
-            "skip": skips[device] if 0 <= device < len(skips) else 0,
-            "segments": [seg for seg in cp["segments"] if seg.get("device", device) == device],
-        }
+        if cp.get("raw") is None:
+            import pickle
+
+            cp["raw"] = pickle.loads(cp["pickled"])
+        return cp["raw"]
+
+    def wait_for_checkpoint(self, timeout_s=2.0):
+        """Let a checkpoint under way end before an OOM reads the ring and the history
+        (from the job's thread, which does not hold the GIL while it waits). The state read
+        that ends a checkpoint runs off the GIL, so the job may run out of memory between
+        the ring's clearing and its new checkpoint; waiting here keeps that OOM's history
+        whole. Bounded: an OOM is never held up for long."""
+        if self.restarting:
+            self.checkpoint_done.wait(timeout_s)
 
     def restart_ring(self, stacks):
         """Checkpoint: read the ring whole where that is cheap and safe (hook 1.5: off the
-        GIL, kept in `history`), clear it, and keep the allocator's segments now (see
-        RING_ENTRIES). Returns the snapshot taken, or None when the ring is gone.
+        GIL, kept in `history`), clear it, and keep the allocator's snapshot now (see
+        RING_ENTRIES). Returns True when a checkpoint was taken (its snapshot is
+        `checkpoint_raw()`), False when the ring is gone.
 
-        Off first, always: only turning history off clears PyTorch's ring, and shrinking
-        one in place (enabled="state" sets 1 entry) leaves a wrapped ring writing past its
-        end: on the H100 (2.11) that killed the job with SIGSEGV. The snapshot is taken with
-        the ring already on again, so no event falls between the two. Reading the segments
-        writes a `snapshot` entry to the ring under the allocator's lock: a replay starts
-        from these segments and the events after that entry.
+        Never resized in place: shrinking a ring (enabled="state" sets 1 entry) leaves a
+        wrapped ring writing past its end: on the H100 (2.11) that killed the job with
+        SIGSEGV (`clear_ring` keeps its size). The snapshot is taken with the ring already
+        recording again, so no event falls between the two: reading the segments writes a
+        `snapshot` entry to the ring under the allocator's lock, and a replay starts from
+        these segments and the events after that entry (`skip`). Events the job's other
+        threads (autograd's) make meanwhile are on either side of that entry, as they
+        happened.
 
-        An OOM in another thread while this runs finds `restarting` set: its file says the
-        history is not complete (the ring is cleared before the new checkpoint is kept)."""
+        Only the clearing holds the GIL. Both reads run off it (hook 1.6): on the H100 the
+        snapshot read held it 1.4 to 1.6 ms a checkpoint, its unpickling 0.4 ms, the ring
+        off and on 0.2 to 0.65 ms. An OOM in the job while this runs finds `restarting`
+        set and waits for the checkpoint (`wait_for_checkpoint`)."""
         if self.user_history or not self.ring_entries:
-            return None
+            return False
         entries = self.ring_entries
         # The ring since the last checkpoint (or the job's start), read whole off the GIL
         # before it is cleared: with no stacks in it (symbolising them takes the GIL) and
@@ -420,55 +473,48 @@ class TorchAllocator:
         whole = whole and self.ring_fill < self.ring_entries
         events = self.read_pickled() if whole else None
         if self.user_history or not self.ring_entries:
-            return None  # the job took the recording over while we read: it is the job's now
+            return False  # the job took the recording over while we read: it is the job's now
         count = self.allocation_count()
+        self.checkpoint_done.clear()
         self.restarting = True
-        state = None
         try:
-            self._record(enabled=None)
-            self.record_ring(entries, stacks=stacks)
-            # Holding the GIL: the job may not run out of memory between the ring's clearing
-            # and the checkpoint that its next entries follow on from.
-            state = self.read_pickled(hold_gil=True) if self.pickled is not None and plain else None
-            if state is not None:
-                import pickle
-
-                raw = pickle.loads(state)
-            else:
-                raw = self.raw_snapshot() or {}
-        except Exception as err:
-            say_once("ring", "cannot restart the event ring (%r): no history from here" % (err,))
-            # Off for good, off first (a ring left on would be read whole at every state,
-            # and the history switches would resize it in place).
+            state, raw = None, None
+            try:
+                self.clear_ring(entries, stacks)
+                state = self.read_pickled() if self.pickled is not None and plain else None
+                if state is None:
+                    raw = self.raw_snapshot() or {}
+            except Exception as err:
+                say_once("ring", "cannot restart the event ring (%r): no history from here" % (err,))
+                # Off for good, off first (a ring left on would be read whole at every
+                # state, and the history switches would resize it in place).
+                self.restarting = False
+                self.retire_ring(stacks)
+                return False
+            self.ring_start_count = count
+            self.ring_fill = 0  # just cleared: a state that reads the ring says more
+            self.checkpoint = {"time_s": time.time(), "pickled": state, "raw": raw}
+            self.keep_history(events, state, from_start=first and self.ring_from_start)
+            # An OOM that read the ring before this checkpoint must not take the checkpoint
+            # and history after it (on_oom compares the generation before and after).
+            self.generation += 1
+        finally:
             self.restarting = False
-            self.retire_ring(stacks)
-            return None
-        self.ring_start_count = count
-        self.ring_fill = max([len(t) for t in raw.get("device_traces") or []] or [0])
-        self.checkpoint = {
-            "time_s": time.time(),
-            "segments": raw.get("segments") or [],
-            "skip": [len(t) for t in raw.get("device_traces") or []],
-        }
-        self.keep_history(events, state, from_start=first and self.ring_from_start)
-        # An OOM that read the ring before this checkpoint must not take the checkpoint
-        # and history after it (on_oom compares the generation before and after).
-        self.generation += 1
-        self.restarting = False
+            self.checkpoint_done.set()
         try:
             self.history.pack()
         except Exception as err:
             say_once("history", "cannot keep the allocator history (%r): from the last checkpoint only" % (err,))
             self.history.clear()
-        return raw
+        return True
 
-    def read_pickled(self, hold_gil=False):
+    def read_pickled(self):
         """The snapshot as PyTorch pickles it (PickledSnapshot), or None; a reader that
         fails once is not used again."""
         if self.pickled is None:
             return None
         try:
-            return self.pickled.read(hold_gil)
+            return self.pickled.read()
         except Exception as err:
             say_once("pickled", "cannot read the event ring off the GIL (%r): history from the last checkpoint only" % (err,))
             self.pickled = None

@@ -216,16 +216,25 @@ def _record_memory_history(enabled="all", context="all", stacks="all", max_entri
                            clear_history=False, compile_context=False, global_record_annotations=False):
     global _history_on, _ring_max, _ring_next
     _lazy_init()  # as the real binding does
-    history_calls.append({"enabled": enabled, "context": context, "stacks": stacks, "max_entries": max_entries})
+    call = {"enabled": enabled, "context": context, "stacks": stacks, "max_entries": max_entries}
+    if clear_history:
+        call["clear_history"] = True
+    history_calls.append(call)
     _history_on = enabled is not None and context in ("state", "alloc", "all")
     # As recordHistory: the ring is max_entries long only with enabled="all", else 1 entry;
-    # turning history off clears it.
-    if enabled is None:
+    # turning history off, or clear_history, clears it.
+    if enabled is None or clear_history:
         _ring.clear()
         _ring_next = 0
-        _ring_max = 0
-    else:
-        _ring_max = max(1, max_entries if enabled == "all" else 1)
+    _ring_max = 0 if enabled is None else max(1, max_entries if enabled == "all" else 1)
+
+
+if "clear_history" in _LACKS:  # PyTorch before clear_history: off and on clears the ring
+    _with_clear = _record_memory_history
+
+    def _record_memory_history(enabled="all", context="all", stacks="all", max_entries=sys.maxsize, device=None,
+                               compile_context=False, global_record_annotations=False):
+        return _with_clear(enabled, context, stacks, max_entries, device, False, compile_context, global_record_annotations)
 
 
 if "memory_snapshot" in _LACKS:
