@@ -78,15 +78,16 @@ class RingLookTest(unittest.TestCase):
     def test_a_fast_job_is_looked_at_before_a_quarter_of_the_ring_fills(self):
         period = vramtop_hook.history.ring_look_period
         slow = vramtop_hook.settings.RING_CHECK_S
-        self.assertEqual(period(100, None, 1.0, 65536), slow)  # no pace yet
-        self.assertEqual(period(100, (0.5, 100), 1.0, 65536), slow)  # nothing allocated
-        # 36,000 allocations a second (108,000 entries, GPT-2's pace): 65,536 entries
-        # take 0.61 s, a quarter of them 0.15 s.
-        self.assertAlmostEqual(period(36000, (0.0, 0), 1.0, 65536), 0.25 * 65536 / 108000)
-        # A quarter-size ring at that pace: looked at every 38 ms.
-        self.assertAlmostEqual(period(36000, (0.0, 0), 1.0, 16384), 0.25 * 16384 / 108000)
+        floor = vramtop_hook.settings.RING_FLOOR_RATE
+        # No pace yet, or a slow one: timed as if at the floor rate (a job's start can burst
+        # from nothing to GPT-2's pace between two looks), but never later than RING_CHECK_S.
+        self.assertAlmostEqual(period(100, None, 1.0, 32768), min(slow, 0.25 * 32768 / floor))
+        self.assertAlmostEqual(period(100, (0.5, 100), 1.0, 32768), min(slow, 0.25 * 32768 / floor))
+        self.assertEqual(period(100, (0.5, 100), 1.0, 10**7), slow)  # a huge ring: the cap
+        # 72,000 allocations a second (216,000 entries, above the floor): a quarter of 32,768
+        # entries fills in 38 ms.
+        self.assertAlmostEqual(period(72000, (0.0, 0), 1.0, 32768), 0.25 * 32768 / 216000)
         self.assertEqual(period(10**9, (0.0, 0), 1.0, 16384), 0.01)
-        self.assertEqual(period(100, (0.0, 0), 1.0, 65536), slow)
 
 
 class StepMarkTest(unittest.TestCase):

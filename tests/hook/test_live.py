@@ -346,7 +346,7 @@ class LiveTest(unittest.TestCase):
         job.do("alloc leak %d" % (2 * MiB))
         # Stacks for live blocks only, on top of the event ring (no stacks in the ring).
         calls = job.do("history")
-        self.assertIn("{'enabled': 'all', 'context': 'state', 'stacks': 'python', 'max_entries': 16384}", calls)
+        self.assertIn("{'enabled': 'all', 'context': 'state', 'stacks': 'python', 'max_entries': 32768}", calls)
         viewer.subscribe(0.05)
         state = viewer.recv_type("state")
         sites = [b["site"] for s in state["segments"] for b in s["blocks"] if b["state"] == "active_allocated"]
@@ -377,19 +377,19 @@ class LiveTest(unittest.TestCase):
     def test_a_ring_the_allocations_may_fill_is_checkpointed_with_no_viewer(self):
         # Cleared in place where PyTorch takes clear_history (one call), else off (which
         # clears it) and at once on again: either way the ring goes on from a checkpoint.
-        cleared = "{'enabled': 'all', 'context': None, 'stacks': 'python', 'max_entries': 13, 'clear_history': True}]"
-        off_and_on = "'max_entries': %d}, {'enabled': 'all', 'context': None, 'stacks': 'python', 'max_entries': 13}]" % sys.maxsize
+        cleared = "{'enabled': 'all', 'context': None, 'stacks': 'python', 'max_entries': 25, 'clear_history': True}]"
+        off_and_on = "'max_entries': %d}, {'enabled': 'all', 'context': None, 'stacks': 'python', 'max_entries': 25}]" % sys.maxsize
         for lacks, clue, ends in (("", "'clear_history': True", cleared), ("clear_history", "'enabled': None", off_and_on)):
             with self.subTest(lacks=lacks):
-                job = self.job(VRAMTOP_RING="13", STUB_TORCH_LACKS=lacks)
+                job = self.job(VRAMTOP_RING="25", STUB_TORCH_LACKS=lacks)
                 job.do("import")
                 job.wait_socket()
                 job.do("init")
                 job.do("alloc a %d" % MiB)
-                job.do("alloc b %d" % MiB)  # 2 allocations: 6 entries at most, under half of 13
+                job.do("alloc b %d" % MiB)  # 2 allocations: 6 entries at most, under a quarter of 25
                 time.sleep(1.0)
                 self.assertNotIn(clue, job.do("history"))
-                job.do("alloc c %d" % MiB)  # 9: it may be half full
+                job.do("alloc c %d" % MiB)  # 9: it may be a quarter full
                 calls = wait_for(lambda: (lambda c: c if clue in c else None)(job.do("history")), timeout=5)
                 self.assertTrue(calls.endswith(ends), calls)
                 self.assertEqual(job.do("traces"), "ok 0")
@@ -424,7 +424,7 @@ class LiveTest(unittest.TestCase):
         hello = wait_for(lambda: (lambda h: h if h["cuda_ready"] else None)(viewer.recv_type("hello")))
         self.assertEqual(hello["ring"], 0)
         calls = job.do("history")
-        self.assertNotIn("'max_entries': 16384", calls)
+        self.assertNotIn("'max_entries': 32768", calls)
 
     def test_an_older_torch_is_served_with_what_it_has_and_told_once(self):
         job = self.job(STUB_TORCH_LACKS="oom_observer,allocator_settings,record_memory_history",

@@ -83,7 +83,7 @@ class OomKeepTest(unittest.TestCase):
         self.assertEqual(actions, ["segment_alloc", "alloc", "segment_alloc", "alloc",
                                    "free_requested", "free_completed", "oom"])
         self.assertFalse(any(e.get("vramtop_added") for e in snapshot["device_traces"][0]))
-        self.assertEqual(snapshot["vramtop_oom"]["ring"], {"max_entries": 16384, "entries": 7, "complete": True, "checkpoint": False})
+        self.assertEqual(snapshot["vramtop_oom"]["ring"], {"max_entries": 32768, "entries": 7, "complete": True, "checkpoint": False})
         self.assertIsNone(snapshot["vramtop_oom"]["checkpoint"])
         self.assertEqual(job.finish()[0], 0)
 

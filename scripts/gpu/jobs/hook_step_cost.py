@@ -85,6 +85,27 @@ class States:
         hook.state_frame = counted
 
 
+def skip_events_read(alloc):
+    """Each checkpoint's first read (the ring, before it is cleared) answers None: what the
+    step costs without the history's ring reads, the state read and clearing kept."""
+    read, clear, cleared = alloc.read_pickled, alloc.clear_ring, [False]
+
+    def read_state_only():
+        return read() if cleared[0] else None
+
+    def clear_then_mark(*a, **k):
+        cleared[0] = True
+        return clear(*a, **k)
+
+    restart = alloc.restart_ring
+
+    def checkpoint(*a, **k):
+        cleared[0] = False
+        return restart(*a, **k)
+
+    alloc.read_pickled, alloc.clear_ring, alloc.restart_ring = read_state_only, clear_then_mark, checkpoint
+
+
 def attach_viewer(hook, interval):
     """viewer.py on the hook's socket, once the hook has it as a viewer (None if not)."""
     here = os.path.dirname(os.path.abspath(__file__))
@@ -102,9 +123,13 @@ def main():
     parser.add_argument("--blocks", type=int, default=120)
     parser.add_argument("--block-steps", type=int, default=40)
     parser.add_argument("--viewer", action="store_true", help="a real viewer at 1 s, its states in 'on' blocks")
+    parser.add_argument("--no-events-read", action="store_true",
+                        help="experiment: checkpoints skip reading the ring before clearing it (no history kept)")
     args = parser.parse_args()
     hook, model, optimizer, ids = warmed_gpt2_under_the_hook()
     alloc = hook.alloc
+    if args.no_events_read:
+        skip_events_read(alloc)
     if not alloc.ring_entries or alloc.pickled is None:
         print(json.dumps({"error": "no ring or no ring reader: %s" % (alloc.missing + [alloc.pickled_missing],)}))
         sys.exit(2)
@@ -145,7 +170,7 @@ def main():
     on = [b for b in blocks if b[0] == "on"]
     off = [b for b in blocks if b[0] == "off"]
     print(json.dumps({
-        "viewer_at_1s": args.viewer, "ring": switch.entries,
+        "viewer_at_1s": args.viewer, "ring": switch.entries, "events_read": not args.no_events_read,
         "blocks": len(blocks), "block_steps": args.block_steps,
         "off_step_ms": round(1000 * statistics.mean(b[1] for b in off), 3),
         "on_step_ms": round(1000 * statistics.mean(b[1] for b in on), 3),

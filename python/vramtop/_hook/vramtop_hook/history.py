@@ -13,21 +13,21 @@ import time
 
 from .settings import (
     ENTRIES_PER_ALLOCATION, HISTORY_MIN_SHARE, HISTORY_PERIOD_S, HISTORY_RATE,
-    PICKLED_SNAPSHOT_SYMBOL, RING_CHECK_S,
+    PICKLED_SNAPSHOT_SYMBOL, RING_CHECK_S, RING_FLOOR_RATE,
 )
 
 
 def ring_look_period(count, last, now, entries):
-    """Seconds to the next look at the ring: RING_CHECK_S, or sooner where at the pace since
-    the last look (`last`: its time and allocation count) a quarter of the ring would fill
-    before then, so that a look always comes before a ring checkpointed at half full can
-    wrap (hook 1.5 reads it whole only then). 10 ms at the least: a look is one stats read."""
-    if count is None or last is None or now <= last[0] or last[1] is None:
-        return RING_CHECK_S
-    rate = ENTRIES_PER_ALLOCATION * max(0, count - last[1]) / (now - last[0])
-    if rate <= 0:
-        return RING_CHECK_S
-    return max(0.01, min(RING_CHECK_S, 0.25 * entries / rate))
+    """Seconds to the next look at the ring: RING_CHECK_S, or sooner where a quarter of the
+    ring would fill before then at the pace since the last look (`last`: its time and
+    allocation count), or at RING_FLOOR_RATE where that pace was slower or is not known
+    yet, so that a look always comes while a ring checkpointed from a quarter full is still
+    under the 0.8 of it that restart_ring reads whole. 10 ms at the least: a look is one
+    stats read (15 us)."""
+    rate = 0.0
+    if count is not None and last is not None and now > last[0] and last[1] is not None:
+        rate = ENTRIES_PER_ALLOCATION * max(0, count - last[1]) / (now - last[0])
+    return max(0.01, min(RING_CHECK_S, 0.25 * entries / max(rate, RING_FLOOR_RATE)))
 
 
 class PickledSnapshot:

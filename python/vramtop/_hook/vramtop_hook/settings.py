@@ -81,14 +81,23 @@ def env_entries(name, default):
 # - Whether it may fill is told without reading it: the allocations since the checkpoint
 #   (the raw stats, 15 us, every RING_CHECK_S, or sooner where the job allocates fast:
 #   `ring_look_period`), counted as 3 entries each (alloc, free_requested, free_completed)
-#   and checkpointed at half the ring, which leaves room for a quarter of the ring between
-#   looks.
-# 16,384 entries (hook 1.6; 65,536 before): every entry is read once whichever the size,
-# but PyTorch's C++ read needs about 2.3 KB an entry while it runs, so a read of a bigger
-# ring breaks the 64 MiB bound on the hook's memory (+124.9 MiB peak with 65,536, +58.5
-# with 16,384; hook_memory.py on an H100). The smaller ring checkpoints about four times
-# as often, which cost the GIL 2.3 ms each until the state read moved off it (0.3 ms now).
-RING_ENTRIES = env_entries("VRAMTOP_RING", 16384)
+#   and checkpointed from a quarter of the ring (RING_CHECKPOINT_SHARE). A look comes
+#   before another quarter can fill at the pace seen, or at RING_FLOOR_RATE where the job
+#   has been slower: the ring is read whole only below 0.8 of it (restart_ring), so a burst
+#   at the job's start (a model built, its first steps) no longer costs the history its
+#   beginning.
+# 32,768 entries checkpointed from a quarter full (hook 1.6; 65,536 from half before):
+# every entry is read once whatever the size, but PyTorch's C++ read needs about 2.3 KB an
+# entry while it runs, so reads of half a 65,536-entry ring broke the 64 MiB bound on the
+# hook's memory (+124.9 MiB peak; +54.9 MiB reading about 8,000 entries at a time;
+# hook_memory.py on an H100). Reads that small mean about six checkpoints a second at a
+# GPT-2 pace, which cost the GIL 2.3 ms each until the state read moved off it (0.3 ms
+# now). A quarter of a bigger ring, rather than half of a smaller one, leaves three
+# quarters of room for a burst between looks.
+RING_ENTRIES = env_entries("VRAMTOP_RING", 32768)
+RING_CHECKPOINT_SHARE = 0.25
+# The pace assumed, at the least, when timing the next look (entries a second): GPT-2's.
+RING_FLOOR_RATE = 100000.0
 RING_CHECK_S = 0.25
 # Optimizer steps remembered for a replay (a float each).
 STEP_MARKS = 4096

@@ -13,7 +13,7 @@ import time
 from .history import History, PickledSnapshot
 from .roles import AllocatedSeries, RoleWatch
 from .settings import (
-    ENTRIES_PER_ALLOCATION, HISTORY_MAX_MB, READ_RING_MAX, STEP_MARKS, say_once,
+    ENTRIES_PER_ALLOCATION, HISTORY_MAX_MB, READ_RING_MAX, RING_CHECKPOINT_SHARE, STEP_MARKS, say_once,
 )
 
 
@@ -366,13 +366,14 @@ class TorchAllocator:
         return ENTRIES_PER_ALLOCATION * max(0, count - self.ring_start_count)
 
     def ring_may_be_full(self):
-        """True when the ring may be half full by now: time for a checkpoint (RING_ENTRIES)."""
+        """True when the ring may be a quarter full by now (RING_CHECKPOINT_SHARE): time for
+        a checkpoint (RING_ENTRIES)."""
         if not self.ring_entries:
             return False
         if not self.ring_from_start and self.checkpoint is None:
             return True  # no start to replay from yet: the checkpoint is one
         estimate = self.ring_estimate()
-        return estimate is None or 2 * estimate >= self.ring_entries
+        return estimate is None or estimate >= RING_CHECKPOINT_SHARE * self.ring_entries
 
     def ring_cheap_to_read(self):
         """Whether a snapshot now converts few enough ring entries (READ_RING_MAX)."""
@@ -462,7 +463,7 @@ class TorchAllocator:
         entries = self.ring_entries
         # The ring since the last checkpoint (or the job's start), read whole off the GIL
         # before it is cleared: with no stacks in it (symbolising them takes the GIL) and
-        # none of it overwritten (at most half full when checkpoints keep pace).
+        # none of it overwritten (a quarter full or a little more when checkpoints keep pace).
         first = self.checkpoint is None
         plain = not stacks and not self.frames_recorded()
         whole = (not first or self.ring_from_start) and plain
