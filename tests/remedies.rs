@@ -927,17 +927,22 @@ fn gpu_kept_histories_of_training_loops_give_pytorchs_outcomes_on_both_paths() {
         ),
         ("empty_cache() between steps", CannotTell),
     ];
+    // The `_hook16` files were kept by hook 1.6 (a 32,768-entry ring checkpointed from a
+    // quarter full, each checkpoint's segments read off the GIL), so even these short jobs'
+    // histories come stitched from pieces, gaps filled; PyTorch's outcomes were the same.
     for (name, outcomes, steps, stitched) in [
         ("history_gpt2mixed_cap15g", gpt2mixed, 93, true),
         ("ring_gpt2var_step20", gpt2var, 20, false),
         ("ring_kvcache_steps", kvcache_steps, 85, false),
+        ("history_gpt2var_hook16", gpt2var, 20, true),
+        ("history_kvcache_steps_hook16", kvcache_steps, 85, true),
     ] {
         let path = fixture(&format!("{name}.pickle.gz"));
         let file = trace::load(&path).unwrap_or_else(|e| panic!("{name}: {e}"));
         let kept = file.stats.kept_oom.clone().expect("a file the hook kept");
         assert!(kept.ring_complete, "{name}");
-        // gpt2mixed's history came in pieces read before the hook's checkpoints, from the
-        // job's start; the others' fitted in the ring alone.
+        // gpt2mixed's history and the `_hook16` files' came in pieces read before the hook's
+        // checkpoints, from the job's start; the others' fitted in the ring alone.
         let pieces = kept.history.as_ref().map(|h| (h.pieces > 1, h.from_start));
         assert_eq!(pieces, stitched.then_some((true, true)), "{name}");
         // From the job's first allocation: no blocks live before the history begins.
