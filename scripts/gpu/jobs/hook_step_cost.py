@@ -106,6 +106,32 @@ def skip_events_read(alloc):
     alloc.read_pickled, alloc.clear_ring, alloc.restart_ring = read_state_only, clear_then_mark, checkpoint
 
 
+def record_from_a_helper_thread(alloc):
+    """record_ring, called from a short-lived thread with global_record_annotations=False:
+    PyTorch registers its annotation callback (a RecordFunction callback) local to that
+    thread, not global. The first 'off' removes the global one the hook began with."""
+    import threading
+
+    def record_elsewhere(entries, stacks=False, clear=False):
+        extra = {"clear_history": True} if clear else {}
+        failed = []
+
+        def call():
+            try:
+                alloc._record(enabled="all", context="state" if stacks else None, stacks="python",
+                              max_entries=entries, **extra)
+            except Exception as err:  # noqa: BLE001 - reported below, on the caller's thread
+                failed.append(err)
+
+        helper = threading.Thread(target=call)
+        helper.start()
+        helper.join()
+        if failed:
+            raise failed[0]
+
+    alloc.record_ring = record_elsewhere
+
+
 def attach_viewer(hook, interval):
     """viewer.py on the hook's socket, once the hook has it as a viewer (None if not)."""
     here = os.path.dirname(os.path.abspath(__file__))
@@ -125,11 +151,16 @@ def main():
     parser.add_argument("--viewer", action="store_true", help="a real viewer at 1 s, its states in 'on' blocks")
     parser.add_argument("--no-events-read", action="store_true",
                         help="experiment: checkpoints skip reading the ring before clearing it (no history kept)")
+    parser.add_argument("--annotations-elsewhere", action="store_true",
+                        help="experiment: the ring turned on from a helper thread with PyTorch's annotation "
+                             "callback local to it, so the job's own ops never meet it")
     args = parser.parse_args()
     hook, model, optimizer, ids = warmed_gpt2_under_the_hook()
     alloc = hook.alloc
     if args.no_events_read:
         skip_events_read(alloc)
+    if args.annotations_elsewhere:
+        record_from_a_helper_thread(alloc)
     if not alloc.ring_entries or alloc.pickled is None:
         print(json.dumps({"error": "no ring or no ring reader: %s" % (alloc.missing + [alloc.pickled_missing],)}))
         sys.exit(2)
@@ -171,6 +202,7 @@ def main():
     off = [b for b in blocks if b[0] == "off"]
     print(json.dumps({
         "viewer_at_1s": args.viewer, "ring": switch.entries, "events_read": not args.no_events_read,
+        "annotations_elsewhere": args.annotations_elsewhere,
         "blocks": len(blocks), "block_steps": args.block_steps,
         "off_step_ms": round(1000 * statistics.mean(b[1] for b in off), 3),
         "on_step_ms": round(1000 * statistics.mean(b[1] for b in on), 3),
