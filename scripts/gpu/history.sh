@@ -3,7 +3,7 @@
 #   1. remedies A/B: each workload once under a plain `vramtop run` (its live verdicts and
 #      the kept file's replay), then each remedy in a fresh process (PyTorch's outcome);
 #   2. what the hook's states cost a GPT-2 step, in one process (hook_read_cost.py), with
-#      the default ring (65,536 entries, checkpointed) and with none;
+#      a 65,536-entry ring (hook 1.5's default, checkpointed) and with none;
 #   3. the hook's host memory with and without the ring (VmHWM of the same GPT-2 loop);
 #   4. what reading the ring whole before each checkpoint costs a GPT-2 step (hook 1.5), in
 #      one process (ring_history_cost.py), and what PyTorch's C++ read itself costs
@@ -17,8 +17,8 @@
 #               entries side by side (MEMORY_CASES: "RING" or "RING:--trim" for
 #               malloc_trim after every read); the figure is each one's peak over its own
 #               start (baselines differ between processes)
-#   profile     where a checkpoint's time goes (checkpoint_profile.py), default ring and
-#               a quarter of it
+#   profile     where a checkpoint's time goes (checkpoint_profile.py), rings of 32768
+#               (the default) and 16384 (RINGS sets others)
 #   scan CAP... where gpt2mixed dies under each cap, plainly and with expandable segments
 # WHATIF_JOBS runs that many remedy processes side by side in `ab` (each under its cap).
 # Usage: scripts/gpu/history.sh path/to/vramtop [ab|cost|step-cost|memory|profile|scan|all] [arg...]
@@ -40,7 +40,7 @@ fi
 
 if [ "$PART" = step-cost ]; then
   # RINGS: the ring sizes to run (default the hook's); VIEWERS: "none", "real" or both.
-  for ring in ${RINGS:-65536}; do
+  for ring in ${RINGS:-32768}; do
     for viewer in ${VIEWERS:-none real}; do
       flag=$([ "$viewer" = real ] && echo --viewer)
       VRAMTOP_RING=$ring "$BIN" run --quiet -- python3 hook_step_cost.py $flag "$@" \
@@ -51,7 +51,7 @@ if [ "$PART" = step-cost ]; then
 fi
 
 if [ "$PART" = profile ]; then
-  for ring in 65536 16384; do
+  for ring in ${RINGS:-32768 16384}; do
     VRAMTOP_RING=$ring "$BIN" run --quiet -- python3 checkpoint_profile.py "$@" \
       > "$OUT/profile-ring$ring.json" 2> "$OUT/profile-ring$ring.err"
     echo "checkpoint parts, ring $ring: $(tail -1 "$OUT/profile-ring$ring.json")"

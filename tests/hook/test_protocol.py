@@ -397,6 +397,12 @@ class CheckpointTest(unittest.TestCase):
             torch.cuda.stub_free("cp-before")
             torch.cuda.stub_free("cp-after")
 
+    def test_a_checkpoint_that_cannot_be_unpickled_is_left_out_not_raised(self):
+        alloc = hook.torch_allocator.TorchAllocator(self.torch)
+        alloc.checkpoint = {"time_s": 1.0, "pickled": b"not a pickle", "raw": None}
+        self.assertIsNone(alloc.checkpoint_of(0))  # the OOM's file goes on without it
+        self.assertIsNone(alloc.checkpoint_raw())
+
     def test_an_oom_during_a_checkpoint_waits_for_it_and_never_for_long(self):
         import threading
 
@@ -415,11 +421,58 @@ class CheckpointTest(unittest.TestCase):
         alloc.wait_for_checkpoint()
         order.append("oom read")
         self.assertEqual(order, ["checkpoint kept", "oom read"])
-        # A checkpoint that never ends does not hold the OOM past the bound.
+        # A checkpoint that never ends does not hold the OOM past the bound (a wait that
+        # ignored it would hang here; 5 s leaves room for a slow machine).
         alloc.restarting = True
         alloc.checkpoint_done.clear()
+        began = time.monotonic()
         alloc.wait_for_checkpoint(timeout_s=0.05)
-        self.assertTrue(alloc.restarting)
+        self.assertLess(time.monotonic() - began, 5.0)
+
+    def test_the_oom_observer_reads_the_allocator_only_after_a_checkpoint_under_way(self):
+        import tempfile
+        import threading
+
+        alloc = hook.torch_allocator.TorchAllocator(self.torch)
+        order = []
+        taken = alloc.raw_snapshot
+
+        def raw_snapshot(on_job_thread=False):
+            order.append("oom read")
+            return taken(on_job_thread=on_job_thread)
+
+        alloc.raw_snapshot = raw_snapshot
+
+        class Hook:
+            pid = os.getpid()
+            kept = {}
+            listener = None
+
+        Hook.alloc = alloc
+        alloc.restarting = True
+        alloc.checkpoint_done.clear()
+
+        def checkpoint_ends():
+            time.sleep(0.1)
+            order.append("checkpoint kept")
+            alloc.restarting = False
+            alloc.checkpoint_done.set()
+
+        saved, saved_dir = hook.running.hook, os.environ.get("VRAMTOP_OOM_DIR")
+        with tempfile.TemporaryDirectory() as oom_dir:
+            os.environ["VRAMTOP_OOM_DIR"] = oom_dir
+            try:
+                hook.running.hook = Hook()
+                threading.Thread(target=checkpoint_ends).start()
+                hook.oom.on_oom(0, 1 << 20, 1 << 30, 0)
+            finally:
+                hook.running.hook = saved
+                if saved_dir is None:
+                    os.environ.pop("VRAMTOP_OOM_DIR", None)
+                else:
+                    os.environ["VRAMTOP_OOM_DIR"] = saved_dir
+            self.assertEqual(order, ["checkpoint kept", "oom read"])
+            self.assertIn("oom", Hook.kept)  # the observer went on to its report
 
 
 if __name__ == "__main__":

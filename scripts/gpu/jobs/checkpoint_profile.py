@@ -3,8 +3,8 @@
 `restart_ring` timed by wrappers (the ring read off the GIL, the ring cleared, the state
 read off the GIL, the history's compression), per checkpoint. Since hook 1.6 only the
 clearing and the bookkeeping between the parts hold the GIL: `gil_held_ms_mean` is a
-checkpoint in all less its reads and its compression (which release it), an upper bound
-on what the job's thread can wait for it.
+checkpoint in all less its reads and its compression (which release it). An estimate: the
+reads' own times include getting the GIL back, so it can read low (even below 0).
 
   VRAMTOP_RING=16384 vramtop run --quiet -- python3 checkpoint_profile.py [--steps 600]
 Prints one JSON line: per part, the calls and the mean and total milliseconds, and the

@@ -10,8 +10,9 @@ difference is what the history and the states add, not the hook's import.
 Each block's median step is compared with the mean of the medians of the blocks either side
 (the step time drifts a few % over minutes; the median drops the odd slow step). A block
 must be long enough to reach the hook's checkpoints at the job's own pace: each 'on' block
-starts the ring afresh, and 8 steps of GPT-2 (23,000 entries) never half-fill the default
-ring, so such blocks measure the recording alone (seen on the H100: 0 checkpoints).
+starts the ring afresh, and 8 steps of GPT-2 (23,000 entries) never half-filled hook 1.5's
+ring of 65,536, so such blocks measured the recording alone (seen on the H100: 0
+checkpoints); a ring of 2,000,000 does the same for blocks of 40.
 
 --viewer attaches a real viewer (viewer.py, a subprocess on the hook's socket, states at
 1 s) for the whole run; its states are made in 'on' blocks only (the hook's own thread
@@ -45,10 +46,10 @@ class Switch:
         restart = alloc.restart_ring
 
         def counted(stacks):
-            raw = restart(stacks)
-            if raw is not None:
+            taken = restart(stacks)
+            if taken:
                 self.checkpoints += 1
-            return raw
+            return taken
 
         alloc.restart_ring = counted
 

@@ -249,9 +249,9 @@ def on_oom(device, alloc_size, limit_bytes, device_free):
             "step_series": hook.alloc.step_series.of(int(device)),
             "roles": hook.alloc.roles.at_oom(int(device)),
         }
-        if hook.alloc.generation != generation:
-            # A checkpoint came between the ring read above and its checkpoint and history:
-            # they do not follow on from each other; the state at the OOM stands alone.
+        if hook.alloc.generation != generation or hook.alloc.restarting:
+            # A checkpoint began or ended between the ring read above and its checkpoint and
+            # history: they do not follow on from each other; the state at the OOM stands alone.
             if message["ring"]:
                 message["ring"] = dict(message["ring"], complete=False)
             message["checkpoint"] = message["history"] = None

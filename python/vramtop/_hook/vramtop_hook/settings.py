@@ -92,8 +92,8 @@ def env_entries(name, default):
 # hook's memory (+124.9 MiB peak; +54.9 MiB reading about 8,000 entries at a time;
 # hook_memory.py on an H100). Reads that small mean about six checkpoints a second at a
 # GPT-2 pace, which cost the GIL 2.3 ms each until the state read moved off it (0.3 ms
-# now). A quarter of a bigger ring, rather than half of a smaller one, leaves three
-# quarters of room for a burst between looks.
+# now). A quarter of a bigger ring, rather than half of a smaller one, leaves more room for
+# a burst between looks: up to 0.8 of the ring, under which restart_ring reads it whole.
 RING_ENTRIES = env_entries("VRAMTOP_RING", 32768)
 RING_CHECKPOINT_SHARE = 0.25
 # The pace assumed, at the least, when timing the next look (entries a second): GPT-2's.

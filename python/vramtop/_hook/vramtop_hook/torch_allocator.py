@@ -109,7 +109,7 @@ class TorchAllocator:
         # Hook 1.5: the ring read off the GIL before each checkpoint, and what it read.
         self.pickled = None
         self.history = History(int(HISTORY_MAX_MB * 1024 * 1024))
-        self.generation = 0  # checkpoints taken so far
+        self.generation = 0  # bumped as each checkpoint begins and again as it ends
         self._uuids = {}  # device -> its GPU's UUID (device_uuid)
         # When the job's optimizers stepped (time.time()), the last STEP_MARKS of them: a
         # replay empties the cache there to judge `empty_cache()` between steps.
@@ -407,27 +407,33 @@ class TorchAllocator:
         """The checkpoint as an OOM's file carries it (`vramtop_oom.checkpoint`): the segments
         of `device` then, in PyTorch's own form, and how many of the ring's first entries
         that snapshot had already seen (`skip`: they are in its segments)."""
-        raw = self.checkpoint_raw()
+        cp = self.checkpoint  # read once: the hook's thread may replace or drop it meanwhile
+        raw = self.checkpoint_raw(cp)
         if raw is None:
             return None
         traces = raw.get("device_traces") or []
         return {
-            "time_s": self.checkpoint["time_s"],
+            "time_s": cp["time_s"],
             "skip": len(traces[device]) if 0 <= device < len(traces) else 0,
             "segments": [seg for seg in raw.get("segments") or [] if seg.get("device", device) == device],
         }
 
-    def checkpoint_raw(self):
-        """The checkpoint's snapshot as _snapshot() gives it, or None. Kept as PyTorch
-        pickled it and unpickled only when asked (at an OOM, or for a state that shows
-        it): unpickling at every checkpoint held the GIL 0.4 ms each time, for nothing."""
-        cp = self.checkpoint
+    def checkpoint_raw(self, cp=None):
+        """The snapshot of the checkpoint `cp` (the last one by default) as _snapshot() gives
+        it, or None. Kept as PyTorch pickled it and unpickled only when asked (at an OOM, or
+        for a state that shows it): unpickling at every checkpoint held the GIL 0.4 ms each
+        time, for nothing."""
+        cp = self.checkpoint if cp is None else cp
         if cp is None:
             return None
         if cp.get("raw") is None:
             import pickle
 
-            cp["raw"] = pickle.loads(cp["pickled"])
+            try:
+                cp["raw"] = pickle.loads(cp["pickled"])
+            except Exception as err:  # an OOM's file goes on without the checkpoint
+                say_once("checkpoint", "cannot read the ring's checkpoint (%r): an OOM's history starts later" % (err,))
+                return None
         return cp["raw"]
 
     def wait_for_checkpoint(self, timeout_s=2.0):
@@ -478,6 +484,9 @@ class TorchAllocator:
         count = self.allocation_count()
         self.checkpoint_done.clear()
         self.restarting = True
+        # An OOM that read the generation before this point sees it change (on_oom): from
+        # here the ring and the checkpoint it read no longer follow on from each other.
+        self.generation += 1
         try:
             state, raw = None, None
             try:
@@ -496,8 +505,7 @@ class TorchAllocator:
             self.ring_fill = 0  # just cleared: a state that reads the ring says more
             self.checkpoint = {"time_s": time.time(), "pickled": state, "raw": raw}
             self.keep_history(events, state, from_start=first and self.ring_from_start)
-            # An OOM that read the ring before this checkpoint must not take the checkpoint
-            # and history after it (on_oom compares the generation before and after).
+            # And once more now that both are replaced (on_oom compares before and after).
             self.generation += 1
         finally:
             self.restarting = False
