@@ -403,31 +403,30 @@ class CheckpointTest(unittest.TestCase):
         self.assertIsNone(alloc.checkpoint_of(0))  # the OOM's file goes on without it
         self.assertIsNone(alloc.checkpoint_raw())
 
-    def test_an_oom_during_a_checkpoint_waits_for_it_and_never_for_long(self):
-        import threading
-
+    def test_a_checkpoint_waits_while_an_oom_reads(self):
         alloc = hook.torch_allocator.TorchAllocator(self.torch)
-        order = []
-        alloc.restarting = True
-        alloc.checkpoint_done.clear()
+        alloc.start_ring(64)
+        saved = hook.torch_allocator.OOM_WAIT_S
+        try:
+            hook.torch_allocator.OOM_WAIT_S = 0.05
+            with alloc.reading_at_oom():
+                # The ring stays as the OOM reads it: no checkpoint clears it meanwhile.
+                self.assertFalse(alloc.restart_ring(stacks=False))
+            self.assertTrue(alloc.restart_ring(stacks=False))
+        finally:
+            hook.torch_allocator.OOM_WAIT_S = saved
+            alloc._record(enabled=None)
 
-        def checkpoint_ends():
-            time.sleep(0.1)
-            order.append("checkpoint kept")
-            alloc.restarting = False
-            alloc.checkpoint_done.set()
-
-        threading.Thread(target=checkpoint_ends).start()
-        alloc.wait_for_checkpoint()
-        order.append("oom read")
-        self.assertEqual(order, ["checkpoint kept", "oom read"])
+    def test_an_ooms_reads_wait_for_a_checkpoint_and_never_for_long(self):
+        alloc = hook.torch_allocator.TorchAllocator(self.torch)
         # A checkpoint that never ends does not hold the OOM past the bound (a wait that
         # ignored it would hang here; 5 s leaves room for a slow machine).
-        alloc.restarting = True
-        alloc.checkpoint_done.clear()
+        alloc.checkpoint_lock.acquire()
         began = time.monotonic()
-        alloc.wait_for_checkpoint(timeout_s=0.05)
+        with alloc.reading_at_oom(timeout_s=0.05):
+            pass
         self.assertLess(time.monotonic() - began, 5.0)
+        alloc.checkpoint_lock.release()
 
     def test_the_oom_observer_reads_the_allocator_only_after_a_checkpoint_under_way(self):
         import tempfile
@@ -449,14 +448,12 @@ class CheckpointTest(unittest.TestCase):
             listener = None
 
         Hook.alloc = alloc
-        alloc.restarting = True
-        alloc.checkpoint_done.clear()
+        alloc.checkpoint_lock.acquire()  # a checkpoint under way
 
         def checkpoint_ends():
             time.sleep(0.1)
             order.append("checkpoint kept")
-            alloc.restarting = False
-            alloc.checkpoint_done.set()
+            alloc.checkpoint_lock.release()
 
         saved, saved_dir = hook.running.hook, os.environ.get("VRAMTOP_OOM_DIR")
         with tempfile.TemporaryDirectory() as oom_dir:
@@ -473,6 +470,7 @@ class CheckpointTest(unittest.TestCase):
                     os.environ["VRAMTOP_OOM_DIR"] = saved_dir
             self.assertEqual(order, ["checkpoint kept", "oom read"])
             self.assertIn("oom", Hook.kept)  # the observer went on to its report
+            self.assertFalse(alloc.checkpoint_lock.locked())  # and let checkpoints go on
 
 
 if __name__ == "__main__":

@@ -222,11 +222,19 @@ def on_oom(device, alloc_size, limit_bytes, device_free):
         hook = running.hook
         if hook is None or hook.alloc is None or hook.pid != os.getpid():
             return
-        # A checkpoint under way clears the ring before it keeps the new one: let it end.
-        hook.alloc.wait_for_checkpoint()
-        generation = hook.alloc.generation
-        raw = hook.alloc.raw_snapshot(on_job_thread=True)
-        state = hook.alloc.collect(device=int(device), raw=raw)
+        alloc = hook.alloc
+        # The ring, the checkpoint and the history read as one: a checkpoint under way
+        # (it clears the ring before it keeps the new state) ends first, and none begins
+        # while they are read (`reading_at_oom`).
+        with alloc.reading_at_oom():
+            generation = alloc.generation
+            raw = alloc.raw_snapshot(on_job_thread=True)
+            state = alloc.collect(device=int(device), raw=raw)
+            ring = alloc.ring_of(raw, int(device))
+            checkpoint = alloc.checkpoint_of(int(device))
+            history = alloc.history_of()
+            # Only where the wait timed out: a checkpoint came between these reads.
+            followed_on = alloc.generation == generation and not alloc.restarting
         stats = state["stats"]
         message = {
             "type": "oom",
@@ -241,17 +249,17 @@ def on_oom(device, alloc_size, limit_bytes, device_free):
             "segments": state["segments"],
             "truncated": state["truncated"],
             "summary": oom_summary(alloc_size, stats, device_free),
-            "ring": hook.alloc.ring_of(raw, int(device)),
-            "checkpoint": hook.alloc.checkpoint_of(int(device)),
-            "history": hook.alloc.history_of(),
+            "ring": ring,
+            "checkpoint": checkpoint,
+            "history": history,
             "steps": list(hook.alloc.steps),
             "series": hook.alloc.series.of(int(device)),
             "step_series": hook.alloc.step_series.of(int(device)),
             "roles": hook.alloc.roles.at_oom(int(device)),
         }
-        if hook.alloc.generation != generation or hook.alloc.restarting:
-            # A checkpoint began or ended between the ring read above and its checkpoint and
-            # history: they do not follow on from each other; the state at the OOM stands alone.
+        if not followed_on:
+            # The ring read above and the checkpoint and history do not follow on from each
+            # other: the state at the OOM stands alone.
             if message["ring"]:
                 message["ring"] = dict(message["ring"], complete=False)
             message["checkpoint"] = message["history"] = None

@@ -5,6 +5,7 @@ Stdlib only; nothing here raises into the job.
 """
 
 import collections
+import contextlib
 import os
 import sys
 import threading
@@ -31,6 +32,9 @@ STAT_KEYS = (
     ("num_device_free", "num_device_free"),
 )
 MAX_BLOCKS = 200000
+# The longest an OOM's reads wait for a checkpoint under way, and a checkpoint for an OOM's
+# reads (seconds; tests shorten it).
+OOM_WAIT_S = 2.0
 BLOCK_STATES = ("active_allocated", "active_pending_free", "inactive")
 
 
@@ -102,9 +106,10 @@ class TorchAllocator:
         # entries that snapshot already held per device (they are in its segments).
         self.checkpoint = None
         self.restarting = False  # restart_ring between clearing the ring and its checkpoint
-        # Set while no checkpoint is being taken: an OOM waits on it (`wait_for_checkpoint`).
-        self.checkpoint_done = threading.Event()
-        self.checkpoint_done.set()
+        # Held by a checkpoint from clearing the ring to keeping its state, and by an OOM
+        # while it reads the ring, the checkpoint and the history (`reading_at_oom`): an
+        # OOM's file never pairs a ring with a checkpoint it does not follow on from.
+        self.checkpoint_lock = threading.Lock()
         self._clear_in_place = True  # clear_ring: until this PyTorch refuses clear_history
         # Hook 1.5: the ring read off the GIL before each checkpoint, and what it read.
         self.pickled = None
@@ -436,20 +441,26 @@ class TorchAllocator:
                 return None
         return cp["raw"]
 
-    def wait_for_checkpoint(self, timeout_s=2.0):
-        """Let a checkpoint under way end before an OOM reads the ring and the history
-        (from the job's thread, which does not hold the GIL while it waits). The state read
-        that ends a checkpoint runs off the GIL, so the job may run out of memory between
-        the ring's clearing and its new checkpoint; waiting here keeps that OOM's history
-        whole. Bounded: an OOM is never held up for long."""
-        if self.restarting:
-            self.checkpoint_done.wait(timeout_s)
+    @contextlib.contextmanager
+    def reading_at_oom(self, timeout_s=None):
+        """For an OOM's reads of the ring, the checkpoint and the history: a checkpoint under
+        way ends first, and none begins meanwhile. The state read that ends a checkpoint
+        runs off the GIL, so the job may run out of memory between the ring's clearing and
+        its new checkpoint; and the hook's thread runs whenever the OOM's thread lets the
+        GIL go. The job's thread does not hold the GIL while it waits. Bounded: past
+        OOM_WAIT_S the OOM reads anyway (the generation check then tells)."""
+        held = self.checkpoint_lock.acquire(timeout=OOM_WAIT_S if timeout_s is None else timeout_s)
+        try:
+            yield
+        finally:
+            if held:
+                self.checkpoint_lock.release()
 
     def restart_ring(self, stacks):
         """Checkpoint: read the ring whole where that is cheap and safe (hook 1.5: off the
         GIL, kept in `history`), clear it, and keep the allocator's snapshot now (see
         RING_ENTRIES). Returns True when a checkpoint was taken (its snapshot is
-        `checkpoint_raw()`), False when the ring is gone.
+        `checkpoint_raw()`), False when the ring is gone or an OOM's reads held it off.
 
         Never resized in place: shrinking a ring (enabled="state" sets 1 entry) leaves a
         wrapped ring writing past its end: on the H100 (2.11) that killed the job with
@@ -462,8 +473,8 @@ class TorchAllocator:
 
         Only the clearing holds the GIL. Both reads run off it (hook 1.6): on the H100 the
         snapshot read held it 1.4 to 1.6 ms a checkpoint, its unpickling 0.4 ms, the ring
-        off and on 0.2 to 0.65 ms. An OOM in the job while this runs finds `restarting`
-        set and waits for the checkpoint (`wait_for_checkpoint`)."""
+        off and on 0.2 to 0.65 ms. From the clearing to the new checkpoint it holds
+        `checkpoint_lock`, which an OOM's reads wait for (`reading_at_oom`)."""
         if self.user_history or not self.ring_entries:
             return False
         entries = self.ring_entries
@@ -482,7 +493,8 @@ class TorchAllocator:
         if self.user_history or not self.ring_entries:
             return False  # the job took the recording over while we read: it is the job's now
         count = self.allocation_count()
-        self.checkpoint_done.clear()
+        if not self.checkpoint_lock.acquire(timeout=OOM_WAIT_S):
+            return False  # an OOM is reading: the next look checkpoints
         self.restarting = True
         # An OOM that read the generation before this point sees it change (on_oom): from
         # here the ring and the checkpoint it read no longer follow on from each other.
@@ -509,7 +521,7 @@ class TorchAllocator:
             self.generation += 1
         finally:
             self.restarting = False
-            self.checkpoint_done.set()
+            self.checkpoint_lock.release()
         try:
             self.history.pack()
         except Exception as err:
