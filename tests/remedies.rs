@@ -424,20 +424,26 @@ fn gpu_kept_files_with_the_whole_history_give_pytorchs_outcomes_on_both_paths() 
 /// kvcache with its whole history (27,683 events), gpt2var and gpt2mixed from the hook's
 /// checkpoint (4,340 and 26,593 events since). PyTorch's outcome for each remedy is its
 /// own, each in a fresh process (tests/fixtures/README.md).
+/// The kvcache jobs' outcomes in PyTorch: every allocator setting failed; `empty_cache`
+/// is the row that differs between them.
+fn every_setting_fails_and(empty_cache: (&'static str, Verdict)) -> Vec<(&'static str, Verdict)> {
+    vec![
+        ("expandable_segments:True", Verdict::Fails),
+        ("max_split_size_mb", Verdict::Fails),
+        ("roundup_power2_divisions:4", Verdict::Fails),
+        ("garbage_collection_threshold:0.6", Verdict::Fails),
+        (
+            "expandable_segments:True,garbage_collection_threshold:0.6",
+            Verdict::Fails,
+        ),
+        empty_cache,
+    ]
+}
+
 #[test]
 fn gpu_kept_files_of_stepped_jobs_give_pytorchs_outcomes_on_both_paths() {
     use Verdict::{Fails, Fits};
-    let all_fail: &[(&str, Verdict)] = &[
-        ("expandable_segments:True", Fails),
-        ("max_split_size_mb", Fails),
-        ("roundup_power2_divisions:4", Fails),
-        ("garbage_collection_threshold:0.6", Fails),
-        (
-            "expandable_segments:True,garbage_collection_threshold:0.6",
-            Fails,
-        ),
-        ("empty_cache()", Fails),
-    ];
+    let all_fail = &every_setting_fails_and(("empty_cache()", Fails))[..];
     // gpt2var's max_split_size_mb:512 fitted in one run of PyTorch and failed in another
     // (same job, same settings): no history decides it, and vramtop says it cannot tell
     // (it said "fits" when it took the replay's lone fit at 512 for an answer).
@@ -916,17 +922,7 @@ fn gpu_kept_histories_of_training_loops_give_pytorchs_outcomes_on_both_paths() {
     // PyTorch failed every remedy. `empty_cache() between steps` is replayed now that the
     // job marked its steps, and the replays under CUDA's possible address orders disagree
     // (the trace's and bottom-up fit, top-down and scattered fail): left open, not guessed.
-    let kvcache_steps: &[(&str, Verdict)] = &[
-        ("expandable_segments:True", Fails),
-        ("max_split_size_mb", Fails),
-        ("roundup_power2_divisions:4", Fails),
-        ("garbage_collection_threshold:0.6", Fails),
-        (
-            "expandable_segments:True,garbage_collection_threshold:0.6",
-            Fails,
-        ),
-        ("empty_cache() between steps", CannotTell),
-    ];
+    let kvcache_steps = &every_setting_fails_and(("empty_cache() between steps", CannotTell))[..];
     // The `_hook16` files were kept by hook 1.6 (a 32,768-entry ring checkpointed from a
     // quarter full, each checkpoint's segments read off the GIL), so even these short jobs'
     // histories come stitched from pieces, gaps filled; PyTorch's outcomes were the same.

@@ -38,6 +38,18 @@ def spread(values):
             "ci95": [round(mean - half, 4), round(mean + half, 4)]}
 
 
+def on_vs_off(blocks):
+    """Each 'on' block's step time (blocks: (mode, seconds, ...) in order) against the mean
+    of the 'off' blocks either side of it, in % (the step time drifts over minutes)."""
+    pairs = []
+    for i, block in enumerate(blocks):
+        if block[0] != "on" or i == 0 or i + 1 >= len(blocks):
+            continue
+        off = (blocks[i - 1][1] + blocks[i + 1][1]) / 2
+        pairs.append(100.0 * (block[1] - off) / off)
+    return pairs
+
+
 class Reader(threading.Thread):
     """Makes the hook's states at `rate` per second while `on` is set."""
 

@@ -32,7 +32,7 @@ import subprocess
 import sys
 import time
 
-from hook_read_cost import spread, warmed_gpt2_under_the_hook
+from hook_read_cost import on_vs_off, spread, warmed_gpt2_under_the_hook
 from train_gpt2 import train_step
 
 
@@ -193,12 +193,7 @@ def main():
         viewer.terminate()
     states.paused = False
     switch.on()
-    pairs = []
-    for i, (mode, median, _, _, _) in enumerate(blocks):
-        if mode != "on" or i == 0 or i + 1 >= len(blocks):
-            continue
-        off = (blocks[i - 1][1] + blocks[i + 1][1]) / 2
-        pairs.append(100.0 * (median - off) / off)
+    pairs = on_vs_off(blocks)
     on = [b for b in blocks if b[0] == "on"]
     off = [b for b in blocks if b[0] == "off"]
     print(json.dumps({

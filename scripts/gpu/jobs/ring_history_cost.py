@@ -16,7 +16,7 @@ import re
 import sys
 import time
 
-from hook_read_cost import spread, warmed_gpt2_under_the_hook
+from hook_read_cost import on_vs_off, spread, warmed_gpt2_under_the_hook
 from train_gpt2 import train_step
 
 
@@ -52,12 +52,7 @@ def main():
         if block:
             blocks.append((mode, sum(times) / len(times), restarts[0] - before, alloc.history.bytes, wall))
     alloc.pickled = reader
-    pairs = []
-    for i, (mode, mean, _, _, _) in enumerate(blocks):
-        if mode != "on" or i == 0 or i + 1 >= len(blocks):
-            continue
-        off = (blocks[i - 1][1] + blocks[i + 1][1]) / 2
-        pairs.append(100.0 * (mean - off) / off)
+    pairs = on_vs_off(blocks)
     on = [b for b in blocks if b[0] == "on"]
     off = [b for b in blocks if b[0] == "off"]
     history = alloc.history

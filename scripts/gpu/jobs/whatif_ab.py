@@ -95,7 +95,10 @@ def nudge_address_space():
         return
     import ctypes
 
-    cu = ctypes.CDLL("libcuda.so.1")
+    try:
+        cu = ctypes.CDLL("libcuda.so.1")
+    except OSError as err:
+        sys.exit(f"nudge: no CUDA driver to take memory from ({err}); run it on the GPU machine")
     device, context, pointer = ctypes.c_int(), ctypes.c_void_p(), ctypes.c_uint64()
     for rc in (cu.cuInit(0), cu.cuDeviceGet(ctypes.byref(device), 0),
                cu.cuDevicePrimaryCtxRetain(ctypes.byref(context), device), cu.cuCtxSetCurrent(context),
