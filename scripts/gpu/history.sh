@@ -39,13 +39,20 @@ if [ "$PART" = scan ]; then
 fi
 
 if [ "$PART" = step-cost ]; then
-  # RINGS: the ring sizes to run (default the hook's); VIEWERS: "none", "real" or both.
+  # RINGS: the ring sizes to run (default the hook's); VIEWERS: "none", "real" or both;
+  # EXPERIMENTS: hook_step_cost.py's experiment flags, one run each, comma-separated
+  # ("-" for the hook as it is; say "-,--no-checkpoints,--no-state-read").
   for ring in ${RINGS:-32768}; do
     for viewer in ${VIEWERS:-none real}; do
-      flag=$([ "$viewer" = real ] && echo --viewer)
-      VRAMTOP_RING=$ring "$BIN" run --quiet -- python3 hook_step_cost.py $flag "$@" \
-        > "$OUT/step-cost-ring$ring-$viewer.json" 2> "$OUT/step-cost-ring$ring-$viewer.err"
-      echo "history's cost to a step, ring $ring, viewer $viewer: $(tail -1 "$OUT/step-cost-ring$ring-$viewer.json")"
+      for experiment in $(echo "${EXPERIMENTS:--}" | tr , ' '); do
+        flag=$([ "$viewer" = real ] && echo --viewer)
+        [ "$experiment" != - ] && flag="$flag $experiment"
+        name=step-cost-ring$ring-$viewer$([ "$experiment" != - ] && echo "$experiment")
+        VRAMTOP_RING=$ring "$BIN" run --quiet -- python3 hook_step_cost.py $flag "$@" \
+          > "$OUT/$name.json" 2> "$OUT/$name.err"
+        label=$([ "$experiment" = - ] && echo "as it is" || echo "$experiment")
+        echo "history's cost to a step, ring $ring, viewer $viewer, $label: $(tail -1 "$OUT/$name.json" | python3 -c 'import json,sys; d=json.loads(sys.stdin.read()); d.pop("block_medians_ms",None); d.pop("block_steps_ms",None); print(json.dumps(d))' 2>/dev/null)"
+      done
     done
   done
 fi

@@ -50,6 +50,25 @@ def on_vs_off(blocks):
     return pairs
 
 
+def on_minus_off(blocks):
+    """The mean of each 'on' block's step time less the mean of the 'off' blocks either side,
+    in % of the mean 'off' step, with its 95 % interval. Unlike the mean of `on_vs_off`'s
+    ratios it has no bias from noise in the denominator (with 4-step blocks, whose pairs
+    spread +-13 %, that bias is about +0.7 %)."""
+    diffs, offs = [], []
+    for i, block in enumerate(blocks):
+        if block[0] != "on" or i == 0 or i + 1 >= len(blocks):
+            continue
+        off = (blocks[i - 1][1] + blocks[i + 1][1]) / 2
+        diffs.append(block[1] - off)
+        offs.append(off)
+    base = sum(offs) / len(offs)
+    d = spread([100.0 * x / base for x in diffs])
+    ordered = sorted(diffs)
+    d["median"] = round(100.0 * ordered[len(ordered) // 2] / base, 4)
+    return d
+
+
 class Reader(threading.Thread):
     """Makes the hook's states at `rate` per second while `on` is set."""
 

@@ -7,20 +7,37 @@ second, as for a viewer at 1 s) and the ring off (no recording, no checkpoints, 
 The hook's idle thread (its socket poll and the allocation series) runs in both, so the
 difference is what the history and the states add, not the hook's import.
 
-Each block's median step is compared with the mean of the medians of the blocks either side
-(the step time drifts a few % over minutes; the median drops the odd slow step). A block
-must be long enough to reach the hook's checkpoints at the job's own pace: each 'on' block
-starts the ring afresh, and 8 steps of GPT-2 (23,000 entries) never half-filled hook 1.5's
-ring of 65,536, so such blocks measured the recording alone (seen on the H100: 0
-checkpoints); a ring of 2,000,000 does the same for blocks of 40.
+Each 'on' block is compared with the mean of the 'off' blocks either side: the figure is
+`on_minus_off_pct`, the mean difference of the blocks' mean steps in % of the mean 'off'
+step (a user's job takes the mean step's time); by medians, trimmed means and ratios too. The hook checkpoints at the
+job's own pace in 'on' time however short the blocks (Switch carries the allocations over
+'off' blocks).
 
---viewer attaches a real viewer (viewer.py, a subprocess on the hook's socket, states at
-1 s) for the whole run; its states are made in 'on' blocks only (the hook's own thread
-makes them, as for any viewer) and refused in 'off' blocks, so 'on' against 'off' is the
-history and a viewer at 1 s against the hook idle.
+--viewer attaches a real viewer (viewer.py, a subprocess on the hook's socket) for the
+whole run; its states are made in 'on' blocks only (the hook's own thread makes them, as
+for any viewer) and refused in 'off' blocks, so 'on' against 'off' is the history and a
+viewer against the hook idle. Half its asks fall in 'off' blocks, so it asks every 0.5 s
+(--viewer-interval) for about one state an 'on' second, a viewer at 1 s (states_per_on_s
+says how many came).
+
+Noise. The step is bound by the job thread's CPU (launching kernels), and its time moves
+between levels (26, 27, 30, 33 ms on the H100) that last a few seconds each: blocks of 20
+and 40 steps left pairs 4.4 to 5.3 % apart and intervals of +-1 %, as wide as the bound,
+pinned or not. Short blocks (4 steps, about 0.12 s) put most pairs inside one level. By
+default the job's thread is also pinned alone to one core, and every other thread
+(PyTorch's, the hook's, `vramtop run`'s, the viewer's) to the rest (`--no-pin` leaves the
+scheduler alone).
+
+Experiments, each a part of the history taken away (for finding where the cost is, never a
+setting a user runs):
+  --no-checkpoints  the ring records at the hook's size but is never checkpointed (the
+                    recording alone, the hook's thread idle)
+  --no-state-read   a checkpoint keeps the ring's own read (it holds the segments too) as
+                    its state, instead of reading the segments again after clearing
+  --no-events-read, --annotations-elsewhere: see their help
 
 Run under the hook, with no viewer attached:
-  vramtop run --quiet -- python3 hook_step_cost.py [--blocks 120] [--block-steps 40] [--viewer]
+  vramtop run --quiet -- python3 hook_step_cost.py [--blocks 2000] [--block-steps 4] [--viewer]
 Prints one JSON line.
 """
 import argparse
@@ -30,23 +47,39 @@ import re
 import statistics
 import subprocess
 import sys
+import threading
 import time
 
-from hook_read_cost import on_vs_off, spread, warmed_gpt2_under_the_hook
+from hook_read_cost import on_minus_off, on_vs_off, spread, warmed_gpt2_under_the_hook
 from train_gpt2 import train_step
 
 
 class Switch:
-    """Turns the hook's ring (and with it its checkpoints) off and on between blocks."""
+    """Turns the hook's ring (and with it its checkpoints) off and on between blocks.
+
+    The allocations of 'on' blocks since the last checkpoint are carried over the 'off'
+    blocks between them, so the hook checkpoints after as many 'on' allocations as it would
+    in a job that ran 'on' throughout, however short the blocks: its checkpoints per 'on'
+    second are the job's own pace. The ring itself starts empty in each 'on' block (turning
+    PyTorch's ring off clears it), so a checkpoint reads the entries of its own block only:
+    with short blocks, fewer than a job's checkpoint reads (the figure counts them).
+    'off' waits for a checkpoint under way to end, its ring read included, so none of its
+    work falls in an 'off' block."""
 
     def __init__(self, alloc):
         self.alloc = alloc
         self.entries = alloc.ring_entries
         self.checkpoints = 0
+        self.checkpointing = False
+        self.carried = 0  # 'on' allocations since the last checkpoint, over 'off' blocks
         restart = alloc.restart_ring
 
         def counted(stacks):
-            taken = restart(stacks)
+            self.checkpointing = True
+            try:
+                taken = restart(stacks)
+            finally:
+                self.checkpointing = False
             if taken:
                 self.checkpoints += 1
             return taken
@@ -56,16 +89,19 @@ class Switch:
     def off(self):
         alloc = self.alloc
         alloc.ring_entries = 0  # the hook's thread starts no checkpoint from here
-        time.sleep(0.02)
-        while alloc.restarting:  # one under way turns the ring back on as it ends
-            time.sleep(0.005)
+        time.sleep(0.001)
+        while self.checkpointing or alloc.restarting:  # one under way ends first
+            time.sleep(0.001)
+        count = alloc.allocation_count()
+        if count is not None and alloc.ring_start_count is not None:
+            self.carried = max(0, count - alloc.ring_start_count)
         alloc._record(enabled=None)
 
     def on(self):
         alloc = self.alloc
         alloc.record_ring(self.entries)
         alloc.ring_fill = 0
-        alloc.ring_start_count = alloc.allocation_count()
+        alloc.ring_start_count = alloc.allocation_count() - self.carried
         alloc.ring_entries = self.entries
 
 
@@ -107,12 +143,85 @@ def skip_events_read(alloc):
     alloc.read_pickled, alloc.clear_ring, alloc.restart_ring = read_state_only, clear_then_mark, checkpoint
 
 
+def no_checkpoints(alloc):
+    """The ring keeps recording (it wraps at its size) and no checkpoint is ever taken."""
+    alloc.restart_ring = lambda stacks: False
+
+
+def state_from_events_read(alloc):
+    """A checkpoint's state is its events read (a snapshot of the segments and the ring,
+    taken together) instead of a second read after the clearing. Where the events were not
+    read whole (the first checkpoint, say) the state is read as the hook does."""
+    read, clear, kept = alloc.read_pickled, alloc.clear_ring, {"events": None, "cleared": False}
+
+    def read_or_reuse():
+        if kept["cleared"]:
+            kept["cleared"] = False
+            events, kept["events"] = kept["events"], None
+            return events if events is not None else read()
+        kept["events"] = read()
+        return kept["events"]
+
+    def clear_then_mark(*a, **k):
+        kept["cleared"] = True
+        return clear(*a, **k)
+
+    alloc.read_pickled, alloc.clear_ring = read_or_reuse, clear_then_mark
+
+
+def siblings(core):
+    """The cores sharing `core`'s physical core (SMT), itself included; {core} if unknown."""
+    try:
+        with open("/sys/devices/system/cpu/cpu%d/topology/thread_siblings_list" % core) as f:
+            text = f.read().strip()
+    except OSError:
+        return {core}
+    cores = set()
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        cores.update(range(int(lo), int(hi or lo) + 1))
+    return cores | {core}
+
+
+def pin(spare_pids=()):
+    """The job's thread alone on one core (the last this process may use: interrupts favour
+    the first), its SMT siblings left idle (a thread there shares the core's units: the
+    hook's ring read beside the job would slow it for that core's sake, which an idle
+    machine's scheduler avoids), every other thread of this process, of its parent
+    (`vramtop run`) and of `spare_pids` on the rest. Threads are pinned one by one: on
+    Linux an affinity is each thread's own. Returns (job core, the rest, its siblings), or
+    None with too few cores."""
+    cores = sorted(os.sched_getaffinity(0))
+    job = cores[-1]
+    idle = siblings(job) - {job}
+    rest = set(cores) - idle - {job}
+    if not rest:
+        return None
+    me = threading.get_native_id()
+    for pid in (os.getpid(), os.getppid()) + tuple(spare_pids):
+        try:
+            tids = [int(t) for t in os.listdir("/proc/%d/task" % pid)]
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                os.sched_setaffinity(tid, {job} if tid == me else rest)
+            except OSError:
+                pass  # a thread that ended meanwhile, or one not ours to move
+    return job, rest, sorted(idle)
+
+
+def trimmed_mean(times, cut=0.1):
+    ordered = sorted(times)
+    k = int(len(ordered) * cut)
+    kept = ordered[k:len(ordered) - k] or ordered
+    return sum(kept) / len(kept)
+
+
 def record_from_a_helper_thread(alloc):
     """record_ring, called from a short-lived thread with global_record_annotations=False:
     PyTorch registers its annotation callback (a RecordFunction callback) local to that
     thread, not global. The first 'off' removes the global one the hook began with."""
-    import threading
-
     def record_elsewhere(entries, stacks=False, clear=False):
         extra = {"clear_history": True} if clear else {}
         failed = []
@@ -133,12 +242,14 @@ def record_from_a_helper_thread(alloc):
     alloc.record_ring = record_elsewhere
 
 
-def attach_viewer(hook, interval):
-    """viewer.py on the hook's socket, once the hook has it as a viewer (None if not)."""
+def attach_viewer(hook, interval, cores=None):
+    """viewer.py on the hook's socket, once the hook has it as a viewer (None if not); on
+    `cores` when given (off the job's core)."""
     here = os.path.dirname(os.path.abspath(__file__))
     viewer = subprocess.Popen(
         [sys.executable, os.path.join(here, "viewer.py"), "--socket", hook.path, "--interval", str(interval),
-         "--timeout", "3600"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+         "--timeout", "3600"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        preexec_fn=(lambda: os.sched_setaffinity(0, cores)) if cores else None)
     deadline = time.monotonic() + 20
     while not hook.viewers and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -147,9 +258,16 @@ def attach_viewer(hook, interval):
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--blocks", type=int, default=120)
-    parser.add_argument("--block-steps", type=int, default=40)
-    parser.add_argument("--viewer", action="store_true", help="a real viewer at 1 s, its states in 'on' blocks")
+    parser.add_argument("--blocks", type=int, default=2000)
+    parser.add_argument("--block-steps", type=int, default=4)
+    parser.add_argument("--no-pin", action="store_true", help="leave threads where the scheduler puts them")
+    parser.add_argument("--no-checkpoints", action="store_true",
+                        help="experiment: the ring records at the hook's size, never checkpointed")
+    parser.add_argument("--no-state-read", action="store_true",
+                        help="experiment: a checkpoint's state is its events read, not a second read")
+    parser.add_argument("--viewer", action="store_true", help="a real viewer, its states in 'on' blocks")
+    parser.add_argument("--viewer-interval", type=float, default=0.5,
+                        help="its interval: 0.5 s gives about one state an 'on' second")
     parser.add_argument("--no-events-read", action="store_true",
                         help="experiment: checkpoints skip reading the ring before clearing it (no history kept)")
     parser.add_argument("--annotations-elsewhere", action="store_true",
@@ -162,19 +280,24 @@ def main():
         skip_events_read(alloc)
     if args.annotations_elsewhere:
         record_from_a_helper_thread(alloc)
+    if args.no_checkpoints:
+        no_checkpoints(alloc)
+    if args.no_state_read:
+        state_from_events_read(alloc)
     if not alloc.ring_entries or alloc.pickled is None:
         print(json.dumps({"error": "no ring or no ring reader: %s" % (alloc.missing + [alloc.pickled_missing],)}))
         sys.exit(2)
     if hook.viewers:
         print(json.dumps({"error": "a viewer is attached before ours: its states would count as 'off'"}))
         sys.exit(2)
+    pinned = None if args.no_pin else pin()
     switch = Switch(alloc)
     states = States(hook)
-    viewer = attach_viewer(hook, 1.0) if args.viewer else None
+    viewer = attach_viewer(hook, args.viewer_interval, pinned[1] if pinned else None) if args.viewer else None
     if args.viewer and viewer is None:
         print(json.dumps({"error": "the viewer never attached"}))
         sys.exit(2)
-    blocks = []  # (mode, median step seconds, checkpoints, states, wall seconds)
+    blocks = []  # (mode, median step s, checkpoints, states, wall s, trimmed mean, mean, steps)
     for block in range(args.blocks + 1):  # the first, off, is a warm-up
         mode = "on" if block % 2 else "off"
         if mode == "on":
@@ -188,28 +311,40 @@ def main():
         times = [train_step(model, optimizer, ids)[1] for _ in range(args.block_steps)]
         wall = time.perf_counter() - began
         if block:
-            blocks.append((mode, statistics.median(times), switch.checkpoints - checkpoints, states.count - made, wall))
+            blocks.append((mode, statistics.median(times), switch.checkpoints - checkpoints, states.count - made, wall,
+                           trimmed_mean(times), sum(times) / len(times), times))
     if viewer is not None:
         viewer.terminate()
     states.paused = False
     switch.on()
     pairs = on_vs_off(blocks)
+    trimmed_pairs = on_vs_off([(b[0], b[5]) for b in blocks])
+    mean_pairs = on_vs_off([(b[0], b[6]) for b in blocks])
     on = [b for b in blocks if b[0] == "on"]
     off = [b for b in blocks if b[0] == "off"]
     print(json.dumps({
-        "viewer_at_1s": args.viewer, "ring": switch.entries, "events_read": not args.no_events_read,
-        "annotations_elsewhere": args.annotations_elsewhere,
+        "viewer": args.viewer, "viewer_interval_s": args.viewer_interval if args.viewer else None, "ring": switch.entries, "events_read": not args.no_events_read,
+        "annotations_elsewhere": args.annotations_elsewhere, "checkpoints": not args.no_checkpoints,
+        "state_read": not args.no_state_read, "pinned_core": pinned[0] if pinned else None,
+        "idle_siblings": pinned[2] if pinned else None,
         "blocks": len(blocks), "block_steps": args.block_steps,
         "off_step_ms": round(1000 * statistics.mean(b[1] for b in off), 3),
         "on_step_ms": round(1000 * statistics.mean(b[1] for b in on), 3),
+        "on_minus_off_pct": on_minus_off([(b[0], b[6]) for b in blocks]),
+        "on_minus_off_by_medians_pct": on_minus_off(blocks),
         "on_vs_off_pct": spread(pairs),
+        "on_vs_off_trimmed_pct": spread(trimmed_pairs),
+        "on_vs_off_mean_pct": spread(mean_pairs),
+        "on_vs_off_median_of_pairs_pct": round(statistics.median(pairs), 4),
+        "skips_free_requested": bool(getattr(alloc, "skips_requests", False)),
         "checkpoints_on": sum(b[2] for b in on), "checkpoints_off": sum(b[2] for b in off),
         "checkpoints_per_on_s": round(sum(b[2] for b in on) / sum(b[4] for b in on), 2),
         "states_per_on_s": round(sum(b[3] for b in on) / sum(b[4] for b in on), 2),
         "states_off": sum(b[3] for b in off),
         "history_pieces": len(alloc.history.pieces), "history_bytes": alloc.history.bytes,
         "vm_hwm_kb": int(re.search(r"VmHWM:\s+(\d+) kB", open("/proc/self/status").read()).group(1)),
-        "block_medians_ms": [[b[0], round(1000 * b[1], 3)] for b in blocks],
+        "block_medians_ms": [[b[0], round(1000 * b[1], 3), round(1000 * b[5], 3), b[2]] for b in blocks],
+        "block_steps_ms": [[round(1000 * t, 2) for t in b[7]] for b in blocks],
     }), flush=True)
 
 

@@ -11,6 +11,7 @@ step, and what it costs to read: the evidence behind the hook's event ring.
    converted into Python on each of them).
 
 usage: ring_cost.py [--blocks 30] [--block-steps 40] [--entries 65536]
+       ring_cost.py --micro-only [--micro-entries 8192,32768] [--micro-cold-mb 0,2]
 Prints JSON lines; the last is the summary.
 """
 import argparse
@@ -42,27 +43,48 @@ def snapshot_ms(times=10):
     return {"median_ms": round(best[len(best) // 2], 3), "min_ms": round(best[0], 3), "trace_entries": traces}
 
 
-def micro(blocks=20, iterations=40000):
+def micro(entries=65536, blocks=20, iterations=40000, cold_mb=0):
     """The ring's price per event, where nothing else hides it: a cached 1 MiB alloc and free
-    (alloc, free_requested, free_completed: 3 entries), blocks alternating ring off/on."""
+    (alloc, free_requested, free_completed: 3 entries), blocks alternating ring off/on.
+    With `cold_mb`, each iteration also reads that many MiB of host memory, as a training
+    step's own work would, so the ring's lines are not all in cache when written (the
+    reading is in both modes, so it cancels)."""
     x = torch.empty(1 << 20, dtype=torch.uint8, device="cuda")
     del x
+    sweep = torch.ones(cold_mb << 18, dtype=torch.float32) if cold_mb else None  # host memory
     times = {"off": [], "on": []}
     for block in range(blocks + 1):
         mode = "on" if block % 2 else "off"
-        ring(65536 if mode == "on" else 0)
+        ring(entries if mode == "on" else 0)
         began = time.perf_counter()
         for _ in range(iterations):
             x = torch.empty(1 << 20, dtype=torch.uint8, device="cuda")
             del x
+            if sweep is not None:
+                sweep.sum()
         if block:
             times[mode].append((time.perf_counter() - began) / iterations * 1e6)
     ring(0)
     pairs = [on - (times["off"][i] + times["off"][min(i + 1, len(times["off"]) - 1)]) / 2
              for i, on in enumerate(times["on"])]
     per_event = [p / 3 for p in pairs]
-    return {"iteration_off_us": round(sum(times["off"]) / len(times["off"]), 3),
+    return {"entries": entries, "cold_mb": cold_mb, "iterations": iterations,
+            "iteration_off_us": round(sum(times["off"]) / len(times["off"]), 3),
             "per_event_us": spread(per_event)}
+
+
+def entries_per_step(model, optimizer, ids, steps=20):
+    """The ring entries one step of the loop writes (the ring's own count, large enough to
+    hold them all), and its allocations."""
+    before = torch.cuda.memory_stats()["allocation.all.allocated"]
+    ring(1 << 20)
+    for _ in range(steps):
+        train_step(model, optimizer, ids)
+    snap = torch.cuda.memory._snapshot()
+    ring(0)
+    entries = sum(len(t) for t in snap.get("device_traces", []))
+    allocations = torch.cuda.memory_stats()["allocation.all.allocated"] - before
+    return {"entries_per_step": entries / steps, "allocations_per_step": allocations / steps}
 
 
 def main():
@@ -70,7 +92,25 @@ def main():
     parser.add_argument("--blocks", type=int, default=30)
     parser.add_argument("--block-steps", type=int, default=40)
     parser.add_argument("--entries", type=int, default=65536)
+    parser.add_argument("--micro-only", action="store_true",
+                        help="the per-event price at each of --micro-entries and --micro-cold-mb, and the "
+                             "entries a GPT-2 step writes; no block run of the loop")
+    parser.add_argument("--micro-entries", default="8192,32768")
+    parser.add_argument("--micro-cold-mb", default="0,2")
     args = parser.parse_args()
+    if args.micro_only:
+        torch.set_num_threads(1)  # the sweep's sum on one thread, as steady as it can be
+        for cold in [int(c) for c in args.micro_cold_mb.split(",")]:
+            for entries in [int(e) for e in args.micro_entries.split(",")]:
+                print(json.dumps({"micro": micro(entries, blocks=20, iterations=5000 if cold else 40000,
+                                                 cold_mb=cold)}), flush=True)
+        torch.manual_seed(0)
+        config, model, optimizer = build(8)
+        ids = torch.randint(0, config.vocab_size, (8, 384), device="cuda")
+        times = [train_step(model, optimizer, ids)[1] for _ in range(30)][10:]
+        print(json.dumps({"step": entries_per_step(model, optimizer, ids),
+                          "step_ms_median": round(1000 * sorted(times)[len(times) // 2], 3)}), flush=True)
+        return
     print(json.dumps({
         "torch": torch.__version__,
         "_snapshot": str(inspect.signature(torch.cuda.memory._snapshot)),

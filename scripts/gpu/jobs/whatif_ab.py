@@ -376,11 +376,18 @@ def under_vramtop(binary, workload, work):
 STEPPED = ("gpt2var", "kvcache", "kvcache_steps", "gpt2mixed")
 
 
-def remedy_runs(verdicts, workload=""):
+MAX_SPLIT_TRIED = ["20", "64", "128", "256", "512", "1024", "2048", "4096"]  # the replay's own
+
+
+def remedy_runs(verdicts, workload="", reasons=None):
     """The remedies to run and, for each, vramtop's verdict ('fits', 'fails', 'cannot_tell').
     In the stepped workloads empty_cache() runs before the judged step, not right before the
     failing request, which no verdict judges; `empty_cache() between steps` is judged by
-    empty_cache_steps (after every step)."""
+    empty_cache_steps (after every step).
+
+    With WHATIF_EVERY_SPLIT=1 a `max_split_size_mb` that fits is run at every N the replay
+    tried: those its reason lists ("fits with N = 20, 64") as fitting, the others as
+    failing, which is what a user reads into that list."""
     runs = {
         "expandable": verdicts.get("expandable_segments:True"),
         "gc_threshold:0.6": verdicts.get("garbage_collection_threshold:0.6"),
@@ -396,9 +403,15 @@ def remedy_runs(verdicts, workload=""):
         runs["other_empty_cache"] = next(
             (v for k, v in verdicts.items() if k.startswith("empty_cache() in pid")), None)
     split = [(k, v) for k, v in verdicts.items() if k.startswith("max_split_size_mb:")]
+    every = os.environ.get("WHATIF_EVERY_SPLIT") == "1"
     for name, verdict in split:
         n = name.split(":")[1]
-        if n == "N":
+        listed = re.search(r"fits with N = ([0-9, ]+)", (reasons or {}).get(name, ""))
+        if every and verdict == "fits" and listed:
+            fitting = {v.strip() for v in listed.group(1).split(",")}
+            for tried in MAX_SPLIT_TRIED:
+                runs["max_split:" + tried] = "fits" if tried in fitting else "fails"
+        elif n == "N":
             for tried in ("20", "200", "1000"):
                 runs["max_split:" + tried] = verdict
         else:
@@ -424,13 +437,15 @@ def ab_main(binary, out):
             stop_at = plain.get("step") if plain else None
             live_v = {r["remedy"]: r["verdict"] for r in (live or {}).get("remedies", [])}
             hist_v = {r["remedy"]: r["verdict"] for r in (history or {}).get("remedies", [])}
+            live_r = {r["remedy"]: r.get("reason", "") for r in (live or {}).get("remedies", [])}
+            hist_r = {r["remedy"]: r.get("reason", "") for r in (history or {}).get("remedies", [])}
             print(workload, "plain:", plain, flush=True)
             # The control: plain PyTorch, no vramtop, no remedy, judged at the same step.
             # The stepped jobs' OOM step is not fixed (seen: gpt2var at step 20 in one call,
             # 23 in others), so a remedy's outcome is only evidence where this reproduces it.
             judged_runs = {"none": None}
-            for source in (live_v, hist_v):
-                for remedy, _ in remedy_runs(source, workload).items():
+            for source, reasons in ((live_v, live_r), (hist_v, hist_r)):
+                for remedy, _ in remedy_runs(source, workload, reasons).items():
                     judged_runs.setdefault(remedy, None)
             judged_runs = fresh_all(workload, judged_runs, stop_at, out)
             control = judged_runs.pop("none")
@@ -440,8 +455,8 @@ def ab_main(binary, out):
             print(workload, "control:", control, "reproduced:", reproduced, flush=True)
             for remedy, outcome in judged_runs.items():
                 row = dict(workload=workload, remedy=remedy,
-                           live=remedy_runs(live_v, workload).get(remedy),
-                           history=remedy_runs(hist_v, workload).get(remedy),
+                           live=remedy_runs(live_v, workload, live_r).get(remedy),
+                           history=remedy_runs(hist_v, workload, hist_r).get(remedy),
                            pytorch=None if outcome is None else
                            ("fits" if outcome["ok"] else "fails"),
                            plain_ok=None if plain is None else plain["ok"],

@@ -17,16 +17,17 @@ from .settings import (
 )
 
 
-def ring_look_period(count, last, now, entries):
+def ring_look_period(count, last, now, entries, per_allocation=ENTRIES_PER_ALLOCATION):
     """Seconds to the next look at the ring: RING_CHECK_S, or sooner where a quarter of the
     ring would fill before then at the pace since the last look (`last`: its time and
     allocation count), or at RING_FLOOR_RATE where that pace was slower or is not known
     yet, so that a look always comes while a ring checkpointed from a quarter full is still
     under the 0.8 of it that restart_ring reads whole. 10 ms at the least: a look is one
-    stats read (15 us)."""
+    stats read (15 us). `per_allocation`: the ring's entries an allocation (TorchAllocator's
+    entries_per_allocation)."""
     rate = 0.0
     if count is not None and last is not None and now > last[0] and last[1] is not None:
-        rate = ENTRIES_PER_ALLOCATION * max(0, count - last[1]) / (now - last[0])
+        rate = per_allocation * max(0, count - last[1]) / (now - last[0])
     return max(0.01, min(RING_CHECK_S, 0.25 * entries / max(rate, RING_FLOOR_RATE)))
 
 

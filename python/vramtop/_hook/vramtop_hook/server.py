@@ -184,7 +184,8 @@ class Hook:
         if not self.cuda_ready or alloc is None or not alloc.ring_entries or now < self.next_ring_check:
             return
         count = alloc.allocation_count()
-        self.next_ring_check = now + ring_look_period(count, self.last_ring_look, now, alloc.ring_entries)
+        self.next_ring_check = now + ring_look_period(count, self.last_ring_look, now, alloc.ring_entries,
+                                                      alloc.entries_per_allocation)
         self.last_ring_look = (now, count)
         if alloc.ring_may_be_full():
             alloc.restart_ring(self.recording_stacks())

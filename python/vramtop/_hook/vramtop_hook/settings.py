@@ -8,7 +8,7 @@ import os
 import sys
 
 
-HOOK_VERSION = "1.6.0"
+HOOK_VERSION = "1.7.0"
 PROTOCOL_VERSION = 1
 MAX_FRAME = 16 * 1024 * 1024
 # Viewers only ever send `subscribe`; a bigger frame from one is garbage, not a request.
@@ -80,7 +80,8 @@ def env_entries(name, default):
 #   (`vramtop_oom.checkpoint`), and a replay starts from the checkpoint's segments.
 # - Whether it may fill is told without reading it: the allocations since the checkpoint
 #   (the raw stats, 15 us, every RING_CHECK_S, or sooner where the job allocates fast:
-#   `ring_look_period`), counted as 3 entries each (alloc, free_requested, free_completed)
+#   `ring_look_period`), counted as 2 entries each (alloc, free_completed; 3 with
+#   free_requested, where PyTorch cannot skip it: SKIPPED_ACTIONS)
 #   and checkpointed from a quarter of the ring (RING_CHECKPOINT_SHARE). A look comes
 #   before another quarter can fill at the pace seen, or at RING_FLOOR_RATE where the job
 #   has been slower: the ring is read whole only below 0.8 of it (restart_ring), so a burst
@@ -109,6 +110,13 @@ READ_RING_MAX = 4096
 SERIES_PERIOD_S = 0.5
 SERIES_MAX = 1024
 ENTRIES_PER_ALLOCATION = 3
+# Hook 1.7: the ring skips `free_requested` where PyTorch takes `skip_actions` (2.11 does):
+# 2 entries an allocation instead of 3. Nothing vramtop replays needs it: a block is freed
+# by its `free_completed` (the same moment, unless another stream still used the block),
+# and the replay only counted the requests. A third fewer entries is a third less for
+# PyTorch to record on the job's thread, to read at each checkpoint and to keep.
+SKIPPED_ACTIONS = ("free_requested",)
+ENTRIES_PER_ALLOCATION_SKIPPING = 2
 # Hook 1.5: the ring is read whole before each checkpoint clears it, so that an OOM's file
 # holds the job's history from its start (or, past HISTORY_MAX_MB, from an older
 # checkpoint) rather than from the last checkpoint only. Read through PyTorch's C++

@@ -14,7 +14,8 @@ import time
 from .history import History, PickledSnapshot
 from .roles import AllocatedSeries, RoleWatch
 from .settings import (
-    ENTRIES_PER_ALLOCATION, HISTORY_MAX_MB, READ_RING_MAX, RING_CHECKPOINT_SHARE, STEP_MARKS, say_once,
+    ENTRIES_PER_ALLOCATION, ENTRIES_PER_ALLOCATION_SKIPPING, HISTORY_MAX_MB, READ_RING_MAX, RING_CHECKPOINT_SHARE,
+    SKIPPED_ACTIONS, STEP_MARKS, say_once,
 )
 
 
@@ -111,6 +112,10 @@ class TorchAllocator:
         # OOM's file never pairs a ring with a checkpoint it does not follow on from.
         self.checkpoint_lock = threading.Lock()
         self._clear_in_place = True  # clear_ring: until this PyTorch refuses clear_history
+        # Hook 1.7: the ring without free_requested (SKIPPED_ACTIONS), where this PyTorch's
+        # _record_memory_history names `skip_actions` (start_ring decides).
+        self.skips_requests = False
+        self.entries_per_allocation = ENTRIES_PER_ALLOCATION
         # Hook 1.5: the ring read off the GIL before each checkpoint, and what it read.
         self.pickled = None
         self.history = History(int(HISTORY_MAX_MB * 1024 * 1024))
@@ -286,6 +291,8 @@ class TorchAllocator:
         "Requested callback is not found" on the job's stderr. Global, it is found."""
         context = "state" if stacks else None
         extra = {"clear_history": True} if clear else {}
+        if self.skips_requests:
+            extra["skip_actions"] = list(SKIPPED_ACTIONS)
         try:
             self._record(enabled="all", context=context, stacks="python", max_entries=entries,
                          global_record_annotations=True, **extra)
@@ -321,6 +328,8 @@ class TorchAllocator:
             self.user_history = True
             return
         before = self.allocation_count()
+        self.skips_requests = takes_keyword(self._record, "skip_actions")
+        self.entries_per_allocation = ENTRIES_PER_ALLOCATION_SKIPPING if self.skips_requests else ENTRIES_PER_ALLOCATION
         try:
             self.record_ring(entries)
         except TypeError:
@@ -335,6 +344,8 @@ class TorchAllocator:
         self.ring_from_start = before == 0 and self.allocation_count() == 0
         self.ring_start_count = before
         self.capabilities.append("event_ring")
+        if self.skips_requests:
+            self.capabilities.append("ring_without_free_requested")
         # Without it the history begins at the last checkpoint, as in hook 1.4: the
         # capability says which (nothing is said on the job's stderr either way).
         self.pickled, self.pickled_missing = PickledSnapshot.find(self.torch)
@@ -368,7 +379,7 @@ class TorchAllocator:
         count = self.allocation_count()
         if count is None or self.ring_start_count is None:
             return None
-        return ENTRIES_PER_ALLOCATION * max(0, count - self.ring_start_count)
+        return self.entries_per_allocation * max(0, count - self.ring_start_count)
 
     def ring_may_be_full(self):
         """True when the ring may be a quarter full by now (RING_CHECKPOINT_SHARE): time for
@@ -940,6 +951,17 @@ class TorchAllocator:
         paths = sysconfig.get_paths()
         dirs += [paths.get("stdlib"), paths.get("platstdlib")]
         return tuple(os.path.join(d, "") for d in dirs if d)
+
+
+def takes_keyword(function, name):
+    """Whether `function`'s signature names the keyword `name` (False where it cannot be
+    read: a keyword is passed only where it is known to be taken)."""
+    import inspect
+
+    try:
+        return name in inspect.signature(function).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 def _float_or_none(text):

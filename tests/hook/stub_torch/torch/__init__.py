@@ -5,7 +5,8 @@ as seen from Python: is_initialized, memory_stats, memory_snapshot/_snapshot, th
 observer, _record_memory_history. Like the real binding, attaching an OOM observer or
 turning history on initialises "CUDA", so a test can catch a hook that does either early.
 STUB_TORCH_LACKS (comma-separated: memory_snapshot, memory_stats, oom_observer,
-record_memory_history, allocator_settings) removes APIs to play an older PyTorch.
+record_memory_history, allocator_settings, clear_history, skip_actions) removes APIs to
+play an older PyTorch.
 """
 
 __version__ = "2.11.0+stub"

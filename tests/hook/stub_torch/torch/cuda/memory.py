@@ -24,6 +24,7 @@ _history_on = False  # stacks kept on live blocks (context "state", "alloc" or "
 _ring = []
 _ring_max = 0
 _ring_next = 0
+_ring_skips = set()  # skip_actions: actions the ring does not record
 LIMIT_BYTES = 8 * 1024 ** 3
 
 
@@ -81,7 +82,7 @@ def _frames():
 
 def _trace(action, address, size):
     global _ring_next
-    if _ring_max <= 0:
+    if _ring_max <= 0 or action in _ring_skips:
         return
     entry = {"action": action, "addr": address, "size": size, "stream": 0, "time_us": 0, "frames": []}
     if len(_ring) < _ring_max:
@@ -213,13 +214,18 @@ def memory_snapshot():
 
 
 def _record_memory_history(enabled="all", context="all", stacks="all", max_entries=sys.maxsize, device=None,
-                           clear_history=False, compile_context=False, global_record_annotations=False):
-    global _history_on, _ring_max, _ring_next
+                           clear_history=False, compile_context=False, global_record_annotations=False,
+                           skip_actions=None):
+    global _history_on, _ring_max, _ring_next, _ring_skips
     _lazy_init()  # as the real binding does
     call = {"enabled": enabled, "context": context, "stacks": stacks, "max_entries": max_entries}
     if clear_history:
         call["clear_history"] = True
+    if skip_actions:
+        call["skip_actions"] = list(skip_actions)
     history_calls.append(call)
+    # As recordHistory (2.11): each call sets the skipped actions anew.
+    _ring_skips = set(skip_actions or ())
     _history_on = enabled is not None and context in ("state", "alloc", "all")
     # As recordHistory: the ring is max_entries long only with enabled="all", else 1 entry;
     # turning history off, or clear_history, clears it.
@@ -229,12 +235,22 @@ def _record_memory_history(enabled="all", context="all", stacks="all", max_entri
     _ring_max = 0 if enabled is None else max(1, max_entries if enabled == "all" else 1)
 
 
+if "skip_actions" in _LACKS:  # PyTorch before skip_actions: every action is recorded
+    _with_skips = _record_memory_history
+
+    def _record_memory_history(enabled="all", context="all", stacks="all", max_entries=sys.maxsize, device=None,
+                               clear_history=False, compile_context=False, global_record_annotations=False):
+        return _with_skips(enabled, context, stacks, max_entries, device, clear_history, compile_context,
+                           global_record_annotations)
+
+
 if "clear_history" in _LACKS:  # PyTorch before clear_history: off and on clears the ring
     _with_clear = _record_memory_history
 
     def _record_memory_history(enabled="all", context="all", stacks="all", max_entries=sys.maxsize, device=None,
-                               compile_context=False, global_record_annotations=False):
-        return _with_clear(enabled, context, stacks, max_entries, device, False, compile_context, global_record_annotations)
+                               compile_context=False, global_record_annotations=False, **more):
+        return _with_clear(enabled, context, stacks, max_entries, device, False, compile_context,
+                           global_record_annotations, **more)
 
 
 if "memory_snapshot" in _LACKS:
