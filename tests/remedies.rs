@@ -883,7 +883,7 @@ fn a_verdict_that_asks_for_the_cap_is_decided_once_given_it() {
     }
 }
 
-/// Three files kept by hook 1.5 under a plain `vramtop run` on the H100 (PyTorch 2.11,
+/// Files kept by hooks 1.5 to 1.7 under a plain `vramtop run` on the H100 (PyTorch 2.11,
 /// `scripts/gpu/jobs/whatif_ab.py`, 2026-11-26), each judged against PyTorch's outcome for
 /// every remedy in a fresh process, and the OOM reproduced by plain PyTorch (no vramtop)
 /// at the same step asking the same bytes:

@@ -10,8 +10,9 @@
 #      against _snapshot() (ring_pickled_cost.py, without the hook).
 # Parts run alone (each fits one 10-minute device call):
 #   step-cost   the history's whole cost to a GPT-2 step, ring on against off in one
-#               process, with no viewer and with a real one at 1 s (hook_step_cost.py;
-#               RINGS, VIEWERS); run it with nothing else on the GPU
+#               process, with no viewer and with a real one (about a state an 'on'
+#               second; hook_step_cost.py; RINGS, VIEWERS, EXPERIMENTS); run it with
+#               nothing else on the GPU
 #   memory      the hook's peak host memory with a full history (hook_memory.py, 2,200
 #               steps, so the history fills), rings of 0, 65536, 32768, 24576 and 16384
 #               entries side by side (MEMORY_CASES: "RING" or "RING:--trim" for

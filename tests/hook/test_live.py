@@ -383,11 +383,12 @@ class LiveTest(unittest.TestCase):
         ring = "{'enabled': 'all', 'context': None, 'stacks': 'python', 'max_entries': 25"
         skip = ", 'skip_actions': ['free_requested']"
         cleared = ring + ", 'clear_history': True%s}]"
-        off_and_on = "'max_entries': %d}, %s}]" % (sys.maxsize, ring)
+        off_and_on = "'max_entries': %d}, %s%%s}]" % (sys.maxsize, ring)
         for lacks, clue, ends, quarter in (
             ("", "'clear_history': True", cleared % skip, 4),
             ("skip_actions", "'clear_history': True", cleared % "", 3),
-            ("clear_history", "'enabled': None", off_and_on, 3),
+            ("clear_history", "'enabled': None", off_and_on % skip, 4),
+            ("clear_history,skip_actions", "'enabled': None", off_and_on % "", 3),
         ):
             with self.subTest(lacks=lacks):
                 job = self.job(VRAMTOP_RING="25", STUB_TORCH_LACKS=lacks)
@@ -398,8 +399,12 @@ class LiveTest(unittest.TestCase):
                 job.do("alloc b %d" % MiB)  # 2 allocations: 6 entries at most, under a quarter of 25
                 time.sleep(1.0)
                 self.assertNotIn(clue, job.do("history"))
-                for n in range(quarter - 2):  # then it may be a quarter full
-                    job.do("alloc c%d %d" % (n, MiB))
+                if quarter == 4:  # 2 entries each: 3 allocations are 6, still under a quarter
+                    job.do("alloc c %d" % MiB)
+                    time.sleep(1.0)
+                    self.assertNotIn(clue, job.do("history"))
+                for n in range(quarter - 2 - (quarter == 4)):  # then it may be a quarter full
+                    job.do("alloc d%d %d" % (n, MiB))
                 calls = wait_for(lambda: (lambda c: c if clue in c else None)(job.do("history")), timeout=5)
                 self.assertTrue(calls.endswith(ends), calls)
                 self.assertEqual(job.do("traces"), "ok 0")

@@ -359,6 +359,35 @@ class CheckpointTest(unittest.TestCase):
         cls.torch = torch
         torch.cuda.init()
 
+    def test_a_pytorch_that_names_skip_actions_but_refuses_it_keeps_free_requested(self):
+        torch = self.torch
+        memory = torch.cuda.memory
+        real = memory._record_memory_history
+
+        def refusing(enabled="all", context="all", stacks="all", max_entries=sys.maxsize, device=None,
+                     clear_history=False, compile_context=False, global_record_annotations=False,
+                     skip_actions=None):
+            if skip_actions:
+                raise TypeError("skip_actions refused")
+            return real(enabled, context, stacks, max_entries, device, clear_history, compile_context,
+                        global_record_annotations)
+
+        memory._record_memory_history = refusing
+        try:
+            alloc = hook.torch_allocator.TorchAllocator(torch)
+            alloc.start_ring(64)
+            self.assertEqual(alloc.ring_entries, 64)  # the ring runs, with free_requested
+            self.assertFalse(alloc.skips_requests)
+            self.assertEqual(alloc.entries_per_allocation, 3)
+            self.assertNotIn("ring_without_free_requested", alloc.capabilities)
+            torch.cuda.stub_alloc("refused-skip", 1048576)
+            torch.cuda.stub_free("refused-skip")
+            actions = [e["action"] for e in memory._snapshot()["device_traces"][0]]
+            self.assertIn("free_requested", actions)
+        finally:
+            memory._record_memory_history = real
+            real(enabled=None)
+
     def test_a_checkpoint_clears_the_ring_in_place_and_keeps_its_state_pickled(self):
         import pickle
         import zlib

@@ -20,13 +20,14 @@ viewer against the hook idle. Half its asks fall in 'off' blocks, so it asks eve
 (--viewer-interval) for about one state an 'on' second, a viewer at 1 s (states_per_on_s
 says how many came).
 
-Noise. The step is bound by the job thread's CPU (launching kernels), and its time moves
-between levels (26, 27, 30, 33 ms on the H100) that last a few seconds each: blocks of 20
-and 40 steps left pairs 4.4 to 5.3 % apart and intervals of +-1 %, as wide as the bound,
-pinned or not. Short blocks (4 steps, about 0.12 s) put most pairs inside one level. By
-default the job's thread is also pinned alone to one core, and every other thread
+Noise. The step is bound by the job thread's CPU (launching kernels), its time moves
+between levels (26 to 33 ms on the H100) that last seconds, and 1 to 3 % of steps take 50
+to 111 ms with or without vramtop (step_outliers.py). Pairs of 20-step blocks spread 4.6
+to 7.1 % (pinned; 40-step ones 4.4 to 4.8 % unpinned), of 4-step blocks 13 %: one run's
+interval is about +-1 % either way, and runs in different processes differ by more than
+that. The job's thread is pinned alone to one core by default, and every other thread
 (PyTorch's, the hook's, `vramtop run`'s, the viewer's) to the rest (`--no-pin` leaves the
-scheduler alone).
+scheduler alone); it did not narrow the intervals.
 
 Experiments, each a part of the history taken away (for finding where the cost is, never a
 setting a user runs):
@@ -37,7 +38,7 @@ setting a user runs):
   --no-events-read, --annotations-elsewhere: see their help
 
 Run under the hook, with no viewer attached:
-  vramtop run --quiet -- python3 hook_step_cost.py [--blocks 2000] [--block-steps 4] [--viewer]
+  vramtop run --quiet -- python3 hook_step_cost.py [--blocks 300] [--block-steps 20] [--viewer]
 Prints one JSON line.
 """
 import argparse
@@ -58,11 +59,13 @@ class Switch:
     """Turns the hook's ring (and with it its checkpoints) off and on between blocks.
 
     The allocations of 'on' blocks since the last checkpoint are carried over the 'off'
-    blocks between them, so the hook checkpoints after as many 'on' allocations as it would
-    in a job that ran 'on' throughout, however short the blocks: its checkpoints per 'on'
-    second are the job's own pace. The ring itself starts empty in each 'on' block (turning
-    PyTorch's ring off clears it), so a checkpoint reads the entries of its own block only:
-    with short blocks, fewer than a job's checkpoint reads (the figure counts them).
+    blocks between them, so a checkpoint is due after as many 'on' allocations as in a job
+    that ran 'on' throughout. Short blocks still take fewer: a due checkpoint waits for the
+    hook's next look, and 'off' forgets a look's timing (on the H100, 2.0 a second with
+    4-step blocks against 3.6 with 20-step ones; checkpoints_per_on_s says). And the ring
+    starts empty in each 'on' block (turning PyTorch's ring off clears it), so a checkpoint
+    reads the entries of its own block only: with short blocks, fewer than a job's
+    checkpoint reads. So short blocks understate the checkpoints' share.
     'off' waits for a checkpoint under way to end, its ring read included, so none of its
     work falls in an 'off' block."""
 
@@ -93,15 +96,16 @@ class Switch:
         while self.checkpointing or alloc.restarting:  # one under way ends first
             time.sleep(0.001)
         count = alloc.allocation_count()
-        if count is not None and alloc.ring_start_count is not None:
-            self.carried = max(0, count - alloc.ring_start_count)
+        known = count is not None and alloc.ring_start_count is not None
+        self.carried = max(0, count - alloc.ring_start_count) if known else 0
         alloc._record(enabled=None)
 
     def on(self):
         alloc = self.alloc
         alloc.record_ring(self.entries)
         alloc.ring_fill = 0
-        alloc.ring_start_count = alloc.allocation_count() - self.carried
+        count = alloc.allocation_count()
+        alloc.ring_start_count = None if count is None else count - self.carried
         alloc.ring_entries = self.entries
 
 
@@ -224,6 +228,8 @@ def record_from_a_helper_thread(alloc):
     thread, not global. The first 'off' removes the global one the hook began with."""
     def record_elsewhere(entries, stacks=False, clear=False):
         extra = {"clear_history": True} if clear else {}
+        if alloc.skips_requests:
+            extra["skip_actions"] = ["free_requested"]
         failed = []
 
         def call():
@@ -249,7 +255,12 @@ def attach_viewer(hook, interval, cores=None):
     viewer = subprocess.Popen(
         [sys.executable, os.path.join(here, "viewer.py"), "--socket", hook.path, "--interval", str(interval),
          "--timeout", "3600"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        preexec_fn=(lambda: os.sched_setaffinity(0, cores)) if cores else None)
+    )
+    if cores:  # after the start, not in preexec_fn (unsafe in a process with threads)
+        try:
+            os.sched_setaffinity(viewer.pid, cores)
+        except OSError:
+            pass
     deadline = time.monotonic() + 20
     while not hook.viewers and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -258,8 +269,8 @@ def attach_viewer(hook, interval, cores=None):
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--blocks", type=int, default=2000)
-    parser.add_argument("--block-steps", type=int, default=4)
+    parser.add_argument("--blocks", type=int, default=300)
+    parser.add_argument("--block-steps", type=int, default=20)
     parser.add_argument("--no-pin", action="store_true", help="leave threads where the scheduler puts them")
     parser.add_argument("--no-checkpoints", action="store_true",
                         help="experiment: the ring records at the hook's size, never checkpointed")

@@ -376,7 +376,7 @@ def under_vramtop(binary, workload, work):
 STEPPED = ("gpt2var", "kvcache", "kvcache_steps", "gpt2mixed")
 
 
-MAX_SPLIT_TRIED = ["20", "64", "128", "256", "512", "1024", "2048", "4096"]  # the replay's own
+MAX_SPLIT_TRIED = ["20", "64", "128", "256", "512", "1024", "2048", "4096"]  # MAX_SPLIT_TRIED_MB
 
 
 def remedy_runs(verdicts, workload="", reasons=None):
@@ -386,8 +386,10 @@ def remedy_runs(verdicts, workload="", reasons=None):
     empty_cache_steps (after every step).
 
     With WHATIF_EVERY_SPLIT=1 a `max_split_size_mb` that fits is run at every N the replay
-    tried: those its reason lists ("fits with N = 20, 64") as fitting, the others as
-    failing, which is what a user reads into that list."""
+    tried (MAX_SPLIT_TRIED_MB in crates/vramtop-trace/src/replay/remedies.rs): those its
+    reason lists ("fits with N = 20, 64") as fitting, the others as `not_listed` (the
+    replay found them failing or could not tell; the table counts one PyTorch fits as
+    `?`, one it fails as agreeing)."""
     runs = {
         "expandable": verdicts.get("expandable_segments:True"),
         "gc_threshold:0.6": verdicts.get("garbage_collection_threshold:0.6"),
@@ -410,7 +412,7 @@ def remedy_runs(verdicts, workload="", reasons=None):
         if every and verdict == "fits" and listed:
             fitting = {v.strip() for v in listed.group(1).split(",")}
             for tried in MAX_SPLIT_TRIED:
-                runs["max_split:" + tried] = "fits" if tried in fitting else "fails"
+                runs["max_split:" + tried] = "fits" if tried in fitting else "not_listed"
         elif n == "N":
             for tried in ("20", "200", "1000"):
                 runs["max_split:" + tried] = verdict
@@ -509,8 +511,10 @@ def table(rows, path, quiet=False):
     def agree(v, p, reproduced):
         if v is None or p is None:
             return "-"
-        if v == "cannot_tell":
+        if v == "cannot_tell" or (v == "not_listed" and p == "fits"):
             return "?"
+        if v == "not_listed":
+            v = "fails"  # not among those the replay says fit, and PyTorch failed too
         if not reproduced:
             # Plain PyTorch did not die where the run under vramtop did: no evidence.
             return "n/r"

@@ -297,7 +297,19 @@ class TorchAllocator:
             self._record(enabled="all", context=context, stacks="python", max_entries=entries,
                          global_record_annotations=True, **extra)
         except TypeError:
-            self._record(enabled="all", context=context, stacks="python", max_entries=entries, **extra)
+            try:
+                self._record(enabled="all", context=context, stacks="python", max_entries=entries, **extra)
+            except TypeError:
+                if "skip_actions" not in extra:
+                    raise
+                # Once more without skip_actions. Refused again, it was another keyword
+                # (clear_history: clear_ring turns the ring off and on instead), and the
+                # skip stands; taken, this PyTorch names skip_actions but refuses it, and
+                # the ring keeps free_requested from here.
+                rest = {k: v for k, v in extra.items() if k != "skip_actions"}
+                self._record(enabled="all", context=context, stacks="python", max_entries=entries, **rest)
+                self.skips_requests = False
+                self.entries_per_allocation = ENTRIES_PER_ALLOCATION
 
     def clear_ring(self, entries, stacks):
         """Empty the ring and keep recording, in one call where this PyTorch can.
@@ -495,7 +507,8 @@ class TorchAllocator:
         first = self.checkpoint is None
         plain = not stacks and not self.frames_recorded()
         whole = (not first or self.ring_from_start) and plain
-        # The estimate counts 3 entries an allocation and nothing else (segment events,
+        # The estimate counts 2 or 3 entries an allocation (entries_per_allocation) and
+        # nothing else (segment events,
         # snapshot entries): a ring near full may have dropped its oldest, so a margin.
         estimate = self.ring_estimate()
         whole = whole and estimate is not None and estimate < 0.8 * self.ring_entries

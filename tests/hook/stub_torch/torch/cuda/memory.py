@@ -244,13 +244,20 @@ if "skip_actions" in _LACKS:  # PyTorch before skip_actions: every action is rec
                            global_record_annotations)
 
 
-if "clear_history" in _LACKS:  # PyTorch before clear_history: off and on clears the ring
+if "clear_history" in _LACKS and "skip_actions" in _LACKS:  # neither: off and on clears the ring
     _with_clear = _record_memory_history
 
     def _record_memory_history(enabled="all", context="all", stacks="all", max_entries=sys.maxsize, device=None,
-                               compile_context=False, global_record_annotations=False, **more):
+                               compile_context=False, global_record_annotations=False):
         return _with_clear(enabled, context, stacks, max_entries, device, False, compile_context,
-                           global_record_annotations, **more)
+                           global_record_annotations)
+elif "clear_history" in _LACKS:  # skip_actions without clear_history (no PyTorch known; a hook must cope)
+    _with_clear = _record_memory_history
+
+    def _record_memory_history(enabled="all", context="all", stacks="all", max_entries=sys.maxsize, device=None,
+                               compile_context=False, global_record_annotations=False, skip_actions=None):
+        return _with_clear(enabled, context, stacks, max_entries, device, False, compile_context,
+                           global_record_annotations, skip_actions)
 
 
 if "memory_snapshot" in _LACKS:
