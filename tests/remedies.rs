@@ -991,3 +991,32 @@ fn gpu_kept_histories_of_training_loops_give_pytorchs_outcomes_on_both_paths() {
         assert_eq!(live.remedies, at.remedies, "{name}");
     }
 }
+
+/// Hook 1.7 keeps the ring without `free_requested` (PyTorch's `skip_actions`): the same
+/// GPU-kept histories with those events taken out give the same verdicts, for the same
+/// reasons, at their last OOM (a block is freed at its `free_completed`; a request was
+/// only counted).
+#[test]
+fn gpu_kept_histories_without_free_requested_give_the_same_verdicts() {
+    for name in [
+        "history_gpt2mixed_cap15g",
+        "history_gpt2var_hook16",
+        "history_kvcache_steps_hook16",
+    ] {
+        let file = trace::load(&fixture(&format!("{name}.pickle.gz")))
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let mut without = file.clone();
+        without
+            .events
+            .retain(|e| e.kind != TraceEventKind::FreeRequested);
+        assert!(without.events.len() < file.events.len(), "{name}");
+        let (with_them, stripped) = (at_last_oom(name, &file), at_last_oom(name, &without));
+        let verdicts = |at: &OomRemedies| {
+            at.remedies
+                .iter()
+                .map(|r| (r.remedy.to_string(), r.verdict, r.reason.clone()))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(verdicts(&with_them), verdicts(&stripped), "{name}");
+    }
+}
