@@ -508,8 +508,8 @@ class TorchAllocator:
         plain = not stacks and not self.frames_recorded()
         whole = (not first or self.ring_from_start) and plain
         # The estimate counts 2 or 3 entries an allocation (entries_per_allocation) and
-        # nothing else (segment events,
-        # snapshot entries): a ring near full may have dropped its oldest, so a margin.
+        # nothing else (segment events, snapshot entries): a ring near full may have
+        # dropped its oldest, so a margin.
         estimate = self.ring_estimate()
         whole = whole and estimate is not None and estimate < 0.8 * self.ring_entries
         whole = whole and self.ring_fill < self.ring_entries
