@@ -78,8 +78,8 @@ pub struct ReplayOptions {
 /// Where a replay's new segments go (`ReplayOptions::addresses`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub enum AddressOrder {
-    /// At the trace's own address where the trace made a segment of that size just then,
-    /// else upwards.
+    /// At the trace's own address where the trace made a segment of that size just then
+    /// (until a remedy has released segments the job kept), else below the lowest so far.
     #[default]
     Trace,
     /// Each below the last, as CUDA's driver tends to place them.
@@ -187,6 +187,10 @@ pub struct Replay<'t> {
     oom_checks: Vec<OomCheck>,
     /// A segment address is hinted to the backing for the next alloc.
     hinted: bool,
+    /// The remedy released segments the job kept (`empty_cache_at_steps`): from then on
+    /// the trace's segment addresses no longer say where CUDA would put new ones, and
+    /// are not hinted.
+    hints_stale: bool,
     addresses: AddressOrder,
     /// Event indices before which the cache is emptied (`empty_cache_at_steps`), in
     /// order, and the next of them.
@@ -229,7 +233,12 @@ impl<'t> Replay<'t> {
         opts: ReplayOptions,
     ) -> Result<Replay<'t>, ReplayError> {
         let backing = match opts.addresses {
-            AddressOrder::Down => BookkeepingBacking::new(opts.capacity).top_down(),
+            // The trace's order falls back on top-down where it has no address to give (a
+            // segment the job did not make then, or hints gone stale): in GPU-kept traces
+            // CUDA put 33 to 59 % of new segments below every live one, 1 to 4 % above.
+            AddressOrder::Down | AddressOrder::Trace => {
+                BookkeepingBacking::new(opts.capacity).top_down()
+            }
             AddressOrder::Scattered(seed) => BookkeepingBacking::new(opts.capacity).scattered(seed),
             _ => BookkeepingBacking::new(opts.capacity),
         };
@@ -256,6 +265,7 @@ impl<'t> Replay<'t> {
             stats_at_peak: None,
             oom_checks: Vec::new(),
             hinted: false,
+            hints_stale: false,
             addresses: opts.addresses,
             empty_at: if opts.empty_cache_at_steps {
                 step_boundaries(trace)
@@ -391,7 +401,11 @@ impl<'t> Replay<'t> {
             .is_some_and(|&at| at <= index)
         {
             self.empty_next += 1;
+            let before = self.allocator.reserved_bytes();
             self.allocator.empty_cache();
+            // CUDA's free ranges now differ from the job's: it placed its next segments
+            // knowing ranges this run has given back.
+            self.hints_stale |= self.allocator.reserved_bytes() < before;
         }
         self.apply(event).map_err(|error| ReplayError {
             event: Some(index),
@@ -426,7 +440,7 @@ impl<'t> Replay<'t> {
                 // The segment PyTorch made for the alloc that follows: where the policy
                 // makes one too, at the same address, so that address order is PyTorch's.
                 self.counts.segment_events += 1;
-                if self.addresses == AddressOrder::Trace {
+                if self.addresses == AddressOrder::Trace && !self.hints_stale {
                     self.allocator.hint_segment(event.addr, event.size);
                     self.hinted = true;
                 }

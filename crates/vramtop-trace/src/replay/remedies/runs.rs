@@ -15,11 +15,14 @@ pub(super) const ROUNDUP_TRIED: u32 = 4;
 const EXPANDABLE_PAGE: u64 = 2 << 20;
 
 /// The address orders a remedy's verdict must hold under: the trace's, CUDA's usual
-/// top-down, bottom-up, and two scattered at random.
-const ADDRESS_ORDERS: [AddressOrder; 5] = [
+/// top-down, and two scattered at random (free places, holes among them). Bottom-up is
+/// not among them: in five GPU-kept traces (PyTorch 2.11, H100) CUDA put 1 to 4 % of new
+/// segments above every live one and 33 to 59 % below; with the trace's hints gone stale
+/// (`Replay::hints_stale`) it alone would keep kvcache_steps' `empty_cache() between
+/// steps` open where PyTorch failed in every run.
+const ADDRESS_ORDERS: [AddressOrder; 4] = [
     AddressOrder::Trace,
     AddressOrder::Down,
-    AddressOrder::Up,
     AddressOrder::Scattered(1),
     AddressOrder::Scattered(2),
 ];
