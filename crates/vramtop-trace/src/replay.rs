@@ -406,6 +406,12 @@ impl<'t> Replay<'t> {
             // CUDA's free ranges now differ from the job's: it placed its next segments
             // knowing ranges this run has given back.
             self.hints_stale |= self.allocator.reserved_bytes() < before;
+            if self.hints_stale && self.hinted {
+                // Given for the alloc this emptying comes just before (its segment_alloc
+                // entry precedes it in the trace).
+                self.allocator.hint_segment(0, 0);
+                self.hinted = false;
+            }
         }
         self.apply(event).map_err(|error| ReplayError {
             event: Some(index),
@@ -936,6 +942,48 @@ mod tests {
             22 * MIB,
             "without: the cache stays"
         );
+    }
+
+    #[test]
+    fn the_traces_addresses_are_not_hinted_once_an_emptied_cache_gave_back_the_jobs_segments() {
+        // Block 1 gets the job's segment at S1; at the step (250) the emptied cache gives
+        // S1 back when block 1 was freed before it, which the job never did. The job's
+        // next segment (S2) was placed by CUDA knowing S1 still held: not hinted then.
+        const S1: u64 = 0x7f10_0000_0000;
+        const S2: u64 = 0x7f20_0000_0000;
+        let timed = |kind, addr, size, t: i64| TraceEvent {
+            time_us: Some(t),
+            ..event(kind, addr, size)
+        };
+        let segment_of_block_2 = |freed_before_the_step: bool| {
+            let mut events = vec![
+                timed(SegmentAlloc, S1, 20 * MIB, 100),
+                timed(Alloc, S1, 4 * MIB, 100),
+            ];
+            if freed_before_the_step {
+                events.push(timed(FreeCompleted, S1, 4 * MIB, 200));
+            }
+            events.push(timed(SegmentAlloc, S2, 18 * MIB, 300)); // its size rounded to 2 MiB
+            events.push(timed(Alloc, S2, 16 * MIB + 1, 300));
+            let mut t = trace(Vec::new(), events);
+            t.stats.kept_oom = Some(crate::KeptOom {
+                steps_us: vec![250],
+                ..Default::default()
+            });
+            let opts = ReplayOptions {
+                empty_cache_at_steps: true,
+                ..ReplayOptions::default()
+            };
+            let mut r = Replay::new(&t, PolicyKind::Caching, opts).unwrap();
+            r.run_to(t.events.len()).unwrap();
+            let layout = r.allocator().layout();
+            let addrs: Vec<u64> = layout.segments.iter().map(|s| s.addr).collect();
+            (addrs.contains(&S1), addrs.contains(&S2))
+        };
+        // Nothing given back: both segments where the job had them.
+        assert_eq!(segment_of_block_2(false), (true, true));
+        // S1 given back at the step: block 2's segment goes elsewhere (top-down).
+        assert_eq!(segment_of_block_2(true), (false, false));
     }
 
     #[test]
