@@ -84,8 +84,6 @@ pub enum AddressOrder {
     Trace,
     /// Each below the last, as CUDA's driver tends to place them.
     Down,
-    /// Each above the last.
-    Up,
     /// At random free places (this seed).
     Scattered(u64),
 }
@@ -240,7 +238,6 @@ impl<'t> Replay<'t> {
                 BookkeepingBacking::new(opts.capacity).top_down()
             }
             AddressOrder::Scattered(seed) => BookkeepingBacking::new(opts.capacity).scattered(seed),
-            _ => BookkeepingBacking::new(opts.capacity),
         };
         // The traced allocator's own settings: `caching` models them (PyTorch's
         // max_split_size_mb and roundup_power2_divisions); the other policies ignore them.

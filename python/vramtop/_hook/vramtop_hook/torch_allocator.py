@@ -289,27 +289,31 @@ class TorchAllocator:
         a global one; the ring starts in the job's thread (CUDA's init) and is restarted from
         ours, and a thread-local callback removed from another thread makes PyTorch warn
         "Requested callback is not found" on the job's stderr. Global, it is found."""
-        context = "state" if stacks else None
-        extra = {"clear_history": True} if clear else {}
+        call = {"enabled": "all", "context": "state" if stacks else None, "stacks": "python",
+                "max_entries": entries, "global_record_annotations": True}
+        if clear:
+            call["clear_history"] = True
         if self.skips_requests:
-            extra["skip_actions"] = list(SKIPPED_ACTIONS)
-        try:
-            self._record(enabled="all", context=context, stacks="python", max_entries=entries,
-                         global_record_annotations=True, **extra)
-        except TypeError:
+            call["skip_actions"] = list(SKIPPED_ACTIONS)
+        # The keywords a PyTorch may refuse (TypeError) are dropped one at a time:
+        # global_record_annotations, then skip_actions. Refused with neither, it is another
+        # (clear_history: clear_ring then turns the ring off and on instead), and the skip
+        # stands; taken without skip_actions, this PyTorch names it but refuses it, and the
+        # ring keeps free_requested from here.
+        tries = [call, {k: v for k, v in call.items() if k != "global_record_annotations"}]
+        if "skip_actions" in call:
+            tries.append({k: v for k, v in tries[1].items() if k != "skip_actions"})
+        for n, kwargs in enumerate(tries):
             try:
-                self._record(enabled="all", context=context, stacks="python", max_entries=entries, **extra)
+                self._record(**kwargs)
             except TypeError:
-                if "skip_actions" not in extra:
+                if n + 1 == len(tries):
                     raise
-                # Once more without skip_actions. Refused again, it was another keyword
-                # (clear_history: clear_ring turns the ring off and on instead), and the
-                # skip stands; taken, this PyTorch names skip_actions but refuses it, and
-                # the ring keeps free_requested from here.
-                rest = {k: v for k, v in extra.items() if k != "skip_actions"}
-                self._record(enabled="all", context=context, stacks="python", max_entries=entries, **rest)
+                continue
+            if self.skips_requests and "skip_actions" not in kwargs:
                 self.skips_requests = False
                 self.entries_per_allocation = ENTRIES_PER_ALLOCATION
+            return
 
     def clear_ring(self, entries, stacks):
         """Empty the ring and keep recording, in one call where this PyTorch can.
