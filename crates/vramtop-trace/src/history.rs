@@ -5,15 +5,31 @@
 //! first piece is that checkpoint's state), up to the last checkpoint, from which the
 //! file's own ring goes on.
 //!
-//! Between the ring's read and its clearing the job went on allocating (microseconds, at
-//! most a few hundred events): those events are in no piece. The next `state` holds what
-//! they did, so the stitch puts in the difference: a free for each block live before that
-//! the state no longer holds, an alloc for each block it holds that was not live, frees
-//! first. Their order within the gap is lost, nothing else. Each events piece begins
+//! Between the ring's read and its clearing the job went on allocating: those events are
+//! in no piece. On an H100 the gap lasted 26 to 92 ms where a trace dates it (a state's
+//! own entries follow the clearing), 136 to 776 entries at GPT-2's pace. The next `state`
+//! holds what they did, so the stitch puts in the difference: a free for each block live
+//! before that the state no longer holds, a `segment_free` for each segment gone (an unmap
+//! for each range of an expandable segment), a `segment_alloc` for each new one (a map), an
+//! alloc for each block it holds that was not live, in that order. (Without the segments,
+//! what PyTorch held at the OOM, and the cap inferred from it, was off by those the gap
+//! released: 1.4 GiB in one GPT-2 history.)
+//!
+//! What is lost: the order within the gap, and blocks both allocated and freed in it. The
+//! replay re-decides where blocks go, so that changes little while the job's allocator kept
+//! its segments through the gap. Where it took or gave some back there (a cap reached, the
+//! cache released, a new segment for a block since freed), its own decisions are lost with
+//! them; the last such gap is kept (`Stitched::restart`), so that a verdict is given only
+//! where the history as filled and the history begun again at that state agree (a GPT-2
+//! history whose gap hid 26 segments released and 3 taken gave, filled,
+//! `garbage_collection_threshold:0.6` "fits" where PyTorch failed; begun again there,
+//! `max_split_size_mb` "fits" with N = 64 and 128 only, where PyTorch fitted with 20, 200
+//! and 1000). Each events piece begins
 //! with the entries the state before it already holds; as for a checkpoint
 //! (`checkpoint::reconcile`), they go up to the state's own `snapshot` entry.
 
 use std::collections::BTreeMap;
+use std::ops::Range;
 
 use super::checkpoint::{is_live, reconcile};
 use super::{SnapshotSegment, StreamId, TraceEvent, TraceEventKind};
@@ -43,6 +59,9 @@ pub(super) struct Stitched {
     pub contradictions: u64,
     /// Pieces stitched.
     pub pieces: usize,
+    /// The last gap in which the job's allocator took or gave back segments: where in
+    /// `events` the state after it applies, and that state.
+    pub restart: Option<(usize, Vec<SnapshotSegment>)>,
 }
 
 /// Stitches `pieces` (events and states alternating, ending with a state); `None` when
@@ -56,6 +75,7 @@ pub(super) fn stitch(pieces: Vec<Piece>) -> Option<Stitched> {
         ..Stitched::default()
     };
     let mut live: BTreeMap<u64, (u64, StreamId)> = BTreeMap::new();
+    let mut held = Held::default();
     let mut before: Option<Vec<SnapshotSegment>> = None;
     let mut expect_events = matches!(pieces.first(), Some(Piece::Events(_)));
     for (i, piece) in pieces.into_iter().enumerate() {
@@ -74,17 +94,24 @@ pub(super) fn stitch(pieces: Vec<Piece>) -> Option<Stitched> {
                         _ => true,
                     };
                     out.contradictions += u64::from(!consistent);
+                    held.apply(e);
                 }
                 out.events.extend(events);
             }
             Piece::State(segments) if !expect_events => {
                 let now = live_blocks(&segments);
+                let now_held = Held::of(&segments);
                 if i == 0 {
                     out.base = Some(segments.clone());
                 } else {
-                    out.filled += fill_gap(&live, &now, &mut out.events);
+                    let changed = held != now_held;
+                    out.filled += fill_gap(&live, &now, &held, &now_held, &mut out.events);
+                    if changed {
+                        out.restart = Some((out.events.len(), segments.clone()));
+                    }
                 }
                 live = now;
+                held = now_held;
                 before = Some(segments);
             }
             _ => return None,
@@ -119,11 +146,104 @@ fn live_blocks(segments: &[SnapshotSegment]) -> BTreeMap<u64, (u64, StreamId)> {
         .collect()
 }
 
-/// Appends to `events` what turns `was` into `now`: frees first, then allocs, each in
+/// The device memory PyTorch held: whole segments by address, and the mapped ranges of
+/// expandable segments (which grow and shrink by pages, so they are compared as ranges).
+#[derive(Clone, Debug, Default, PartialEq)]
+struct Held {
+    segments: BTreeMap<u64, (u64, StreamId)>,
+    mapped: Ranges,
+}
+
+impl Held {
+    fn of(segments: &[SnapshotSegment]) -> Self {
+        let mut held = Held::default();
+        for s in segments {
+            if s.is_expandable {
+                held.mapped.add(s.addr..s.addr + s.total_size, s.stream);
+            } else {
+                held.segments.insert(s.addr, (s.total_size, s.stream));
+            }
+        }
+        held
+    }
+
+    fn apply(&mut self, e: &TraceEvent) {
+        match e.kind {
+            TraceEventKind::SegmentAlloc => {
+                self.segments.insert(e.addr, (e.size, e.stream));
+            }
+            TraceEventKind::SegmentFree => {
+                self.segments.remove(&e.addr);
+            }
+            TraceEventKind::SegmentMap => self.mapped.add(e.addr..e.addr + e.size, e.stream),
+            TraceEventKind::SegmentUnmap => self.mapped.remove(e.addr..e.addr + e.size),
+            _ => {}
+        }
+    }
+}
+
+/// Byte ranges, each with its stream: start -> (end, stream), disjoint, neighbours of one
+/// stream merged.
+#[derive(Clone, Debug, Default, PartialEq)]
+struct Ranges(BTreeMap<u64, (u64, StreamId)>);
+
+impl Ranges {
+    fn add(&mut self, range: Range<u64>, stream: StreamId) {
+        self.remove(range.clone());
+        let (mut start, mut end) = (range.start, range.end);
+        if let Some((&s, &(e, st))) = self.0.range(..start).next_back() {
+            if e == start && st == stream {
+                self.0.remove(&s);
+                start = s;
+            }
+        }
+        if let Some(&(e, st)) = self.0.get(&end) {
+            if st == stream {
+                self.0.remove(&end);
+                end = e;
+            }
+        }
+        if start < end {
+            self.0.insert(start, (end, stream));
+        }
+    }
+
+    fn remove(&mut self, range: Range<u64>) {
+        let overlapping: Vec<(u64, u64, StreamId)> = self
+            .0
+            .range(..range.end)
+            .filter(|(_, &(e, _))| e > range.start)
+            .map(|(&s, &(e, st))| (s, e, st))
+            .collect();
+        for (s, e, st) in overlapping {
+            self.0.remove(&s);
+            if s < range.start {
+                self.0.insert(s, (range.start, st));
+            }
+            if e > range.end {
+                self.0.insert(range.end, (e, st));
+            }
+        }
+    }
+
+    /// The parts of `self` that `other` does not cover, with `self`'s streams.
+    fn minus(&self, other: &Ranges) -> Vec<(Range<u64>, StreamId)> {
+        let mut left = self.clone();
+        for (&s, &(e, _)) in &other.0 {
+            left.remove(s..e);
+        }
+        left.0.into_iter().map(|(s, (e, st))| (s..e, st)).collect()
+    }
+}
+
+/// Appends to `events` what turns `was` into `now` (live blocks, and the memory `held`):
+/// block frees, segment frees and unmaps, segment allocs and maps, block allocs, each in
 /// address order; returns how many.
 fn fill_gap(
     was: &BTreeMap<u64, (u64, StreamId)>,
     now: &BTreeMap<u64, (u64, StreamId)>,
+    held_was: &Held,
+    held_now: &Held,
     events: &mut Vec<TraceEvent>,
 ) -> u64 {
     let at = events.last().and_then(|e| e.time_us);
@@ -140,6 +260,33 @@ fn fill_gap(
         if now.get(&addr) != Some(&block) {
             events.push(event(TraceEventKind::FreeCompleted, addr, block));
         }
+    }
+    let (segs_was, segs_now) = (&held_was.segments, &held_now.segments);
+    for (&addr, &seg) in segs_was {
+        if segs_now.get(&addr) != Some(&seg) {
+            events.push(event(TraceEventKind::SegmentFree, addr, seg));
+        }
+    }
+    for (range, stream) in held_was.mapped.minus(&held_now.mapped) {
+        let size = range.end - range.start;
+        events.push(event(
+            TraceEventKind::SegmentUnmap,
+            range.start,
+            (size, stream),
+        ));
+    }
+    for (&addr, &seg) in segs_now {
+        if segs_was.get(&addr) != Some(&seg) {
+            events.push(event(TraceEventKind::SegmentAlloc, addr, seg));
+        }
+    }
+    for (range, stream) in held_now.mapped.minus(&held_was.mapped) {
+        let size = range.end - range.start;
+        events.push(event(
+            TraceEventKind::SegmentMap,
+            range.start,
+            (size, stream),
+        ));
     }
     for (&addr, &block) in now {
         if was.get(&addr) != Some(&block) {
@@ -189,8 +336,9 @@ mod tests {
         let b = a + 4 * MIB;
         let c = a + 8 * MIB;
         let pieces = vec![
-            // From the job's start: A and B allocated, B freed.
+            // From the job's start: its segment, A and B allocated, B freed.
             Piece::Events(vec![
+                ev(SegmentAlloc, a, 20 * MIB),
                 ev(Alloc, a, 4 * MIB),
                 ev(Alloc, b, 4 * MIB),
                 ev(FreeCompleted, b, 4 * MIB),
@@ -211,6 +359,7 @@ mod tests {
         assert_eq!(
             kinds,
             vec![
+                (SegmentAlloc, a),
                 (Alloc, a),
                 (Alloc, b),
                 (FreeCompleted, b),
@@ -221,6 +370,88 @@ mod tests {
         );
         assert_eq!((s.filled, s.contradictions), (2, 0));
         assert!(s.last[0].blocks.is_empty());
+        assert_eq!(s.restart, None, "the segment was kept through the gap");
+    }
+
+    #[test]
+    fn a_gap_that_changed_the_jobs_segments_is_filled_and_kept_as_a_restart() {
+        use TraceEventKind::*;
+        let (s1, s2) = (0x1000_0000, 0x4000_0000);
+        let with_segment = |addr: u64, live: &[(u64, u64)]| {
+            let mut seg = state(live);
+            seg[0].addr = addr;
+            seg
+        };
+        let pieces = vec![
+            Piece::Events(vec![ev(SegmentAlloc, s1, 20 * MIB), ev(Alloc, s1, 4 * MIB)]),
+            Piece::State(with_segment(s1, &[(s1, 4)])),
+            Piece::Events(vec![ev(Snapshot, 0, 0), ev(FreeCompleted, s1, 4 * MIB)]),
+            // In the gap: the cache released s1, a new segment s2 holds a block.
+            Piece::State(with_segment(s2, &[(s2, 4)])),
+        ];
+        let s = stitch(pieces).expect("stitched");
+        let kinds: Vec<(TraceEventKind, u64)> = s.events.iter().map(|e| (e.kind, e.addr)).collect();
+        assert_eq!(
+            kinds,
+            vec![
+                (SegmentAlloc, s1),
+                (Alloc, s1),
+                (FreeCompleted, s1),
+                (SegmentFree, s1),
+                (SegmentAlloc, s2),
+                (Alloc, s2),
+            ]
+        );
+        assert_eq!(s.filled, 3);
+        let (at, segments) = s.restart.expect("the gap changed the segments");
+        assert_eq!((at, segments[0].addr), (s.events.len(), s2));
+    }
+
+    #[test]
+    fn an_expandable_segment_grown_in_a_gap_is_mapped_by_the_difference() {
+        use TraceEventKind::*;
+        let base = 0x7000_0000;
+        let expandable = |mib: u64| {
+            let mut seg = state(&[]);
+            seg[0].addr = base;
+            seg[0].total_size = mib * MIB;
+            seg[0].is_expandable = true;
+            seg
+        };
+        // Mapped page by page in the trace; one run of 40 MiB in the state: the same.
+        let pieces = vec![
+            Piece::Events(vec![
+                ev(SegmentMap, base, 20 * MIB),
+                ev(SegmentMap, base + 20 * MIB, 20 * MIB),
+            ]),
+            Piece::State(expandable(40)),
+            Piece::Events(vec![ev(Snapshot, 0, 0)]),
+            Piece::State(expandable(60)),
+        ];
+        let s = stitch(pieces).expect("stitched");
+        let last = s.events.last().expect("filled");
+        assert_eq!(
+            (last.kind, last.addr, last.size),
+            (SegmentMap, base + 40 * MIB, 20 * MIB)
+        );
+        assert_eq!(s.filled, 1);
+        assert!(s.restart.is_some());
+    }
+
+    #[test]
+    fn ranges_merge_neighbours_of_one_stream_and_split_on_removal() {
+        let mut r = Ranges::default();
+        r.add(0..10, 0);
+        r.add(10..20, 0);
+        r.add(20..30, 1);
+        assert_eq!(r.0.len(), 2, "{r:?}");
+        r.remove(5..8);
+        let runs: Vec<(u64, u64)> = r.0.iter().map(|(&s, &(e, _))| (s, e)).collect();
+        assert_eq!(runs, vec![(0, 5), (8, 20), (20, 30)]);
+        let mut other = Ranges::default();
+        other.add(0..30, 0);
+        assert_eq!(r.minus(&other), vec![]);
+        assert_eq!(other.minus(&r), vec![(5..8, 0)]);
     }
 
     #[test]
@@ -252,14 +483,14 @@ mod tests {
             tag: None,
         });
         let pieces = vec![
-            Piece::Events(vec![ev(Alloc, a, 1000)]),
+            Piece::Events(vec![ev(SegmentAlloc, a, 20 * MIB), ev(Alloc, a, 1000)]),
             Piece::State(at_checkpoint.clone()),
             Piece::Events(vec![ev(Snapshot, 0, 1024), ev(FreeCompleted, a, 1000)]),
             Piece::State(state(&[])),
         ];
         let s = stitch(pieces).expect("stitched");
         assert_eq!((s.filled, s.contradictions), (0, 0), "{:?}", s.events);
-        assert_eq!(s.events.len(), 2);
+        assert_eq!(s.events.len(), 3);
     }
 
     #[test]

@@ -262,6 +262,17 @@ pub struct KeptHistory {
     pub filled: u64,
     /// Events stitched in before the file's own ring.
     pub events: usize,
+    /// The last gap in which the job's allocator took or gave back segments: a verdict
+    /// replayed over it must agree with one begun again after it.
+    pub restart: Option<GapRestart>,
+}
+
+/// Where a kept history may begin again after a gap that changed the job's segments: the
+/// index in `Trace::events` at which the state after the gap applies, and that state.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GapRestart {
+    pub event: usize,
+    pub segments: Vec<SnapshotSegment>,
 }
 
 /// Where a kept file's history begins when it is not the job's start: the allocator's

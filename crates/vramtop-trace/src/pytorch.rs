@@ -192,6 +192,10 @@ fn import(
                     from_start: stitched.base.is_none(),
                     filled: stitched.filled,
                     events: stitched.events.len(),
+                    restart: stitched
+                        .restart
+                        .clone()
+                        .map(|(event, segments)| crate::GapRestart { event, segments }),
                 });
                 // From the job's start there is no checkpoint to begin from.
                 kept.checkpoint = stitched.base.as_ref().map(|_| crate::Checkpoint {

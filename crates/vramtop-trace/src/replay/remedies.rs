@@ -18,6 +18,7 @@
 
 use serde::Serialize;
 
+mod gap;
 mod runs;
 mod verdicts;
 
@@ -128,6 +129,23 @@ pub fn remedies(
     let Some(bounds) = capacity_bounds(trace, ooms, given.or(kept_cap(trace))) else {
         return Ok(Vec::new());
     };
+    let answers = judged(trace, ooms, bounds)?;
+    // A kept history whose gap hid the job's own segment decisions: each verdict again from
+    // the state after that gap, at the same capacities, and given only where both agree.
+    let Some(after) = gap::begun_after(trace) else {
+        return Ok(answers);
+    };
+    let after_ooms = crate::ooms::trace_ooms(&after);
+    let again = judged(&after, &after_ooms, bounds)?;
+    Ok(gap::agreed(answers, &again, trace))
+}
+
+/// Every remedy at each OOM, at the capacities `bounds`.
+fn judged(
+    trace: &Trace,
+    ooms: &[TraceOom],
+    bounds: CapacityBounds,
+) -> Result<Vec<OomRemedies>, ReplayError> {
     // What came before the trace began: blocks live at its start. A replay places them
     // packed in address order (caching adopts PyTorch's own segments), so it starts from
     // a state made under the job's own settings, not the remedy's.
