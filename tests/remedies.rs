@@ -954,6 +954,10 @@ fn gpu_kept_histories_of_training_loops_give_pytorchs_outcomes_on_both_paths() {
         ("history_kvcache_steps_hook16", kvcache_steps_16, 85, true),
         ("history_gpt2mixed_hook17", gpt2mixed_17, 93, true),
         ("history_kvcache_steps_hook17", kvcache_steps, 85, true),
+        // Hook 1.8 clears the ring while PyTorch still pickles its read: 18 and 5 events
+        // put in for the gaps (597 to 675 in gpt2mixed's earlier files).
+        ("history_gpt2mixed_hook18", gpt2mixed, 93, true),
+        ("history_kvcache_steps_hook18", kvcache_steps, 85, true),
     ] {
         let path = fixture(&format!("{name}.pickle.gz"));
         let file = trace::load(&path).unwrap_or_else(|e| panic!("{name}: {e}"));
@@ -981,9 +985,13 @@ fn gpu_kept_histories_of_training_loops_give_pytorchs_outcomes_on_both_paths() {
             .count();
         assert_eq!(
             requests == 0,
-            name.ends_with("_hook17"),
+            name.ends_with("_hook17") || name.ends_with("_hook18"),
             "{name}: {requests}"
         );
+        if name.ends_with("_hook18") {
+            let filled = kept.history.as_ref().map_or(u64::MAX, |h| h.filled);
+            assert!(filled < 50, "{name}: {filled} events put in for the gaps");
+        }
         let at = at_last_oom(name, &file);
         for &(remedy, expected) in outcomes {
             let ours = verdict_of(name, &at, remedy);

@@ -430,6 +430,75 @@ class CheckpointTest(unittest.TestCase):
             torch.cuda.stub_free("cp-before")
             torch.cuda.stub_free("cp-after")
 
+    def test_the_ring_is_cleared_while_its_read_still_pickles_and_the_read_holds_it_whole(self):
+        import pickle
+        import zlib
+
+        torch = self.torch
+        alloc = hook.torch_allocator.TorchAllocator(torch)
+        alloc.start_ring(64)
+        times = {}
+
+        class SlowPickle(self.PickledRead):
+            """Copies the ring at once, then "pickles" for 200 ms, as PyTorch's read does."""
+
+            def read(self):
+                snap = super().read()
+                if self.reads > 1:  # the events read, not the checkpoint's first state
+                    times.setdefault("copied", time.monotonic())
+                    time.sleep(0.2)
+                    times.setdefault("returned", time.monotonic())
+                return snap
+
+        clear = alloc.clear_ring
+
+        def timed_clear(*a, **k):
+            times["cleared"] = time.monotonic()
+            return clear(*a, **k)
+
+        try:
+            alloc.pickled = SlowPickle(torch)
+            self.assertTrue(alloc.restart_ring(stacks=False))  # the history begins here
+            times.clear()
+            torch.cuda.stub_alloc("while-read", 1048576)
+            alloc.clear_ring = timed_clear
+            self.assertTrue(alloc.restart_ring(stacks=False))
+            self.assertLess(times["copied"], times["cleared"])
+            self.assertLess(times["cleared"], times["returned"])  # not after the read
+            pieces = alloc.history.of()["pieces"]
+            self.assertEqual([p["kind"] for p in pieces], ["state", "events", "state"])
+            events = pickle.loads(zlib.decompress(pieces[1]["zlib"]))
+            self.assertIn("alloc", [e["action"] for e in events["device_traces"][0]])
+        finally:
+            alloc._record(enabled=None)
+            torch.cuda.stub_free("while-read")
+
+    def test_a_read_that_came_after_the_clearing_begins_the_history_again(self):
+        torch = self.torch
+        alloc = hook.torch_allocator.TorchAllocator(torch)
+        alloc.start_ring(64)
+
+        class LateRead(self.PickledRead):
+            """The helper thread scheduled late: its copy comes after the hook cleared."""
+
+            def read(self):
+                if self.reads >= 1:
+                    time.sleep(0.1)
+                return super().read()
+
+        try:
+            alloc.pickled = LateRead(torch)
+            self.assertTrue(alloc.restart_ring(stacks=False))
+            for i in range(8):
+                torch.cuda.stub_alloc("late-%d" % i, 1048576)
+            self.assertTrue(alloc.restart_ring(stacks=False))
+            # Not kept as the ring since the last checkpoint: the history begins anew here.
+            self.assertEqual([p["kind"] for p in alloc.history.of()["pieces"]], ["state"])
+        finally:
+            alloc._record(enabled=None)
+            for i in range(8):
+                torch.cuda.stub_free("late-%d" % i)
+
     def test_a_checkpoint_that_cannot_be_unpickled_is_left_out_not_raised(self):
         alloc = hook.torch_allocator.TorchAllocator(self.torch)
         alloc.checkpoint = {"time_s": 1.0, "pickled": b"not a pickle", "raw": None}

@@ -104,9 +104,9 @@ pub(super) fn stitch(pieces: Vec<Piece>) -> Option<Stitched> {
                 if i == 0 {
                     out.base = Some(segments.clone());
                 } else {
-                    let changed = held != now_held;
+                    let hidden = hides_decisions(&live, &now, &held, &now_held);
                     out.filled += fill_gap(&live, &now, &held, &now_held, &mut out.events);
-                    if changed {
+                    if hidden {
                         out.restart = Some((out.events.len(), segments.clone()));
                     }
                 }
@@ -180,6 +180,38 @@ impl Held {
             _ => {}
         }
     }
+}
+
+/// Whether a gap hid the job's allocator's own decisions: it released segments (a cap
+/// reached, the cache emptied, the garbage collector), or took one that holds no block
+/// allocated in the gap (so a block since freed made it). A segment taken for a block the
+/// state shows is no decision lost: the replay sees that block's alloc and decides anew.
+fn hides_decisions(
+    was: &BTreeMap<u64, (u64, StreamId)>,
+    now: &BTreeMap<u64, (u64, StreamId)>,
+    held_was: &Held,
+    held_now: &Held,
+) -> bool {
+    let released = held_was
+        .segments
+        .iter()
+        .any(|(a, s)| held_now.segments.get(a) != Some(s))
+        || !held_was.mapped.minus(&held_now.mapped).is_empty();
+    let new_block_in = |range: Range<u64>| {
+        now.range(range)
+            .any(|(addr, block)| was.get(addr) != Some(block))
+    };
+    let taken_for_nothing = held_now
+        .segments
+        .iter()
+        .filter(|(a, s)| held_was.segments.get(a) != Some(s))
+        .any(|(&a, &(size, _))| !new_block_in(a..a + size))
+        || held_now
+            .mapped
+            .minus(&held_was.mapped)
+            .into_iter()
+            .any(|(range, _)| !new_block_in(range));
+    released || taken_for_nothing
 }
 
 /// Byte ranges, each with its stream: start -> (end, stream), disjoint, neighbours of one
@@ -405,6 +437,31 @@ mod tests {
         assert_eq!(s.filled, 3);
         let (at, segments) = s.restart.expect("the gap changed the segments");
         assert_eq!((at, segments[0].addr), (s.events.len(), s2));
+    }
+
+    #[test]
+    fn a_segment_taken_in_a_gap_for_a_block_the_state_shows_hides_no_decision() {
+        use TraceEventKind::*;
+        let (s1, s2) = (0x1000_0000, 0x4000_0000);
+        let mut both = state(&[(s1, 4)]);
+        let mut second = state(&[(s2, 30)]);
+        second[0].addr = s2;
+        second[0].total_size = 30 * MIB;
+        both.append(&mut second);
+        let pieces = vec![
+            Piece::Events(vec![ev(SegmentAlloc, s1, 20 * MIB), ev(Alloc, s1, 4 * MIB)]),
+            Piece::State(state(&[(s1, 4)])),
+            Piece::Events(vec![ev(Snapshot, 0, 0)]),
+            // In the gap: a 30 MiB block, in a segment of its own.
+            Piece::State(both),
+        ];
+        let s = stitch(pieces).expect("stitched");
+        let kinds: Vec<(TraceEventKind, u64)> = s.events.iter().map(|e| (e.kind, e.addr)).collect();
+        assert_eq!(kinds[2..], [(SegmentAlloc, s2), (Alloc, s2)]);
+        assert_eq!(
+            s.restart, None,
+            "the replay sees the block's alloc and decides anew"
+        );
     }
 
     #[test]

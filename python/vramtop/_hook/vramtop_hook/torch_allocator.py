@@ -15,7 +15,8 @@ from .history import History, PickledSnapshot
 from .roles import AllocatedSeries, RoleWatch
 from .settings import (
     ENTRIES_PER_ALLOCATION, ENTRIES_PER_ALLOCATION_SKIPPING, HISTORY_MAX_MB, READ_RING_MAX, RING_CHECKPOINT_SHARE,
-    SKIPPED_ACTIONS, STEP_MARKS, say_once,
+    RING_COPY_S_PER_ENTRY, RING_COPY_WAIT_S, RING_READ_MIN_BYTES_PER_ENTRY, SKIPPED_ACTIONS, STEP_MARKS,
+    say_once,
 )
 
 
@@ -500,7 +501,8 @@ class TorchAllocator:
 
         Only the clearing holds the GIL. Both reads run off it (hook 1.6): on the H100 the
         snapshot read held it 1.4 to 1.6 ms a checkpoint, its unpickling 0.4 ms, the ring
-        off and on 0.2 to 0.65 ms. From the clearing to the new checkpoint it holds
+        off and on 0.2 to 0.65 ms. The ring is cleared while PyTorch still pickles its read
+        (hook 1.8, `read_then_clear`). From the ring's read to the new checkpoint it holds
         `checkpoint_lock`, which an OOM's reads wait for (`reading_at_oom`)."""
         if self.user_history or not self.ring_entries:
             return False
@@ -517,10 +519,6 @@ class TorchAllocator:
         estimate = self.ring_estimate()
         whole = whole and estimate is not None and estimate < 0.8 * self.ring_entries
         whole = whole and self.ring_fill < self.ring_entries
-        events = self.read_pickled() if whole else None
-        if self.user_history or not self.ring_entries:
-            return False  # the job took the recording over while we read: it is the job's now
-        count = self.allocation_count()
         if not self.checkpoint_lock.acquire(timeout=OOM_WAIT_S):
             return False  # an OOM is reading: the next look checkpoints
         self.restarting = True
@@ -528,10 +526,22 @@ class TorchAllocator:
         # here the ring and the checkpoint it read no longer follow on from each other.
         self.generation += 1
         try:
-            state, raw = None, None
+            state, raw, events = None, None, None
             try:
-                self.clear_ring(entries, stacks)
-                state = self.read_pickled() if self.pickled is not None and plain else None
+                if whole:
+                    read = self.read_then_clear(entries, stacks, estimate)
+                    if read is None:
+                        return False  # the job took the recording over: it is the job's now
+                    events, count, state = read
+                else:
+                    count = self.allocation_count()
+                    self.clear_ring(entries, stacks)
+                    state = self.read_pickled() if self.pickled is not None and plain else None
+                if events is not None and state is not None:
+                    # A read no bigger than the state after it holds no ring from before the
+                    # clearing: it came after it (RING_READ_MIN_BYTES_PER_ENTRY).
+                    if len(events) - len(state) < RING_READ_MIN_BYTES_PER_ENTRY * (estimate or 0):
+                        events = None
                 if state is None:
                     raw = self.raw_snapshot() or {}
             except Exception as err:
@@ -556,6 +566,43 @@ class TorchAllocator:
             say_once("history", "cannot keep the allocator history (%r): from the last checkpoint only" % (err,))
             self.history.clear()
         return True
+
+    def read_then_clear(self, entries, stacks, estimate):
+        """The ring read whole (`read_pickled`) and cleared while PyTorch is still pickling
+        its copy (RING_COPY_WAIT_S says why), and the checkpoint's state read right after
+        the clearing: (the events read, the allocation count at the clearing, the state), or
+        None when the job took the recording over meanwhile (nothing cleared). The state is
+        read at once, not after the ring's read: vramtop's stitch drops the ring's entries
+        up to the state's own `snapshot` entry and puts in what the state says changed, so
+        the state read late would make a gap of its own.
+
+        The read runs on a helper thread (ctypes lets the GIL go for it); the clear follows
+        its start by about the copy's time, so the events in no piece are those of a
+        fraction of a millisecond, not of the whole read. A clear that comes while the copy
+        runs waits for the allocator's lock. One that came before the copy (a helper thread
+        not scheduled in time) leaves the read holding only what followed the clear:
+        restart_ring tells it by its size and begins the history again at this checkpoint,
+        as for a ring that was not read whole."""
+        read = {}
+        calling = threading.Event()
+
+        def reader():
+            calling.set()
+            read["events"] = self.read_pickled()
+
+        helper = threading.Thread(target=reader, name="vramtop-ring-read", daemon=True)
+        helper.start()
+        try:
+            calling.wait(1.0)
+            time.sleep(RING_COPY_WAIT_S + RING_COPY_S_PER_ENTRY * max(0, estimate or 0))
+            if self.user_history or not self.ring_entries:
+                return None
+            count = self.allocation_count()
+            self.clear_ring(entries, stacks)
+            state = self.read_pickled()
+        finally:
+            helper.join()
+        return read.get("events"), count, state
 
     def read_pickled(self):
         """The snapshot as PyTorch pickles it (PickledSnapshot), or None; a reader that
