@@ -528,7 +528,7 @@ class TorchAllocator:
         try:
             state, raw, events = None, None, None
             try:
-                if whole:
+                if whole and self.pickled is not None:  # else there is no read to overlap
                     read = self.read_then_clear(entries, stacks, estimate)
                     if read is None:
                         return False  # the job took the recording over: it is the job's now
