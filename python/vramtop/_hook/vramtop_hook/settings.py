@@ -136,18 +136,18 @@ HISTORY_MAX_MB = env_float("VRAMTOP_HISTORY_MB", 32.0)
 # Hook 1.8: the ring is cleared while PyTorch is still pickling its copy of it, not after
 # (TorchAllocator.read_then_clear): PyTorch copies the ring under the allocator's lock
 # (3.5 ms for 65,536 entries: about 0.05 us an entry) and then pickles the copy off it
-# (about 3 us an entry: 26 ms for 9,000 entries on an H100, 2.11). Cleared after the read,
+# (about 3 us an entry: 26 ms for 9,000 entries on an H200, 2.11). Cleared after the read,
 # every event of those 26 ms was in no piece: hundreds a checkpoint at GPT-2's pace, and
 # with them, at times, the job's own segment decisions. The clear follows the read's start
 # by RING_COPY_WAIT_S and RING_COPY_S_PER_ENTRY an entry the ring may hold (about the
 # copy's own time): one that comes while the copy runs waits for the lock, and the events in
 # no piece are those between the copy's end and the clear. (With 2 ms and 0.1 us an entry,
-# about 3 ms on the H100, the gaps a state's own entries date measured 3.0 to 5.3 ms,
-# against 26 to 92 ms cleared after the read.) A clear that came before the copy is told
+# about 3 ms, the gaps a state's own entries date measured 3.0 to 5.3 ms on an H200,
+# against 26 to 92 ms cleared after the read on an H100.) A clear that came before the copy is told
 # by the read's size (RING_READ_MIN_BYTES_PER_ENTRY): the history then begins again there.
 RING_COPY_WAIT_S = 0.0003
 RING_COPY_S_PER_ENTRY = 3e-8
-# A pickled ring entry takes about 52 bytes (468,604 for 8,970 on the H100): a read that
+# A pickled ring entry takes about 52 bytes (468,604 for 8,970 on an H200): a read that
 # holds fewer than this many bytes an expected entry beyond the state read after it was
 # made after the clearing, not before.
 RING_READ_MIN_BYTES_PER_ENTRY = 16

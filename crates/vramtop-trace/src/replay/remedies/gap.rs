@@ -23,13 +23,17 @@ pub(super) fn begun_after(trace: &Trace) -> Option<Trace> {
     let events = trace.events.get(restart.event..)?.to_vec();
     let (initial, initial_segments) = crate::checkpoint::initial_state(&restart.segments);
     let time_us = events.iter().find_map(|e| e.time_us).unwrap_or(0);
+    // Field by field: `..trace.clone()` would copy the whole history's events only to drop them.
     let mut after = Trace {
+        source: trace.source,
+        device: trace.device,
         initial,
         initial_segments,
-        events: Vec::new(),
-        ..trace.clone()
+        events,
+        segments_at_end: trace.segments_at_end.clone(),
+        settings: trace.settings.clone(),
+        stats: trace.stats.clone(),
     };
-    after.events = events;
     let kept = after.stats.kept_oom.as_mut()?;
     kept.history = None;
     kept.checkpoint = Some(Checkpoint {
