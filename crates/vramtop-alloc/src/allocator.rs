@@ -376,6 +376,7 @@ impl Allocator {
             Err(Shortfall::Exhausted) => {}
             other => return other,
         }
+        let reserved = cx.counters.reserved;
         if policy.release_available(size, live.stream, &mut cx) {
             match policy.alloc(size, live, &mut cx) {
                 Err(Shortfall::Exhausted) => {}
@@ -385,7 +386,12 @@ impl Allocator {
                 }
             }
         }
-        if policy.release_cached(&mut cx) == 0 {
+        // Oversize segments released above stay released even where they did not add up
+        // to the request (release_available_cached_blocks returns false then), and
+        // PyTorch's release_cached_blocks always answers true: the last try is made
+        // whenever anything at all was given back, by either.
+        let released_oversize = cx.counters.reserved < reserved;
+        if policy.release_cached(&mut cx) == 0 && !released_oversize {
             return Err(Shortfall::Exhausted);
         }
         let placed = policy.alloc(size, live, &mut cx)?;

@@ -415,6 +415,33 @@ mod tests {
         assert_eq!(run(None), (812, vec![150, 100]));
     }
 
+    /// Under a 1,000 MiB cap with max_split_size_mb:100: 400 and 300 MiB segments cached,
+    /// 250 MiB live, 720 MiB asked. No cached oversize segment holds it, so PyTorch's
+    /// release_available_cached_blocks frees the largest down (400, then 300) and, 700 MiB
+    /// being short of 720, answers false; release_cached_blocks then answers true with
+    /// nothing left to free, and the retried cudaMalloc fits (250 + 720). A replay that
+    /// gave up when that last release freed nothing failed this request where PyTorch
+    /// served it (gpt2mixed with max_split_size_mb:1024, replayed from its own history).
+    #[test]
+    fn oversize_segments_released_short_of_the_request_still_make_room() {
+        use crate::backing::BookkeepingBacking;
+        use crate::{AllocConfig, Allocator, PolicyKind};
+        let config = AllocConfig {
+            max_split_size: Some(100 * MIB),
+            ..AllocConfig::default()
+        };
+        let backing = Box::new(BookkeepingBacking::new(1000 * MIB));
+        let a = Allocator::new(PolicyKind::Caching, backing, config);
+        let first = a.alloc(400 * MIB, 0, "a").unwrap();
+        let second = a.alloc(300 * MIB, 0, "b").unwrap();
+        let _kept = a.alloc(250 * MIB, 0, "c").unwrap();
+        a.free(&first).unwrap();
+        a.free(&second).unwrap();
+        let served = a.alloc(720 * MIB, 0, "d");
+        assert!(served.is_ok(), "{served:?}");
+        assert_eq!(a.stats().reserved_bytes, 970 * MIB);
+    }
+
     #[test]
     fn segment_sizes_follow_pytorch() {
         assert_eq!(allocation_size(512), SMALL_BUFFER);

@@ -321,6 +321,24 @@ impl TraceEvent {
     }
 }
 
+#[cfg(test)]
+impl Trace {
+    /// A PyTorch trace of `events` after the blocks `initial`, nothing else known, as the
+    /// crate's tests write them.
+    pub(crate) fn bare(initial: Vec<LiveAtStart>, events: Vec<TraceEvent>) -> Trace {
+        Trace {
+            source: TraceFormat::PytorchSnapshot,
+            device: 0,
+            initial,
+            initial_segments: Vec::new(),
+            events,
+            segments_at_end: Vec::new(),
+            settings: Default::default(),
+            stats: TraceStats::default(),
+        }
+    }
+}
+
 impl Trace {
     /// Peak of live bytes over the trace's own events: Alloc adds a block, FreeCompleted
     /// removes it, sizes rounded up to `round_to` (0 or 1: no rounding). Blocks live

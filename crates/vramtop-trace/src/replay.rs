@@ -750,7 +750,7 @@ pub fn plan_capacity(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{LiveAtStart, TraceFormat, TraceStats};
+    use crate::{LiveAtStart, TraceFormat};
 
     const MIB: u64 = 1 << 20;
 
@@ -764,13 +764,7 @@ mod tests {
     fn trace(initial: Vec<LiveAtStart>, events: Vec<TraceEvent>) -> Trace {
         Trace {
             source: TraceFormat::VramtopRecord,
-            device: 0,
-            initial,
-            initial_segments: Vec::new(),
-            events,
-            segments_at_end: Vec::new(),
-            settings: Default::default(),
-            stats: TraceStats::default(),
+            ..Trace::bare(initial, events)
         }
     }
 

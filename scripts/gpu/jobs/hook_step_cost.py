@@ -35,7 +35,7 @@ setting a user runs):
                     recording alone, the hook's thread idle)
   --no-state-read   a checkpoint keeps the ring's own read (it holds the segments too) as
                     its state, instead of reading the segments again after clearing
-  --no-events-read, --annotations-elsewhere: see their help
+  --no-events-read, --annotations-elsewhere, --clear-after-read: see their help
 
 Run under the hook, with no viewer attached:
   vramtop run --quiet -- python3 hook_step_cost.py [--blocks 300] [--block-steps 20] [--viewer]
@@ -145,6 +145,21 @@ def skip_events_read(alloc):
         return restart(*a, **k)
 
     alloc.read_pickled, alloc.clear_ring, alloc.restart_ring = read_state_only, clear_then_mark, checkpoint
+
+
+def clear_after_read(alloc):
+    """Hook 1.7's order: the ring read whole first, then cleared, then the state read, all
+    on the hook's thread (no helper thread; the events of the whole read are in no piece).
+    For comparing hook 1.8's overlapped read with it in one machine's runs."""
+    def read_then_clear(entries, stacks, estimate):
+        events = alloc.read_pickled()
+        if alloc.user_history or not alloc.ring_entries:
+            return None
+        count = alloc.allocation_count()
+        alloc.clear_ring(entries, stacks)
+        return events, count, alloc.read_pickled()
+
+    alloc.read_then_clear = read_then_clear
 
 
 def no_checkpoints(alloc):
@@ -281,6 +296,8 @@ def main():
                         help="its interval: 0.5 s gives about one state an 'on' second")
     parser.add_argument("--no-events-read", action="store_true",
                         help="experiment: checkpoints skip reading the ring before clearing it (no history kept)")
+    parser.add_argument("--clear-after-read", action="store_true",
+                        help="experiment: hook 1.7's order (read the ring whole, then clear it, then read the state)")
     parser.add_argument("--annotations-elsewhere", action="store_true",
                         help="experiment: the ring turned on from a helper thread with PyTorch's annotation "
                              "callback local to it, so the job's own ops never meet it")
@@ -293,6 +310,8 @@ def main():
         record_from_a_helper_thread(alloc)
     if args.no_checkpoints:
         no_checkpoints(alloc)
+    if args.clear_after_read:
+        clear_after_read(alloc)
     if args.no_state_read:
         state_from_events_read(alloc)
     if not alloc.ring_entries or alloc.pickled is None:
@@ -336,7 +355,7 @@ def main():
     print(json.dumps({
         "viewer": args.viewer, "viewer_interval_s": args.viewer_interval if args.viewer else None, "ring": switch.entries, "events_read": not args.no_events_read,
         "annotations_elsewhere": args.annotations_elsewhere, "checkpoints": not args.no_checkpoints,
-        "state_read": not args.no_state_read, "pinned_core": pinned[0] if pinned else None,
+        "state_read": not args.no_state_read, "clear_after_read": args.clear_after_read, "pinned_core": pinned[0] if pinned else None,
         "idle_siblings": pinned[2] if pinned else None,
         "blocks": len(blocks), "block_steps": args.block_steps,
         "off_step_ms": round(1000 * statistics.mean(b[1] for b in off), 3),

@@ -43,6 +43,13 @@ PyTorch's, and the workload's rows are counted apart ("not reproduced").
                                                  under each cap, plainly and with
                                                  expandable_segments: the step each died
 
+  WHATIF_DUMP=FILE python3 whatif_ab.py job WORKLOAD REMEDY   one run (PYTORCH_CUDA_ALLOC_CONF
+                                                 and WHATIF_STOP_AT as `fresh` sets them)
+                                                 with PyTorch's ring of the whole run,
+                                                 dumped to FILE at the judged step: PyTorch's
+                                                 own history of a remedy's run, for holding
+                                                 vramtop's replay of it against PyTorch
+
 Remedies: none, empty_cache (torch.cuda.empty_cache() before the judged request, or in
 the stepped workloads before the judged step), empty_cache_steps (stepped workloads:
 torch.cuda.empty_cache() after every step, judged by `empty_cache() between steps`),
@@ -124,7 +131,13 @@ def run_job(workload, remedy, stop_at):
         total = torch.cuda.get_device_properties(0).total_memory
         torch.cuda.set_per_process_memory_fraction(nbytes / total)
 
+    dump = os.environ.get("WHATIF_DUMP")
+
     def judged(ok, **extra):
+        if dump:
+            # PyTorch's own history of this run, to hold a replay of it against (a study,
+            # not a check: the ring this big costs the job time).
+            torch.cuda.memory._dump_snapshot(dump)
         print("judged: " + json.dumps(dict(workload=workload, remedy=remedy, ok=ok,
                                            reserved=torch.cuda.memory_reserved(),
                                            allocated=torch.cuda.memory_allocated(), **extra)),
@@ -140,6 +153,9 @@ def run_job(workload, remedy, stop_at):
             judged(False)
 
     torch.cuda.init()
+    if dump:
+        torch.cuda.memory._record_memory_history(enabled="all", context=None, stacks="python",
+                                                 max_entries=4_000_000)
     if workload == "checker":
         torch.cuda.set_per_process_memory_fraction(0.1)
         held = []

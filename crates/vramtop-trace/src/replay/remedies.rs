@@ -18,6 +18,7 @@
 
 use serde::Serialize;
 
+mod floor;
 mod gap;
 mod runs;
 mod verdicts;
@@ -285,12 +286,57 @@ impl Judge<'_> {
             self.trace, at.event,
         ))));
         remedies.push(self.between_steps(&at));
+        let remedies = self.past_this_request(oom, needed, remedies);
         OomRemedies {
             event: at.event,
             remedies,
             from_history: true,
             what_would_fit: None,
         }
+    }
+
+    /// Each "fits" kept only where the job could go on from it: for a job whose live
+    /// memory keeps rising (`floor::rising`), only where what the request leaves under the
+    /// cap covers the floor's rise over the last tenth of its history. The history ends at
+    /// the OOM, so whether the allocations after it fit is not in it.
+    fn past_this_request(
+        &self,
+        oom: &TraceOom,
+        needed: u64,
+        remedies: Vec<RemedyVerdict>,
+    ) -> Vec<RemedyVerdict> {
+        if !remedies.iter().any(|r| r.verdict == Verdict::Fits) {
+            return remedies;
+        }
+        let Some(rise) = floor::rising(self.trace, oom.event) else {
+            return remedies;
+        };
+        let left = self
+            .plain
+            .capacity
+            .saturating_sub(oom.allocated_bytes.saturating_add(needed));
+        if left >= rise.last_tenth {
+            return remedies;
+        }
+        let why = format!(
+            "it serves this request, but the job's live memory keeps rising (its low point \
+             rose {} over the last tenth of its history, to {}), and {} would be left under \
+             the cap: the job would run out again soon after, and whether within this step \
+             is not in its history",
+            human_bytes(rise.last_tenth),
+            human_bytes(rise.floor),
+            human_bytes(left)
+        );
+        remedies
+            .into_iter()
+            .map(|r| {
+                if r.verdict == Verdict::Fits {
+                    RemedyVerdict::new(r.remedy, Verdict::CannotTell, why.clone())
+                } else {
+                    r
+                }
+            })
+            .collect()
     }
 
     /// `expandable_segments:True`: the history replayed through PyTorch's expandable rules.
@@ -518,23 +564,14 @@ fn under_a_cap(oom: &TraceOom) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{LiveAtStart, TraceEvent, TraceFormat, TraceStats};
+    use crate::{LiveAtStart, TraceEvent};
 
     fn event(kind: TraceEventKind, addr: u64, size: u64) -> TraceEvent {
         TraceEvent::bare(kind, addr, size)
     }
 
     fn trace(initial: Vec<LiveAtStart>, events: Vec<TraceEvent>) -> Trace {
-        Trace {
-            source: TraceFormat::PytorchSnapshot,
-            device: 0,
-            initial,
-            initial_segments: Vec::new(),
-            events,
-            segments_at_end: Vec::new(),
-            settings: Default::default(),
-            stats: TraceStats::default(),
-        }
+        Trace::bare(initial, events)
     }
 
     /// The split-cache workload of the A/B table, recorded from its start: a 6 GiB block
