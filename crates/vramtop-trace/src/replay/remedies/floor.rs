@@ -7,7 +7,7 @@
 //! what it leaves under the cap covers the floor's rise over the last tenth of the history.
 
 use crate::{Trace, TraceEventKind};
-use std::collections::HashMap;
+use vramtop_alloc::hash::AddrMap;
 
 /// How the job's live-memory floor (its lowest live bytes in each tenth of the history
 /// before the OOM) rose.
@@ -37,7 +37,8 @@ pub(super) fn rising(trace: &Trace, event: usize) -> Option<RisingFloor> {
         return None;
     }
     let mut seen: usize = 0;
-    let mut sizes: HashMap<u64, u64> = trace.initial.iter().map(|b| (b.addr, b.size)).collect();
+    // Keyed by address with the replay's own hash: a whole history holds millions of events.
+    let mut sizes: AddrMap<u64> = trace.initial.iter().map(|b| (b.addr, b.size)).collect();
     let mut live: u64 = sizes.values().sum();
     let mut floors = [u64::MAX; 10];
     for e in events {
