@@ -939,6 +939,20 @@ fn gpu_kept_histories_of_training_loops_give_pytorchs_outcomes_on_both_paths() {
         ),
         ("empty_cache() between steps", Fits),
     ];
+    // llamamix, step 93 asking 1.1 GiB: PyTorch fitted expandable, GC 0.6, both, the cache
+    // emptied after every step and max_split 20, 128, 256 and 512; it failed roundup 4 and
+    // max_split 64 and 1024 to 4096.
+    let llamamix: &[(&str, Verdict)] = &[
+        ("expandable_segments:True", Fits),
+        ("max_split_size_mb:512", Fits),
+        ("roundup_power2_divisions:4", Fails),
+        ("garbage_collection_threshold:0.6", Fits),
+        (
+            "expandable_segments:True,garbage_collection_threshold:0.6",
+            Fits,
+        ),
+        ("empty_cache() between steps", Fits),
+    ];
     // PyTorch failed every remedy, `empty_cache() between steps` too (in 8 more runs under
     // 7 placements as well: README). Replayed now that the job marks its steps, it fails
     // under every address order: top-down and scattered at an allocation before the OOM,
@@ -980,6 +994,10 @@ fn gpu_kept_histories_of_training_loops_give_pytorchs_outcomes_on_both_paths() {
         // put in for the gaps (597 to 675 in gpt2mixed's earlier files).
         ("history_gpt2mixed_hook18", gpt2mixed, 93, true),
         ("history_kvcache_steps_hook18", kvcache_steps, 85, true),
+        // A Llama (8 layers, grouped-query attention) whose batch and length vary, under a
+        // 10 GiB cap, kept by hook 1.8 on an H200: a second architecture, judged in one A/B
+        // call with every N of max_split run (its 13 rows all equal to PyTorch's).
+        ("history_llamamix_hook18", llamamix, 93, true),
     ] {
         let path = fixture(&format!("{name}.pickle.gz"));
         let file = trace::load(&path).unwrap_or_else(|e| panic!("{name}: {e}"));

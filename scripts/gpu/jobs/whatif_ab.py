@@ -27,6 +27,11 @@ Workloads (each ends with one judged request, caught so the process ends normall
               failed. It dies at step 93 asking 2.26 GiB under each cap tried, 12.5 to 15.5
               GiB (`scan`, H100); from 15.5 GiB expandable segments get past it (the
               cache's fragmentation ends the job there, not the batch).
+  llamamix    a Llama (transformers' LlamaForCausalLM: 8 layers, 1024 wide, grouped-query
+              attention, random weights, AdamW, bf16 autocast) whose batch and sequence
+              length vary from step to step, under a cap (WHATIF_LLAMAMIX_CAP_GIB, 10 by
+              default); judged: the step the plain run failed. Not one the verdicts were
+              built on: a second architecture for the same user.
   otherproc   a second process holds a 60 GiB cache on the same GPU (freed tensors,
               not released); this one asks for 30 GiB.
 
@@ -69,7 +74,7 @@ import time
 
 MiB = 1 << 20
 GiB = 1 << 30
-WORKLOADS = ["checker", "splitcache", "tails", "gpt2var", "kvcache", "gpt2mixed", "otherproc"]
+WORKLOADS = ["checker", "splitcache", "tails", "gpt2var", "kvcache", "gpt2mixed", "llamamix", "otherproc"]
 HERE = os.path.dirname(os.path.abspath(__file__))
 STEP_LIMIT = 400
 
@@ -218,6 +223,25 @@ def steps(workload, cap, stop_at, judged, before_judged, after_step):
             length = random.randint(64, 256 + 8 * i)
             length = min(2048, length)
             x = torch.randint(0, 50257, (batch, length), device="cuda")
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = model(x, labels=x).loss
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+    elif workload == "llamamix":
+        from transformers import LlamaConfig, LlamaForCausalLM
+
+        cap(int(float(os.environ.get("WHATIF_LLAMAMIX_CAP_GIB", "10")) * GiB))
+        config = LlamaConfig(hidden_size=1024, intermediate_size=2816, num_hidden_layers=8,
+                             num_attention_heads=16, num_key_value_heads=4, vocab_size=32000,
+                             max_position_embeddings=4096)
+        model = LlamaForCausalLM(config).cuda()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+        def step(i):
+            batch = random.choice([1, 2, 4, 6, 8])
+            length = min(4096, random.randint(64, 192 + 16 * i))
+            x = torch.randint(0, 32000, (batch, length), device="cuda")
             with torch.autocast("cuda", dtype=torch.bfloat16):
                 loss = model(x, labels=x).loss
             loss.backward()
@@ -389,7 +413,7 @@ def under_vramtop(binary, workload, work):
     return judged_line(p.stdout), live, history, p.stdout + p.stderr
 
 
-STEPPED = ("gpt2var", "kvcache", "kvcache_steps", "gpt2mixed")
+STEPPED = ("gpt2var", "kvcache", "kvcache_steps", "gpt2mixed", "llamamix")
 
 
 MAX_SPLIT_TRIED = ["20", "64", "128", "256", "512", "1024", "2048", "4096"]  # MAX_SPLIT_TRIED_MB
@@ -494,7 +518,7 @@ def ab_main(binary, out):
 def scan_main(workload, caps):
     """Where a stepped workload dies under each cap, plainly and with expandable segments
     (the cap at which fragmentation, not the batch, ends the job)."""
-    env_name = {"gpt2mixed": "WHATIF_GPT2MIXED_CAP_GIB"}.get(workload)
+    env_name = {"gpt2mixed": "WHATIF_GPT2MIXED_CAP_GIB", "llamamix": "WHATIF_LLAMAMIX_CAP_GIB"}.get(workload)
     if env_name is None:
         sys.exit(f"scan: no cap to vary for {workload}")
     for cap_gib in caps:
