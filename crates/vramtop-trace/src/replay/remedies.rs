@@ -320,9 +320,9 @@ impl Judge<'_> {
         }
         let why = format!(
             "it serves this request, but the job's live memory keeps rising (its low point \
-             rose {} over the last tenth of its history, to {}), and {} would be left under \
-             the cap: the job would run out again soon after, and whether within this step \
-             is not in its history",
+             rose in each of the last three tenths of its history, by {} the last time, to \
+             {}), and {} would be left under the cap at most: the job may run out again soon \
+             after, and whether it gets through this step is not in its history",
             human_bytes(rise.last_tenth),
             human_bytes(rise.floor),
             human_bytes(left)
@@ -331,7 +331,12 @@ impl Judge<'_> {
             .into_iter()
             .map(|r| {
                 if r.verdict == Verdict::Fits {
-                    RemedyVerdict::new(r.remedy, Verdict::CannotTell, why.clone())
+                    // As every other open max_split verdict: no N named.
+                    let remedy = match r.remedy {
+                        Remedy::MaxSplitSizeMb(_) => Remedy::MaxSplitSizeMb(None),
+                        other => other,
+                    };
+                    RemedyVerdict::new(remedy, Verdict::CannotTell, why.clone())
                 } else {
                     r
                 }
