@@ -321,8 +321,8 @@ impl Judge<'_> {
         let why = format!(
             "it serves this request, but the job's live memory keeps rising (its low point \
              rose in each of the last three tenths of its history, by {} the last time, to \
-             {}), and {} would be left under the cap at most: the job may run out again soon \
-             after, and whether it gets through this step is not in its history",
+             {}), and as little as {} would be left under the cap: the job may run out again \
+             soon after, and whether it gets through this step is not in its history",
             human_bytes(rise.last_tenth),
             human_bytes(rise.floor),
             human_bytes(left)
