@@ -189,6 +189,28 @@ def run_job(workload, remedy, stop_at):
         steps(workload, cap, stop_at, judged, before_judged, after_step)
 
 
+def mixed_lm_step(model, opt, vocab, batches, longest_at, limit):
+    """A causal LM's training step whose batch (one of `batches`) and length (64 to
+    longest_at(i), at most `limit`) vary from step to step: bf16 autocast, AdamW's step,
+    gradients dropped. The draws come in the same order for every workload, so a seeded
+    run repeats."""
+    import random
+
+    import torch
+
+    def step(i):
+        batch = random.choice(batches)
+        length = min(limit, random.randint(64, longest_at(i)))
+        x = torch.randint(0, vocab, (batch, length), device="cuda")
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = model(x, labels=x).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    return step
+
+
 def steps(workload, cap, stop_at, judged, before_judged, after_step):
     """Runs steps until an OOM (the plain run) or through step `stop_at` (a remedy run)."""
     import random
@@ -218,16 +240,7 @@ def steps(workload, cap, stop_at, judged, before_judged, after_step):
         model = GPT2LMHeadModel(GPT2Config(n_layer=6, n_embd=1024, n_head=16, n_positions=2048)).cuda()
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
 
-        def step(i):
-            batch = random.choice([2, 4, 6, 8, 12, 16])
-            length = random.randint(64, 256 + 8 * i)
-            length = min(2048, length)
-            x = torch.randint(0, 50257, (batch, length), device="cuda")
-            with torch.autocast("cuda", dtype=torch.bfloat16):
-                loss = model(x, labels=x).loss
-            loss.backward()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
+        step = mixed_lm_step(model, opt, 50257, [2, 4, 6, 8, 12, 16], lambda i: 256 + 8 * i, 2048)
     elif workload == "llamamix":
         from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -238,15 +251,7 @@ def steps(workload, cap, stop_at, judged, before_judged, after_step):
         model = LlamaForCausalLM(config).cuda()
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
 
-        def step(i):
-            batch = random.choice([1, 2, 4, 6, 8])
-            length = min(4096, random.randint(64, 192 + 16 * i))
-            x = torch.randint(0, 32000, (batch, length), device="cuda")
-            with torch.autocast("cuda", dtype=torch.bfloat16):
-                loss = model(x, labels=x).loss
-            loss.backward()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
+        step = mixed_lm_step(model, opt, 32000, [1, 2, 4, 6, 8], lambda i: 192 + 16 * i, 4096)
     else:
         cap(4 * GiB)
         layers, heads, dim = 24, 32, 128
