@@ -376,3 +376,33 @@ fn the_roles_at_an_oom_are_the_jobs_own_sums() {
     assert!(!block.contains("; enough)"), "{block}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The ResNet-50 whose batch and resolution vary (hook 1.8, H100, a 6.5 GiB cap): it died
+/// asking 62 MiB with 268 MiB free in the cache, so the request alone fitted the cap, but
+/// its step did not (PyTorch failed it with every setting). The cause is the cap and the
+/// step in progress, not fragmentation, in the library, the batch block and the live view.
+#[test]
+fn a_step_too_big_for_the_cap_is_named_though_its_request_fits() {
+    let (dir, path) = unzipped_as_kept(&fixture("history_resnetvar_hook18.pickle.gz"), "resnetvar");
+    let trace = trace::load(&path).unwrap();
+    let found = causes_of(&trace);
+    let first = found.first().expect("a cause");
+    assert_eq!(first.name(), "the job's own cap", "{found:?}");
+    let line = first.line();
+    assert!(line.contains("the step in progress"), "{line}");
+    assert!(line.contains("at least 1.07 times"), "{line}");
+    assert!(
+        !found
+            .iter()
+            .any(|c| c.name() == "fragmentation and the cache"),
+        "{found:?}"
+    );
+    let block = batch_block(&path);
+    assert!(block.contains(&format!("cause: {line}")), "{block}");
+    let live = live_explanation(&trace, &path);
+    assert_eq!(
+        live.cause_lines().first().map(String::as_str),
+        Some(format!("cause: {line}").as_str())
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

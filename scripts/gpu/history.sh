@@ -20,7 +20,8 @@
 #               start (baselines differ between processes)
 #   profile     where a checkpoint's time goes (checkpoint_profile.py), rings of 32768
 #               (the default) and 16384 (RINGS sets others)
-#   scan CAP... where gpt2mixed dies under each cap, plainly and with expandable segments
+#   scan CAP... where gpt2mixed (SCAN_WORKLOAD: another) dies under each cap, plainly and
+#               with expandable segments
 # WHATIF_JOBS runs that many remedy processes side by side in `ab` (each under its cap).
 # Usage: scripts/gpu/history.sh path/to/vramtop [ab|cost|step-cost|memory|profile|scan|all] [arg...]
 set -uo pipefail
@@ -36,7 +37,7 @@ if [ "$PART" = ab ] || [ "$PART" = all ]; then
 fi
 
 if [ "$PART" = scan ]; then
-  python3 whatif_ab.py scan gpt2mixed "$@" | tee "$OUT/scan-$(echo "$@" | tr ' ' _).jsonl"
+  python3 whatif_ab.py scan "${SCAN_WORKLOAD:-gpt2mixed}" "$@" | tee "$OUT/scan-$(echo "$@" | tr ' ' _).jsonl"
 fi
 
 if [ "$PART" = step-cost ]; then

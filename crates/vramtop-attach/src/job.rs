@@ -285,6 +285,7 @@ impl OomExplained {
                 .and_then(|t| t.stats.kept_oom.as_ref())
                 .map_or(&[][..], |k| &k.steps_us[..]),
             history_recorded: kept.as_ref().is_some_and(cause::sites_recorded),
+            step: whole_history.and_then(cause::step_of_kept),
         };
         let causes = cause::causes(&facts);
         let roles = oom

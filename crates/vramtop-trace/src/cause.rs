@@ -13,6 +13,8 @@ use vramtop_alloc::framework::Framework;
 use vramtop_alloc::human_bytes;
 use vramtop_alloc::remedy::{Missing, Remedy};
 
+use crate::step_rest::StepRest;
+
 /// The job's allocated bytes over its life, as the hook sampled them (hook 1.4).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct AllocatedSeries {
@@ -85,6 +87,9 @@ pub struct OomFacts<'a> {
     /// When the job's optimizers stepped (microseconds since the epoch), the last few
     /// thousand: a leak's blocks are counted per step.
     pub steps_us: &'a [i64],
+    /// What the job's earlier steps say the step cut short still needed (`step_rest`):
+    /// known only from a history with the job's steps marked.
+    pub step: Option<StepRest>,
 }
 
 /// A call site whose blocks piled up: allocated all through the history, still alive.
@@ -143,15 +148,23 @@ pub enum Cause {
     Cap {
         cap_bytes: u64,
         physical_total_bytes: u64,
-        /// Live tensors plus the request, over the cap.
+        /// Live tensors plus the request (or the step in progress), over the cap.
         shortfall_bytes: u64,
         device_free_bytes: u64,
+        /// Set where the live tensors and the request alone fit under the cap and the step
+        /// in progress, as its earlier steps grew, would not.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        step: Option<StepRest>,
     },
     /// Live tensors plus the request exceed the GPU even with nothing else on it.
     TooBig {
         shortfall_bytes: u64,
         room_bytes: u64,
         needed_bytes: u64,
+        /// Set where the live tensors and the request alone fit and the step in progress,
+        /// as its earlier steps grew, would not.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        step: Option<StepRest>,
     },
     /// Allocated rose step after step and never fell back.
     Leak {
@@ -290,7 +303,9 @@ impl Cause {
                     text.push_str(" (not enough on its own: the job is too big even alone)");
                 }
                 if !*listed {
-                    text.push_str(" (which processes was not recorded: NVML was not reachable from the job)");
+                    text.push_str(
+                        " (which processes was not recorded: NVML was not reachable from the job)",
+                    );
                 } else if *unseen_bytes >= OUTSIDE_MIN {
                     text.push_str(&format!(
                         "; {} by processes vramtop cannot see (another container or PID namespace)",
@@ -304,12 +319,13 @@ impl Cause {
                 physical_total_bytes,
                 shortfall_bytes,
                 device_free_bytes,
+                step,
             } => format!(
-                "over the job's own cap: set_per_process_memory_fraction allows {} of {}, and the \
-                 live tensors with this request need {} more (the GPU had {} free): raise the \
-                 fraction, or the job must hold less",
+                "over the job's own cap: set_per_process_memory_fraction allows {} of {}, and {} \
+                 need {} more (the GPU had {} free): raise the fraction, or the job must hold less",
                 human_bytes(*cap_bytes),
                 human_bytes(*physical_total_bytes),
+                what_needs(step),
                 human_bytes(*shortfall_bytes),
                 human_bytes(*device_free_bytes)
             ),
@@ -317,10 +333,12 @@ impl Cause {
                 shortfall_bytes,
                 room_bytes,
                 needed_bytes,
+                step,
             } => format!(
-                "too big for this GPU: the live tensors with this request need {}, {} more than \
-                 the {} the job may ever have; no allocator setting frees that: the job must \
-                 hold less (a smaller batch or sequence, activation checkpointing, lower precision)",
+                "too big for this GPU: {} need {}, {} more than the {} the job may ever have; no \
+                 allocator setting frees that: the job must hold less (a smaller batch or \
+                 sequence, activation checkpointing, lower precision)",
+                what_needs(step),
                 human_bytes(*needed_bytes),
                 human_bytes(*shortfall_bytes),
                 human_bytes(*room_bytes)
@@ -372,6 +390,22 @@ impl Cause {
                 }
             }
         }
+    }
+}
+
+/// What needs the memory a cap or the GPU lacks: the live tensors with the request, or
+/// the step in progress where that is what passes it.
+fn what_needs(step: &Option<StepRest>) -> String {
+    match step {
+        None => "the live tensors with this request".to_string(),
+        Some(rest) => format!(
+            "the step in progress (the request fits, but in each of the {} earlier step(s) \
+             that allocated as much at the same point the memory the step worked with rose on \
+             to at least {:.2} times what it was: {} in use at least) would",
+            rest.steps,
+            rest.growth,
+            human_bytes(rest.peak)
+        ),
     }
 }
 
@@ -453,7 +487,14 @@ fn seconds(s: f64) -> String {
 /// figures say nothing (a file without the device's figures).
 pub fn causes(facts: &OomFacts) -> Vec<Cause> {
     let mut found = Vec::new();
-    let needed = facts.allocated_bytes.saturating_add(facts.requested_bytes);
+    let now = facts.allocated_bytes.saturating_add(facts.requested_bytes);
+    // The step in progress, where its earlier steps say it needs more than the request
+    // alone: a cap or a GPU that holds the request but not the step is the cause, not the
+    // cache's fragmentation.
+    let step = facts.step.filter(|s| s.peak > now);
+    let needed = step.map_or(now, |s| s.peak);
+    // The step named only where the request alone fits the room.
+    let by_step = |room: u64| step.filter(|_| now <= room);
     let limit = facts.limit_bytes.filter(|&l| l > 0);
     let total = facts.physical_total_bytes.filter(|&t| t > 0).or(limit);
     let own_process = facts
@@ -475,19 +516,24 @@ pub fn causes(facts: &OomFacts) -> Vec<Cause> {
             None => used.saturating_sub(facts.reserved_bytes),
         };
         if let Some(cap) = cap.filter(|&c| needed > c) {
+            let step = by_step(cap);
             found.push(Cause::Cap {
                 cap_bytes: cap,
                 physical_total_bytes: total,
-                shortfall_bytes: needed - cap,
+                shortfall_bytes: step.map_or(now, |s| s.peak).saturating_sub(cap),
                 device_free_bytes: free,
+                step,
             });
         }
         let room_alone = total.saturating_sub(overhead);
         if cap.is_none() && needed > room_alone {
+            let step = by_step(room_alone);
+            let needed = step.map_or(now, |s| s.peak);
             found.push(Cause::TooBig {
-                shortfall_bytes: needed - room_alone,
+                shortfall_bytes: needed.saturating_sub(room_alone),
                 room_bytes: room_alone,
                 needed_bytes: needed,
+                step,
             });
         }
         let room_shared = room_alone.saturating_sub(outside);
@@ -702,8 +748,15 @@ pub fn of_kept_file(
         leak_sites: leak_sites(trace),
         steps_us: &kept.steps_us,
         history_recorded: sites_recorded(trace),
+        step: crate::step_rest::of(trace, &crate::replay::step_boundaries(trace), oom.event),
     };
     causes(&facts)
+}
+
+/// The rest of the step cut short by the last OOM of a file the hook kept (`step_rest`).
+pub fn step_of_kept(trace: &crate::Trace) -> Option<StepRest> {
+    let oom = crate::ooms::trace_ooms(trace).pop()?;
+    crate::step_rest::of(trace, &crate::replay::step_boundaries(trace), oom.event)
 }
 
 /// Fewest live blocks of one site that make it a leak's site.
@@ -1001,12 +1054,56 @@ mod tests {
         assert!(causes(&facts).is_empty());
     }
 
+    /// Under a 6.5 GiB cap, 6 GiB live and 64 MiB asked fit; the step in progress, as its
+    /// earlier steps grew, does not: the cap is the cause, with the step's shortfall, and
+    /// the cache's free bytes are not called fragmentation. Without the step, they are.
+    #[test]
+    fn a_step_that_passes_the_cap_makes_the_cap_the_cause_though_its_request_fits() {
+        let step = StepRest {
+            peak: 7 * GIB,
+            growth: 1.1,
+            steps: 10,
+            working: 6 * GIB,
+            floor: GIB / 2,
+        };
+        let mut facts = OomFacts {
+            requested_bytes: 64 * MIB,
+            allocated_bytes: 6 * GIB,
+            reserved_bytes: 6 * GIB + 400 * MIB,
+            device_free_bytes: Some(70 * GIB),
+            limit_bytes: Some(6 * GIB + GIB / 2),
+            physical_total_bytes: Some(80 * GIB),
+            step: Some(step),
+            ..Default::default()
+        };
+        let found = causes(&facts);
+        assert!(
+            matches!(found[0], Cause::Cap { shortfall_bytes, step: Some(_), .. }
+            if shortfall_bytes == GIB / 2),
+            "{found:?}"
+        );
+        assert!(
+            found[0].line().contains("the step in progress"),
+            "{found:?}"
+        );
+        assert!(
+            !found
+                .iter()
+                .any(|c| matches!(c, Cause::Fragmentation { .. })),
+            "{found:?}"
+        );
+        facts.step = None;
+        let found = causes(&facts);
+        assert!(matches!(found[0], Cause::Fragmentation { .. }), "{found:?}");
+    }
+
     #[test]
     fn json_gives_each_cause_its_kind_figures_and_line() {
         let causes = vec![Cause::TooBig {
             shortfall_bytes: 5,
             room_bytes: 10,
             needed_bytes: 15,
+            step: None,
         }];
         let json = serde_json::to_value(CauseReport::of_all(&causes)).unwrap();
         assert_eq!(json[0]["kind"], "too_big");

@@ -46,6 +46,7 @@ pub mod replay;
 mod rmm;
 pub mod roles;
 pub mod snapshot;
+pub mod step_rest;
 mod units;
 
 use std::collections::{BTreeMap, HashMap, HashSet};

@@ -32,6 +32,15 @@ Workloads (each ends with one judged request, caught so the process ends normall
               length vary from step to step, under a cap (WHATIF_LLAMAMIX_CAP_GIB, 10 by
               default); judged: the step the plain run failed. Not one the verdicts were
               built on: a second architecture for the same user.
+  resnetvar   a ResNet-50 (transformers' ResNetForImageClassification, random weights,
+              fp32, SGD with momentum) whose batch (8 to 32) and resolution (128 to 384,
+              the largest growing) vary each step, under a 6.5 GiB cap
+              (WHATIF_RESNETVAR_CAP_GIB); it dies at step 97 asking 62 MiB with 268 MiB
+              free in the cache, and no setting gets its step through (H100).
+  bertaccum   BERT (BertForMaskedLM, 6 layers, random weights, bf16 autocast, AdamW) with
+              gradient accumulation: four micro-batches of their own batch and length a
+              step, under an 8 GiB cap (WHATIF_BERTACCUM_CAP_GIB); it dies at step 46
+              asking 1.46 GiB (H100; under 7 GiB expandable segments fail too).
   otherproc   a second process holds a 60 GiB cache on the same GPU (freed tensors,
               not released); this one asks for 30 GiB.
 
@@ -47,6 +56,8 @@ PyTorch's, and the workload's rows are counted apart ("not reproduced").
   python3 whatif_ab.py scan WORKLOAD CAP_GIB...   the stepped workload without vramtop
                                                  under each cap, plainly and with
                                                  expandable_segments: the step each died
+  WHATIF_PROFILE=1 python3 whatif_ab.py job WORKLOAD   each step's peak allocated and
+                                                 reserved bytes printed (sizing a cap)
 
   WHATIF_DUMP=FILE python3 whatif_ab.py job WORKLOAD REMEDY   one run (PYTORCH_CUDA_ALLOC_CONF
                                                  and WHATIF_STOP_AT as `fresh` sets them)
@@ -74,9 +85,14 @@ import time
 
 MiB = 1 << 20
 GiB = 1 << 30
-WORKLOADS = ["checker", "splitcache", "tails", "gpt2var", "kvcache", "gpt2mixed", "llamamix", "otherproc"]
+WORKLOADS = ["checker", "splitcache", "tails", "gpt2var", "kvcache", "gpt2mixed", "llamamix", "resnetvar",
+             "bertaccum", "otherproc"]
+# The cap of each stepped workload that takes one from the environment (`scan` varies it).
+CAP_ENV = {"gpt2mixed": ("WHATIF_GPT2MIXED_CAP_GIB", 15.5), "llamamix": ("WHATIF_LLAMAMIX_CAP_GIB", 10),
+           "resnetvar": ("WHATIF_RESNETVAR_CAP_GIB", 6.5), "bertaccum": ("WHATIF_BERTACCUM_CAP_GIB", 8)}
 HERE = os.path.dirname(os.path.abspath(__file__))
 STEP_LIMIT = 400
+PROFILE = os.environ.get("WHATIF_PROFILE") == "1"  # each step's peaks, printed (sizing caps)
 
 
 def conf_for(remedy):
@@ -211,6 +227,11 @@ def mixed_lm_step(model, opt, vocab, batches, longest_at, limit):
     return step
 
 
+def cap_from_env(cap, workload):
+    name, default = CAP_ENV[workload]
+    cap(int(float(os.environ.get(name, str(default))) * GiB))
+
+
 def steps(workload, cap, stop_at, judged, before_judged, after_step):
     """Runs steps until an OOM (the plain run) or through step `stop_at` (a remedy run)."""
     import random
@@ -236,7 +257,7 @@ def steps(workload, cap, stop_at, judged, before_judged, after_step):
     elif workload == "gpt2mixed":
         from transformers import GPT2Config, GPT2LMHeadModel
 
-        cap(int(float(os.environ.get("WHATIF_GPT2MIXED_CAP_GIB", "15.5")) * GiB))
+        cap_from_env(cap, workload)
         model = GPT2LMHeadModel(GPT2Config(n_layer=6, n_embd=1024, n_head=16, n_positions=2048)).cuda()
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
 
@@ -244,7 +265,7 @@ def steps(workload, cap, stop_at, judged, before_judged, after_step):
     elif workload == "llamamix":
         from transformers import LlamaConfig, LlamaForCausalLM
 
-        cap(int(float(os.environ.get("WHATIF_LLAMAMIX_CAP_GIB", "10")) * GiB))
+        cap_from_env(cap, workload)
         config = LlamaConfig(hidden_size=1024, intermediate_size=2816, num_hidden_layers=8,
                              num_attention_heads=16, num_key_value_heads=4, vocab_size=32000,
                              max_position_embeddings=4096)
@@ -252,6 +273,43 @@ def steps(workload, cap, stop_at, judged, before_judged, after_step):
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
 
         step = mixed_lm_step(model, opt, 32000, [1, 2, 4, 6, 8], lambda i: 192 + 16 * i, 4096)
+    elif workload == "resnetvar":
+        from transformers import ResNetConfig, ResNetForImageClassification
+
+        cap_from_env(cap, workload)
+        model = ResNetForImageClassification(ResNetConfig(num_labels=1000)).cuda()  # ResNet-50
+        opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+
+        def step(i):
+            # fp32 (TF32 convolutions), no autocast: cuDNN's workspaces come and go with
+            # each shape; batch and resolution vary, the largest resolution grows.
+            batch = random.choice([8, 16, 24, 32])
+            side = 32 * random.randint(4, min(12, 4 + i // 8))
+            x = torch.randn(batch, 3, side, side, device="cuda")
+            y = torch.randint(0, 1000, (batch,), device="cuda")
+            loss = model(pixel_values=x, labels=y).loss
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+    elif workload == "bertaccum":
+        from transformers import BertConfig, BertForMaskedLM
+
+        cap_from_env(cap, workload)
+        model = BertForMaskedLM(BertConfig(num_hidden_layers=6, max_position_embeddings=1024)).cuda()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+        def step(i):
+            # Gradient accumulation: four micro-batches of their own shape, one optimizer
+            # step (the step the hook marks); gradients live across the micro-batches.
+            for _ in range(4):
+                batch = random.choice([4, 8, 12, 16])
+                length = random.randint(32, min(1024, 96 + 16 * i))
+                x = torch.randint(0, 30522, (batch, length), device="cuda")
+                with torch.autocast("cuda", dtype=torch.bfloat16):
+                    loss = model(input_ids=x, labels=x).loss / 4
+                loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
     else:
         cap(4 * GiB)
         layers, heads, dim = 24, 32, 128
@@ -288,6 +346,11 @@ def steps(workload, cap, stop_at, judged, before_judged, after_step):
         if stop_at is not None and i == stop_at:
             judged(True, step=i)
             return
+        if PROFILE:
+            # Sizing a cap: each step's peak, to pick one under which plain PyTorch dies late.
+            print(f"profile: step {i} peak_allocated {torch.cuda.max_memory_allocated()} "
+                  f"peak_reserved {torch.cuda.max_memory_reserved()} at {time.time():.3f}", flush=True)
+            torch.cuda.reset_peak_memory_stats()
         after_step()
     judged(True, step=STEP_LIMIT, note="no OOM in the step limit")
 
@@ -418,7 +481,7 @@ def under_vramtop(binary, workload, work):
     return judged_line(p.stdout), live, history, p.stdout + p.stderr
 
 
-STEPPED = ("gpt2var", "kvcache", "kvcache_steps", "gpt2mixed", "llamamix")
+STEPPED = ("gpt2var", "kvcache", "kvcache_steps", "gpt2mixed", "llamamix", "resnetvar", "bertaccum")
 
 
 MAX_SPLIT_TRIED = ["20", "64", "128", "256", "512", "1024", "2048", "4096"]  # MAX_SPLIT_TRIED_MB
@@ -523,9 +586,9 @@ def ab_main(binary, out):
 def scan_main(workload, caps):
     """Where a stepped workload dies under each cap, plainly and with expandable segments
     (the cap at which fragmentation, not the batch, ends the job)."""
-    env_name = {"gpt2mixed": "WHATIF_GPT2MIXED_CAP_GIB", "llamamix": "WHATIF_LLAMAMIX_CAP_GIB"}.get(workload)
-    if env_name is None:
+    if workload not in CAP_ENV:
         sys.exit(f"scan: no cap to vary for {workload}")
+    env_name = CAP_ENV[workload][0]
     for cap_gib in caps:
         os.environ[env_name] = str(cap_gib)
         with tempfile.NamedTemporaryFile(suffix=".log") as log:

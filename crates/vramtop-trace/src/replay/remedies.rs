@@ -25,7 +25,7 @@ mod verdicts;
 
 use super::ReplayError;
 use crate::ooms::{CapacitySource, TraceOom};
-use crate::{snapshot, Checkpoint, Trace, TraceEventKind};
+use crate::{snapshot, step_rest, Checkpoint, Trace, TraceEventKind};
 use runs::{Disagreement, Run, Runs, Starts, ROUNDUP_TRIED};
 use vramtop_alloc::remedy::{
     self, beyond_any_setting, empty_cache_verdict, gc_threshold_verdict, JobSettings, OomScene,
@@ -295,11 +295,23 @@ impl Judge<'_> {
         }
     }
 
-    /// Each "fits" kept only where the job could go on from it: for a job whose live
-    /// memory keeps rising (`floor::rising`), only where what the request leaves under the
-    /// cap covers the floor's rise over the last tenth of its history. The history ends at
-    /// the OOM, so whether the allocations after it fit is not in it.
+    /// Each "fits" kept only where the job could go on from it. The history ends at the
+    /// OOM, so whether the allocations after it fit is not in it: what the job did before
+    /// says how much more it would need, by two measures (`floor`, `step_rest`).
     fn past_this_request(
+        &self,
+        oom: &TraceOom,
+        needed: u64,
+        remedies: Vec<RemedyVerdict>,
+    ) -> Vec<RemedyVerdict> {
+        let remedies = self.past_a_rising_floor(oom, needed, remedies);
+        self.through_the_step(oom, remedies)
+    }
+
+    /// For a job whose live memory keeps rising (`floor::rising`), a "fits" only where what
+    /// the request leaves under the cap covers the floor's rise over the last tenth of its
+    /// history.
+    fn past_a_rising_floor(
         &self,
         oom: &TraceOom,
         needed: u64,
@@ -327,21 +339,54 @@ impl Judge<'_> {
             human_bytes(rise.floor),
             human_bytes(left)
         );
-        remedies
-            .into_iter()
-            .map(|r| {
-                if r.verdict == Verdict::Fits {
-                    // As every other open max_split verdict: no N named.
-                    let remedy = match r.remedy {
-                        Remedy::MaxSplitSizeMb(_) => Remedy::MaxSplitSizeMb(None),
-                        other => other,
-                    };
-                    RemedyVerdict::new(remedy, Verdict::CannotTell, why.clone())
-                } else {
-                    r
-                }
-            })
-            .collect()
+        overturn(remedies, &[Verdict::Fits], Verdict::CannotTell, &why)
+    }
+
+    /// For a job whose steps the hook marked, a "fits" only where the step cut short could
+    /// end under the cap: its working memory at the OOM grown as little as any earlier step
+    /// grew past the same point (`step_rest::of`). Past the high bound every verdict not
+    /// already "fails" fails, whatever the setting (memory in use is the job's, not the
+    /// allocator's); past the low bound the cap decides, so a "fits" is left open.
+    fn through_the_step(&self, oom: &TraceOom, remedies: Vec<RemedyVerdict>) -> Vec<RemedyVerdict> {
+        if remedies.iter().all(|r| r.verdict == Verdict::Fails) {
+            return remedies;
+        }
+        let Some(rest) = step_rest::of(self.trace, self.step_marks, oom.event) else {
+            return remedies;
+        };
+        let (overturned, verdict, against): (&[Verdict], _, _) = if rest.peak > self.high {
+            (
+                &[Verdict::Fits, Verdict::CannotTell],
+                Verdict::Fails,
+                format!("more than the cap of {}", human_bytes(self.high)),
+            )
+        } else if rest.peak > self.plain.capacity {
+            (
+                &[Verdict::Fits],
+                Verdict::CannotTell,
+                format!(
+                    "more than the cap's low bound of {}",
+                    human_bytes(self.plain.capacity)
+                ),
+            )
+        } else {
+            return remedies;
+        };
+        let why = format!(
+            "it serves this request, but the step goes on: in each of the {} earlier step(s) \
+             that allocated as much at the same point (as many allocations into the step, \
+             against the memory then in use), the memory the step worked with rose on past it \
+             to at least {:.2} times what it was; this step would so reach {} in use ({} held \
+             at its start plus {:.2} times the {} it worked with at the OOM), {against}, \
+             whatever the allocator's settings",
+            rest.steps,
+            rest.growth,
+            human_bytes(rest.peak),
+            human_bytes(rest.floor),
+            rest.growth,
+            human_bytes(rest.working)
+        );
+        overturn(remedies, overturned, verdict, &why)
     }
 
     /// `expandable_segments:True`: the history replayed through PyTorch's expandable rules.
@@ -499,6 +544,29 @@ fn expandable_with_gc(remedies: &[RemedyVerdict], already_on: bool) -> Option<Re
     );
     with_gc.missing = alone.missing;
     Some(with_gc)
+}
+
+/// Every verdict among `remedies` that is one of `these` made `verdict`, for `why`. An
+/// overturned max_split names no N, as every max_split verdict but a fit.
+fn overturn(
+    remedies: Vec<RemedyVerdict>,
+    these: &[Verdict],
+    verdict: Verdict,
+    why: &str,
+) -> Vec<RemedyVerdict> {
+    remedies
+        .into_iter()
+        .map(|r| {
+            if !these.contains(&r.verdict) {
+                return r;
+            }
+            let remedy = match r.remedy {
+                Remedy::MaxSplitSizeMb(_) => Remedy::MaxSplitSizeMb(None),
+                other => other,
+            };
+            RemedyVerdict::new(remedy, verdict, why)
+        })
+        .collect()
 }
 
 /// What PyTorch released just before it raised: the segment frees and unmaps the trace

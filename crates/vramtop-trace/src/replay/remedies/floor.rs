@@ -6,8 +6,8 @@
 //! died a few hundred events later in the same step. So a "fits" there is given only when
 //! what it leaves under the cap covers the floor's rise over the last tenth of the history.
 
+use crate::step_rest::InUse;
 use crate::{Trace, TraceEventKind};
-use vramtop_alloc::hash::AddrMap;
 
 /// How the job's live-memory floor (its lowest live bytes in each tenth of the history
 /// before the OOM) rose.
@@ -37,26 +37,14 @@ pub(super) fn rising(trace: &Trace, event: usize) -> Option<RisingFloor> {
         return None;
     }
     let mut seen: usize = 0;
-    // Keyed by address with the replay's own hash: a whole history holds millions of events.
-    let mut sizes: AddrMap<u64> = trace.initial.iter().map(|b| (b.addr, b.size)).collect();
-    let mut live: u64 = sizes.values().sum();
+    let mut in_use = InUse::new(trace);
     let mut floors = [u64::MAX; 10];
     for e in events {
-        match e.kind {
-            TraceEventKind::Alloc => {
-                seen += 1;
-                if let Some(old) = sizes.insert(e.addr, e.size) {
-                    live = live.saturating_sub(old);
-                }
-                live += e.size;
-            }
-            TraceEventKind::FreeCompleted => {
-                if let Some(size) = sizes.remove(&e.addr) {
-                    live = live.saturating_sub(size);
-                }
-            }
-            _ => {}
+        if e.kind == TraceEventKind::Alloc {
+            seen += 1;
         }
+        in_use.apply(e.kind, e.addr, e.size);
+        let live = in_use.bytes;
         let tenth = (seen.saturating_sub(1) * 10 / allocs).min(9);
         floors[tenth] = floors[tenth].min(live);
     }

@@ -1,0 +1,234 @@
+//! The rest of the step an OOM cut short. A remedy that serves the refused request has
+//! only got the job past one allocation: the step goes on, and its history ends at the
+//! OOM. On a ResNet-50 whose batch and resolution vary (H100, PyTorch 2.11, a 6.5 GiB cap)
+//! the replay served the refused 62 MiB with expandable segments, and PyTorch, run with
+//! them, died later in the same step: the step's memory in use went on rising past what
+//! the cap held, whatever the layout.
+//!
+//! The job's earlier steps say how far a step's memory rises past the same point. The
+//! point is the step's `j`-th allocation, as many into the step as the refused request.
+//! Counting alone does not find the same operation in every step (a step whose shapes
+//! take another kernel allocates more or fewer blocks before it), so a step counts only
+//! where its `j`-th allocation is about as large, against the step's working memory then,
+//! as the refused request is now. Of those steps the one that rose least is the measure:
+//! a verdict is overturned (and the cause named the step's size, not fragmentation) only
+//! where even that step's rise, scaled to this step's working memory, passes the cap.
+
+use serde::Serialize;
+
+use crate::{Trace, TraceEventKind};
+use vramtop_alloc::hash::AddrMap;
+
+/// What the job's earlier steps say the step cut short still needed.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct StepRest {
+    /// The memory in use the step would reach at least: its floor plus its working memory
+    /// at the OOM, grown as little as any matching earlier step grew past the same point.
+    pub peak: u64,
+    /// That growth: the step's highest working memory after the point over its working
+    /// memory at the point.
+    pub growth: f64,
+    /// How many earlier steps matched at the point.
+    pub steps: usize,
+    /// This step's working memory at the OOM: in use less `floor`.
+    pub working: u64,
+    /// Memory in use when this step began (weights, optimizer state, gradients kept).
+    pub floor: u64,
+}
+
+/// How far a matching step's allocation at the point may be from the request, as a share
+/// of working memory (its operation's size follows the step's shapes as the working
+/// memory does; another operation's seldom lies this close).
+const MATCH: f64 = 0.25;
+
+/// Fewer matching steps than this say nothing: one step whose allocation at the point only
+/// happened to be as large could alone overturn a verdict.
+const MIN_MATCHING: usize = 3;
+
+/// Memory in use along the events, from the blocks live at the trace's start (keyed by
+/// address with the replay's own hash: a whole history holds millions of events).
+pub(crate) struct InUse {
+    sizes: AddrMap<u64>,
+    pub(crate) bytes: u64,
+}
+
+impl InUse {
+    pub(crate) fn new(trace: &Trace) -> InUse {
+        let sizes: AddrMap<u64> = trace.initial.iter().map(|b| (b.addr, b.size)).collect();
+        let bytes = sizes.values().sum();
+        InUse { sizes, bytes }
+    }
+
+    pub(crate) fn apply(&mut self, kind: TraceEventKind, addr: u64, size: u64) {
+        match kind {
+            TraceEventKind::Alloc => {
+                if let Some(old) = self.sizes.insert(addr, size) {
+                    self.bytes = self.bytes.saturating_sub(old);
+                }
+                self.bytes += size;
+            }
+            TraceEventKind::FreeCompleted => {
+                if let Some(size) = self.sizes.remove(&addr) {
+                    self.bytes = self.bytes.saturating_sub(size);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// One step, seen at the point.
+#[derive(Clone, Copy, Debug)]
+struct Step {
+    /// Memory in use when it began.
+    floor: u64,
+    /// Memory in use just before its allocation at the point, and that allocation's size.
+    at_point: Option<(u64, u64)>,
+    /// The most in use from that allocation to the step's end.
+    peak_after: u64,
+}
+
+impl Step {
+    /// Working memory at the point and the growth past it, where there was any.
+    fn growth(&self) -> Option<(f64, f64)> {
+        let (before, size) = self.at_point?;
+        let working = before.checked_sub(self.floor).filter(|&w| w > 0)? as f64;
+        Some((
+            size as f64 / working,
+            self.peak_after.saturating_sub(self.floor) as f64 / working,
+        ))
+    }
+}
+
+/// The rest of the step cut short by the OOM at `event` (its request: the event's size),
+/// from the steps marked before it (`marks`: the event each step begins at); None where
+/// fewer than `MIN_MATCHING` earlier steps matched at the same point, or the step had no
+/// working memory yet.
+pub fn of(trace: &Trace, marks: &[usize], event: usize) -> Option<StepRest> {
+    let begun = marks.iter().rposition(|&m| m < event)?;
+    let start = marks[begun];
+    let point = trace.events[start..event]
+        .iter()
+        .filter(|e| e.kind == TraceEventKind::Alloc)
+        .count();
+    let mut in_use = InUse::new(trace);
+    let mut done: Vec<Step> = Vec::new();
+    let mut step: Option<Step> = None;
+    let mut allocs = 0;
+    let mut next_mark = 0;
+    for (i, e) in trace.events[..event].iter().enumerate() {
+        if marks.get(next_mark) == Some(&i) {
+            done.extend(step.take());
+            step = Some(Step {
+                floor: in_use.bytes,
+                at_point: None,
+                peak_after: 0,
+            });
+            allocs = 0;
+            next_mark += 1;
+        }
+        if e.kind == TraceEventKind::Alloc {
+            if allocs == point {
+                if let Some(s) = step.as_mut() {
+                    s.at_point = Some((in_use.bytes, e.size));
+                }
+            }
+            allocs += 1;
+        }
+        in_use.apply(e.kind, e.addr, e.size);
+        if let Some(s) = step.as_mut().filter(|s| s.at_point.is_some()) {
+            s.peak_after = s.peak_after.max(in_use.bytes);
+        }
+    }
+    // The step cut short: begun at `start`, its working memory now, and the request.
+    let floor = step.map(|s| s.floor)?;
+    let working = in_use.bytes.checked_sub(floor).filter(|&w| w > 0)? as f64;
+    let share_now = trace.events[event].size as f64 / working;
+    let matching: Vec<f64> = done
+        .iter()
+        .filter_map(Step::growth)
+        .filter(|&(share, _)| (share / share_now - 1.0).abs() < MATCH)
+        .map(|(_, growth)| growth)
+        .collect();
+    if matching.len() < MIN_MATCHING {
+        return None;
+    }
+    let least = matching.iter().copied().reduce(f64::min)?;
+    Some(StepRest {
+        peak: floor.saturating_add((working * least) as u64),
+        growth: least,
+        steps: matching.len(),
+        working: working as u64,
+        floor,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::TraceEvent;
+
+    const MIB: u64 = 1 << 20;
+
+    fn event(kind: TraceEventKind, addr: u64, size: u64) -> TraceEvent {
+        TraceEvent::bare(kind, addr, size)
+    }
+
+    /// A step of `scale`: 1 GiB of weights live throughout; the forward pass keeps four
+    /// activations of `scale` MiB; the backward allocates a gradient of twice that before
+    /// it frees them. Returns the events and where the step began.
+    fn step(events: &mut Vec<TraceEvent>, base: u64, scale: u64) -> usize {
+        use TraceEventKind::*;
+        let begun = events.len();
+        for k in 0..4 {
+            events.push(event(Alloc, base + k, scale * MIB));
+        }
+        events.push(event(Alloc, base + 10, 2 * scale * MIB));
+        for k in 0..4 {
+            events.push(event(FreeCompleted, base + k, scale * MIB));
+        }
+        events.push(event(FreeCompleted, base + 10, 2 * scale * MIB));
+        begun
+    }
+
+    fn job(scales: &[u64], last: u64, cut_at: usize) -> (Trace, Vec<usize>, usize) {
+        let mut events = vec![event(TraceEventKind::Alloc, 1 << 40, 1 << 30)];
+        let mut marks = Vec::new();
+        for (i, &s) in scales.iter().enumerate() {
+            marks.push(step(&mut events, (i as u64 + 1) << 32, s));
+        }
+        // The step cut short: `cut_at` of its activations, then the OOM asking the next.
+        marks.push(events.len());
+        for k in 0..cut_at as u64 {
+            events.push(event(TraceEventKind::Alloc, (99 << 32) + k, last * MIB));
+        }
+        let oom = events.len();
+        events.push(event(TraceEventKind::Oom, 0, last * MIB));
+        (Trace::bare(Vec::new(), events), marks, oom)
+    }
+
+    #[test]
+    fn the_steps_rise_past_the_point_is_scaled_to_this_steps_working_memory() {
+        // Cut at the third activation: earlier steps had 2 of `s` then, and rose to 6.
+        let (trace, marks, oom) = job(&[100, 200, 150], 300, 2);
+        let rest = of(&trace, &marks, oom).expect("earlier steps reached the point");
+        assert_eq!(rest.steps, 3);
+        assert!((rest.growth - 3.0).abs() < 1e-9, "{rest:?}");
+        assert_eq!(rest.floor, 1 << 30);
+        assert_eq!(rest.peak, (1 << 30) + 3 * 600 * MIB);
+    }
+
+    #[test]
+    fn a_step_whose_allocation_at_the_point_is_another_size_does_not_count() {
+        // Cut at the fifth allocation (the gradient in earlier steps, twice an
+        // activation): the request is one activation, so no earlier step matches.
+        let (trace, marks, oom) = job(&[100, 200, 150], 300, 4);
+        assert_eq!(of(&trace, &marks, oom), None);
+        // Two matching steps are too few.
+        let (trace, marks, oom) = job(&[100, 200], 300, 2);
+        assert_eq!(of(&trace, &marks, oom), None);
+        // No step before this one: nothing to go by.
+        let (trace, marks, oom) = job(&[], 300, 2);
+        assert_eq!(of(&trace, &marks, oom), None);
+    }
+}
