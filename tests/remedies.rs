@@ -990,17 +990,37 @@ fn gpu_kept_histories_of_training_loops_give_pytorchs_outcomes_on_both_paths() {
     let resnetvar =
         &every_setting_fails_and_split(Fails, ("empty_cache() between steps", Fails))[..];
     // BERT (6 layers, bf16 autocast, AdamW) with four micro-batches of their own shape a
-    // step, under an 8 GiB cap, dying at step 46 asking 1.46 GiB: PyTorch fitted
-    // expandable, expandable + GC and max_split 20 to 1024; it failed roundup 4, GC 0.6,
-    // the cache emptied after every step and max_split 2048 and 4096 (H100, 2026-11-27).
+    // step, dying at step 46 asking 1.46 GiB. Under an 8 GiB cap PyTorch fitted expandable,
+    // expandable + GC and max_split 20 to 1024, and failed roundup 4, GC 0.6, the cache
+    // emptied after every step and max_split 2048 and 4096; under 7 GiB it failed every one
+    // (H100 and H200, 2026-11-27). The replay serves the request under both caps, but the
+    // micro-batches still to come in the step are in no history: too few earlier steps
+    // allocated as much at the point to identify it, and those that reached as many
+    // allocations grew 1.02 to 6.09 times past it, so the fits are open under both.
     let bertaccum: &[(&str, Verdict)] = &[
-        ("expandable_segments:True", Fits),
-        ("max_split_size_mb:1024", Fits),
+        ("expandable_segments:True", CannotTell),
+        ("max_split_size_mb", CannotTell),
         ("roundup_power2_divisions:4", Fails),
         ("garbage_collection_threshold:0.6", Fails),
         (
             "expandable_segments:True,garbage_collection_threshold:0.6",
-            Fits,
+            CannotTell,
+        ),
+        ("empty_cache() between steps", Fails),
+    ];
+    // T5 (6 layers, bf16 autocast, AdamW), source and target lengths varying apart, under
+    // a 5 GiB cap, dying at step 45 asking 182 MiB: PyTorch failed every remedy (H200).
+    // Expandable serves the request in the replay; its 7 matching earlier steps grew 1.04 to
+    // 1.60 times past the point, the least leaving the step 42 MiB under the cap and the
+    // middle one 45 MiB over it: open, not "fits".
+    let t5var_cap5: &[(&str, Verdict)] = &[
+        ("expandable_segments:True", CannotTell),
+        ("max_split_size_mb", Fails),
+        ("roundup_power2_divisions:4", Fails),
+        ("garbage_collection_threshold:0.6", Fails),
+        (
+            "expandable_segments:True,garbage_collection_threshold:0.6",
+            CannotTell,
         ),
         ("empty_cache() between steps", Fails),
     ];
@@ -1027,6 +1047,8 @@ fn gpu_kept_histories_of_training_loops_give_pytorchs_outcomes_on_both_paths() {
         // Two more architectures, kept by hook 1.8 on an H100 and judged in one A/B call.
         ("history_resnetvar_hook18", resnetvar, 97, true),
         ("history_bertaccum_hook18", bertaccum, 46, true),
+        ("history_bertaccum_cap7_hook18", bertaccum, 46, true),
+        ("history_t5var_cap5_hook18", t5var_cap5, 45, true),
     ] {
         let path = fixture(&format!("{name}.pickle.gz"));
         let file = trace::load(&path).unwrap_or_else(|e| panic!("{name}: {e}"));
@@ -1059,8 +1081,13 @@ fn gpu_kept_histories_of_training_loops_give_pytorchs_outcomes_on_both_paths() {
         );
         if name.ends_with("_hook18") {
             let filled = kept.history.as_ref().map_or(u64::MAX, |h| h.filled);
-            // A few dozen at most (5 to 72 in these files; 597 to 675 before hook 1.8).
-            assert!(filled < 100, "{name}: {filled} events put in for the gaps");
+            // At most 0.2 % of the history (5 to 291 events in these files, 0.14 % at most;
+            // 597 to 675 of about 131,000 before hook 1.8, 0.45 %).
+            let events = file.events.len() as u64;
+            assert!(
+                filled * 500 < events,
+                "{name}: {filled} of {events} events put in for the gaps"
+            );
         }
         let at = at_last_oom(name, &file);
         for &(remedy, expected) in outcomes {
@@ -1071,7 +1098,9 @@ fn gpu_kept_histories_of_training_loops_give_pytorchs_outcomes_on_both_paths() {
                 assert!(ours.reason.contains("the step goes on"), "{name}: {ours:?}");
             }
             if expected == CannotTell {
-                let why = if remedy == "max_split_size_mb" {
+                let why = if name.contains("bertaccum") || name.contains("t5var") {
+                    "the step goes on"
+                } else if remedy == "max_split_size_mb" {
                     "keeps rising"
                 } else if name.ends_with("_hook16") {
                     "gap"

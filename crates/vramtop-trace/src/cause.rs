@@ -491,7 +491,7 @@ pub fn causes(facts: &OomFacts) -> Vec<Cause> {
     // The step in progress, where its earlier steps say it needs more than the request
     // alone: a cap or a GPU that holds the request but not the step is the cause, not the
     // cache's fragmentation.
-    let step = facts.step.filter(|s| s.peak > now);
+    let step = facts.step.filter(|s| s.sure() && s.peak > now);
     let needed = step.map_or(now, |s| s.peak);
     // The step named only where the request alone fits the room.
     let by_step = |room: u64| step.filter(|_| now <= room);
@@ -1062,7 +1062,11 @@ mod tests {
         let step = StepRest {
             peak: 7 * GIB,
             growth: 1.1,
+            typical_peak: 7 * GIB + GIB / 4,
+            typical_growth: 1.15,
+            most_growth: 1.2,
             steps: 10,
+            identified: true,
             working: 6 * GIB,
             floor: GIB / 2,
         };

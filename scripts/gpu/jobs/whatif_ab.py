@@ -86,10 +86,11 @@ import time
 MiB = 1 << 20
 GiB = 1 << 30
 WORKLOADS = ["checker", "splitcache", "tails", "gpt2var", "kvcache", "gpt2mixed", "llamamix", "resnetvar",
-             "bertaccum", "otherproc"]
+             "bertaccum", "t5var", "otherproc"]
 # The cap of each stepped workload that takes one from the environment (`scan` varies it).
 CAP_ENV = {"gpt2mixed": ("WHATIF_GPT2MIXED_CAP_GIB", 15.5), "llamamix": ("WHATIF_LLAMAMIX_CAP_GIB", 10),
-           "resnetvar": ("WHATIF_RESNETVAR_CAP_GIB", 6.5), "bertaccum": ("WHATIF_BERTACCUM_CAP_GIB", 8)}
+           "resnetvar": ("WHATIF_RESNETVAR_CAP_GIB", 6.5), "bertaccum": ("WHATIF_BERTACCUM_CAP_GIB", 8),
+           "t5var": ("WHATIF_T5VAR_CAP_GIB", 6)}
 HERE = os.path.dirname(os.path.abspath(__file__))
 STEP_LIMIT = 400
 PROFILE = os.environ.get("WHATIF_PROFILE") == "1"  # each step's peaks, printed (sizing caps)
@@ -310,6 +311,27 @@ def steps(workload, cap, stop_at, judged, before_judged, after_step):
                 loss.backward()
             opt.step()
             opt.zero_grad(set_to_none=True)
+    elif workload == "t5var":
+        from transformers import T5Config, T5ForConditionalGeneration
+
+        cap_from_env(cap, workload)
+        model = T5ForConditionalGeneration(T5Config(d_model=512, d_ff=2048, num_layers=6,
+                                                    num_heads=8, vocab_size=32128, pad_token_id=0,
+                                                    decoder_start_token_id=0)).cuda()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+        def step(i):
+            # An encoder-decoder: source and target lengths vary apart, both growing.
+            batch = random.choice([8, 16, 24, 32])
+            source = random.randint(64, min(1024, 128 + 8 * i))
+            target = random.randint(16, min(256, 32 + 2 * i))
+            x = torch.randint(0, 32128, (batch, source), device="cuda")
+            y = torch.randint(0, 32128, (batch, target), device="cuda")
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = model(input_ids=x, labels=y).loss
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
     else:
         cap(4 * GiB)
         layers, heads, dim = 24, 32, 128
@@ -481,7 +503,7 @@ def under_vramtop(binary, workload, work):
     return judged_line(p.stdout), live, history, p.stdout + p.stderr
 
 
-STEPPED = ("gpt2var", "kvcache", "kvcache_steps", "gpt2mixed", "llamamix", "resnetvar", "bertaccum")
+STEPPED = ("gpt2var", "kvcache", "kvcache_steps", "gpt2mixed", "llamamix", "resnetvar", "bertaccum", "t5var")
 
 
 MAX_SPLIT_TRIED = ["20", "64", "128", "256", "512", "1024", "2048", "4096"]  # MAX_SPLIT_TRIED_MB

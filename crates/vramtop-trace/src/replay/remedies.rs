@@ -343,10 +343,10 @@ impl Judge<'_> {
     }
 
     /// For a job whose steps the hook marked, a "fits" only where the step cut short could
-    /// end under the cap: its working memory at the OOM grown as little as any earlier step
-    /// grew past the same point (`step_rest::of`). Past the high bound every verdict not
-    /// already "fails" fails, whatever the setting (memory in use is the job's, not the
-    /// allocator's); past the low bound the cap decides, so a "fits" is left open.
+    /// end under the cap, as the earlier steps that reached the same point grew past it
+    /// (`step_rest::of`). Where even the least of them passes the high bound every verdict
+    /// not already "fails" fails, whatever the setting (memory in use is the job's, not the
+    /// allocator's); where the middle one passes the low bound a "fits" is left open.
     fn through_the_step(&self, oom: &TraceOom, remedies: Vec<RemedyVerdict>) -> Vec<RemedyVerdict> {
         if remedies.iter().all(|r| r.verdict == Verdict::Fails) {
             return remedies;
@@ -354,39 +354,54 @@ impl Judge<'_> {
         let Some(rest) = step_rest::of(self.trace, self.step_marks, oom.event) else {
             return remedies;
         };
-        let (overturned, verdict, against): (&[Verdict], _, _) = if rest.peak > self.high {
-            (
+        let which = if rest.identified {
+            "that allocated as much at the same point (as many allocations into the step, \
+             against the memory then in use)"
+        } else {
+            "that reached as many allocations (too few allocated as much there to tell which \
+             operation the request was)"
+        };
+        let grew = format!(
+            "it serves this request, but the step goes on: the {} earlier step(s) {which} grew \
+             past it to {:.2} to {:.2} times the memory they worked with there",
+            rest.steps, rest.growth, rest.most_growth
+        );
+        let at = |growth: f64, peak: u64, cap: u64| {
+            format!(
+                "{} held at the step's start plus {growth:.2} times the {} it worked with at \
+                 the OOM: {} in use, {} over {}",
+                human_bytes(rest.floor),
+                human_bytes(rest.working),
+                human_bytes(peak),
+                human_bytes(peak.saturating_sub(cap)),
+                if cap == self.high {
+                    format!("the cap of {}", human_bytes(cap))
+                } else {
+                    format!("the cap's low bound of {}", human_bytes(cap))
+                }
+            )
+        };
+        if rest.sure() && rest.peak > self.high {
+            let why = format!(
+                "{grew}; even the least makes this step {}, whatever the allocator's settings",
+                at(rest.growth, rest.peak, self.high)
+            );
+            return overturn(
+                remedies,
                 &[Verdict::Fits, Verdict::CannotTell],
                 Verdict::Fails,
-                format!("more than the cap of {}", human_bytes(self.high)),
-            )
-        } else if rest.peak > self.plain.capacity {
-            (
-                &[Verdict::Fits],
-                Verdict::CannotTell,
-                format!(
-                    "more than the cap's low bound of {}",
-                    human_bytes(self.plain.capacity)
-                ),
-            )
-        } else {
-            return remedies;
-        };
-        let why = format!(
-            "it serves this request, but the step goes on: in each of the {} earlier step(s) \
-             that allocated as much at the same point (as many allocations into the step, \
-             against the memory then in use), the memory the step worked with rose on past it \
-             to at least {:.2} times what it was; this step would so reach {} in use ({} held \
-             at its start plus {:.2} times the {} it worked with at the OOM), {against}, \
-             whatever the allocator's settings",
-            rest.steps,
-            rest.growth,
-            human_bytes(rest.peak),
-            human_bytes(rest.floor),
-            rest.growth,
-            human_bytes(rest.working)
-        );
-        overturn(remedies, overturned, verdict, &why)
+                &why,
+            );
+        }
+        if rest.typical_peak > self.plain.capacity {
+            let why = format!(
+                "{grew}; the middle of them makes this step {}: whether it ends under the cap \
+                 is not in the job's history",
+                at(rest.typical_growth, rest.typical_peak, self.plain.capacity)
+            );
+            return overturn(remedies, &[Verdict::Fits], Verdict::CannotTell, &why);
+        }
+        remedies
     }
 
     /// `expandable_segments:True`: the history replayed through PyTorch's expandable rules.
