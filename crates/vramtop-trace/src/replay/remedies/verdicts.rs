@@ -175,7 +175,7 @@ pub(super) fn max_split(verdict: &dyn Fn(u64) -> Verdict) -> RemedyVerdict {
         .find(|&i| fits(i) && (runs == 1 || (i > 0 && fits(i - 1)) || fits(i + 1)))
         .or_else(|| fits(0).then_some(0));
     if let Some(i) = steady {
-        // Values that fit alone, between values that fail, other than the one named.
+        // Values that fit alone, between values that do not fit, other than the one named.
         let lone: Vec<String> = (1..verdicts.len())
             .filter(|&j| j != i && runs > 1 && fits(j) && !fits(j - 1) && !fits(j + 1))
             .map(|j| verdicts[j].0.to_string())
@@ -184,8 +184,8 @@ pub(super) fn max_split(verdict: &dyn Fn(u64) -> Verdict) -> RemedyVerdict {
             String::new()
         } else {
             format!(
-                "; N = {} fit alone, between values that fail, which turns on the exact order \
-                 of the job's allocations",
+                "; N = {} fit alone, between values that do not fit, which turns on the exact \
+                 order of the job's allocations",
                 lone.join(", ")
             )
         };
@@ -204,7 +204,7 @@ pub(super) fn max_split(verdict: &dyn Fn(u64) -> Verdict) -> RemedyVerdict {
             Verdict::CannotTell,
             format!(
                 "the job's history replayed serves the request with N = {} alone, each \
-                 between values that fail: the outcome turns on the exact order of the \
+                 between values that do not fit: the outcome turns on the exact order of the \
                  job's allocations, which varies from run to run ({tried})",
                 fitting.join(", ")
             ),
