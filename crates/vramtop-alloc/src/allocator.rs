@@ -378,7 +378,7 @@ impl Allocator {
         }
         let reserved = cx.counters.reserved;
         if policy.release_available(size, live.stream, &mut cx) {
-            match policy.alloc(size, live, &mut cx) {
+            match policy.alloc_after_release(size, live, &mut cx) {
                 Err(Shortfall::Exhausted) => {}
                 other => {
                     cx.counters.retries += 1;
@@ -394,7 +394,7 @@ impl Allocator {
         if policy.release_cached(&mut cx) == 0 && !released_oversize {
             return Err(Shortfall::Exhausted);
         }
-        let placed = policy.alloc(size, live, &mut cx)?;
+        let placed = policy.alloc_after_release(size, live, &mut cx)?;
         cx.counters.retries += 1;
         Ok(placed)
     }

@@ -155,6 +155,23 @@ pub(crate) fn round_size(size: u64, divisions: &[u32; 16]) -> Option<u64> {
 }
 
 impl Caching {
+    /// A segment of its own for the request (PyTorch's `alloc_block`), and the block in it.
+    fn new_segment(
+        &mut self,
+        size: u64,
+        live: LiveInfo,
+        cx: &mut BackingCx<'_>,
+    ) -> Result<Placement, Shortfall> {
+        let pool = pool_of(size);
+        let home = self.heap.index.home(pool, live.stream);
+        let segment = allocation_size(size);
+        let addr = cx.alloc_segment(segment)?;
+        let slot = self
+            .heap
+            .add_segment(addr, segment, pool, Some(live.stream), home);
+        Ok(self.take(slot, pool, size, live))
+    }
+
     pub fn new(max_split_size: Option<u64>) -> Self {
         Caching {
             heap: Heap::default(),
@@ -284,12 +301,18 @@ impl Policy for Caching {
             return Ok(self.take(slot, pool, size, live));
         }
         self.collect_garbage(cx);
-        let segment = allocation_size(size);
-        let addr = cx.alloc_segment(segment)?;
-        let slot = self
-            .heap
-            .add_segment(addr, segment, pool, Some(live.stream), home);
-        Ok(self.take(slot, pool, size, live))
+        self.new_segment(size, live, cx)
+    }
+
+    /// No second search and no second collection: PyTorch searches the pool (counting it
+    /// for the GC's ages) and collects garbage once a request, before its first cudaMalloc.
+    fn alloc_after_release(
+        &mut self,
+        size: u64,
+        live: LiveInfo,
+        cx: &mut BackingCx<'_>,
+    ) -> Result<Placement, Shortfall> {
+        self.new_segment(size, live, cx)
     }
 
     fn free(&mut self, node: u32, _cx: &mut BackingCx<'_>) {
@@ -440,6 +463,44 @@ mod tests {
         let served = a.alloc(720 * MIB, 0, "d");
         assert!(served.is_ok(), "{served:?}");
         assert_eq!(a.stats().reserved_bytes, 970 * MIB);
+    }
+
+    /// PyTorch searches the pool once a request (`get_free_block`, the GC's clock) and
+    /// collects garbage once, before its first cudaMalloc; the retries after releasing
+    /// cached segments are cudaMalloc alone. A second search would age every cached block
+    /// one step more than PyTorch does.
+    #[test]
+    fn a_retry_after_releasing_cached_segments_neither_searches_nor_collects_again() {
+        use crate::arena::LiveInfo;
+        use crate::backing::BookkeepingBacking;
+        use crate::events::EventRing;
+        use crate::metrics::Counters;
+        let mut policy = Caching::new(None).with_gc_threshold(Some(0.6));
+        let mut backing = BookkeepingBacking::new(1000 * MIB);
+        let mut counters = Counters::default();
+        let events = EventRing::new(16);
+        let mut cx = BackingCx {
+            backing: &mut backing,
+            counters: &mut counters,
+            events: &events,
+            now_ns: 0,
+            stream: 0,
+        };
+        let live = LiveInfo {
+            id: 1,
+            requested: 100 * MIB,
+            stream: 0,
+            tag: crate::types::TagId(0),
+            born_ns: 0,
+        };
+        let searches = |p: &Caching| p.gc.as_ref().map(|gc| gc.searches);
+        policy.alloc(100 * MIB, live, &mut cx).unwrap();
+        assert_eq!(searches(&policy), Some(1));
+        policy
+            .alloc_after_release(100 * MIB, LiveInfo { id: 2, ..live }, &mut cx)
+            .unwrap();
+        assert_eq!(searches(&policy), Some(1), "a retry is not a search");
+        assert_eq!(cx.counters.reserved, 200 * MIB);
     }
 
     #[test]

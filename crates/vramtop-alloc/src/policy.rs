@@ -54,6 +54,17 @@ pub(crate) trait Policy: Send {
         live: LiveInfo,
         cx: &mut BackingCx<'_>,
     ) -> Result<Placement, Shortfall>;
+    /// `alloc` again after cached segments were released for it. PyTorch's retries are
+    /// cudaMalloc alone (`alloc_block`): releasing wholly free segments makes no free block
+    /// fit, so only a policy whose search counts for something (the GC's ages) skips it.
+    fn alloc_after_release(
+        &mut self,
+        size: u64,
+        live: LiveInfo,
+        cx: &mut BackingCx<'_>,
+    ) -> Result<Placement, Shortfall> {
+        self.alloc(size, live, cx)
+    }
     /// Returns an allocated or pending node to the free runs.
     fn free(&mut self, node: u32, cx: &mut BackingCx<'_>);
     /// Marks an allocated node pending-free: still held, shown as such.
