@@ -161,10 +161,6 @@ pub enum Cause {
         shortfall_bytes: u64,
         room_bytes: u64,
         needed_bytes: u64,
-        /// Set where the live tensors and the request alone fit and the step in progress,
-        /// as its earlier steps grew, would not.
-        #[serde(skip_serializing_if = "Option::is_none")]
-        step: Option<StepRest>,
     },
     /// Allocated rose step after step and never fell back.
     Leak {
@@ -333,12 +329,10 @@ impl Cause {
                 shortfall_bytes,
                 room_bytes,
                 needed_bytes,
-                step,
             } => format!(
-                "too big for this GPU: {} need {}, {} more than the {} the job may ever have; no \
-                 allocator setting frees that: the job must hold less (a smaller batch or \
-                 sequence, activation checkpointing, lower precision)",
-                what_needs(step),
+                "too big for this GPU: the live tensors with this request need {}, {} more than \
+                 the {} the job may ever have; no allocator setting frees that: the job must \
+                 hold less (a smaller batch or sequence, activation checkpointing, lower precision)",
                 human_bytes(*needed_bytes),
                 human_bytes(*shortfall_bytes),
                 human_bytes(*room_bytes)
@@ -393,8 +387,8 @@ impl Cause {
     }
 }
 
-/// What needs the memory a cap or the GPU lacks: the live tensors with the request, or
-/// the step in progress where that is what passes it.
+/// What needs the memory a cap lacks: the live tensors with the request, or the step in
+/// progress where that is what passes it.
 fn what_needs(step: &Option<StepRest>) -> String {
     match step {
         None => "the live tensors with this request".to_string(),
@@ -487,14 +481,7 @@ fn seconds(s: f64) -> String {
 /// figures say nothing (a file without the device's figures).
 pub fn causes(facts: &OomFacts) -> Vec<Cause> {
     let mut found = Vec::new();
-    let now = facts.allocated_bytes.saturating_add(facts.requested_bytes);
-    // The step in progress, where its earlier steps say it needs more than the request
-    // alone: a cap or a GPU that holds the request but not the step is the cause, not the
-    // cache's fragmentation.
-    let step = facts.step.filter(|s| s.sure() && s.peak > now);
-    let needed = step.map_or(now, |s| s.peak);
-    // The step named only where the request alone fits the room.
-    let by_step = |room: u64| step.filter(|_| now <= room);
+    let needed = facts.allocated_bytes.saturating_add(facts.requested_bytes);
     let limit = facts.limit_bytes.filter(|&l| l > 0);
     let total = facts.physical_total_bytes.filter(|&t| t > 0).or(limit);
     let own_process = facts
@@ -515,28 +502,33 @@ pub fn causes(facts: &OomFacts) -> Vec<Cause> {
             Some(own) => used.saturating_sub(own),
             None => used.saturating_sub(facts.reserved_bytes),
         };
-        if let Some(cap) = cap.filter(|&c| needed > c) {
-            let step = by_step(cap);
+        let room_alone = total.saturating_sub(overhead);
+        let room_shared = room_alone.saturating_sub(outside);
+        // The step in progress, where the cap (not the device, nor others' memory) refused
+        // a request that fitted under it, and the job's earlier steps say the step would
+        // not have: the cap is the cause, not the cache's fragmentation.
+        let step = facts.step.filter(|s| {
+            s.sure()
+                && cap.is_some_and(|c| needed <= c && s.peak > c && s.unscaled_peak > c)
+                && free >= facts.requested_bytes
+                && needed <= room_shared
+        });
+        if let Some(cap) = cap.filter(|&c| needed > c || step.is_some()) {
             found.push(Cause::Cap {
                 cap_bytes: cap,
                 physical_total_bytes: total,
-                shortfall_bytes: step.map_or(now, |s| s.peak).saturating_sub(cap),
+                shortfall_bytes: step.map_or(needed, |s| s.peak).saturating_sub(cap),
                 device_free_bytes: free,
                 step,
             });
         }
-        let room_alone = total.saturating_sub(overhead);
         if cap.is_none() && needed > room_alone {
-            let step = by_step(room_alone);
-            let needed = step.map_or(now, |s| s.peak);
             found.push(Cause::TooBig {
-                shortfall_bytes: needed.saturating_sub(room_alone),
+                shortfall_bytes: needed - room_alone,
                 room_bytes: room_alone,
                 needed_bytes: needed,
-                step,
             });
         }
-        let room_shared = room_alone.saturating_sub(outside);
         let cap_stopped = cap.is_some_and(|c| needed > c);
         if outside >= OUTSIDE_MIN && needed > room_shared && !cap_stopped {
             found.push(other_processes(
@@ -548,7 +540,7 @@ pub fn causes(facts: &OomFacts) -> Vec<Cause> {
             ));
         }
         let room = cap.unwrap_or(u64::MAX).min(room_shared);
-        if needed <= room && facts.reserved_bytes > facts.allocated_bytes {
+        if needed <= room && step.is_none() && facts.reserved_bytes > facts.allocated_bytes {
             found.push(Cause::Fragmentation {
                 free_bytes: facts.reserved_bytes - facts.allocated_bytes,
                 free_runs: facts.free_runs,
@@ -748,7 +740,11 @@ pub fn of_kept_file(
         leak_sites: leak_sites(trace),
         steps_us: &kept.steps_us,
         history_recorded: sites_recorded(trace),
-        step: crate::step_rest::of(trace, &crate::replay::step_boundaries(trace), oom.event),
+        // From the whole history only, as the live view (and the remedies) take it.
+        step: kept
+            .ring_complete
+            .then(|| crate::step_rest::of(trace, &crate::replay::step_boundaries(trace), oom.event))
+            .flatten(),
     };
     causes(&facts)
 }
@@ -1065,6 +1061,7 @@ mod tests {
             typical_peak: 7 * GIB + GIB / 4,
             typical_growth: 1.15,
             most_growth: 1.2,
+            unscaled_peak: 7 * GIB,
             steps: 10,
             identified: true,
             working: 6 * GIB,
@@ -1099,6 +1096,15 @@ mod tests {
         facts.step = None;
         let found = causes(&facts);
         assert!(matches!(found[0], Cause::Fragmentation { .. }), "{found:?}");
+        // The device, not the cap, refused the request (others held it): the step's size
+        // names no cap.
+        facts.step = Some(step);
+        facts.device_free_bytes = Some(32 * MIB);
+        let found = causes(&facts);
+        assert!(
+            !found.iter().any(|c| matches!(c, Cause::Cap { .. })),
+            "{found:?}"
+        );
     }
 
     #[test]
@@ -1107,7 +1113,6 @@ mod tests {
             shortfall_bytes: 5,
             room_bytes: 10,
             needed_bytes: 15,
-            step: None,
         }];
         let json = serde_json::to_value(CauseReport::of_all(&causes)).unwrap();
         assert_eq!(json[0]["kind"], "too_big");

@@ -11,9 +11,9 @@
 //! take another kernel allocates more or fewer blocks before it), so a step counts only
 //! where its `j`-th allocation is about as large, against the step's working memory then,
 //! as the refused request is now. Where even the step that rose least, its rise scaled to
-//! this step's working memory, passes the cap, no setting gets the step through (and the
-//! cause is the step's size, not fragmentation); where the middle one's passes it, a
-//! "fits" is left open. On a T5 under a 5 GiB cap the least rise (1.04 times) left the
+//! this step's working memory, passes the cap (and the largest step's rise in bytes,
+//! unscaled, too), no setting gets the step through, and the cause is the step's size,
+//! not fragmentation; where the middle one's passes it, a "fits" is left open. On a T5 under a 5 GiB cap the least rise (1.04 times) left the
 //! step 42 MiB under the cap and the middle one (1.06) 45 MiB over; PyTorch with expandable
 //! segments died in the step. Where fewer than three steps match, the point is not
 //! identified, and every step that reached as many allocations gives its growth: on a BERT
@@ -41,6 +41,11 @@ pub struct StepRest {
     pub typical_growth: f64,
     /// The most any matching step grew.
     pub most_growth: f64,
+    /// The memory in use at the OOM plus the bytes the largest matching step (by working
+    /// memory at the point) rose past it, unscaled: what the step reaches at least even
+    /// where part of the rise is fixed (gradients made anew, the optimizer's temporaries)
+    /// and would not grow with this step's shapes, as this step is mostly the largest yet.
+    pub unscaled_peak: u64,
     /// How many earlier steps the growths come from: those that matched at the point, or,
     /// where too few did (`identified` false), all that reached as many allocations.
     pub steps: usize,
@@ -61,9 +66,10 @@ impl StepRest {
     }
 }
 
-/// How far a matching step's allocation at the point may be from the request, as a share
-/// of working memory (its operation's size follows the step's shapes as the working
-/// memory does; another operation's seldom lies this close).
+/// How far a step's allocation at the point, over its working memory there, may lie from
+/// the request over this step's working memory: 0.75 to 1.25 times it (the operation's
+/// size follows the step's shapes as the working memory does; another operation's seldom
+/// lies this close).
 const MATCH: f64 = 0.25;
 
 /// Matching steps that identify the point: fewer, and the growths are every step's that
@@ -91,7 +97,7 @@ impl InUse {
                 if let Some(old) = self.sizes.insert(addr, size) {
                     self.bytes = self.bytes.saturating_sub(old);
                 }
-                self.bytes += size;
+                self.bytes = self.bytes.saturating_add(size);
             }
             TraceEventKind::FreeCompleted => {
                 if let Some(size) = self.sizes.remove(&addr) {
@@ -114,15 +120,30 @@ struct Step {
     peak_after: u64,
 }
 
+/// One step's rise past the point.
+#[derive(Clone, Copy, Debug)]
+struct Rise {
+    /// Its allocation at the point over its working memory there.
+    share: f64,
+    /// Its highest working memory after the point over its working memory there.
+    growth: f64,
+    /// Bytes in use it rose past the point.
+    bytes: u64,
+    /// Its working memory at the point.
+    working: u64,
+}
+
 impl Step {
-    /// Working memory at the point and the growth past it, where there was any.
-    fn growth(&self) -> Option<(f64, f64)> {
+    /// The step's rise past the point, where it had working memory there.
+    fn rise(&self) -> Option<Rise> {
         let (before, size) = self.at_point?;
         let working = before.checked_sub(self.floor).filter(|&w| w > 0)? as f64;
-        Some((
-            size as f64 / working,
-            self.peak_after.saturating_sub(self.floor) as f64 / working,
-        ))
+        Some(Rise {
+            share: size as f64 / working,
+            growth: self.peak_after.saturating_sub(self.floor) as f64 / working,
+            bytes: self.peak_after.saturating_sub(before),
+            working: working as u64,
+        })
     }
 }
 
@@ -169,27 +190,24 @@ pub fn of(trace: &Trace, marks: &[usize], event: usize) -> Option<StepRest> {
     let floor = step.map(|s| s.floor)?;
     let working = in_use.bytes.checked_sub(floor).filter(|&w| w > 0)? as f64;
     let share_now = trace.events[event].size as f64 / working;
-    let growths: Vec<(f64, f64)> = done.iter().filter_map(Step::growth).collect();
-    let matching: Vec<f64> = growths
+    let rises: Vec<Rise> = done.iter().filter_map(Step::rise).collect();
+    let matching: Vec<Rise> = rises
         .iter()
-        .filter(|&&(share, _)| (share / share_now - 1.0).abs() < MATCH)
-        .map(|&(_, growth)| growth)
+        .copied()
+        .filter(|r| (r.share / share_now - 1.0).abs() < MATCH)
         .collect();
     let identified = matching.len() >= SURE_MATCHING;
-    let matching = if identified {
-        matching
+    let counted = if identified { matching } else { rises };
+    let mut growths: Vec<f64> = counted.iter().map(|r| r.growth).collect();
+    growths.sort_by(f64::total_cmp);
+    let (&least, &most) = (growths.first()?, growths.last()?);
+    let middle = growths.len() / 2;
+    let typical = if growths.len() % 2 == 1 {
+        growths[middle]
     } else {
-        growths.iter().map(|&(_, growth)| growth).collect()
+        (growths[middle - 1] + growths[middle]) / 2.0
     };
-    let mut matching = matching;
-    matching.sort_by(f64::total_cmp);
-    let (&least, &most) = (matching.first()?, matching.last()?);
-    let middle = matching.len() / 2;
-    let typical = if matching.len() % 2 == 1 {
-        matching[middle]
-    } else {
-        (matching[middle - 1] + matching[middle]) / 2.0
-    };
+    let largest = counted.iter().max_by_key(|r| r.working)?;
     let grown = |growth: f64| floor.saturating_add((working * growth) as u64);
     Some(StepRest {
         peak: grown(least),
@@ -197,7 +215,8 @@ pub fn of(trace: &Trace, marks: &[usize], event: usize) -> Option<StepRest> {
         typical_peak: grown(typical),
         typical_growth: typical,
         most_growth: most,
-        steps: matching.len(),
+        unscaled_peak: in_use.bytes.saturating_add(largest.bytes),
+        steps: growths.len(),
         identified,
         working: working as u64,
         floor,

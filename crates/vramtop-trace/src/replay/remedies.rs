@@ -344,9 +344,10 @@ impl Judge<'_> {
 
     /// For a job whose steps the hook marked, a "fits" only where the step cut short could
     /// end under the cap, as the earlier steps that reached the same point grew past it
-    /// (`step_rest::of`). Where even the least of them passes the high bound every verdict
-    /// not already "fails" fails, whatever the setting (memory in use is the job's, not the
-    /// allocator's); where the middle one passes the low bound a "fits" is left open.
+    /// (`step_rest::of`). Where even the least of them passes the high bound, scaled and
+    /// unscaled, every verdict not already "fails" fails, whatever the setting (memory in
+    /// use is the job's, not the allocator's); where the middle one passes the low bound a
+    /// "fits" is left open.
     fn through_the_step(&self, oom: &TraceOom, remedies: Vec<RemedyVerdict>) -> Vec<RemedyVerdict> {
         if remedies.iter().all(|r| r.verdict == Verdict::Fails) {
             return remedies;
@@ -381,10 +382,15 @@ impl Judge<'_> {
                 }
             )
         };
-        if rest.sure() && rest.peak > self.high {
+        // Fails only where the largest of them's rise in bytes, unscaled, passes it too:
+        // part of a rise (gradients made anew, the optimizer's temporaries) does not grow
+        // with the step's shapes, and this step is mostly the largest yet.
+        if rest.sure() && rest.peak > self.high && rest.unscaled_peak > self.high {
             let why = format!(
-                "{grew}; even the least makes this step {}, whatever the allocator's settings",
-                at(rest.growth, rest.peak, self.high)
+                "{grew}; even the least makes this step {}, and the largest of them's rise in \
+                 bytes, unscaled, {} in use: whatever the allocator's settings",
+                at(rest.growth, rest.peak, self.high),
+                human_bytes(rest.unscaled_peak)
             );
             return overturn(
                 remedies,
