@@ -375,8 +375,10 @@ impl Judge<'_> {
                 human_bytes(rest.working),
                 human_bytes(peak),
                 human_bytes(peak.saturating_sub(cap)),
-                if cap == self.high {
+                if self.plain.capacity == self.high {
                     format!("the cap of {}", human_bytes(cap))
+                } else if cap == self.high {
+                    format!("the cap's high bound of {}", human_bytes(cap))
                 } else {
                     format!("the cap's low bound of {}", human_bytes(cap))
                 }
