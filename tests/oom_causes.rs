@@ -34,17 +34,11 @@ fn unzipped(name: &str) -> (PathBuf, PathBuf) {
 fn causes_of(trace: &Trace) -> Vec<Cause> {
     let ooms = trace_ooms(trace);
     let last = ooms.last().expect("an OOM");
-    let fits = vramtop::trace::replay::remedies::remedies(trace, &ooms, None)
+    let at = vramtop::trace::replay::remedies::remedies(trace, &ooms, None)
         .unwrap()
         .into_iter()
-        .find(|r| r.event == last.event)
-        .and_then(|r| {
-            r.remedies
-                .into_iter()
-                .find(|v| v.verdict == vramtop::alloc::remedy::Verdict::Fits)
-        })
-        .map(|v| v.remedy);
-    cause::of_kept_file(trace, last, fits)
+        .find(|r| r.event == last.event);
+    cause::of_kept_file(trace, last, at.as_ref())
 }
 
 /// What `vramtop snapshot --once FILE` prints, as a user sees it.

@@ -58,15 +58,8 @@ pub fn explain(trace: &Trace, path: &Path, file_bytes: u64) -> Vec<String> {
     let answers = remedies::remedies(trace, &ooms, None)
         .map(|all| all.into_iter().find(|r| r.event == oom.event))
         .map_err(|e| e.to_string());
-    let fits = answers
-        .as_ref()
-        .ok()
-        .and_then(Option::as_ref)
-        .and_then(|at| {
-            let fits = at.remedies.iter().find(|r| r.verdict == Verdict::Fits)?;
-            Some(fits.remedy.clone())
-        });
-    let causes = cause::of_kept_file(trace, oom, fits);
+    let at = answers.as_ref().ok().and_then(Option::as_ref);
+    let causes = cause::of_kept_file(trace, oom, at);
     for (i, c) in causes.iter().enumerate() {
         let head = if i == 0 { "cause" } else { "also" };
         lines.push(format!("  {head}: {}", line_with(&c.line(), c.missing())));

@@ -177,13 +177,7 @@ pub fn run(path: &Path, args: &ReplayArgs) -> Result<u8> {
                     .map(|oom| {
                         let at = remedies.iter().find(|r| r.event == oom.event);
                         let causes = if ooms.last().map(|o| o.event) == Some(oom.event) {
-                            let fits = at.and_then(|r| {
-                                r.remedies
-                                    .iter()
-                                    .find(|v| v.verdict == vramtop_alloc::remedy::Verdict::Fits)
-                                    .map(|v| v.remedy.clone())
-                            });
-                            vramtop_trace::cause::of_kept_file(&trace, oom, fits)
+                            vramtop_trace::cause::of_kept_file(&trace, oom, at)
                         } else {
                             Vec::new()
                         };

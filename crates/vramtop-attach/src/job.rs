@@ -15,6 +15,7 @@ use vramtop_alloc::leaks::{DetectorConfig, LeakDetector, SiteTrend, Suspect};
 use vramtop_alloc::metrics::layout_stats;
 use vramtop_alloc::{round_size, BlockState, MapView, OomReport, Pool, Stats};
 use vramtop_trace::cause::{self, Cause, OomFacts};
+use vramtop_trace::replay::remedies::OomRemedies;
 use vramtop_trace::roles::RoleBreakdown;
 use vramtop_trace::{snapshot, SnapshotBlock, SnapshotSegment};
 
@@ -250,9 +251,10 @@ impl OomExplained {
         let whole_history = kept
             .as_ref()
             .filter(|_| oom.ring.is_some_and(|ring| ring.complete));
-        let (remedies, history_events) = match whole_history.and_then(history_remedies) {
-            Some((remedies, events)) => (remedies, Some(events)),
-            None => (remedy::one_state(&scene, &expandable), None),
+        // The step cut short, as the replay measured it for the verdicts (`step_rest`).
+        let (remedies, history_events, step) = match whole_history.and_then(history_remedies) {
+            Some((at, events)) => (at.remedies, Some(events), at.step),
+            None => (remedy::one_state(&scene, &expandable), None, None),
         };
         let remedy_that_fits = remedies
             .iter()
@@ -285,7 +287,7 @@ impl OomExplained {
                 .and_then(|t| t.stats.kept_oom.as_ref())
                 .map_or(&[][..], |k| &k.steps_us[..]),
             history_recorded: kept.as_ref().is_some_and(cause::sites_recorded),
-            step: whole_history.and_then(cause::step_of_kept),
+            step,
         };
         let causes = cause::causes(&facts);
         let roles = oom
@@ -361,7 +363,7 @@ impl OomExplained {
 /// `vramtop replay` answers that file with. Runs on the connection's reader thread (a
 /// ring of 8,192 events replays in milliseconds). None, and the one-state answers, when
 /// there is no such file or it cannot be read: the OOM is still explained.
-fn history_remedies(trace: &vramtop_trace::Trace) -> Option<(Vec<RemedyVerdict>, usize)> {
+fn history_remedies(trace: &vramtop_trace::Trace) -> Option<(OomRemedies, usize)> {
     if !trace.stats.kept_oom.as_ref()?.ring_complete {
         return None;
     }
@@ -370,7 +372,8 @@ fn history_remedies(trace: &vramtop_trace::Trace) -> Option<(Vec<RemedyVerdict>,
     let answers = vramtop_trace::replay::remedies::remedies(trace, &ooms, None).ok()?;
     let at = answers.into_iter().find(|r| r.event == last)?;
     // A file that turned out not to hold the whole history got one-state answers there.
-    at.from_history.then_some((at.remedies, trace.events.len()))
+    let events = trace.events.len();
+    at.from_history.then_some((at, events))
 }
 
 /// The file the hook kept at this OOM, read for its device; None when there is none, it

@@ -712,12 +712,12 @@ fn leak(facts: &OomFacts) -> Option<Cause> {
 }
 
 /// The causes of the trace's OOM `oom`, from what the hook kept with it; empty for a file
-/// the hook did not keep (a snapshot has no device figures). `remedy_that_fits`: the
-/// first remedy the replay says fits, as the user writes it.
+/// the hook did not keep (a snapshot has no device figures). `at`: the remedies replayed
+/// at that OOM, for the first that fits and the step cut short as they measured it.
 pub fn of_kept_file(
     trace: &crate::Trace,
     oom: &crate::ooms::TraceOom,
-    remedy_that_fits: Option<Remedy>,
+    at: Option<&crate::replay::remedies::OomRemedies>,
 ) -> Vec<Cause> {
     let Some(kept) = &trace.stats.kept_oom else {
         return Vec::new();
@@ -736,23 +736,13 @@ pub fn of_kept_file(
         processes: kept.gpu_processes.as_ref(),
         series: kept.series.as_ref(),
         step_series: kept.step_series.as_ref(),
-        remedy_that_fits,
+        remedy_that_fits: at.and_then(|a| a.first_fit()),
         leak_sites: leak_sites(trace),
         steps_us: &kept.steps_us,
         history_recorded: sites_recorded(trace),
-        // From the whole history only, as the live view (and the remedies) take it.
-        step: kept
-            .ring_complete
-            .then(|| crate::step_rest::of(trace, &crate::replay::step_boundaries(trace), oom.event))
-            .flatten(),
+        step: at.and_then(|a| a.step),
     };
     causes(&facts)
-}
-
-/// The rest of the step cut short by the last OOM of a file the hook kept (`step_rest`).
-pub fn step_of_kept(trace: &crate::Trace) -> Option<StepRest> {
-    let oom = crate::ooms::trace_ooms(trace).pop()?;
-    crate::step_rest::of(trace, &crate::replay::step_boundaries(trace), oom.event)
 }
 
 /// Fewest live blocks of one site that make it a leak's site.

@@ -25,7 +25,8 @@ mod verdicts;
 
 use super::ReplayError;
 use crate::ooms::{CapacitySource, TraceOom};
-use crate::{snapshot, step_rest, Checkpoint, Trace, TraceEventKind};
+use crate::step_rest::{self, StepRest};
+use crate::{snapshot, Checkpoint, Trace, TraceEventKind};
 use runs::{Disagreement, Run, Runs, Starts, ROUNDUP_TRIED};
 use vramtop_alloc::remedy::{
     self, beyond_any_setting, empty_cache_verdict, gc_threshold_verdict, JobSettings, OomScene,
@@ -50,6 +51,21 @@ pub struct OomRemedies {
     /// From one state only (a trace kept at the OOM without history).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub what_would_fit: Option<WhatWouldFit>,
+    /// What the job's earlier steps say the step cut short still needed, where the
+    /// verdicts replayed a history with its steps marked (`step_rest::of`): measured once,
+    /// for the verdicts and the cause alike.
+    #[serde(skip)]
+    pub step: Option<StepRest>,
+}
+
+impl OomRemedies {
+    /// The first remedy whose verdict is "fits", as the user writes it.
+    pub fn first_fit(&self) -> Option<Remedy> {
+        self.remedies
+            .iter()
+            .find(|r| r.verdict == Verdict::Fits)
+            .map(|r| r.remedy.clone())
+    }
 }
 
 /// The capacities a replay is asked at: equal when given or known.
@@ -286,12 +302,14 @@ impl Judge<'_> {
             self.trace, at.event,
         ))));
         remedies.push(self.between_steps(&at));
-        let remedies = self.past_this_request(oom, needed, remedies);
+        let step = step_rest::of(self.trace, self.step_marks, oom.event);
+        let remedies = self.past_this_request(oom, needed, step.as_ref(), remedies);
         OomRemedies {
             event: at.event,
             remedies,
             from_history: true,
             what_would_fit: None,
+            step,
         }
     }
 
@@ -302,10 +320,14 @@ impl Judge<'_> {
         &self,
         oom: &TraceOom,
         needed: u64,
+        step: Option<&StepRest>,
         remedies: Vec<RemedyVerdict>,
     ) -> Vec<RemedyVerdict> {
         let remedies = self.past_a_rising_floor(oom, needed, remedies);
-        self.through_the_step(oom, remedies)
+        match step {
+            Some(rest) => self.through_the_step(rest, remedies),
+            None => remedies,
+        }
     }
 
     /// For a job whose live memory keeps rising (`floor::rising`), a "fits" only where what
@@ -348,13 +370,14 @@ impl Judge<'_> {
     /// unscaled, every verdict not already "fails" fails, whatever the setting (memory in
     /// use is the job's, not the allocator's); where the middle one passes the low bound a
     /// "fits" is left open.
-    fn through_the_step(&self, oom: &TraceOom, remedies: Vec<RemedyVerdict>) -> Vec<RemedyVerdict> {
+    fn through_the_step(
+        &self,
+        rest: &StepRest,
+        remedies: Vec<RemedyVerdict>,
+    ) -> Vec<RemedyVerdict> {
         if remedies.iter().all(|r| r.verdict == Verdict::Fails) {
             return remedies;
         }
-        let Some(rest) = step_rest::of(self.trace, self.step_marks, oom.event) else {
-            return remedies;
-        };
         let which = if rest.identified {
             "that allocated as much at the same point (as many allocations into the step, \
              against the memory then in use)"
@@ -638,6 +661,7 @@ fn kept_state(trace: &Trace, ooms: &[TraceOom]) -> Vec<OomRemedies> {
         remedies: remedy::one_state(&scene, &remedy::expandable(&scene)),
         from_history: false,
         what_would_fit: Some(remedy::what_would_fit(&scene)),
+        step: None,
     }]
 }
 
