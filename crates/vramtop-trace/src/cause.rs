@@ -508,8 +508,7 @@ pub fn causes(facts: &OomFacts) -> Vec<Cause> {
         // a request that fitted under it, and the job's earlier steps say the step would
         // not have: the cap is the cause, not the cache's fragmentation.
         let step = facts.step.filter(|s| {
-            s.sure()
-                && cap.is_some_and(|c| needed <= c && s.peak > c && s.unscaled_peak > c)
+            cap.is_some_and(|c| needed <= c && s.passes(c))
                 && free >= facts.requested_bytes
                 && needed <= room_shared
         });

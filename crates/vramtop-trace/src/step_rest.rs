@@ -59,10 +59,13 @@ pub struct StepRest {
 }
 
 impl StepRest {
-    /// Even the least growth says what the step needs: one or two steps whose allocation
-    /// at the point only happened to be as large could alone fail every setting.
-    pub fn sure(&self) -> bool {
-        self.identified
+    /// Whether the step could not have ended under `cap` whatever the allocator's
+    /// settings: the point identified (one or two steps whose allocation there only
+    /// happened to be as large could alone fail every setting), and both the least growth
+    /// scaled and the largest matching step's rise unscaled (part of a rise, such as
+    /// gradients made anew, does not grow with the shapes) passing the cap.
+    pub fn passes(&self, cap: u64) -> bool {
+        self.identified && self.peak > cap && self.unscaled_peak > cap
     }
 }
 
@@ -273,7 +276,7 @@ mod tests {
         let (trace, marks, oom) = job(&[100, 200, 150], 300, 2);
         let rest = of(&trace, &marks, oom).expect("earlier steps reached the point");
         assert_eq!(rest.steps, 3);
-        assert!(rest.sure());
+        assert!(rest.identified);
         assert!((rest.growth - 3.0).abs() < 1e-9, "{rest:?}");
         assert!((rest.typical_growth - 3.0).abs() < 1e-9, "{rest:?}");
         assert_eq!(rest.floor, 1 << 30);
@@ -287,12 +290,16 @@ mod tests {
         // growths are every step's at that count (the gradient's: 6 over 4 activations).
         let (trace, marks, oom) = job(&[100, 200, 150], 300, 4);
         let rest = of(&trace, &marks, oom).expect("steps reached the count");
-        assert!(!rest.identified && !rest.sure(), "{rest:?}");
+        assert!(!rest.identified && !rest.passes(0), "{rest:?}");
         assert_eq!(rest.steps, 3);
         assert!((rest.growth - 1.5).abs() < 1e-9, "{rest:?}");
         // Two matching steps are too few to be sure of.
         let (trace, marks, oom) = job(&[100, 200], 300, 2);
-        assert!(!of(&trace, &marks, oom).expect("two steps matched").sure());
+        assert!(
+            !of(&trace, &marks, oom)
+                .expect("two steps matched")
+                .identified
+        );
         // No step before this one: nothing to go by.
         let (trace, marks, oom) = job(&[], 300, 2);
         assert_eq!(of(&trace, &marks, oom), None);

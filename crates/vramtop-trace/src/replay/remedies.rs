@@ -407,10 +407,7 @@ impl Judge<'_> {
                 }
             )
         };
-        // Fails only where the largest of them's rise in bytes, unscaled, passes it too:
-        // part of a rise (gradients made anew, the optimizer's temporaries) does not grow
-        // with the step's shapes, and this step is mostly the largest yet.
-        if rest.sure() && rest.peak > self.high && rest.unscaled_peak > self.high {
+        if rest.passes(self.high) {
             let why = format!(
                 "{grew}; even the least makes this step {}, and the largest of them's rise in \
                  bytes, unscaled, {} in use: whatever the allocator's settings",
