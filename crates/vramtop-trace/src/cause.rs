@@ -1055,6 +1055,8 @@ mod tests {
             identified: true,
             working: 6 * GIB,
             floor: GIB / 2,
+            likest: None,
+            begun: 0,
         };
         let mut facts = OomFacts {
             requested_bytes: 64 * MIB,

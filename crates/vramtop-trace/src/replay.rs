@@ -103,8 +103,8 @@ impl Default for ReplayOptions {
 }
 
 /// Where the job's optimizer steps fall in its events: for each step the hook marked, the
-/// first allocation after it (a loop frees its gradients between the step and the next
-/// batch, so "after the step" is that first allocation). Sorted, each once.
+/// first request after it, served or refused (a loop frees its gradients between the step
+/// and the next batch, so "after the step" is that first request). Sorted, each once.
 pub fn step_boundaries(trace: &Trace) -> Vec<usize> {
     let Some(kept) = trace.stats.kept_oom.as_ref() else {
         return Vec::new();
@@ -128,7 +128,11 @@ pub fn step_boundaries(trace: &Trace) -> Vec<usize> {
         while at < events.len() && events[at].time_us.is_none_or(|t| t <= step) {
             at += 1;
         }
-        if let Some(i) = (at..events.len()).find(|&i| events[i].kind == TraceEventKind::Alloc) {
+        // The step begins at its first request: an allocation, or one refused (an OOM on
+        // the first request after the optimizer's step is the next step's, not this one's).
+        let request =
+            |i: &usize| matches!(events[*i].kind, TraceEventKind::Alloc | TraceEventKind::Oom);
+        if let Some(i) = (at..events.len()).find(request) {
             out.push(i);
         }
     }
@@ -885,6 +889,28 @@ mod tests {
             assert_eq!(row.events, 9);
             assert!(row.peak_reserved_bytes >= 20 * MIB, "{row:?}");
         }
+    }
+
+    #[test]
+    fn a_step_whose_first_request_was_refused_begins_at_the_oom() {
+        use TraceEventKind::*;
+        let timed = |kind, t: i64| TraceEvent {
+            time_us: Some(t),
+            ..event(kind, 1, MIB)
+        };
+        let mut t = trace(
+            Vec::new(),
+            vec![
+                timed(Alloc, 100),
+                timed(FreeCompleted, 200),
+                timed(Oom, 300),
+            ],
+        );
+        t.stats.kept_oom = Some(crate::KeptOom {
+            steps_us: vec![250],
+            ..Default::default()
+        });
+        assert_eq!(step_boundaries(&t), vec![2]);
     }
 
     #[test]

@@ -20,10 +20,15 @@
 //! with four micro-batches of their own shape a step they grew 1.00 to 6.16 times, 2.0 in
 //! the middle, and the fits are open (PyTorch got through under 8 GiB and not under 7; no
 //! history holds the micro-batches still to come).
+//!
+//! Memory in use is not all: a setting that serves the refused request may fail a later one
+//! in the same step for want of a contiguous block. `carried_on` appends the rest of the
+//! likest matching step to the history, so that each remedy's replay can be asked whether
+//! it gets through the step's end.
 
 use serde::Serialize;
 
-use crate::{Trace, TraceEventKind};
+use crate::{Trace, TraceEvent, TraceEventKind};
 use vramtop_alloc::hash::AddrMap;
 
 /// What the job's earlier steps say the step cut short still needed.
@@ -56,6 +61,24 @@ pub struct StepRest {
     pub working: u64,
     /// Memory in use when this step began (weights, optimizer state, gradients kept).
     pub floor: u64,
+    /// Of the matching steps (where the point is identified), the one that worked with the
+    /// most memory at the point: the pattern the step cut short is carried on by
+    /// (`carried_on`).
+    #[serde(skip)]
+    pub likest: Option<Pattern>,
+    /// The event this step began at.
+    #[serde(skip)]
+    pub begun: usize,
+}
+
+/// Where an earlier step lies in the events: its first event, its allocation at the point,
+/// and its end (the next step's first event), with its working memory at the point.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Pattern {
+    pub start: usize,
+    pub point: usize,
+    pub end: usize,
+    pub working: u64,
 }
 
 impl StepRest {
@@ -115,10 +138,15 @@ impl InUse {
 /// One step, seen at the point.
 #[derive(Clone, Copy, Debug)]
 struct Step {
+    /// Its first event.
+    start: usize,
+    /// Its last event plus one (the next step's first).
+    end: usize,
     /// Memory in use when it began.
     floor: u64,
-    /// Memory in use just before its allocation at the point, and that allocation's size.
-    at_point: Option<(u64, u64)>,
+    /// Memory in use just before its allocation at the point, that allocation's size, and
+    /// its event.
+    at_point: Option<(u64, u64, usize)>,
     /// The most in use from that allocation to the step's end.
     peak_after: u64,
 }
@@ -126,6 +154,8 @@ struct Step {
 /// One step's rise past the point.
 #[derive(Clone, Copy, Debug)]
 struct Rise {
+    /// Where the step lies.
+    pattern: Pattern,
     /// Its allocation at the point over its working memory there.
     share: f64,
     /// Its highest working memory after the point over its working memory there.
@@ -139,9 +169,15 @@ struct Rise {
 impl Step {
     /// The step's rise past the point, where it had working memory there.
     fn rise(&self) -> Option<Rise> {
-        let (before, size) = self.at_point?;
+        let (before, size, point) = self.at_point?;
         let working = before.checked_sub(self.floor).filter(|&w| w > 0)? as f64;
         Some(Rise {
+            pattern: Pattern {
+                start: self.start,
+                point,
+                end: self.end,
+                working: working as u64,
+            },
             share: size as f64 / working,
             growth: self.peak_after.saturating_sub(self.floor) as f64 / working,
             bytes: self.peak_after.saturating_sub(before),
@@ -154,8 +190,12 @@ impl Step {
 /// from the steps marked before it (`marks`: the event each step begins at); None where no
 /// earlier step reached as many allocations, or the step had no working memory yet.
 pub fn of(trace: &Trace, marks: &[usize], event: usize) -> Option<StepRest> {
-    let begun = marks.iter().rposition(|&m| m < event)?;
+    let begun = marks.iter().rposition(|&m| m <= event)?;
     let start = marks[begun];
+    if start == event {
+        // Refused as the step's first request: nothing of this step to scale.
+        return None;
+    }
     let point = trace.events[start..event]
         .iter()
         .filter(|e| e.kind == TraceEventKind::Alloc)
@@ -167,8 +207,10 @@ pub fn of(trace: &Trace, marks: &[usize], event: usize) -> Option<StepRest> {
     let mut next_mark = 0;
     for (i, e) in trace.events[..event].iter().enumerate() {
         if marks.get(next_mark) == Some(&i) {
-            done.extend(step.take());
+            done.extend(step.take().map(|s| Step { end: i, ..s }));
             step = Some(Step {
+                start: i,
+                end: event,
                 floor: in_use.bytes,
                 at_point: None,
                 peak_after: 0,
@@ -179,7 +221,7 @@ pub fn of(trace: &Trace, marks: &[usize], event: usize) -> Option<StepRest> {
         if e.kind == TraceEventKind::Alloc {
             if allocs == point {
                 if let Some(s) = step.as_mut() {
-                    s.at_point = Some((in_use.bytes, e.size));
+                    s.at_point = Some((in_use.bytes, e.size, i));
                 }
             }
             allocs += 1;
@@ -211,6 +253,7 @@ pub fn of(trace: &Trace, marks: &[usize], event: usize) -> Option<StepRest> {
         (growths[middle - 1] + growths[middle]) / 2.0
     };
     let largest = counted.iter().max_by_key(|r| r.working)?;
+    let likest = identified.then_some(largest.pattern);
     let grown = |growth: f64| floor.saturating_add((working * growth) as u64);
     Some(StepRest {
         peak: grown(least),
@@ -223,6 +266,99 @@ pub fn of(trace: &Trace, marks: &[usize], event: usize) -> Option<StepRest> {
         identified,
         working: working as u64,
         floor,
+        likest,
+        begun: start,
+    })
+}
+
+/// Where the continuation's own blocks live: far above any device address, so they meet
+/// none of the trace's.
+const CARRIED_ADDR: u64 = 0xffff_0000_0000_0000;
+
+/// The trace up to the OOM at `event`, with the refused request served and the step carried
+/// on to its end as the earlier step most like it went on past the same point (`likest`),
+/// then a last `oom` event asking for almost nothing: a replay that reaches that last event
+/// without an allocation it could not place got the job through the step, as far as the
+/// job's history can say. None where no step is like it (the point not identified).
+///
+/// The sizes are this step's own where it can tell: a size the pattern step allocated
+/// before the point stands for the size this step allocated at the same place (a
+/// checkpointed block is made again in the backward, a gradient is the same whatever the
+/// batch). Any other is scaled by the two steps' working memory at the point, never below
+/// its own size (a parameter's gradient does not shrink with a smaller batch). A block
+/// freed after the point that was live before the pattern step began is not freed: what
+/// this step's counterpart of it is, the history does not say.
+pub fn carried_on(trace: &Trace, rest: &StepRest, event: usize) -> Option<Trace> {
+    let pattern = rest.likest?;
+    let oom = trace
+        .events
+        .get(event)
+        .filter(|e| e.kind == TraceEventKind::Oom)?;
+    let start = rest.begun;
+    let ratio = rest.working as f64 / pattern.working.max(1) as f64;
+    // This step's allocations before the OOM, in order, and the pattern's before its point.
+    let ours: Vec<(u64, u64)> = trace.events[start..event]
+        .iter()
+        .filter(|e| e.kind == TraceEventKind::Alloc)
+        .map(|e| (e.addr, e.size))
+        .collect();
+    let mut sizes: AddrMap<u64> = AddrMap::default();
+    let mut blocks: AddrMap<u64> = AddrMap::default();
+    let mut k = 0;
+    for e in &trace.events[pattern.start..pattern.point] {
+        match e.kind {
+            TraceEventKind::Alloc => {
+                let &(addr, size) = ours.get(k)?;
+                let mapped = sizes.entry(e.size).or_insert(size);
+                *mapped = (*mapped).max(size);
+                blocks.insert(e.addr, addr);
+                k += 1;
+            }
+            TraceEventKind::FreeCompleted => {
+                blocks.remove(&e.addr);
+            }
+            _ => {}
+        }
+    }
+    let mut events = trace.events[..event].to_vec();
+    let served = |kind, addr, size| TraceEvent {
+        kind,
+        addr,
+        size,
+        stream: oom.stream,
+        tag: None,
+        time_us: None,
+    };
+    // The refused request, served, in the place of the pattern's allocation at the point.
+    blocks.insert(trace.events[pattern.point].addr, CARRIED_ADDR);
+    events.push(served(TraceEventKind::Alloc, CARRIED_ADDR, oom.size));
+    let mut next = CARRIED_ADDR;
+    for e in &trace.events[pattern.point + 1..pattern.end] {
+        match e.kind {
+            TraceEventKind::Alloc => {
+                let size = sizes.get(&e.size).copied().unwrap_or_else(|| {
+                    let scaled = (e.size as f64 * ratio).ceil() as u64;
+                    scaled.next_multiple_of(512).max(e.size)
+                });
+                next += 1;
+                blocks.insert(e.addr, next);
+                events.push(served(TraceEventKind::Alloc, next, size));
+            }
+            TraceEventKind::FreeCompleted => {
+                if let Some(addr) = blocks.remove(&e.addr) {
+                    events.push(served(TraceEventKind::FreeCompleted, addr, 0));
+                }
+            }
+            _ => {}
+        }
+    }
+    events.push(TraceEvent {
+        size: 512,
+        ..served(TraceEventKind::Oom, oom.addr, 512)
+    });
+    Some(Trace {
+        events,
+        ..trace.clone()
     })
 }
 
@@ -302,6 +438,54 @@ mod tests {
         );
         // No step before this one: nothing to go by.
         let (trace, marks, oom) = job(&[], 300, 2);
+        assert_eq!(of(&trace, &marks, oom), None);
+    }
+
+    #[test]
+    fn the_step_is_carried_on_as_the_likest_step_went_on_in_this_steps_sizes() {
+        use TraceEventKind::*;
+        // Cut at the third activation of 300 MiB; the likest step (the largest, 200 MiB)
+        // went on to its fourth activation, a gradient of twice that, and freed all five.
+        let (trace, marks, oom) = job(&[100, 200, 150], 300, 2);
+        let rest = of(&trace, &marks, oom).expect("earlier steps reached the point");
+        let pattern = rest.likest.expect("the point is identified");
+        assert_eq!(trace.events[pattern.point].size, 200 * MIB);
+        let carried = carried_on(&trace, &rest, oom).expect("a step to carry it on by");
+        assert_eq!(carried.events[..oom], trace.events[..oom]);
+        let on = &carried.events[oom..];
+        let sizes = |kind| -> Vec<u64> {
+            on.iter()
+                .filter(|e| e.kind == kind)
+                .map(|e| e.size / MIB)
+                .collect()
+        };
+        // The refused request served; an activation in this step's own size (the pattern
+        // made 200 MiB ones before its point where this step made 300); the gradient,
+        // never seen before the point, scaled by the working memories (600 over 400).
+        assert_eq!(sizes(Alloc), vec![300, 300, 600]);
+        // Every block of the step freed: the two this step made before the OOM at their
+        // own addresses, the three carried on at theirs.
+        let freed: Vec<u64> = on
+            .iter()
+            .filter(|e| e.kind == FreeCompleted)
+            .map(|e| e.addr)
+            .collect();
+        assert_eq!(freed.len(), 5);
+        assert!(freed.contains(&(99 << 32)) && freed.contains(&((99 << 32) + 1)));
+        let end = on.last().expect("an end");
+        assert_eq!((end.kind, end.size), (Oom, 512));
+        // Unidentified: nothing to carry it on by.
+        let (trace, marks, oom) = job(&[100, 200], 300, 2);
+        let rest = of(&trace, &marks, oom).expect("two steps matched");
+        assert_eq!(carried_on(&trace, &rest, oom), None);
+    }
+
+    #[test]
+    fn a_step_refused_its_first_request_is_not_taken_for_the_step_before() {
+        // The mark is the OOM itself (step_boundaries lands it there): the step before
+        // had five allocations, and the refused request is not its sixth.
+        let (trace, marks, oom) = job(&[100, 200, 150], 300, 0);
+        assert_eq!(marks.last(), Some(&oom));
         assert_eq!(of(&trace, &marks, oom), None);
     }
 }

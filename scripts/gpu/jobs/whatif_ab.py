@@ -45,6 +45,13 @@ Workloads (each ends with one judged request, caught so the process ends normall
               autocast, AdamW) whose source and target lengths vary apart, under an 8 GiB
               cap (WHATIF_T5VAR_CAP_GIB); it dies at step 50 asking 132 MiB (under 5 GiB at
               step 45 asking 182 MiB), and expandable segments fail too (H200).
+  gpt2ckpt    a GPT-2 (8 layers, 1024 wide, random weights, AdamW, bf16 autocast) with
+              activation checkpointing (gradient_checkpointing_enable: each block's
+              activations are made again in the backward), batch and length varying, under
+              an 8 GiB cap (WHATIF_GPT2CKPT_CAP_GIB).
+  evalmix     llamamix with an evaluation every fifth step (two batches of 12 under
+              no_grad, no optimizer step, so they fall in the next training step's marks),
+              under a 10 GiB cap (WHATIF_EVALMIX_CAP_GIB).
   otherproc   a second process holds a 60 GiB cache on the same GPU (freed tensors,
               not released); this one asks for 30 GiB.
 
@@ -90,13 +97,14 @@ import time
 MiB = 1 << 20
 GiB = 1 << 30
 WORKLOADS = ["checker", "splitcache", "tails", "gpt2var", "kvcache", "gpt2mixed", "llamamix", "resnetvar",
-             "bertaccum", "t5var", "otherproc"]
+             "bertaccum", "t5var", "gpt2ckpt", "evalmix", "otherproc"]
 # The cap of each stepped workload that takes one from the environment (`scan` varies it).
 CAP_ENV = {"gpt2mixed": ("WHATIF_GPT2MIXED_CAP_GIB", 15.5), "llamamix": ("WHATIF_LLAMAMIX_CAP_GIB", 10),
            "resnetvar": ("WHATIF_RESNETVAR_CAP_GIB", 6.5), "bertaccum": ("WHATIF_BERTACCUM_CAP_GIB", 8),
-           "t5var": ("WHATIF_T5VAR_CAP_GIB", 8)}
+           "t5var": ("WHATIF_T5VAR_CAP_GIB", 8), "gpt2ckpt": ("WHATIF_GPT2CKPT_CAP_GIB", 8),
+           "evalmix": ("WHATIF_EVALMIX_CAP_GIB", 10)}
 HERE = os.path.dirname(os.path.abspath(__file__))
-STEP_LIMIT = 400
+STEP_LIMIT = int(os.environ.get("WHATIF_STEP_LIMIT", "400"))
 PROFILE = os.environ.get("WHATIF_PROFILE") == "1"  # each step's peaks, printed (sizing caps)
 
 
@@ -232,6 +240,20 @@ def mixed_lm_step(model, opt, vocab, batches, longest_at, limit):
     return step
 
 
+def llama_mix():
+    """llamamix's model and step: a Llama (8 layers, 1024 wide, grouped-query attention,
+    AdamW) whose batch and length vary."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(hidden_size=1024, intermediate_size=2816, num_hidden_layers=8,
+                         num_attention_heads=16, num_key_value_heads=4, vocab_size=32000,
+                         max_position_embeddings=4096)
+    model = LlamaForCausalLM(config).cuda()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    return model, mixed_lm_step(model, opt, 32000, [1, 2, 4, 6, 8], lambda i: 192 + 16 * i, 4096)
+
+
 def cap_from_env(cap, workload):
     name, default = CAP_ENV[workload]
     cap(int(float(os.environ.get(name, str(default))) * GiB))
@@ -268,16 +290,36 @@ def steps(workload, cap, stop_at, judged, before_judged, after_step):
 
         step = mixed_lm_step(model, opt, 50257, [2, 4, 6, 8, 12, 16], lambda i: 256 + 8 * i, 2048)
     elif workload == "llamamix":
-        from transformers import LlamaConfig, LlamaForCausalLM
+        cap_from_env(cap, workload)
+        _, step = llama_mix()
+    elif workload == "gpt2ckpt":
+        from transformers import GPT2Config, GPT2LMHeadModel
 
         cap_from_env(cap, workload)
-        config = LlamaConfig(hidden_size=1024, intermediate_size=2816, num_hidden_layers=8,
-                             num_attention_heads=16, num_key_value_heads=4, vocab_size=32000,
-                             max_position_embeddings=4096)
-        model = LlamaForCausalLM(config).cuda()
+        model = GPT2LMHeadModel(GPT2Config(n_layer=8, n_embd=1024, n_head=16, n_positions=4096,
+                                           use_cache=False)).cuda()
+        # Activation checkpointing: each block's activations are made again in the
+        # backward, so a step's memory peaks there, not at the forward's end.
+        model.gradient_checkpointing_enable()
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
 
-        step = mixed_lm_step(model, opt, 32000, [1, 2, 4, 6, 8], lambda i: 192 + 16 * i, 4096)
+        step = mixed_lm_step(model, opt, 50257, [2, 4, 8, 12, 16], lambda i: 256 + 24 * i, 4096)
+    elif workload == "evalmix":
+        cap_from_env(cap, workload)
+        model, train = llama_mix()
+
+        def step(i):
+            # Every fifth step an evaluation first, as trainers do: larger batches under
+            # no_grad, no optimizer step (so it falls in the next training step's marks).
+            if i % 5 == 4:
+                model.eval()
+                with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
+                    for _ in range(2):
+                        length = min(4096, random.randint(128, 192 + 16 * i))
+                        x = torch.randint(0, 32000, (12, length), device="cuda")
+                        model(x, labels=x).loss.item()
+                model.train()
+            train(i)
     elif workload == "resnetvar":
         from transformers import ResNetConfig, ResNetForImageClassification
 
@@ -507,7 +549,8 @@ def under_vramtop(binary, workload, work):
     return judged_line(p.stdout), live, history, p.stdout + p.stderr
 
 
-STEPPED = ("gpt2var", "kvcache", "kvcache_steps", "gpt2mixed", "llamamix", "resnetvar", "bertaccum", "t5var")
+STEPPED = ("gpt2var", "kvcache", "kvcache_steps", "gpt2mixed", "llamamix", "resnetvar", "bertaccum", "t5var",
+           "gpt2ckpt", "evalmix")
 
 
 MAX_SPLIT_TRIED = ["20", "64", "128", "256", "512", "1024", "2048", "4096"]  # MAX_SPLIT_TRIED_MB

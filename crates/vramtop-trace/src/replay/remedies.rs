@@ -146,22 +146,119 @@ pub fn remedies(
     let Some(bounds) = capacity_bounds(trace, ooms, given.or(kept_cap(trace))) else {
         return Ok(Vec::new());
     };
-    let answers = judged(trace, ooms, bounds)?;
+    let answers = judged(trace, ooms, bounds, false)?;
+    let answers = through_the_rest(trace, answers, bounds)?;
     // A kept history whose gap hid the job's own segment decisions: each verdict again from
     // the state after that gap, at the same capacities, and given only where both agree.
     let Some(after) = gap::begun_after(trace) else {
         return Ok(answers);
     };
     let after_ooms = crate::ooms::trace_ooms(&after);
-    let again = judged(&after, &after_ooms, bounds)?;
+    let again = judged(&after, &after_ooms, bounds, false)?;
     Ok(gap::agreed(answers, &again, trace))
 }
 
+/// Each "fits" at the OOM the job died of, carried on through the rest of its step as the
+/// earlier step most like it went on past the same point (`step_rest::carried_on`), and
+/// kept only where that replay gets through too. Serving the refused request is not
+/// getting through the step: on a GPT-2 with activation checkpointing (H200, PyTorch 2.11,
+/// a 12.5 GiB cap) the replays with `garbage_collection_threshold:0.6` and
+/// `max_split_size_mb:2048` served the refused 3.06 GiB, and PyTorch, run with them, did
+/// too and then failed the next 3.06 GiB request 14 allocations on, in the same step,
+/// with 5.6 GiB free in its cache; expandable segments got through.
+fn through_the_rest(
+    trace: &Trace,
+    mut answers: Vec<OomRemedies>,
+    bounds: CapacityBounds,
+) -> Result<Vec<OomRemedies>, ReplayError> {
+    let Some(last) = answers.last_mut() else {
+        return Ok(answers);
+    };
+    let died_there = !trace.events[last.event + 1..]
+        .iter()
+        .any(|e| e.kind == TraceEventKind::Alloc);
+    let any_fits = last.remedies.iter().any(|r| r.verdict == Verdict::Fits);
+    let carried = last
+        .step
+        .filter(|_| died_there && any_fits)
+        .and_then(|rest| step_rest::carried_on(trace, &rest, last.event));
+    let Some(carried) = carried else {
+        return Ok(answers);
+    };
+    let carried_ooms = crate::ooms::trace_ooms(&carried);
+    let Some(end) = carried_ooms.last() else {
+        return Ok(answers);
+    };
+    let again = judged(&carried, std::slice::from_ref(end), bounds, true)?;
+    if let Some(through) = again.last() {
+        let more = carried.events.len().saturating_sub(last.event + 2);
+        last.remedies =
+            carried_through(std::mem::take(&mut last.remedies), &through.remedies, more);
+    }
+    Ok(answers)
+}
+
+/// A "fits" kept where the same remedy fits the carried-on trace's end as well; else open.
+fn carried_through(
+    remedies: Vec<RemedyVerdict>,
+    through: &[RemedyVerdict],
+    events: usize,
+) -> Vec<RemedyVerdict> {
+    const ON: &str = "carried on through the rest of the step as the earlier step most like it \
+                      went on past the same point";
+    remedies
+        .into_iter()
+        .map(|r| {
+            if r.verdict != Verdict::Fits {
+                return r;
+            }
+            let kind = std::mem::discriminant(&r.remedy);
+            let Some(t) = through
+                .iter()
+                .find(|t| std::mem::discriminant(&t.remedy) == kind)
+            else {
+                return r;
+            };
+            if t.verdict == Verdict::Fits {
+                // max_split: the values that get through the step, not only the request.
+                let kept = if matches!(r.remedy, Remedy::MaxSplitSizeMb(_)) {
+                    t
+                } else {
+                    &r
+                };
+                return RemedyVerdict::new(
+                    kept.remedy.clone(),
+                    Verdict::Fits,
+                    format!("{}; so does the job {ON}", kept.reason),
+                );
+            }
+            let outcome = if t.verdict == Verdict::Fails {
+                "runs out of memory before the step's end"
+            } else {
+                "may run out before the step's end"
+            };
+            let why = format!(
+                "it serves this request, but {ON} ({events} more events, this step's own sizes \
+                 where the history shows them), the job {outcome}: whether it gets through \
+                 this step is not in its history"
+            );
+            let remedy = match r.remedy {
+                Remedy::MaxSplitSizeMb(_) => Remedy::MaxSplitSizeMb(None),
+                other => other,
+            };
+            RemedyVerdict::new(remedy, Verdict::CannotTell, why)
+        })
+        .collect()
+}
+
 /// Every remedy at each OOM, at the capacities `bounds`.
+/// `carried`: the trace is one `step_rest::carried_on` made, judged at its end as replayed
+/// (the rest of its step is in it).
 fn judged(
     trace: &Trace,
     ooms: &[TraceOom],
     bounds: CapacityBounds,
+    carried: bool,
 ) -> Result<Vec<OomRemedies>, ReplayError> {
     // What came before the trace began: blocks live at its start. A replay places them
     // packed in address order (caching adopts PyTorch's own segments), so it starts from
@@ -226,6 +323,7 @@ fn judged(
         own_gc,
         gc_cap,
         step_marks: &step_marks,
+        carried,
     };
     Ok(ooms.iter().map(|oom| judge.oom(oom)).collect())
 }
@@ -247,6 +345,9 @@ struct Judge<'a> {
     gc_cap: Option<u64>,
     /// Where the job's optimizer steps fall in the events.
     step_marks: &'a [usize],
+    /// The trace carries the step on past its OOM (`through_the_rest`): its verdicts are
+    /// the replays', not measured against the step's rest again.
+    carried: bool,
 }
 
 /// One OOM, as a remedy's verdict is judged at it.
@@ -302,6 +403,15 @@ impl Judge<'_> {
             self.trace, at.event,
         ))));
         remedies.push(self.between_steps(&at));
+        if self.carried {
+            return OomRemedies {
+                event: at.event,
+                remedies,
+                from_history: true,
+                what_would_fit: None,
+                step: None,
+            };
+        }
         let step = step_rest::of(self.trace, self.step_marks, oom.event);
         let remedies = self.past_this_request(oom, needed, step.as_ref(), remedies);
         OomRemedies {
