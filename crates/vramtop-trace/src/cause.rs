@@ -212,6 +212,28 @@ impl CauseReport {
 /// Held outside the job below this is noise (drivers and contexts), not a cause.
 const OUTSIDE_MIN: u64 = 256 << 20;
 
+/// How many bytes a job was short: at least `least`; `most` where a step in progress
+/// grew as the job's earlier steps grew at most (equal where nothing is estimated). Advice
+/// is sized by `most`: under a 6.5 GiB cap the ResNet's step was 150 MiB short at least and
+/// 574 MiB at most, and PyTorch died in it with 150 and 307 MiB more and got through it
+/// with 580 MiB more (H200).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Shortfall {
+    pub least: u64,
+    pub most: u64,
+}
+
+impl Shortfall {
+    /// "150.1 MiB to 573.9 MiB", or one figure.
+    pub fn text(&self) -> String {
+        if self.most > self.least {
+            format!("{} to {}", human_bytes(self.least), human_bytes(self.most))
+        } else {
+            human_bytes(self.least)
+        }
+    }
+}
+
 impl Cause {
     /// The bytes this cause accounts for: what ranks it.
     pub fn bytes(&self) -> u64 {
@@ -234,14 +256,25 @@ impl Cause {
 
     /// How many bytes the job's live tensors and request were short of what it may have:
     /// for the causes a smaller job would settle (its cap, too big), else None.
-    pub fn shortfall(&self) -> Option<u64> {
+    pub fn shortfall(&self) -> Option<Shortfall> {
         match self {
             Cause::Cap {
+                shortfall_bytes,
+                cap_bytes,
+                step,
+                ..
+            } => Some(Shortfall {
+                least: *shortfall_bytes,
+                most: step
+                    .map_or(0, |s| s.most_peak.saturating_sub(*cap_bytes))
+                    .max(*shortfall_bytes),
+            }),
+            Cause::TooBig {
                 shortfall_bytes, ..
-            }
-            | Cause::TooBig {
-                shortfall_bytes, ..
-            } => Some(*shortfall_bytes),
+            } => Some(Shortfall {
+                least: *shortfall_bytes,
+                most: *shortfall_bytes,
+            }),
             _ => None,
         }
     }
@@ -313,18 +346,26 @@ impl Cause {
             Cause::Cap {
                 cap_bytes,
                 physical_total_bytes,
-                shortfall_bytes,
                 device_free_bytes,
                 step,
-            } => format!(
-                "over the job's own cap: set_per_process_memory_fraction allows {} of {}, and {} \
-                 need {} more (the GPU had {} free): raise the fraction, or the job must hold less",
-                human_bytes(*cap_bytes),
-                human_bytes(*physical_total_bytes),
-                what_needs(step),
-                human_bytes(*shortfall_bytes),
-                human_bytes(*device_free_bytes)
-            ),
+                ..
+            } => {
+                let short = self.shortfall().map_or_else(String::new, |s| s.text());
+                let by = if step.is_some() {
+                    "raise the fraction by the larger"
+                } else {
+                    "raise the fraction"
+                };
+                format!(
+                    "over the job's own cap: set_per_process_memory_fraction allows {} of {}, \
+                     and {} need {short} more (the GPU had {} free): {by}, or the job must \
+                     hold less",
+                    human_bytes(*cap_bytes),
+                    human_bytes(*physical_total_bytes),
+                    what_needs(step),
+                    human_bytes(*device_free_bytes)
+                )
+            }
             Cause::TooBig {
                 shortfall_bytes,
                 room_bytes,
@@ -395,10 +436,12 @@ fn what_needs(step: &Option<StepRest>) -> String {
         Some(rest) => format!(
             "the step in progress (the request fits, but in each of the {} earlier step(s) \
              that allocated as much at the same point the memory the step worked with rose on \
-             to at least {:.2} times what it was: {} in use at least) would",
+             to {:.2} to {:.2} times what it was: {} to {} in use) would",
             rest.steps,
             rest.growth,
-            human_bytes(rest.peak)
+            rest.most_growth,
+            human_bytes(rest.peak),
+            human_bytes(rest.most_peak)
         ),
     }
 }
@@ -1050,6 +1093,7 @@ mod tests {
             typical_peak: 7 * GIB + GIB / 4,
             typical_growth: 1.15,
             most_growth: 1.2,
+            most_peak: 7 * GIB + GIB / 2,
             unscaled_peak: 7 * GIB,
             steps: 10,
             identified: true,

@@ -8,6 +8,8 @@ use serde::{Deserialize, Serialize};
 
 use vramtop_alloc::human_bytes;
 
+use crate::cause::Shortfall;
+
 /// The hook's `roles`: bytes of the job's tensors' storages by role on one device.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Roles {
@@ -113,17 +115,18 @@ impl RoleBreakdown {
 }
 
 impl RoleBreakdown {
-    /// For an OOM `shortfall` bytes short (over its cap, or too big for the GPU) asking
-    /// for `request` bytes: what each knob would give back, and whether that is enough.
-    /// What the roles hold is measured; what halving the batch gives back is an estimate
-    /// (the activations and the request, which grow with the batch, halved), and it says
-    /// so. None when nothing would be said (no roles, no shortfall).
-    pub fn knobs_line(&self, shortfall: u64, request: u64) -> Option<String> {
-        if shortfall == 0 {
+    /// For an OOM `shortfall` short (over its cap, or too big for the GPU) asking for
+    /// `request` bytes: what each knob would give back, and whether that is enough (against
+    /// the most it may be short). What the roles hold is measured; what halving the batch
+    /// gives back is an estimate (the activations and the request, which grow with the
+    /// batch, halved), and it says so. None when nothing would be said (no roles, no
+    /// shortfall).
+    pub fn knobs_line(&self, shortfall: Shortfall, request: u64) -> Option<String> {
+        if shortfall.most == 0 {
             return None;
         }
         let enough = |bytes: u64| {
-            if bytes >= shortfall {
+            if bytes >= shortfall.most {
                 "enough"
             } else {
                 "not enough"
@@ -151,7 +154,7 @@ impl RoleBreakdown {
         }
         Some(format!(
             "{} short; would give back: {}",
-            human_bytes(shortfall),
+            shortfall.text(),
             knobs.join("; ")
         ))
     }
@@ -192,14 +195,27 @@ mod tests {
             other: 600 * MIB,
             ..Default::default()
         };
+        let short = |least, most| Shortfall { least, most };
         assert_eq!(
-            b.knobs_line(250 * MIB, 100 * MIB).unwrap(),
+            b.knobs_line(short(250 * MIB, 250 * MIB), 100 * MIB)
+                .unwrap(),
             "250.0 MiB short; would give back: half the batch or sequence about 350.0 MiB (an \
              estimate: half the activations and the request; enough); an optimizer without \
              state (SGD) 200.0 MiB (measured; not enough)"
         );
-        assert_eq!(b.knobs_line(0, MIB), None);
-        assert_eq!(RoleBreakdown::default().knobs_line(MIB, MIB), None);
+        // A step in progress: enough only against the most it may be short.
+        assert_eq!(
+            b.knobs_line(short(150 * MIB, 250 * MIB), 100 * MIB)
+                .unwrap(),
+            "150.0 MiB to 250.0 MiB short; would give back: half the batch or sequence about \
+             350.0 MiB (an estimate: half the activations and the request; enough); an \
+             optimizer without state (SGD) 200.0 MiB (measured; not enough)"
+        );
+        assert_eq!(b.knobs_line(short(0, 0), MIB), None);
+        assert_eq!(
+            RoleBreakdown::default().knobs_line(short(MIB, MIB), MIB),
+            None
+        );
     }
 
     #[test]

@@ -46,6 +46,12 @@ pub struct StepRest {
     pub typical_growth: f64,
     /// The most any matching step grew.
     pub most_growth: f64,
+    /// The memory in use the step would reach as the step that grew most grew (or as the
+    /// largest one's rise, unscaled, where that is more): what a cap must hold for the
+    /// step to end, as far as the job's history says. Under a 6.5 GiB cap the ResNet's
+    /// step needed 6.6 GiB at least and 7.06 GiB at most: PyTorch got through it under
+    /// 7.07 GiB and died in it under 6.65 and 6.8 (H200).
+    pub most_peak: u64,
     /// The memory in use at the OOM plus the bytes the largest matching step (by working
     /// memory at the point) rose past it, unscaled: what the step reaches at least even
     /// where part of the rise is fixed (gradients made anew, the optimizer's temporaries)
@@ -255,13 +261,15 @@ pub fn of(trace: &Trace, marks: &[usize], event: usize) -> Option<StepRest> {
     let largest = counted.iter().max_by_key(|r| r.working)?;
     let likest = identified.then_some(largest.pattern);
     let grown = |growth: f64| floor.saturating_add((working * growth) as u64);
+    let unscaled_peak = in_use.bytes.saturating_add(largest.bytes);
     Some(StepRest {
         peak: grown(least),
         growth: least,
         typical_peak: grown(typical),
         typical_growth: typical,
         most_growth: most,
-        unscaled_peak: in_use.bytes.saturating_add(largest.bytes),
+        most_peak: grown(most).max(unscaled_peak),
+        unscaled_peak,
         steps: growths.len(),
         identified,
         working: working as u64,

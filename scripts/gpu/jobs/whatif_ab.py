@@ -106,6 +106,8 @@ CAP_ENV = {"gpt2mixed": ("WHATIF_GPT2MIXED_CAP_GIB", 15.5), "llamamix": ("WHATIF
 HERE = os.path.dirname(os.path.abspath(__file__))
 STEP_LIMIT = int(os.environ.get("WHATIF_STEP_LIMIT", "400"))
 PROFILE = os.environ.get("WHATIF_PROFILE") == "1"  # each step's peaks, printed (sizing caps)
+# resnetvar's batches scaled (0.5: "half the batch", as vramtop's knobs line offers it).
+BATCH_SCALE = float(os.environ.get("WHATIF_BATCH_SCALE", "1"))
 
 
 def conf_for(remedy):
@@ -330,7 +332,7 @@ def steps(workload, cap, stop_at, judged, before_judged, after_step):
         def step(i):
             # fp32 (TF32 convolutions), no autocast: cuDNN's workspaces come and go with
             # each shape; batch and resolution vary, the largest resolution grows.
-            batch = random.choice([8, 16, 24, 32])
+            batch = int(random.choice([8, 16, 24, 32]) * BATCH_SCALE)
             side = 32 * random.randint(4, min(12, 4 + i // 8))
             x = torch.randn(batch, 3, side, side, device="cuda")
             y = torch.randint(0, 1000, (batch,), device="cuda")
