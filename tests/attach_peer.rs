@@ -405,3 +405,98 @@ fn an_idle_directory_publishes_once_and_a_new_job_wakes_it() {
     let _ = job.wait();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A hook whose job ran out of memory, its state kept in a file with the whole history
+/// (the viewer replays it to judge the remedies: seconds in a debug build), then sends
+/// 3 MiB of states at once and gives the viewer half a second to take them, as the hook
+/// does at exit, then an OOM that killed the job and its bye. The viewer keeps reading
+/// while it judges: it takes every byte in time, and the OOM it shows last is the one the
+/// job died of. (A convolutional GAN under a cap lost its fatal OOM so on the GPU: 47
+/// caught in cuDNN's workspace search came first.)
+#[test]
+fn the_viewer_reads_on_while_it_judges_an_oom_and_shows_the_job_s_last() {
+    use std::io::Read;
+    let dir = socket_dir("peer", "judging");
+    let mut job = sleeper();
+    let pid = job.id();
+    // The hook names its files so; the viewer opens no other.
+    let kept = dir.join(format!("vramtop-oom-{pid}-1.pickle"));
+    let mut bytes = Vec::new();
+    flate2::read::GzDecoder::new(
+        std::fs::File::open("tests/fixtures/history_gpt2ckpt_cap12g5_hook18.pickle.gz")
+            .expect("fixture"),
+    )
+    .read_to_end(&mut bytes)
+    .expect("gunzip");
+    std::fs::write(&kept, &bytes).expect("write");
+    let time_s = vramtop_trace::load(&kept)
+        .expect("loads")
+        .stats
+        .kept_oom
+        .expect("kept")
+        .time_us as f64
+        / 1e6;
+    let listener = listen(&dir, pid);
+    let kept_path = kept.to_string_lossy().into_owned();
+    let server = std::thread::spawn(move || {
+        let (mut stream, _) = listener.accept().expect("accept");
+        send(&mut stream, &hello(pid));
+        let _ = read_json(&mut stream);
+        send(&mut stream, &state(1));
+        let oom = |time_s: f64, requested: u64, kept_path: Option<&str>| {
+            json!({"type": "oom", "time_s": time_s, "device": 0,
+                   "requested_bytes": requested, "device_free_bytes": 0,
+                   "device_total_bytes": 80u64 << 30,
+                   "stats": {"allocated_bytes": 24 * MIB, "reserved_bytes": 40 * MIB},
+                   "segments": segments("train.py:41 forward"), "truncated": false,
+                   "ring": {"max_entries": 32768, "entries": 1, "complete": true},
+                   "kept_path": kept_path})
+        };
+        send(&mut stream, &oom(time_s, 3 << 30, Some(&kept_path)));
+        // The hook's exit: what it owes, in half a second, or never.
+        stream.set_nonblocking(true).expect("nonblocking");
+        let mut owed = Vec::new();
+        for seq in 2..40 {
+            let body = state(seq).to_string().into_bytes();
+            let pad = json!({"type": "state", "seq": seq, "time_s": 1.0, "device": 0,
+                             "stats": {"allocated_bytes": 24 * MIB, "reserved_bytes": 40 * MIB},
+                             "segments": segments(&"x".repeat(80_000)), "truncated": false});
+            let body = if seq % 2 == 0 {
+                pad.to_string().into_bytes()
+            } else {
+                body
+            };
+            owed.extend_from_slice(&(body.len() as u32).to_be_bytes());
+            owed.extend_from_slice(&body);
+        }
+        let last = oom(time_s + 1.0, 16 * MIB, None).to_string().into_bytes();
+        owed.extend_from_slice(&(last.len() as u32).to_be_bytes());
+        owed.extend_from_slice(&last);
+        let bye = json!({"type": "bye", "time_s": 3.0, "exit_code": 1}).to_string();
+        owed.extend_from_slice(&(bye.len() as u32).to_be_bytes());
+        owed.extend_from_slice(bye.as_bytes());
+        let deadline = Instant::now() + Duration::from_millis(500);
+        let mut sent = 0;
+        while sent < owed.len() && Instant::now() < deadline {
+            match stream.write(&owed[sent..]) {
+                Ok(n) => sent += n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    std::thread::sleep(Duration::from_millis(10))
+                }
+                Err(_) => break,
+            }
+        }
+        (sent, owed.len())
+    });
+    let attacher = attacher(&dir);
+    let (sent, owed) = server.join().expect("server");
+    assert_eq!(sent, owed, "the viewer stopped reading while it judged");
+    let jobs = wait_for(&attacher, Duration::from_secs(120), "the end", |j| {
+        j.get(pid).is_some_and(|v| v.ended)
+    });
+    let view = jobs.get(pid).expect("job");
+    let oom = view.oom.as_ref().expect("an OOM");
+    assert_eq!(oom.report.requested_bytes, 16 * MIB, "the job's last OOM");
+    let _ = job.kill();
+    let _ = job.wait();
+}

@@ -7,14 +7,14 @@
 use std::io;
 use std::os::unix::net::UnixStream;
 use std::path::Path;
-use std::sync::mpsc::Sender;
+use std::sync::mpsc::{self, Sender};
 use std::thread;
 use std::time::Duration;
 
 use super::job::{JobFrame, OomExplained};
 use super::protocol::{
     decode, read_frame, write_frame, Bye, Decoded, ErrorReport, Hello, HookMessage, HookSegment,
-    ProtocolError, Subscribe, PROTOCOL_VERSION,
+    OomState, ProtocolError, Subscribe, PROTOCOL_VERSION,
 };
 
 /// A peer that sends no `hello` this long after connecting is dropped.
@@ -60,9 +60,7 @@ pub fn connect(
     thread::Builder::new()
         .name(format!("vramtop-peer-{pid}"))
         .spawn(move || {
-            let result = serve(reader, interval_s, &mut |event| {
-                events.send((pid, event)).is_ok()
-            });
+            let result = serve(reader, interval_s, pid, &events);
             if let Err(reason) = result {
                 let _ = events.send((pid, PeerEvent::Dropped(reason)));
             }
@@ -70,13 +68,15 @@ pub fn connect(
     Ok(Peer { stream })
 }
 
-/// The conversation; `report` returns false when nobody listens any more.
-/// Returns `Ok` only when the listener went away.
+/// The conversation, reported to `events` tagged with `pid`. Returns `Ok` only when the
+/// listener went away.
 pub fn serve(
     mut stream: UnixStream,
     interval_s: f64,
-    report: &mut dyn FnMut(PeerEvent) -> bool,
+    pid: u32,
+    events: &Sender<(u32, PeerEvent)>,
 ) -> Result<(), ProtocolError> {
+    let report = &mut |event| events.send((pid, event)).is_ok();
     let io = |e: io::Error| ProtocolError::Io(e.to_string());
     stream.set_read_timeout(Some(HELLO_WITHIN)).map_err(io)?;
     let not_hello = || ProtocolError::Garbage("the first message was not a hello".to_string());
@@ -97,15 +97,31 @@ pub fn serve(
     if hello.protocol != PROTOCOL_VERSION {
         return Err(ProtocolError::Version(hello.protocol));
     }
-    let mut cuda_ready = hello.cuda_ready;
-    // The segments of the last state that had them, with its time, for the states that
-    // carry stats only (`segments_omitted`).
-    let mut last_segments: (Vec<HookSegment>, f64) = (Vec::new(), 0.0);
+    let cuda_ready = hello.cuda_ready;
     if !report(PeerEvent::Hello(hello)) {
         return Ok(());
     }
     stream.set_write_timeout(Some(HELLO_WITHIN)).map_err(io)?;
     write_frame(&mut stream, &Subscribe::new(interval_s)).map_err(io)?;
+    let mut judge = Judge::new(pid, events.clone());
+    let result = converse(stream, interval_s, cuda_ready, &mut judge, report);
+    // However the conversation ended, the OOMs it brought are reported before the end is.
+    judge.finish();
+    result
+}
+
+/// The conversation after the hello: states, OOMs (explained by `judge`), the end.
+fn converse(
+    mut stream: UnixStream,
+    interval_s: f64,
+    mut cuda_ready: bool,
+    judge: &mut Judge,
+    report: &mut dyn FnMut(PeerEvent) -> bool,
+) -> Result<(), ProtocolError> {
+    let io = |e: io::Error| ProtocolError::Io(e.to_string());
+    // The segments of the last state that had them, with its time, for the states that
+    // carry stats only (`segments_omitted`).
+    let mut last_segments: (Vec<HookSegment>, f64) = (Vec::new(), 0.0);
     let silence = Duration::from_secs_f64(interval_s.max(0.0) * 3.0) + SILENCE_GRACE;
     loop {
         // A job whose CUDA is not ready yet sends nothing by design: wait for it
@@ -138,9 +154,16 @@ pub fn serve(
                     frame.map_time_s = map_time_s;
                     PeerEvent::Frame(Box::new(frame))
                 }
-                HookMessage::Oom(oom) => PeerEvent::Oom(Box::new(OomExplained::from_oom(&oom))),
+                HookMessage::Oom(oom) => {
+                    judge.ask(oom);
+                    continue;
+                }
                 HookMessage::Error(error) => PeerEvent::Error(error),
-                HookMessage::Bye(bye) => PeerEvent::Bye(bye),
+                HookMessage::Bye(bye) => {
+                    // The job's last OOM is told before its end.
+                    judge.finish();
+                    PeerEvent::Bye(bye)
+                }
                 // Sent again when CUDA comes up, with the final capabilities.
                 HookMessage::Hello(hello) => {
                     cuda_ready |= hello.cuda_ready;
@@ -151,6 +174,86 @@ pub fn serve(
         };
         if !report(event) {
             return Ok(());
+        }
+    }
+}
+
+/// Explains a connection's OOMs on a thread of its own. Explaining one from the job's
+/// history replays it (a second or more for a long history), and a reader that stops
+/// reading that long can lose the OOM the job died of: a convolutional GAN under a cap
+/// (H200, PyTorch 2.11) ran out 47 times in half a second inside cuDNN's workspace
+/// search, each OOM caught by PyTorch itself, then a 48th killed it; the reader, judging
+/// the first ones, left the hook's socket unread until its half-second drain at exit was
+/// over, and the live view kept the 47th (without history) as the job's last OOM. The
+/// worker explains the newest OOM waiting, never an older one after it (the view shows the
+/// last OOM; PyTorch's own count of them comes with every state).
+struct Judge {
+    pid: u32,
+    events: Sender<(u32, PeerEvent)>,
+    to: Option<mpsc::Sender<OomState>>,
+    worker: Option<thread::JoinHandle<()>>,
+}
+
+impl Judge {
+    fn new(pid: u32, events: Sender<(u32, PeerEvent)>) -> Judge {
+        Judge {
+            pid,
+            events,
+            to: None,
+            worker: None,
+        }
+    }
+
+    /// Explained on the worker, started at the connection's first OOM (on the reader
+    /// itself where no thread can be started).
+    fn ask(&mut self, oom: OomState) {
+        if self.to.is_none() {
+            self.start();
+        }
+        let oom = match &self.to {
+            Some(to) => match to.send(oom) {
+                Ok(()) => return,
+                Err(mpsc::SendError(oom)) => oom,
+            },
+            None => oom,
+        };
+        let explained = OomExplained::from_oom(&oom);
+        let _ = self
+            .events
+            .send((self.pid, PeerEvent::Oom(Box::new(explained))));
+    }
+
+    fn start(&mut self) {
+        let (to, inbox) = mpsc::channel::<OomState>();
+        let (pid, events) = (self.pid, self.events.clone());
+        let worker = thread::Builder::new()
+            .name(format!("vramtop-oom-{pid}"))
+            .spawn(move || {
+                while let Ok(mut oom) = inbox.recv() {
+                    // A burst: only the newest is worth the replay.
+                    while let Ok(newer) = inbox.try_recv() {
+                        oom = newer;
+                    }
+                    let explained = OomExplained::from_oom(&oom);
+                    if events
+                        .send((pid, PeerEvent::Oom(Box::new(explained))))
+                        .is_err()
+                    {
+                        return;
+                    }
+                }
+            });
+        if let Ok(worker) = worker {
+            self.to = Some(to);
+            self.worker = Some(worker);
+        }
+    }
+
+    /// Every OOM asked of it reported: waits for the worker to end.
+    fn finish(&mut self) {
+        self.to = None;
+        if let Some(worker) = self.worker.take() {
+            let _ = worker.join();
         }
     }
 }

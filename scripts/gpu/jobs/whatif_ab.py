@@ -52,6 +52,10 @@ Workloads (each ends with one judged request, caught so the process ends normall
   evalmix     llamamix with an evaluation every fifth step (two batches of 12 under
               no_grad, no optimizer step, so they fall in the next training step's marks),
               under a 10 GiB cap (WHATIF_EVALMIX_CAP_GIB).
+  gpt2keep    gpt2mixed's GPT-2 that keeps each step's last hidden states (detached, never
+              freed: a leak), under a cap (WHATIF_GPT2KEEP_CAP_GIB).
+  gan         a DCGAN (64x64, 256 wide, Adam): two optimizers, so two steps marked an
+              iteration, the batch varying and growing, under a cap (WHATIF_GAN_CAP_GIB).
   otherproc   a second process holds a 60 GiB cache on the same GPU (freed tensors,
               not released); this one asks for 30 GiB.
 
@@ -97,12 +101,13 @@ import time
 MiB = 1 << 20
 GiB = 1 << 30
 WORKLOADS = ["checker", "splitcache", "tails", "gpt2var", "kvcache", "gpt2mixed", "llamamix", "resnetvar",
-             "bertaccum", "t5var", "gpt2ckpt", "evalmix", "otherproc"]
+             "bertaccum", "t5var", "gpt2ckpt", "evalmix", "gpt2keep", "gan", "otherproc"]
 # The cap of each stepped workload that takes one from the environment (`scan` varies it).
 CAP_ENV = {"gpt2mixed": ("WHATIF_GPT2MIXED_CAP_GIB", 15.5), "llamamix": ("WHATIF_LLAMAMIX_CAP_GIB", 10),
            "resnetvar": ("WHATIF_RESNETVAR_CAP_GIB", 6.5), "bertaccum": ("WHATIF_BERTACCUM_CAP_GIB", 8),
            "t5var": ("WHATIF_T5VAR_CAP_GIB", 8), "gpt2ckpt": ("WHATIF_GPT2CKPT_CAP_GIB", 8),
-           "evalmix": ("WHATIF_EVALMIX_CAP_GIB", 10)}
+           "evalmix": ("WHATIF_EVALMIX_CAP_GIB", 10), "gpt2keep": ("WHATIF_GPT2KEEP_CAP_GIB", 10),
+           "gan": ("WHATIF_GAN_CAP_GIB", 10)}
 HERE = os.path.dirname(os.path.abspath(__file__))
 STEP_LIMIT = int(os.environ.get("WHATIF_STEP_LIMIT", "400"))
 PROFILE = os.environ.get("WHATIF_PROFILE") == "1"  # each step's peaks, printed (sizing caps)
@@ -322,6 +327,64 @@ def steps(workload, cap, stop_at, judged, before_judged, after_step):
                         model(x, labels=x).loss.item()
                 model.train()
             train(i)
+    elif workload == "gpt2keep":
+        from transformers import GPT2Config, GPT2LMHeadModel
+
+        cap_from_env(cap, workload)
+        model = GPT2LMHeadModel(GPT2Config(n_layer=6, n_embd=1024, n_head=16, n_positions=2048)).cuda()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        kept = []
+
+        def step(i):
+            # A leak users write: each step's last hidden states kept "for metrics"
+            # (detached, so no graph, but never freed), while the shapes vary.
+            batch = random.choice([2, 4, 8, 12])
+            length = min(2048, random.randint(64, 256 + 8 * i))
+            x = torch.randint(0, 50257, (batch, length), device="cuda")
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                out = model(x, labels=x, output_hidden_states=True)
+            out.loss.backward()
+            kept.append(out.hidden_states[-1].detach())
+            del out
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+    elif workload == "gan":
+        import torch.nn as nn
+
+        cap_from_env(cap, workload)
+        width = 256
+
+        def block(cin, cout, up):
+            conv = (nn.ConvTranspose2d(cin, cout, 4, 2, 1, bias=False) if up
+                    else nn.Conv2d(cin, cout, 4, 2, 1, bias=False))
+            return [conv, nn.BatchNorm2d(cout), nn.ReLU(True) if up else nn.LeakyReLU(0.2, True)]
+
+        gen = nn.Sequential(nn.ConvTranspose2d(128, width * 8, 4, 1, 0, bias=False), nn.BatchNorm2d(width * 8),
+                            nn.ReLU(True), *block(width * 8, width * 4, True), *block(width * 4, width * 2, True),
+                            *block(width * 2, width, True), nn.ConvTranspose2d(width, 3, 4, 2, 1), nn.Tanh()).cuda()
+        disc = nn.Sequential(nn.Conv2d(3, width, 4, 2, 1), nn.LeakyReLU(0.2, True), *block(width, width * 2, False),
+                             *block(width * 2, width * 4, False), *block(width * 4, width * 8, False),
+                             nn.Conv2d(width * 8, 1, 4, 1, 0)).cuda()
+        opt_g = torch.optim.Adam(gen.parameters(), lr=2e-4, betas=(0.5, 0.999))
+        opt_d = torch.optim.Adam(disc.parameters(), lr=2e-4, betas=(0.5, 0.999))
+        bce = nn.BCEWithLogitsLoss()
+
+        def step(i):
+            # Two optimizers, so two steps marked an iteration, each with its own pattern
+            # (the discriminator's, then the generator's); the batch varies and grows.
+            batch = random.choice([32, 64, 96, 128]) * min(4, 1 + i // 25)
+            real = torch.randn(batch, 3, 64, 64, device="cuda")
+            z = torch.randn(batch, 128, 1, 1, device="cuda")
+            fake = gen(z)
+            loss_d = (bce(disc(real).flatten(), torch.ones(batch, device="cuda"))
+                      + bce(disc(fake.detach()).flatten(), torch.zeros(batch, device="cuda")))
+            loss_d.backward()
+            opt_d.step()
+            opt_d.zero_grad(set_to_none=True)
+            loss_g = bce(disc(fake).flatten(), torch.ones(batch, device="cuda"))
+            loss_g.backward()
+            opt_g.step()
+            opt_g.zero_grad(set_to_none=True)
     elif workload == "resnetvar":
         from transformers import ResNetConfig, ResNetForImageClassification
 
@@ -552,7 +615,7 @@ def under_vramtop(binary, workload, work):
 
 
 STEPPED = ("gpt2var", "kvcache", "kvcache_steps", "gpt2mixed", "llamamix", "resnetvar", "bertaccum", "t5var",
-           "gpt2ckpt", "evalmix")
+           "gpt2ckpt", "evalmix", "gpt2keep", "gan")
 
 
 MAX_SPLIT_TRIED = ["20", "64", "128", "256", "512", "1024", "2048", "4096"]  # MAX_SPLIT_TRIED_MB
