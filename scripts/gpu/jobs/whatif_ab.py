@@ -56,6 +56,9 @@ Workloads (each ends with one judged request, caught so the process ends normall
               freed: a leak), under a cap (WHATIF_GPT2KEEP_CAP_GIB).
   gan         a DCGAN (64x64, 256 wide, Adam): two optimizers, so two steps marked an
               iteration, the batch varying and growing, under a cap (WHATIF_GAN_CAP_GIB).
+  vitvar      a ViT-Base (transformers' ViTForImageClassification, random weights, bf16
+              autocast, AdamW) whose batch (16 to 64) and resolution (128 to 448, position
+              embeddings interpolated) vary, under a cap (WHATIF_VITVAR_CAP_GIB).
   otherproc   a second process holds a 60 GiB cache on the same GPU (freed tensors,
               not released); this one asks for 30 GiB.
 
@@ -101,13 +104,13 @@ import time
 MiB = 1 << 20
 GiB = 1 << 30
 WORKLOADS = ["checker", "splitcache", "tails", "gpt2var", "kvcache", "gpt2mixed", "llamamix", "resnetvar",
-             "bertaccum", "t5var", "gpt2ckpt", "evalmix", "gpt2keep", "gan", "otherproc"]
+             "bertaccum", "t5var", "gpt2ckpt", "evalmix", "gpt2keep", "gan", "vitvar", "otherproc"]
 # The cap of each stepped workload that takes one from the environment (`scan` varies it).
 CAP_ENV = {"gpt2mixed": ("WHATIF_GPT2MIXED_CAP_GIB", 15.5), "llamamix": ("WHATIF_LLAMAMIX_CAP_GIB", 10),
            "resnetvar": ("WHATIF_RESNETVAR_CAP_GIB", 6.5), "bertaccum": ("WHATIF_BERTACCUM_CAP_GIB", 8),
            "t5var": ("WHATIF_T5VAR_CAP_GIB", 8), "gpt2ckpt": ("WHATIF_GPT2CKPT_CAP_GIB", 8),
            "evalmix": ("WHATIF_EVALMIX_CAP_GIB", 10), "gpt2keep": ("WHATIF_GPT2KEEP_CAP_GIB", 10),
-           "gan": ("WHATIF_GAN_CAP_GIB", 10)}
+           "gan": ("WHATIF_GAN_CAP_GIB", 10), "vitvar": ("WHATIF_VITVAR_CAP_GIB", 10)}
 HERE = os.path.dirname(os.path.abspath(__file__))
 STEP_LIMIT = int(os.environ.get("WHATIF_STEP_LIMIT", "400"))
 PROFILE = os.environ.get("WHATIF_PROFILE") == "1"  # each step's peaks, printed (sizing caps)
@@ -385,6 +388,25 @@ def steps(workload, cap, stop_at, judged, before_judged, after_step):
             loss_g.backward()
             opt_g.step()
             opt_g.zero_grad(set_to_none=True)
+    elif workload == "vitvar":
+        from transformers import ViTConfig, ViTForImageClassification
+
+        cap_from_env(cap, workload)
+        model = ViTForImageClassification(ViTConfig(image_size=224, num_labels=1000)).cuda()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+        def step(i):
+            # A ViT-Base whose batch and resolution vary (the position embeddings
+            # interpolated), the largest resolution growing: tokens grow as its square.
+            batch = random.choice([16, 32, 48, 64])
+            side = 16 * random.randint(8, min(28, 8 + i // 4))
+            x = torch.randn(batch, 3, side, side, device="cuda")
+            y = torch.randint(0, 1000, (batch,), device="cuda")
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = model(pixel_values=x, labels=y, interpolate_pos_encoding=True).loss
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
     elif workload == "resnetvar":
         from transformers import ResNetConfig, ResNetForImageClassification
 
@@ -615,7 +637,7 @@ def under_vramtop(binary, workload, work):
 
 
 STEPPED = ("gpt2var", "kvcache", "kvcache_steps", "gpt2mixed", "llamamix", "resnetvar", "bertaccum", "t5var",
-           "gpt2ckpt", "evalmix", "gpt2keep", "gan")
+           "gpt2ckpt", "evalmix", "gpt2keep", "gan", "vitvar")
 
 
 MAX_SPLIT_TRIED = ["20", "64", "128", "256", "512", "1024", "2048", "4096"]  # MAX_SPLIT_TRIED_MB
