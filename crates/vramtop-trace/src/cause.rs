@@ -350,8 +350,9 @@ impl Cause {
                 step,
                 ..
             } => {
-                let short = self.shortfall().map_or_else(String::new, |s| s.text());
-                let by = if step.is_some() {
+                let shortfall = self.shortfall();
+                let short = shortfall.map_or_else(String::new, |s| s.text());
+                let by = if shortfall.is_some_and(|s| s.most > s.least) {
                     "raise the fraction by the larger"
                 } else {
                     "raise the fraction"

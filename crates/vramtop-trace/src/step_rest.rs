@@ -30,6 +30,7 @@ use serde::Serialize;
 
 use crate::{Trace, TraceEvent, TraceEventKind};
 use vramtop_alloc::hash::AddrMap;
+use vramtop_alloc::{round_size, segment_size_for};
 
 /// What the job's earlier steps say the step cut short still needed.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
@@ -290,7 +291,8 @@ const CARRIED_ADDR: u64 = 0xffff_0000_0000_0000;
 /// job's history can say. None where no step is like it (the point not identified).
 ///
 /// The sizes are this step's own where it can tell: a size the pattern step allocated
-/// before the point stands for the size this step allocated at the same place (a
+/// before the point stands for the size this step allocated at the same place, where the
+/// two are alike against the steps' working memory (a
 /// checkpointed block is made again in the backward, a gradient is the same whatever the
 /// batch). Any other is scaled by the two steps' working memory at the point, never below
 /// its own size (a parameter's gradient does not shrink with a smaller batch). A block
@@ -302,24 +304,32 @@ pub fn carried_on(trace: &Trace, rest: &StepRest, event: usize) -> Option<Trace>
         .events
         .get(event)
         .filter(|e| e.kind == TraceEventKind::Oom)?;
-    let start = rest.begun;
     let ratio = rest.working as f64 / pattern.working.max(1) as f64;
-    // This step's allocations before the OOM, in order, and the pattern's before its point.
-    let ours: Vec<(u64, u64)> = trace.events[start..event]
-        .iter()
-        .filter(|e| e.kind == TraceEventKind::Alloc)
-        .map(|e| (e.addr, e.size))
-        .collect();
+    let ours = this_steps_allocations(trace, rest.begun, event);
     let mut sizes: AddrMap<u64> = AddrMap::default();
     let mut blocks: AddrMap<u64> = AddrMap::default();
     let mut k = 0;
     for e in &trace.events[pattern.start..pattern.point] {
         match e.kind {
             TraceEventKind::Alloc => {
-                let &(addr, size) = ours.get(k)?;
-                let mapped = sizes.entry(e.size).or_insert(size);
-                *mapped = (*mapped).max(size);
-                blocks.insert(e.addr, addr);
+                let &(addr, size, live) = ours.get(k)?;
+                // A size stands for this step's only where the two are alike (a
+                // workspace one step took where the other made an activation is not).
+                let scaled = e.size as f64 * ratio;
+                let alike = size == e.size
+                    || (size as f64 >= scaled * (1.0 - ALIKE)
+                        && size as f64 <= scaled * (1.0 + ALIKE));
+                if alike {
+                    let mapped = sizes.entry(e.size).or_insert(size);
+                    *mapped = (*mapped).max(size);
+                }
+                // Only a block this step still holds can be freed in its place (PyTorch
+                // reuses addresses: one this step freed may hold another block now).
+                if live {
+                    blocks.insert(e.addr, addr);
+                } else {
+                    blocks.remove(&e.addr);
+                }
                 k += 1;
             }
             TraceEventKind::FreeCompleted => {
@@ -329,18 +339,24 @@ pub fn carried_on(trace: &Trace, rest: &StepRest, event: usize) -> Option<Trace>
         }
     }
     let mut events = trace.events[..event].to_vec();
-    let served = |kind, addr, size| TraceEvent {
+    let carried = |kind, addr, size, stream| TraceEvent {
         kind,
         addr,
         size,
-        stream: oom.stream,
+        stream,
         tag: None,
         time_us: None,
     };
     // The refused request, served, in the place of the pattern's allocation at the point.
     blocks.insert(trace.events[pattern.point].addr, CARRIED_ADDR);
-    events.push(served(TraceEventKind::Alloc, CARRIED_ADDR, oom.size));
+    events.push(carried(
+        TraceEventKind::Alloc,
+        CARRIED_ADDR,
+        oom.size,
+        oom.stream,
+    ));
     let mut next = CARRIED_ADDR;
+    let mut freed = std::collections::HashSet::new();
     for e in &trace.events[pattern.point + 1..pattern.end] {
         match e.kind {
             TraceEventKind::Alloc => {
@@ -350,24 +366,59 @@ pub fn carried_on(trace: &Trace, rest: &StepRest, event: usize) -> Option<Trace>
                 });
                 next += 1;
                 blocks.insert(e.addr, next);
-                events.push(served(TraceEventKind::Alloc, next, size));
+                events.push(carried(TraceEventKind::Alloc, next, size, e.stream));
             }
             TraceEventKind::FreeCompleted => {
-                if let Some(addr) = blocks.remove(&e.addr) {
-                    events.push(served(TraceEventKind::FreeCompleted, addr, 0));
+                if let Some(addr) = blocks.remove(&e.addr).filter(|&a| freed.insert(a)) {
+                    events.push(carried(TraceEventKind::FreeCompleted, addr, 0, e.stream));
                 }
             }
             _ => {}
         }
     }
-    events.push(TraceEvent {
-        size: 512,
-        ..served(TraceEventKind::Oom, oom.addr, 512)
-    });
+    // The end: a request for almost nothing, under a cap where the OOM was under one (the
+    // device's free bytes stand for that in an `oom` event), so that the end is judged
+    // as the OOM was.
+    let needed = round_size(oom.size).unwrap_or(oom.size);
+    let capped = oom.addr >= segment_size_for(needed);
+    let device_free = if capped { oom.addr } else { 0 };
+    events.push(carried(TraceEventKind::Oom, device_free, 512, oom.stream));
     Some(Trace {
+        source: trace.source,
+        device: trace.device,
+        initial: trace.initial.clone(),
+        initial_segments: trace.initial_segments.clone(),
         events,
-        ..trace.clone()
+        segments_at_end: trace.segments_at_end.clone(),
+        settings: trace.settings.clone(),
+        stats: trace.stats.clone(),
     })
+}
+
+/// How far this step's allocation before the OOM may lie from the pattern's at the same
+/// place, scaled by the working memories, for the pattern's size to stand for this one's.
+const ALIKE: f64 = 0.5;
+
+/// This step's allocations from `start` to the OOM at `event`, in order: address, size,
+/// and whether the block is still live at the OOM.
+fn this_steps_allocations(trace: &Trace, start: usize, event: usize) -> Vec<(u64, u64, bool)> {
+    let mut ours: Vec<(u64, u64, bool)> = Vec::new();
+    let mut at: AddrMap<usize> = AddrMap::default();
+    for e in &trace.events[start..event] {
+        match e.kind {
+            TraceEventKind::Alloc => {
+                at.insert(e.addr, ours.len());
+                ours.push((e.addr, e.size, true));
+            }
+            TraceEventKind::FreeCompleted => {
+                if let Some(k) = at.remove(&e.addr) {
+                    ours[k].2 = false;
+                }
+            }
+            _ => {}
+        }
+    }
+    ours
 }
 
 #[cfg(test)]
@@ -486,6 +537,30 @@ mod tests {
         let (trace, marks, oom) = job(&[100, 200], 300, 2);
         let rest = of(&trace, &marks, oom).expect("two steps matched");
         assert_eq!(carried_on(&trace, &rest, oom), None);
+    }
+
+    #[test]
+    fn a_block_this_step_freed_is_not_freed_again_in_its_place() {
+        use TraceEventKind::*;
+        // This step made its first activation, freed it, and made the second at the same
+        // address; the pattern step kept both. Only the block live at the OOM is freed
+        // when the pattern frees its counterpart, and only once.
+        let (mut trace, marks, _) = job(&[100, 200, 150], 300, 0);
+        let reused = 99 << 32;
+        trace.events.truncate(*marks.last().unwrap());
+        for (kind, size) in [(Alloc, 300), (FreeCompleted, 300), (Alloc, 300)] {
+            trace.events.push(event(kind, reused, size * MIB));
+        }
+        // Asking half what it holds, as the pattern's third activation was against its two.
+        let oom = trace.events.len();
+        trace.events.push(event(Oom, 0, 150 * MIB));
+        let rest = of(&trace, &marks, oom).expect("the steps reached the point");
+        let carried = carried_on(&trace, &rest, oom).expect("a step to carry it on by");
+        let frees = carried.events[oom..]
+            .iter()
+            .filter(|e| e.kind == FreeCompleted && e.addr == reused)
+            .count();
+        assert_eq!(frees, 1, "{:?}", &carried.events[oom..]);
     }
 
     #[test]

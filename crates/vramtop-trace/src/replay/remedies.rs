@@ -147,15 +147,18 @@ pub fn remedies(
         return Ok(Vec::new());
     };
     let answers = judged(trace, ooms, bounds, false)?;
-    let answers = through_the_rest(trace, answers, bounds)?;
     // A kept history whose gap hid the job's own segment decisions: each verdict again from
     // the state after that gap, at the same capacities, and given only where both agree.
-    let Some(after) = gap::begun_after(trace) else {
-        return Ok(answers);
+    let answers = match gap::begun_after(trace) {
+        Some(after) => {
+            let after_ooms = crate::ooms::trace_ooms(&after);
+            let again = judged(&after, &after_ooms, bounds, false)?;
+            gap::agreed(answers, &again, trace)
+        }
+        None => answers,
     };
-    let after_ooms = crate::ooms::trace_ooms(&after);
-    let again = judged(&after, &after_ooms, bounds, false)?;
-    Ok(gap::agreed(answers, &again, trace))
+    // Last, the fits that are left, through the rest of the step.
+    through_the_rest(trace, answers, bounds)
 }
 
 /// Each "fits" at the OOM the job died of, carried on through the rest of its step as the
@@ -614,7 +617,8 @@ impl Judge<'_> {
 
     /// `empty_cache()` after each optimizer step the hook marked before the OOM.
     fn between_steps(&self, at: &At) -> RemedyVerdict {
-        let steps = self.step_marks.iter().filter(|&&m| m < at.event).count();
+        // A step begun by the refused request counts (the cache is emptied before it).
+        let steps = self.step_marks.iter().filter(|&&m| m <= at.event).count();
         if !at.replay_fails_there || at.beyond.is_some() {
             return remedy::empty_cache_between_steps(at.beyond.clone());
         }
