@@ -244,10 +244,12 @@ fn several_peers_at_once_and_an_oom_explained() {
         });
     }
     let attacher = attacher(&dir);
+    // The OOM is explained on a thread of its own: it may come after the error.
     let seen = wait_for(&attacher, Duration::from_secs(5), "three states", |j| {
         pids.iter()
             .all(|&pid| j.get(pid).is_some_and(|v| v.frame.is_some()))
-            && j.get(pids[0]).is_some_and(|v| v.error.is_some())
+            && j.get(pids[0])
+                .is_some_and(|v| v.error.is_some() && v.oom.is_some())
     });
     let first = seen.get(pids[0]).expect("first");
     let oom = first.oom.as_ref().expect("oom");
