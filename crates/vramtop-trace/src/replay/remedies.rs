@@ -146,13 +146,13 @@ pub fn remedies(
     let Some(bounds) = capacity_bounds(trace, ooms, given.or(kept_cap(trace))) else {
         return Ok(Vec::new());
     };
-    let answers = judged(trace, ooms, bounds, false)?;
+    let answers = judged(trace, ooms, bounds, None)?;
     // A kept history whose gap hid the job's own segment decisions: each verdict again from
     // the state after that gap, at the same capacities, and given only where both agree.
     let answers = match gap::begun_after(trace) {
         Some(after) => {
             let after_ooms = crate::ooms::trace_ooms(&after);
-            let again = judged(&after, &after_ooms, bounds, false)?;
+            let again = judged(&after, &after_ooms, bounds, None)?;
             gap::agreed(answers, &again, trace)
         }
         None => answers,
@@ -192,7 +192,14 @@ fn through_the_rest(
     let Some(end) = carried_ooms.last() else {
         return Ok(answers);
     };
-    let again = judged(&carried, std::slice::from_ref(end), bounds, true)?;
+    // Only the runs of the remedies that fit are asked again (and the job's own).
+    let fitting: Vec<Remedy> = last
+        .remedies
+        .iter()
+        .filter(|r| r.verdict == Verdict::Fits)
+        .map(|r| r.remedy.clone())
+        .collect();
+    let again = judged(&carried, std::slice::from_ref(end), bounds, Some(&fitting))?;
     if let Some(through) = again.last() {
         let more = carried.events.len().saturating_sub(last.event + 2);
         last.remedies =
@@ -256,12 +263,12 @@ fn carried_through(
 
 /// Every remedy at each OOM, at the capacities `bounds`.
 /// `carried`: the trace is one `step_rest::carried_on` made, judged at its end as replayed
-/// (the rest of its step is in it).
+/// (the rest of its step is in it), for these remedies only.
 fn judged(
     trace: &Trace,
     ooms: &[TraceOom],
     bounds: CapacityBounds,
-    carried: bool,
+    carried: Option<&[Remedy]>,
 ) -> Result<Vec<OomRemedies>, ReplayError> {
     // What came before the trace began: blocks live at its start. A replay places them
     // packed in address order (caching adopts PyTorch's own segments), so it starts from
@@ -314,7 +321,10 @@ fn judged(
         !step_marks.is_empty(),
         gc_tried_at,
         &starts,
-    );
+    )
+    .into_iter()
+    .filter(|run| carried.is_none_or(|only| run.is_plain() || run.judges_any(only)))
+    .collect();
     let runs = Runs::done(trace, &starts, bounds, own_gc, asked)?;
     let judge = Judge {
         trace,
@@ -326,7 +336,7 @@ fn judged(
         own_gc,
         gc_cap,
         step_marks: &step_marks,
-        carried,
+        carried: carried.is_some(),
     };
     Ok(ooms.iter().map(|oom| judge.oom(oom)).collect())
 }

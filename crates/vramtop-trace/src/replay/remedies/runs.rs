@@ -5,7 +5,7 @@
 use super::super::{replay, AddressOrder, OomCheck, ReplayError, ReplayOptions};
 use super::{CapacityBounds, MAX_SPLIT_TRIED_MB, MIB};
 use crate::{AllocatorSettings, Trace};
-use vramtop_alloc::remedy::{Verdict, GC_THRESHOLD_TRIED};
+use vramtop_alloc::remedy::{Remedy, Verdict, GC_THRESHOLD_TRIED};
 use vramtop_alloc::PolicyKind;
 
 /// The `roundup_power2_divisions` tried (PyTorch's value for every size interval).
@@ -59,7 +59,22 @@ impl Run {
         }
     }
 
-    fn is_plain(&self) -> bool {
+    /// Whether this run is one that judges any of `remedies` (the job's own run judges
+    /// none: every judging asks it).
+    pub fn judges_any(&self, remedies: &[Remedy]) -> bool {
+        remedies.iter().any(|remedy| match remedy {
+            Remedy::ExpandableSegments | Remedy::ExpandableWithGc(_) => {
+                self.policy == PolicyKind::PytorchExpandable
+            }
+            Remedy::MaxSplitSizeMb(_) => self.max_split.is_some(),
+            Remedy::RoundupPower2Divisions(_) => self.roundup.is_some(),
+            Remedy::GarbageCollectionThreshold(_) => self.gc_tried,
+            Remedy::EmptyCacheBetweenSteps => self.empty_steps,
+            Remedy::EmptyCache | Remedy::EmptyCacheElsewhere { .. } => false,
+        })
+    }
+
+    pub fn is_plain(&self) -> bool {
         self.policy == PolicyKind::Caching
             && self.max_split.is_none()
             && !self.gc_tried
