@@ -292,12 +292,12 @@ const CARRIED_ADDR: u64 = 0xffff_0000_0000_0000;
 ///
 /// The sizes are this step's own where it can tell: a size the pattern step allocated
 /// before the point stands for the size this step allocated at the same place, where the
-/// two are alike against the steps' working memory (a
-/// checkpointed block is made again in the backward, a gradient is the same whatever the
-/// batch). Any other is scaled by the two steps' working memory at the point, never below
-/// its own size (a parameter's gradient does not shrink with a smaller batch). A block
-/// freed after the point that was live before the pattern step began is not freed: what
-/// this step's counterpart of it is, the history does not say.
+/// two are alike against the steps' working memory (a checkpointed block is made again in
+/// the backward, a gradient is the same whatever the batch). Any other is scaled by the
+/// two steps' working memory at the point, never below its own size (a parameter's
+/// gradient does not shrink with a smaller batch). A block freed after the point that was
+/// live before the pattern step began, or that this step no longer holds, is not freed:
+/// what this step's counterpart of it is, the history does not say.
 pub fn carried_on(trace: &Trace, rest: &StepRest, event: usize) -> Option<Trace> {
     let pattern = rest.likest?;
     let oom = trace
