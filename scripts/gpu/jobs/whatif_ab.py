@@ -250,6 +250,31 @@ def mixed_lm_step(model, opt, vocab, batches, longest_at, limit):
     return step
 
 
+def image_step(model, opt, batches, unit, most_units_at, fewest_units, bf16, **kwargs):
+    """An image classifier's training step whose batch (one of `batches`) and square side
+    (`unit` times fewest_units to most_units_at(i)) vary from step to step; `kwargs` go to
+    the model. The draws come in the same order for every workload, so a seeded run
+    repeats."""
+    import contextlib
+    import random
+
+    import torch
+
+    def step(i):
+        batch = random.choice(batches)
+        side = unit * random.randint(fewest_units, most_units_at(i))
+        x = torch.randn(batch, 3, side, side, device="cuda")
+        y = torch.randint(0, 1000, (batch,), device="cuda")
+        precision = torch.autocast("cuda", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
+        with precision:
+            loss = model(pixel_values=x, labels=y, **kwargs).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    return step
+
+
 def llama_mix():
     """llamamix's model and step: a Llama (8 layers, 1024 wide, grouped-query attention,
     AdamW) whose batch and length vary."""
@@ -395,18 +420,10 @@ def steps(workload, cap, stop_at, judged, before_judged, after_step):
         model = ViTForImageClassification(ViTConfig(image_size=224, num_labels=1000)).cuda()
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
 
-        def step(i):
-            # A ViT-Base whose batch and resolution vary (the position embeddings
-            # interpolated), the largest resolution growing: tokens grow as its square.
-            batch = random.choice([16, 32, 48, 64])
-            side = 16 * random.randint(8, min(28, 8 + i // 4))
-            x = torch.randn(batch, 3, side, side, device="cuda")
-            y = torch.randint(0, 1000, (batch,), device="cuda")
-            with torch.autocast("cuda", dtype=torch.bfloat16):
-                loss = model(pixel_values=x, labels=y, interpolate_pos_encoding=True).loss
-            loss.backward()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
+        # A ViT-Base whose batch and resolution vary (the position embeddings
+        # interpolated), the largest resolution growing: tokens grow as its square.
+        step = image_step(model, opt, [16, 32, 48, 64], 16, lambda i: min(28, 8 + i // 4), 8,
+                          bf16=True, interpolate_pos_encoding=True)
     elif workload == "resnetvar":
         from transformers import ResNetConfig, ResNetForImageClassification
 
@@ -414,17 +431,10 @@ def steps(workload, cap, stop_at, judged, before_judged, after_step):
         model = ResNetForImageClassification(ResNetConfig(num_labels=1000)).cuda()  # ResNet-50
         opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
 
-        def step(i):
-            # fp32 (TF32 convolutions), no autocast: cuDNN's workspaces come and go with
-            # each shape; batch and resolution vary, the largest resolution grows.
-            batch = int(random.choice([8, 16, 24, 32]) * BATCH_SCALE)
-            side = 32 * random.randint(4, min(12, 4 + i // 8))
-            x = torch.randn(batch, 3, side, side, device="cuda")
-            y = torch.randint(0, 1000, (batch,), device="cuda")
-            loss = model(pixel_values=x, labels=y).loss
-            loss.backward()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
+        # fp32 (TF32 convolutions), no autocast: cuDNN's workspaces come and go with each
+        # shape; batch and resolution vary, the largest resolution grows.
+        batches = [int(b * BATCH_SCALE) for b in [8, 16, 24, 32]]
+        step = image_step(model, opt, batches, 32, lambda i: min(12, 4 + i // 8), 4, bf16=False)
     elif workload == "bertaccum":
         from transformers import BertConfig, BertForMaskedLM
 
