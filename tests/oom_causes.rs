@@ -388,7 +388,7 @@ fn a_step_too_big_for_the_cap_is_named_though_its_request_fits() {
     // The least is no advice to size a cap by: PyTorch died in the step under 6.5 GiB
     // plus 150 MiB and plus 307 MiB, and got through it under 7.07 GiB (H200).
     assert!(
-        line.contains("would need 150.1 MiB to 573.9 MiB more")
+        line.contains("would need 150.1 MiB to 609.7 MiB more")
             && line.contains("raise the fraction by the larger"),
         "{line}"
     );
@@ -403,7 +403,7 @@ fn a_step_too_big_for_the_cap_is_named_though_its_request_fits() {
     // Half the batch got it through all 400 steps under the same cap (H200).
     assert!(
         block.contains(
-            "knobs: 150.1 MiB to 573.9 MiB short; would give back: half the batch or \
+            "knobs: 150.1 MiB to 609.7 MiB short; would give back: half the batch or \
              sequence about 3.1 GiB (an estimate: half the activations and the request; enough)"
         ),
         "{block}"

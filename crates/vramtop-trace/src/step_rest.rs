@@ -10,12 +10,16 @@
 //! Counting alone does not find the same operation in every step (a step whose shapes
 //! take another kernel allocates more or fewer blocks before it), so a step counts only
 //! where its `j`-th allocation is about as large, against the step's working memory then,
-//! as the refused request is now. Where even the step that rose least, its rise scaled to
+//! as the refused request is now. Where a step's shapes or its router took other kernels
+//! before the point, the same operation comes a few allocations earlier or later: the
+//! nearest allocation within `band` that is as large and follows blocks like the
+//! request's (`leads_alike`) stands for it. Where even the step that rose least, its rise scaled to
 //! this step's working memory, passes the cap (and the largest step's rise in bytes,
 //! unscaled, too), no setting gets the step through, and the cause is the step's size,
 //! not fragmentation; where the middle one's passes it, a "fits" is left open. On a T5 under a 5 GiB cap the least rise (1.04 times) left the
 //! step 42 MiB under the cap and the middle one (1.06) 45 MiB over; PyTorch with expandable
-//! segments died in the step. Where fewer than three steps match, the point is not
+//! segments died in the step. The middle is taken among the steps of about this one's
+//! size (`like_this`): a small step grows more, for its size, than a large one. Where fewer than three steps match, the point is not
 //! identified, and every step that reached as many allocations gives its growth: on a BERT
 //! with four micro-batches of their own shape a step they grew 1.00 to 6.16 times, 2.0 in
 //! the middle, and the fits are open (PyTorch got through under 8 GiB and not under 7; no
@@ -41,8 +45,9 @@ pub struct StepRest {
     /// That growth: the step's highest working memory after the point over its working
     /// memory at the point, the least of the matching steps'.
     pub growth: f64,
-    /// The same with the matching steps' middle growth (their median): where the step
-    /// would end up were it a typical one.
+    /// The same with the middle growth (the median) of the matching steps that worked with
+    /// about as much memory at the point (`like_this`; of all of them where the point is
+    /// not identified): where the step would end up were it a typical one of its size.
     pub typical_peak: u64,
     pub typical_growth: f64,
     /// The most any matching step grew.
@@ -110,6 +115,29 @@ const MATCH: f64 = 0.25;
 /// step may grow, not how little).
 const SURE_MATCHING: usize = 3;
 
+/// How far apart two steps' working memories at the point may be, as a factor either way,
+/// for one to say how the other goes on (`like_this`).
+const LIKE: f64 = 2.0;
+
+/// Of the matching steps, those that worked with about as much memory at the point as this
+/// step (`working`, within LIKE either way), or, where fewer than SURE_MATCHING did, the
+/// SURE_MATCHING nearest: the typical growth is theirs. Part of a step's rise does not grow
+/// with its shapes (the gradients, the optimizer's temporaries), so a small step grows more
+/// past the point, for its size, than a large one: in a Mixtral's steps the logits were
+/// followed by a rise of 4.8 times the working memory in the smallest and 1.14 times in
+/// the largest, and PyTorch got the largest step yet through under a cap that the middle
+/// growth of all of them passed. The least and the most stay every matching step's: the
+/// nearest are no bound (a ResNet's 17 nearest steps grew at most 1.09 times, a cap of
+/// 6.75 GiB; PyTorch died in the step under 6.8 GiB: its 1.14 came from a step of
+/// another size).
+fn like_this(mut rises: Vec<Rise>, working: f64) -> Vec<Rise> {
+    let far = |r: &Rise| (r.working as f64 / working).ln().abs();
+    rises.sort_by(|a, b| far(a).total_cmp(&far(b)));
+    let within = rises.iter().take_while(|r| far(r) <= LIKE.ln()).count();
+    rises.truncate(within.max(SURE_MATCHING));
+    rises
+}
+
 /// Memory in use along the events, from the blocks live at the trace's start (keyed by
 /// address with the replay's own hash: a whole history holds millions of events).
 pub(crate) struct InUse {
@@ -142,8 +170,56 @@ impl InUse {
     }
 }
 
-/// One step, seen at the point.
+/// How far from the point, in allocations, a step's allocation may lie and still be taken
+/// for the operation at the point: a step whose shapes take another kernel here and there
+/// allocates a few blocks more or fewer before it (a Mixtral's steps, 6 layers of 8
+/// experts, held 1,263 to 1,309 allocations, and its logits came 9 later in the step cut
+/// short than in the three before it). The nearest allocation that matches is taken.
+fn band(point: usize) -> usize {
+    (point / 16).clamp(16, 256)
+}
+
+/// An allocation of a step near the point: how many allocations into the step, the memory
+/// in use before it, its size and event, the sizes of the step's allocations just before
+/// it (nearest first; 0 where the step had none), and the most in use from it to the
+/// step's end.
 #[derive(Clone, Copy, Debug)]
+struct Candidate {
+    nth: usize,
+    before: u64,
+    size: u64,
+    event: usize,
+    lead: Lead,
+    peak_after: u64,
+}
+
+/// The sizes of the allocations just before one, nearest first (0: none).
+type Lead = [u64; LEAD];
+
+/// How many allocations before it an allocation away from the point must share with the
+/// request's (`leads_alike`): a step's share alone lets another operation of about the same
+/// size stand in for it (in a Mixtral's steps the experts' blocks, sized by how many tokens
+/// the router sent each, lay near every share).
+const LEAD: usize = 3;
+
+/// Whether the allocations before a candidate (`theirs`, of size `their_size`) look like
+/// those before the request (`ours`, of `our_size`): each the same size, or the same size
+/// against its own allocation within ALIKE (the same operations on other shapes).
+fn leads_alike(theirs: &Lead, their_size: u64, ours: &Lead, our_size: u64) -> bool {
+    theirs.iter().zip(ours).all(|(&t, &o)| {
+        if t == o {
+            return true;
+        }
+        if t == 0 || o == 0 || their_size == 0 || our_size == 0 {
+            return false;
+        }
+        let x = (t as f64 / their_size as f64) / (o as f64 / our_size as f64);
+        (1.0 - ALIKE..=1.0 + ALIKE).contains(&x)
+    })
+}
+
+/// One step, seen near the point.
+#[derive(Clone, Debug)]
 struct Step {
     /// Its first event.
     start: usize,
@@ -151,11 +227,52 @@ struct Step {
     end: usize,
     /// Memory in use when it began.
     floor: u64,
-    /// Memory in use just before its allocation at the point, that allocation's size, and
-    /// its event.
-    at_point: Option<(u64, u64, usize)>,
-    /// The most in use from that allocation to the step's end.
-    peak_after: u64,
+    /// Its allocations within `band` of the point, in order.
+    near: Vec<Candidate>,
+}
+
+impl Step {
+    /// The step's rise past `c`, where it had working memory there.
+    fn rise(&self, c: &Candidate) -> Option<Rise> {
+        let working = c.before.checked_sub(self.floor).filter(|&w| w > 0)? as f64;
+        Some(Rise {
+            pattern: Pattern {
+                start: self.start,
+                point: c.event,
+                end: self.end,
+                working: working as u64,
+            },
+            share: c.size as f64 / working,
+            growth: c.peak_after.saturating_sub(self.floor) as f64 / working,
+            bytes: c.peak_after.saturating_sub(c.before),
+            working: working as u64,
+        })
+    }
+
+    /// Its rise past the allocation as many into the step as the point (`point`), where it
+    /// reached that many.
+    fn rise_at(&self, point: usize) -> Option<Rise> {
+        self.rise(self.near.iter().find(|c| c.nth == point)?)
+    }
+
+    /// Its rise past the allocation nearest the point whose share of the working memory
+    /// matches `share_now` (the earlier of two as near); away from the point, only one whose
+    /// allocations before it look like those before the request (`ours`, `request`).
+    fn matching_rise(
+        &self,
+        point: usize,
+        share_now: f64,
+        ours: &Lead,
+        request: u64,
+    ) -> Option<Rise> {
+        self.near
+            .iter()
+            .filter(|c| c.nth == point || leads_alike(&c.lead, c.size, ours, request))
+            .filter_map(|c| Some((c.nth.abs_diff(point), self.rise(c)?)))
+            .filter(|(_, r)| (r.share / share_now - 1.0).abs() < MATCH)
+            .min_by_key(|&(distance, _)| distance)
+            .map(|(_, r)| r)
+    }
 }
 
 /// One step's rise past the point.
@@ -173,23 +290,35 @@ struct Rise {
     working: u64,
 }
 
-impl Step {
-    /// The step's rise past the point, where it had working memory there.
-    fn rise(&self) -> Option<Rise> {
-        let (before, size, point) = self.at_point?;
-        let working = before.checked_sub(self.floor).filter(|&w| w > 0)? as f64;
-        Some(Rise {
-            pattern: Pattern {
-                start: self.start,
-                point,
-                end: self.end,
-                working: working as u64,
-            },
-            share: size as f64 / working,
-            growth: self.peak_after.saturating_sub(self.floor) as f64 / working,
-            bytes: self.peak_after.saturating_sub(before),
-            working: working as u64,
-        })
+/// Memory in use after each event from a step's first allocation near the point to its
+/// last, then the most in use from there to the step's end (`after`), so that each
+/// candidate's peak after it is the most from its own event on.
+struct Trail {
+    from: usize,
+    in_use: Vec<u64>,
+    after: u64,
+}
+
+impl Trail {
+    fn push(&mut self, in_use: u64, past_the_band: bool) {
+        if past_the_band {
+            self.after = self.after.max(in_use);
+        } else {
+            self.in_use.push(in_use);
+        }
+    }
+
+    /// Each of `step`'s candidates' most in use from its event on.
+    fn close(&mut self, step: &mut Step) {
+        let mut most = std::mem::take(&mut self.after);
+        for v in self.in_use.iter_mut().rev() {
+            most = most.max(*v);
+            *v = most;
+        }
+        for c in &mut step.near {
+            c.peak_after = self.in_use.get(c.event - self.from).copied().unwrap_or(0);
+        }
+        self.in_use.clear();
     }
 }
 
@@ -207,57 +336,93 @@ pub fn of(trace: &Trace, marks: &[usize], event: usize) -> Option<StepRest> {
         .iter()
         .filter(|e| e.kind == TraceEventKind::Alloc)
         .count();
+    let near = point.saturating_sub(band(point))..=point + band(point);
     let mut in_use = InUse::new(trace);
     let mut done: Vec<Step> = Vec::new();
     let mut step: Option<Step> = None;
+    let mut trail = Trail {
+        from: 0,
+        in_use: Vec::new(),
+        after: 0,
+    };
     let mut allocs = 0;
+    let mut lead: Lead = [0; LEAD];
     let mut next_mark = 0;
     for (i, e) in trace.events[..event].iter().enumerate() {
         if marks.get(next_mark) == Some(&i) {
-            done.extend(step.take().map(|s| Step { end: i, ..s }));
+            if let Some(mut s) = step.take() {
+                s.end = i;
+                trail.close(&mut s);
+                done.push(s);
+            }
             step = Some(Step {
                 start: i,
                 end: event,
                 floor: in_use.bytes,
-                at_point: None,
-                peak_after: 0,
+                near: Vec::new(),
             });
             allocs = 0;
+            lead = [0; LEAD];
             next_mark += 1;
         }
         if e.kind == TraceEventKind::Alloc {
-            if allocs == point {
+            if near.contains(&allocs) {
                 if let Some(s) = step.as_mut() {
-                    s.at_point = Some((in_use.bytes, e.size, i));
+                    if s.near.is_empty() {
+                        trail.from = i;
+                    }
+                    s.near.push(Candidate {
+                        nth: allocs,
+                        before: in_use.bytes,
+                        size: e.size,
+                        event: i,
+                        lead,
+                        peak_after: 0,
+                    });
                 }
             }
             allocs += 1;
+            lead.rotate_right(1);
+            lead[0] = e.size;
         }
         in_use.apply(e.kind, e.addr, e.size);
-        if let Some(s) = step.as_mut().filter(|s| s.at_point.is_some()) {
-            s.peak_after = s.peak_after.max(in_use.bytes);
+        if step.as_ref().is_some_and(|s| !s.near.is_empty()) {
+            trail.push(in_use.bytes, allocs > *near.end() + 1);
         }
     }
     // The step cut short: begun at `start`, its working memory now, and the request.
     let floor = step.map(|s| s.floor)?;
     let working = in_use.bytes.checked_sub(floor).filter(|&w| w > 0)? as f64;
-    let share_now = trace.events[event].size as f64 / working;
-    let rises: Vec<Rise> = done.iter().filter_map(Step::rise).collect();
-    let matching: Vec<Rise> = rises
+    let request = trace.events[event].size;
+    let share_now = request as f64 / working;
+    let matching: Vec<Rise> = done
         .iter()
-        .copied()
-        .filter(|r| (r.share / share_now - 1.0).abs() < MATCH)
+        .filter_map(|s| s.matching_rise(point, share_now, &lead, request))
         .collect();
     let identified = matching.len() >= SURE_MATCHING;
-    let counted = if identified { matching } else { rises };
+    let counted: Vec<Rise> = if identified {
+        matching
+    } else {
+        done.iter().filter_map(|s| s.rise_at(point)).collect()
+    };
     let mut growths: Vec<f64> = counted.iter().map(|r| r.growth).collect();
     growths.sort_by(f64::total_cmp);
     let (&least, &most) = (growths.first()?, growths.last()?);
-    let middle = growths.len() / 2;
-    let typical = if growths.len() % 2 == 1 {
-        growths[middle]
+    // The middle of the steps about this one's size, where the point is identified.
+    let mut alike: Vec<f64> = if identified {
+        like_this(counted.clone(), working)
+            .iter()
+            .map(|r| r.growth)
+            .collect()
     } else {
-        (growths[middle - 1] + growths[middle]) / 2.0
+        growths.clone()
+    };
+    alike.sort_by(f64::total_cmp);
+    let middle = alike.len() / 2;
+    let typical = if alike.len() % 2 == 1 {
+        alike[middle]
+    } else {
+        (alike[middle - 1] + alike[middle]) / 2.0
     };
     let largest = counted.iter().max_by_key(|r| r.working)?;
     let likest = identified.then_some(largest.pattern);
@@ -306,29 +471,42 @@ pub fn carried_on(trace: &Trace, rest: &StepRest, event: usize) -> Option<Trace>
         .filter(|e| e.kind == TraceEventKind::Oom)?;
     let ratio = rest.working as f64 / pattern.working.max(1) as f64;
     let ours = this_steps_allocations(trace, rest.begun, event);
+    let theirs: Vec<u64> = trace.events[pattern.start..pattern.point]
+        .iter()
+        .filter(|e| e.kind == TraceEventKind::Alloc)
+        .map(|e| e.size)
+        .collect();
+    let alike = |size: u64, theirs: u64| {
+        // A size stands for this step's only where the two are alike (a workspace one
+        // step took where the other made an activation is not).
+        let scaled = theirs as f64 * ratio;
+        size == theirs
+            || (size as f64 >= scaled * (1.0 - ALIKE) && size as f64 <= scaled * (1.0 + ALIKE))
+    };
+    let paired = pair_up(&theirs, &ours, |t, o| alike(o.1, t))?;
     let mut sizes: AddrMap<u64> = AddrMap::default();
     let mut blocks: AddrMap<u64> = AddrMap::default();
     let mut k = 0;
     for e in &trace.events[pattern.start..pattern.point] {
         match e.kind {
             TraceEventKind::Alloc => {
-                let &(addr, size, live) = ours.get(k)?;
-                // A size stands for this step's only where the two are alike (a
-                // workspace one step took where the other made an activation is not).
-                let scaled = e.size as f64 * ratio;
-                let alike = size == e.size
-                    || (size as f64 >= scaled * (1.0 - ALIKE)
-                        && size as f64 <= scaled * (1.0 + ALIKE));
-                if alike {
-                    let mapped = sizes.entry(e.size).or_insert(size);
-                    *mapped = (*mapped).max(size);
-                }
                 // Only a block this step still holds can be freed in its place (PyTorch
                 // reuses addresses: one this step freed may hold another block now).
-                if live {
-                    blocks.insert(e.addr, addr);
-                } else {
-                    blocks.remove(&e.addr);
+                match paired[k].map(|j| ours[j]) {
+                    Some((addr, size, live)) => {
+                        if alike(size, e.size) {
+                            let mapped = sizes.entry(e.size).or_insert(size);
+                            *mapped = (*mapped).max(size);
+                        }
+                        if live {
+                            blocks.insert(e.addr, addr);
+                        } else {
+                            blocks.remove(&e.addr);
+                        }
+                    }
+                    None => {
+                        blocks.remove(&e.addr);
+                    }
                 }
                 k += 1;
             }
@@ -398,6 +576,94 @@ pub fn carried_on(trace: &Trace, rest: &StepRest, event: usize) -> Option<Trace>
 /// How far this step's allocation before the OOM may lie from the pattern's at the same
 /// place, scaled by the working memories, for the pattern's size to stand for this one's.
 const ALIKE: f64 = 0.5;
+
+/// Widest shift between the pattern step's allocations and this step's that `pair_up`
+/// lines up, on top of the difference in their counts.
+const SHIFT: usize = 16;
+
+/// For each of the pattern step's allocations before its point (`theirs`), this step's
+/// allocation in its place (`ours`), or None. Where both made as many, the k-th stands for
+/// the k-th. Where one made a few more (another kernel here and there, the point found
+/// `band` away), the two are lined up as an edit distance lines up two words: fewest
+/// allocations left unpaired or paired unlike, within SHIFT of the shortest path. None
+/// where the counts differ by more than `band` allows.
+fn pair_up<T: Copy, O: Copy>(
+    theirs: &[T],
+    ours: &[O],
+    alike: impl Fn(T, O) -> bool,
+) -> Option<Vec<Option<usize>>> {
+    let (n, m) = (theirs.len(), ours.len());
+    if n == m {
+        return Some((0..n).map(Some).collect());
+    }
+    if n.abs_diff(m) > band(n.max(m)) {
+        return None;
+    }
+    // Cells (i, j) with j - i in lo..=hi: the diagonals between the two ends, and SHIFT
+    // either side.
+    let d = m as i64 - n as i64;
+    let (lo, hi) = (d.min(0) - SHIFT as i64, d.max(0) + SHIFT as i64);
+    let width = (hi - lo + 1) as usize;
+    let at = |i: usize, j: usize| -> Option<usize> {
+        let k = j as i64 - i as i64 - lo;
+        (0..width as i64)
+            .contains(&k)
+            .then(|| i * width + k as usize)
+    };
+    const FAR: u32 = u32::MAX / 2;
+    // cost[i][j]: fewest unpaired or unlike to line up theirs[..i] with ours[..j];
+    // step: 0 diagonal, 1 from above (theirs[i-1] unpaired), 2 from the left.
+    let mut cost = vec![FAR; (n + 1) * width];
+    let mut step = vec![0u8; (n + 1) * width];
+    for i in 0..=n {
+        let first = (i as i64 + lo).max(0) as usize;
+        let last = (i as i64 + hi).min(m as i64) as usize; // hi > 0: never below 0
+        for j in first..=last {
+            let Some(here) = at(i, j) else { continue };
+            if i == 0 && j == 0 {
+                cost[here] = 0;
+                continue;
+            }
+            let mut best = (FAR, 0u8);
+            if i > 0 && j > 0 {
+                if let Some(c) = at(i - 1, j - 1) {
+                    let unlike = u32::from(!alike(theirs[i - 1], ours[j - 1]));
+                    best = (cost[c] + unlike, 0);
+                }
+            }
+            if i > 0 {
+                if let Some(c) = at(i - 1, j) {
+                    if cost[c] + 1 < best.0 {
+                        best = (cost[c] + 1, 1);
+                    }
+                }
+            }
+            if j > 0 {
+                if let Some(c) = at(i, j - 1) {
+                    if cost[c] + 1 < best.0 {
+                        best = (cost[c] + 1, 2);
+                    }
+                }
+            }
+            cost[here] = best.0;
+            step[here] = best.1;
+        }
+    }
+    let mut paired = vec![None; n];
+    let (mut i, mut j) = (n, m);
+    while i > 0 || j > 0 {
+        match step[at(i, j)?] {
+            0 => {
+                paired[i - 1] = Some(j - 1);
+                i -= 1;
+                j -= 1;
+            }
+            1 => i -= 1,
+            _ => j -= 1,
+        }
+    }
+    Some(paired)
+}
 
 /// This step's allocations from `start` to the OOM at `event`, in order: address, size,
 /// and whether the block is still live at the OOM.
@@ -561,6 +827,122 @@ mod tests {
             .filter(|e| e.kind == FreeCompleted && e.addr == reused)
             .count();
         assert_eq!(frees, 1, "{:?}", &carried.events[oom..]);
+    }
+
+    /// A step of `scale` with `extra` small blocks (another kernel's) made and freed before
+    /// its activations; otherwise `step`.
+    fn step_with(events: &mut Vec<TraceEvent>, base: u64, scale: u64, extra: u64) -> usize {
+        use TraceEventKind::*;
+        let begun = events.len();
+        for k in 0..extra {
+            events.push(event(Alloc, base + 100 + k, 4096));
+        }
+        for k in 0..extra {
+            events.push(event(FreeCompleted, base + 100 + k, 4096));
+        }
+        step(events, base, scale);
+        begun
+    }
+
+    #[test]
+    fn the_point_is_found_a_few_allocations_off_the_count() {
+        // Earlier steps made 1, 2 and 3 small blocks before their activations; this one
+        // made 1, then two activations, and is refused the third: the count alone lands
+        // on another allocation in two of the three, the band on the third activation in
+        // each, where the rise is the same as at the count (3 times).
+        let mut events = vec![event(TraceEventKind::Alloc, 1 << 40, 1 << 30)];
+        let mut marks = Vec::new();
+        for (i, (s, extra)) in [(100, 1), (200, 2), (150, 3)].into_iter().enumerate() {
+            marks.push(step_with(&mut events, (i as u64 + 1) << 32, s, extra));
+        }
+        marks.push(events.len());
+        events.push(event(TraceEventKind::Alloc, (99 << 32) + 100, 4096));
+        for k in 0..2 {
+            events.push(event(TraceEventKind::Alloc, (99 << 32) + k, 300 * MIB));
+        }
+        let oom = events.len();
+        events.push(event(TraceEventKind::Oom, 0, 300 * MIB));
+        let trace = Trace::bare(Vec::new(), events);
+        let rest = of(&trace, &marks, oom).expect("earlier steps reached the point");
+        assert!(rest.identified && rest.steps == 3, "{rest:?}");
+        assert!((rest.growth - 3.0).abs() < 1e-9, "{rest:?}");
+        let pattern = rest.likest.expect("identified");
+        assert_eq!(trace.events[pattern.point].size, 200 * MIB);
+        // Carried on: the pattern step (200 MiB, two small blocks first) is lined up with
+        // this one (one small block), so its third and fourth activations and its gradient
+        // come in this step's sizes, and every activation is freed, this step's at its own
+        // addresses.
+        let carried = carried_on(&trace, &rest, oom).expect("a step to carry it on by");
+        let on = &carried.events[oom..];
+        let allocs: Vec<u64> = on
+            .iter()
+            .filter(|e| e.kind == TraceEventKind::Alloc)
+            .map(|e| e.size / MIB)
+            .collect();
+        assert_eq!(allocs, vec![300, 300, 600]);
+        let freed: Vec<u64> = on
+            .iter()
+            .filter(|e| e.kind == TraceEventKind::FreeCompleted)
+            .map(|e| e.addr)
+            .collect();
+        assert!(freed.contains(&(99 << 32)) && freed.contains(&((99 << 32) + 1)));
+        assert_eq!(freed.len(), 5, "{on:?}");
+    }
+
+    #[test]
+    fn a_lookalike_away_from_the_count_is_not_taken_for_the_point() {
+        // Earlier steps made a block as large, against their working memory, as the
+        // request two allocations past the count, but after other blocks than the
+        // request's: not the same operation, so the point stays unidentified.
+        let mut events = vec![event(TraceEventKind::Alloc, 1 << 40, 1 << 30)];
+        let mut marks = Vec::new();
+        for (i, s) in [100u64, 200, 150].into_iter().enumerate() {
+            let base = (i as u64 + 1) << 32;
+            marks.push(events.len());
+            for k in 0..2 {
+                events.push(event(TraceEventKind::Alloc, base + k, s * MIB));
+            }
+            events.push(event(TraceEventKind::Alloc, base + 2, 4096));
+            events.push(event(TraceEventKind::Alloc, base + 3, 4096));
+            // Half the working memory, as the request is below.
+            events.push(event(TraceEventKind::Alloc, base + 4, s * MIB));
+            for k in 0..5 {
+                events.push(event(TraceEventKind::FreeCompleted, base + k, 0));
+            }
+        }
+        marks.push(events.len());
+        for k in 0..2 {
+            events.push(event(TraceEventKind::Alloc, (99 << 32) + k, 300 * MIB));
+        }
+        let oom = events.len();
+        // The count lands on the first 4 KiB block in the earlier steps.
+        events.push(event(TraceEventKind::Oom, 0, 300 * MIB));
+        let trace = Trace::bare(Vec::new(), events);
+        let rest = of(&trace, &marks, oom).expect("steps reached the count");
+        assert!(!rest.identified, "{rest:?}");
+    }
+
+    #[test]
+    fn allocations_are_lined_up_across_a_few_more_or_fewer() {
+        let alike = |a: u64, b: u64| a == b;
+        // As many: the k-th for the k-th, alike or not.
+        assert_eq!(
+            pair_up(&[1u64, 2, 3], &[1u64, 9, 3], alike),
+            Some(vec![Some(0), Some(1), Some(2)])
+        );
+        // One more in ours, in the middle: the rest lines up past it.
+        assert_eq!(
+            pair_up(&[1u64, 2, 3, 4], &[1u64, 2, 7, 3, 4], alike),
+            Some(vec![Some(0), Some(1), Some(3), Some(4)])
+        );
+        // One fewer: the pattern's extra is left unpaired.
+        assert_eq!(
+            pair_up(&[1u64, 5, 2, 3], &[1u64, 2, 3], alike),
+            Some(vec![Some(0), None, Some(1), Some(2)])
+        );
+        // Counts further apart than the band: not lined up.
+        let long: Vec<u64> = (0..20).collect();
+        assert_eq!(pair_up(&long, &[0u64], alike), None);
     }
 
     #[test]

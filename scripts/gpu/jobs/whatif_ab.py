@@ -59,6 +59,14 @@ Workloads (each ends with one judged request, caught so the process ends normall
   vitvar      a ViT-Base (transformers' ViTForImageClassification, random weights, bf16
               autocast, AdamW) whose batch (16 to 64) and resolution (128 to 448, position
               embeddings interpolated) vary, under a cap (WHATIF_VITVAR_CAP_GIB).
+  moemix      a Mixtral (transformers' MixtralForCausalLM: 6 layers, 768 wide, 8 experts,
+              2 a token, random weights, bf16 autocast, AdamW) whose batch and length vary:
+              each expert's share of the tokens, so its activations' sizes, turn on the
+              router from step to step (WHATIF_MOEMIX_CAP_GIB).
+  gpt2scaler  gpt2mixed's GPT-2 in fp16 autocast with a GradScaler that grows its scale
+              every 8 steps, so that steps whose gradients overflow skip the optimizer
+              (no step marked: two iterations fall in one marked step), under a cap
+              (WHATIF_GPT2SCALER_CAP_GIB).
   otherproc   a second process holds a 60 GiB cache on the same GPU (freed tensors,
               not released); this one asks for 30 GiB.
 
@@ -104,13 +112,14 @@ import time
 MiB = 1 << 20
 GiB = 1 << 30
 WORKLOADS = ["checker", "splitcache", "tails", "gpt2var", "kvcache", "gpt2mixed", "llamamix", "resnetvar",
-             "bertaccum", "t5var", "gpt2ckpt", "evalmix", "gpt2keep", "gan", "vitvar", "otherproc"]
+             "bertaccum", "t5var", "gpt2ckpt", "evalmix", "gpt2keep", "gan", "vitvar", "moemix", "gpt2scaler", "otherproc"]
 # The cap of each stepped workload that takes one from the environment (`scan` varies it).
 CAP_ENV = {"gpt2mixed": ("WHATIF_GPT2MIXED_CAP_GIB", 15.5), "llamamix": ("WHATIF_LLAMAMIX_CAP_GIB", 10),
            "resnetvar": ("WHATIF_RESNETVAR_CAP_GIB", 6.5), "bertaccum": ("WHATIF_BERTACCUM_CAP_GIB", 8),
            "t5var": ("WHATIF_T5VAR_CAP_GIB", 8), "gpt2ckpt": ("WHATIF_GPT2CKPT_CAP_GIB", 8),
            "evalmix": ("WHATIF_EVALMIX_CAP_GIB", 10), "gpt2keep": ("WHATIF_GPT2KEEP_CAP_GIB", 10),
-           "gan": ("WHATIF_GAN_CAP_GIB", 10), "vitvar": ("WHATIF_VITVAR_CAP_GIB", 10)}
+           "gan": ("WHATIF_GAN_CAP_GIB", 10), "vitvar": ("WHATIF_VITVAR_CAP_GIB", 10),
+           "moemix": ("WHATIF_MOEMIX_CAP_GIB", 10), "gpt2scaler": ("WHATIF_GPT2SCALER_CAP_GIB", 10)}
 HERE = os.path.dirname(os.path.abspath(__file__))
 STEP_LIMIT = int(os.environ.get("WHATIF_STEP_LIMIT", "400"))
 PROFILE = os.environ.get("WHATIF_PROFILE") == "1"  # each step's peaks, printed (sizing caps)
@@ -413,6 +422,39 @@ def steps(workload, cap, stop_at, judged, before_judged, after_step):
             loss_g.backward()
             opt_g.step()
             opt_g.zero_grad(set_to_none=True)
+    elif workload == "moemix":
+        from transformers import MixtralConfig, MixtralForCausalLM
+
+        cap_from_env(cap, workload)
+        config = MixtralConfig(hidden_size=768, intermediate_size=2048, num_hidden_layers=6,
+                               num_attention_heads=12, num_key_value_heads=4, num_local_experts=8,
+                               num_experts_per_tok=2, vocab_size=32000, max_position_embeddings=4096)
+        model = MixtralForCausalLM(config).cuda()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+        # A sparse mixture of experts: how many tokens each expert gets is the router's
+        # choice, so the sizes inside a step vary even between steps of one shape.
+        step = mixed_lm_step(model, opt, 32000, [2, 4, 6, 8], lambda i: 256 + 16 * i, 4096)
+    elif workload == "gpt2scaler":
+        from transformers import GPT2Config, GPT2LMHeadModel
+
+        cap_from_env(cap, workload)
+        model = GPT2LMHeadModel(GPT2Config(n_layer=6, n_embd=1024, n_head=16, n_positions=2048)).cuda()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        # fp16 needs loss scaling; a scale grown every 8 clean steps overflows now and then,
+        # and GradScaler then skips the optimizer's step: no step is marked for it.
+        scaler = torch.amp.GradScaler("cuda", init_scale=2.0 ** 16, growth_interval=8)
+
+        def step(i):
+            batch = random.choice([2, 4, 6, 8, 12, 16])
+            length = min(2048, random.randint(64, 256 + 8 * i))
+            x = torch.randint(0, 50257, (batch, length), device="cuda")
+            with torch.autocast("cuda", dtype=torch.float16):
+                loss = model(x, labels=x).loss
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+            opt.zero_grad(set_to_none=True)
     elif workload == "vitvar":
         from transformers import ViTConfig, ViTForImageClassification
 
@@ -647,7 +689,7 @@ def under_vramtop(binary, workload, work):
 
 
 STEPPED = ("gpt2var", "kvcache", "kvcache_steps", "gpt2mixed", "llamamix", "resnetvar", "bertaccum", "t5var",
-           "gpt2ckpt", "evalmix", "gpt2keep", "gan", "vitvar")
+           "gpt2ckpt", "evalmix", "gpt2keep", "gan", "vitvar", "moemix", "gpt2scaler")
 
 
 MAX_SPLIT_TRIED = ["20", "64", "128", "256", "512", "1024", "2048", "4096"]  # MAX_SPLIT_TRIED_MB

@@ -502,8 +502,9 @@ impl Judge<'_> {
             return remedies;
         }
         let which = if rest.identified {
-            "that allocated as much at the same point (as many allocations into the step, \
-             against the memory then in use)"
+            "that allocated as much at the same point (as many allocations into the step, or \
+             a few more or fewer after blocks like this step's, against the memory then in \
+             use)"
         } else {
             "that reached as many allocations (too few allocated as much there to tell which \
              operation the request was)"
@@ -546,8 +547,13 @@ impl Judge<'_> {
         }
         if rest.typical_peak > self.plain.capacity {
             let why = format!(
-                "{grew}; the middle of them makes this step {}: whether it ends under the cap \
+                "{grew}; the middle of {} makes this step {}: whether it ends under the cap \
                  is not in the job's history",
+                if rest.identified {
+                    "those about this step's size"
+                } else {
+                    "them"
+                },
                 at(rest.typical_growth, rest.typical_peak, self.plain.capacity)
             );
             return overturn(remedies, &[Verdict::Fits], Verdict::CannotTell, &why);
