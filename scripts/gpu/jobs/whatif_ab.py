@@ -67,6 +67,14 @@ Workloads (each ends with one judged request, caught so the process ends normall
               every 8 steps, so that steps whose gradients overflow skip the optimizer
               (no step marked: two iterations fall in one marked step), under a cap
               (WHATIF_GPT2SCALER_CAP_GIB).
+  loramix     llamamix's Llama with its weights frozen and low-rank adapters (rank 16) on
+              every attention and MLP projection, as LoRA fine-tuning does: gradients and
+              optimizer state for the adapters alone (WHATIF_LORAMIX_CAP_GIB).
+  gpt2compile gpt2mixed's GPT-2 compiled (torch.compile, dynamic shapes): Inductor's
+              kernels allocate their own buffers (WHATIF_GPT2COMPILE_CAP_GIB).
+  llamagen    llamamix's Llama generating (transformers' generate, greedy, KV cache) for
+              batches of prompts whose size, length and new tokens vary and grow: no
+              optimizer, so no step marked (WHATIF_LLAMAGEN_CAP_GIB).
   otherproc   a second process holds a 60 GiB cache on the same GPU (freed tensors,
               not released); this one asks for 30 GiB.
 
@@ -112,14 +120,16 @@ import time
 MiB = 1 << 20
 GiB = 1 << 30
 WORKLOADS = ["checker", "splitcache", "tails", "gpt2var", "kvcache", "gpt2mixed", "llamamix", "resnetvar",
-             "bertaccum", "t5var", "gpt2ckpt", "evalmix", "gpt2keep", "gan", "vitvar", "moemix", "gpt2scaler", "otherproc"]
+             "bertaccum", "t5var", "gpt2ckpt", "evalmix", "gpt2keep", "gan", "vitvar", "moemix", "gpt2scaler", "loramix", "gpt2compile", "llamagen", "otherproc"]
 # The cap of each stepped workload that takes one from the environment (`scan` varies it).
 CAP_ENV = {"gpt2mixed": ("WHATIF_GPT2MIXED_CAP_GIB", 15.5), "llamamix": ("WHATIF_LLAMAMIX_CAP_GIB", 10),
            "resnetvar": ("WHATIF_RESNETVAR_CAP_GIB", 6.5), "bertaccum": ("WHATIF_BERTACCUM_CAP_GIB", 8),
            "t5var": ("WHATIF_T5VAR_CAP_GIB", 8), "gpt2ckpt": ("WHATIF_GPT2CKPT_CAP_GIB", 8),
            "evalmix": ("WHATIF_EVALMIX_CAP_GIB", 10), "gpt2keep": ("WHATIF_GPT2KEEP_CAP_GIB", 10),
            "gan": ("WHATIF_GAN_CAP_GIB", 10), "vitvar": ("WHATIF_VITVAR_CAP_GIB", 10),
-           "moemix": ("WHATIF_MOEMIX_CAP_GIB", 10), "gpt2scaler": ("WHATIF_GPT2SCALER_CAP_GIB", 10)}
+           "moemix": ("WHATIF_MOEMIX_CAP_GIB", 10), "gpt2scaler": ("WHATIF_GPT2SCALER_CAP_GIB", 10),
+           "loramix": ("WHATIF_LORAMIX_CAP_GIB", 10), "gpt2compile": ("WHATIF_GPT2COMPILE_CAP_GIB", 10),
+           "llamagen": ("WHATIF_LLAMAGEN_CAP_GIB", 10)}
 HERE = os.path.dirname(os.path.abspath(__file__))
 STEP_LIMIT = int(os.environ.get("WHATIF_STEP_LIMIT", "400"))
 PROFILE = os.environ.get("WHATIF_PROFILE") == "1"  # each step's peaks, printed (sizing caps)
@@ -455,6 +465,55 @@ def steps(workload, cap, stop_at, judged, before_judged, after_step):
             scaler.step(opt)
             scaler.update()
             opt.zero_grad(set_to_none=True)
+    elif workload == "loramix":
+        import torch.nn as nn
+
+        cap_from_env(cap, workload)
+        model, _ = llama_mix()
+
+        class Lora(nn.Module):
+            """A frozen projection plus a trained low-rank update (B starts at zero)."""
+
+            def __init__(self, base, rank=16):
+                super().__init__()
+                self.base = base
+                self.a = nn.Parameter(torch.randn(rank, base.in_features, device="cuda") / rank)
+                self.b = nn.Parameter(torch.zeros(base.out_features, rank, device="cuda"))
+
+            def forward(self, x):
+                return self.base(x) + (x @ self.a.t()) @ self.b.t()
+
+        model.requires_grad_(False)
+        for layer in model.model.layers:
+            for parent, names in ((layer.self_attn, ("q_proj", "k_proj", "v_proj", "o_proj")),
+                                  (layer.mlp, ("gate_proj", "up_proj", "down_proj"))):
+                for name in names:
+                    setattr(parent, name, Lora(getattr(parent, name)))
+        adapters = [p for p in model.parameters() if p.requires_grad]
+        opt = torch.optim.AdamW(adapters, lr=1e-4)
+        step = mixed_lm_step(model, opt, 32000, [2, 4, 8, 12, 16], lambda i: 256 + 24 * i, 4096)
+    elif workload == "gpt2compile":
+        from transformers import GPT2Config, GPT2LMHeadModel
+
+        cap_from_env(cap, workload)
+        model = GPT2LMHeadModel(GPT2Config(n_layer=6, n_embd=1024, n_head=16, n_positions=2048)).cuda()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        compiled = torch.compile(model, dynamic=True)
+        step = mixed_lm_step(compiled, opt, 50257, [2, 4, 6, 8, 12, 16], lambda i: 256 + 8 * i, 2048)
+    elif workload == "llamagen":
+        cap_from_env(cap, workload)
+        model, _ = llama_mix()
+        model.eval()
+        model.generation_config.pad_token_id = 0
+
+        def step(i):
+            # Serving batches: more prompts, longer, more new tokens as it goes.
+            batch = random.choice([4, 8, 16, 24, 32])
+            length = random.randint(64, 128 + 32 * i)
+            x = torch.randint(1, 32000, (batch, length), device="cuda")
+            with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
+                model.generate(x, attention_mask=torch.ones_like(x), do_sample=False,
+                               max_new_tokens=random.randint(8, 32 + 2 * i), min_new_tokens=1)
     elif workload == "vitvar":
         from transformers import ViTConfig, ViTForImageClassification
 
@@ -689,7 +748,8 @@ def under_vramtop(binary, workload, work):
 
 
 STEPPED = ("gpt2var", "kvcache", "kvcache_steps", "gpt2mixed", "llamamix", "resnetvar", "bertaccum", "t5var",
-           "gpt2ckpt", "evalmix", "gpt2keep", "gan", "vitvar", "moemix", "gpt2scaler")
+           "gpt2ckpt", "evalmix", "gpt2keep", "gan", "vitvar", "moemix", "gpt2scaler",
+           "loramix", "gpt2compile", "llamagen")
 
 
 MAX_SPLIT_TRIED = ["20", "64", "128", "256", "512", "1024", "2048", "4096"]  # MAX_SPLIT_TRIED_MB
