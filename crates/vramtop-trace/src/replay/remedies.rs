@@ -181,10 +181,20 @@ fn through_the_rest(
         .iter()
         .any(|e| e.kind == TraceEventKind::Alloc);
     let any_fits = last.remedies.iter().any(|r| r.verdict == Verdict::Fits);
-    let carried = last
-        .step
-        .filter(|_| died_there && any_fits)
-        .and_then(|rest| step_rest::carried_on(trace, &rest, last.event));
+    if !(died_there && any_fits) {
+        return Ok(answers);
+    }
+    // A job that marked its steps is carried on as its likest earlier step went on; one
+    // that marked none, as it went on just before (`step_rest::repeated`).
+    let (carried, on) = if super::step_boundaries(trace).is_empty() {
+        (step_rest::repeated(trace, last.event), REPEATED)
+    } else {
+        (
+            last.step
+                .and_then(|rest| step_rest::carried_on(trace, &rest, last.event)),
+            LIKEST,
+        )
+    };
     let Some(carried) = carried else {
         return Ok(answers);
     };
@@ -202,20 +212,39 @@ fn through_the_rest(
     let again = judged(&carried, std::slice::from_ref(end), bounds, Some(&fitting))?;
     if let Some(through) = again.last() {
         let more = carried.events.len().saturating_sub(last.event + 2);
-        last.remedies =
-            carried_through(std::mem::take(&mut last.remedies), &through.remedies, more);
+        last.remedies = carried_through(
+            std::mem::take(&mut last.remedies),
+            &through.remedies,
+            more,
+            on,
+        );
     }
     Ok(answers)
 }
 
+/// How a job with its steps marked is carried on (`step_rest::carried_on`), and what the
+/// carried events' sizes are.
+const LIKEST: (&str, &str) = (
+    "carried on through the rest of the step as the earlier step most like it went on past \
+     the same point",
+    "this step's own sizes where the history shows them",
+);
+
+/// How a job with no steps marked is carried on (`step_rest::repeated`).
+const REPEATED: (&str, &str) = (
+    "carried on as it went on just before (its last round of allocations since its previous \
+     request of this size after the same ones, once more)",
+    "the round's own sizes; the job marked no steps, so where its step ends is not known",
+);
+
 /// A "fits" kept where the same remedy fits the carried-on trace's end as well; else open.
+/// `on`: how it was carried on, and what its sizes are.
 fn carried_through(
     remedies: Vec<RemedyVerdict>,
     through: &[RemedyVerdict],
     events: usize,
+    (on, sizes): (&str, &str),
 ) -> Vec<RemedyVerdict> {
-    const ON: &str = "carried on through the rest of the step as the earlier step most like it \
-                      went on past the same point";
     remedies
         .into_iter()
         .map(|r| {
@@ -239,7 +268,7 @@ fn carried_through(
                 return RemedyVerdict::new(
                     kept.remedy.clone(),
                     Verdict::Fits,
-                    format!("{}; so does the job {ON}", kept.reason),
+                    format!("{}; so does the job {on}", kept.reason),
                 );
             }
             let outcome = if t.verdict == Verdict::Fails {
@@ -248,9 +277,8 @@ fn carried_through(
                 "may run out before the step's end"
             };
             let why = format!(
-                "it serves this request, but {ON} ({events} more events, this step's own sizes \
-                 where the history shows them), the job {outcome}: whether it gets through \
-                 this step is not in its history"
+                "it serves this request, but {on} ({events} more events, {sizes}), the job \
+                 {outcome}: whether it gets through this step is not in its history"
             );
             let remedy = match r.remedy {
                 Remedy::MaxSplitSizeMb(_) => Remedy::MaxSplitSizeMb(None),

@@ -175,18 +175,27 @@ pub(super) fn max_split(verdict: &dyn Fn(u64) -> Verdict) -> RemedyVerdict {
         .find(|&i| fits(i) && (runs == 1 || (i > 0 && fits(i - 1)) || fits(i + 1)))
         .or_else(|| fits(0).then_some(0));
     if let Some(i) = steady {
-        // Values that fit alone, between values that do not fit, other than the one named.
-        let lone: Vec<String> = (1..verdicts.len())
-            .filter(|&j| j != i && runs > 1 && fits(j) && !fits(j - 1) && !fits(j + 1))
-            .map(|j| verdicts[j].0.to_string())
-            .collect();
+        // Values that fit alone, between values that do not fit, other than the one named:
+        // not among those said to fit (on a Llama generating, the replay's lone 128 was
+        // one PyTorch failed, H200).
+        let alone =
+            |j: usize| j != i && runs > 1 && j > 0 && fits(j) && !fits(j - 1) && !fits(j + 1);
+        let (lone, trusted): (Vec<usize>, Vec<usize>) = (0..verdicts.len())
+            .filter(|&j| fits(j))
+            .partition(|&j| alone(j));
+        let named = |list: &[usize]| -> String {
+            list.iter()
+                .map(|&j| verdicts[j].0.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
         let also = if lone.is_empty() {
             String::new()
         } else {
             format!(
-                "; N = {} fit alone, between values that do not fit, which turns on the exact \
-                 order of the job's allocations",
-                lone.join(", ")
+                "; N = {} also served it alone, between values that do not, which turns on \
+                 the exact order of the job's allocations: not counted",
+                named(&lone)
             )
         };
         return RemedyVerdict::new(
@@ -194,7 +203,7 @@ pub(super) fn max_split(verdict: &dyn Fn(u64) -> Verdict) -> RemedyVerdict {
             Verdict::Fits,
             format!(
                 "the job's history replayed with it serves the request (fits with N = {}{also}; {tried})",
-                fitting.join(", ")
+                named(&trusted)
             ),
         );
     }
@@ -262,7 +271,7 @@ mod tests {
         assert!(
             smallest_alone
                 .reason
-                .contains("fits with N = 20, 1024; N = 1024 fit alone"),
+                .contains("fits with N = 20; N = 1024 also served it alone"),
             "{smallest_alone:?}"
         );
         // Scattered fits: the largest beside another that fits.
