@@ -1072,6 +1072,49 @@ mod tests {
     }
 
     #[test]
+    fn a_job_with_no_steps_is_carried_on_as_it_went_on_just_before() {
+        use TraceEventKind::*;
+        // Rounds of a 100 MiB block and a 10 MiB one, each round freeing the round
+        // before's; the fifth round's 100 MiB refused. Its last round (from the fourth's
+        // 100 MiB, after the same allocations) is carried on once: the request served,
+        // its 10 MiB, and the fourth round's blocks freed, as the third's were then.
+        let x = |r: u64| (1 << 32) + r;
+        let y = |r: u64| (2 << 32) + r;
+        let mut events = Vec::new();
+        for r in 0..4 {
+            events.push(event(Alloc, x(r), 100 * MIB));
+            events.push(event(Alloc, y(r), 10 * MIB));
+            if r > 0 {
+                events.push(event(FreeCompleted, x(r - 1), 0));
+                events.push(event(FreeCompleted, y(r - 1), 0));
+            }
+        }
+        let oom = events.len();
+        events.push(event(Oom, 0, 100 * MIB));
+        let trace = Trace::bare(Vec::new(), events);
+        let carried = repeated(&trace, oom).expect("an earlier round");
+        assert_eq!(carried.events[..oom], trace.events[..oom]);
+        let on: Vec<(TraceEventKind, u64, u64)> = carried.events[oom..]
+            .iter()
+            .map(|e| (e.kind, e.addr, e.size / MIB))
+            .collect();
+        assert_eq!(
+            on,
+            vec![
+                (Alloc, CARRIED_ADDR + 1, 100),
+                (Alloc, CARRIED_ADDR + 2, 10),
+                (FreeCompleted, x(3), 0),
+                (FreeCompleted, y(3), 0),
+                (Oom, 0, 0),
+            ]
+        );
+        // Asked a size no earlier request had: nothing to carry it on by.
+        let mut other = trace.events.clone();
+        other[oom] = event(Oom, 0, 70 * MIB);
+        assert_eq!(repeated(&Trace::bare(Vec::new(), other), oom), None);
+    }
+
+    #[test]
     fn a_step_refused_its_first_request_is_not_taken_for_the_step_before() {
         // The mark is the OOM itself (step_boundaries lands it there): the step before
         // had five allocations, and the refused request is not its sixth.
