@@ -1089,7 +1089,7 @@ fn gpu_kept_histories_of_training_loops_give_pytorchs_outcomes_on_both_paths() {
     // PyTorch fitted expandable, expandable + GC, the cache emptied after every step and
     // max_split 20 to 256, and failed roundup 4, GC 0.6 and max_split 512 to 4096 (H200,
     // 2026-11-27). Its steps made 1,261 to 1,309 allocations as the router sent tokens, and
-    // the logits came 4 to 6 allocations off the count: by the count alone the point was
+    // the logits came 2 to 6 allocations off the count: by the count alone the point was
     // not identified, and every fit was open.
     let moemix: &[(&str, Verdict)] = &[
         ("expandable_segments:True", Fits),

@@ -10,20 +10,23 @@
 //! Counting alone does not find the same operation in every step (a step whose shapes
 //! take another kernel allocates more or fewer blocks before it), so a step counts only
 //! where its `j`-th allocation is about as large, against the step's working memory then,
-//! as the refused request is now. Where a step's shapes or its router took other kernels
-//! before the point, the same operation comes a few allocations earlier or later: the
-//! nearest allocation within `band` that is as large and follows blocks like the
-//! request's (`leads_alike`) stands for it. Where even the step that rose least, its rise scaled to
-//! this step's working memory, passes the cap (and the largest step's rise in bytes,
-//! unscaled, too), no setting gets the step through, and the cause is the step's size,
-//! not fragmentation; where the middle one's passes it, a "fits" is left open. On a T5 under a 5 GiB cap the least rise (1.04 times) left the
-//! step 42 MiB under the cap and the middle one (1.06) 45 MiB over; PyTorch with expandable
-//! segments died in the step. The middle is taken among the steps of about this one's
-//! size (`like_this`): a small step grows more, for its size, than a large one. Where fewer than three steps match, the point is not
-//! identified, and every step that reached as many allocations gives its growth: on a BERT
-//! with four micro-batches of their own shape a step they grew 1.00 to 6.16 times, 2.0 in
-//! the middle, and the fits are open (PyTorch got through under 8 GiB and not under 7; no
-//! history holds the micro-batches still to come).
+//! as the refused request is now; or, where its shapes or its router took other kernels
+//! before the point, the nearest allocation within `band` that is as large and follows
+//! blocks like the request's (`leads_alike`).
+//!
+//! Where even the step that rose least, its rise scaled to this step's working memory,
+//! passes the cap (and the largest step's rise in bytes, unscaled, too), no setting gets
+//! the step through, and the cause is the step's size, not fragmentation; where the middle
+//! one's passes it, a "fits" is left open. On a T5 under a 5 GiB cap the least rise (1.04
+//! times) left the step 42 MiB under the cap and the middle one (1.06) 45 MiB over;
+//! PyTorch with expandable segments died in the step. The middle is taken among the steps
+//! of about this one's size (`like_this`): a small step grows more, for its size, than a
+//! large one. Where fewer than three steps match, the point is not identified, and every
+//! step that reached as many allocations gives its growth, a "fits" left open where the
+//! middle one passes the cap. A BERT with four micro-batches of their own shape a step was
+//! so by the count alone (its steps grew 1.00 to 6.16 times, 2.0 in the middle); found
+//! within the band, its steps of about its size put it under an 8 GiB cap and over a 7
+//! GiB one, and PyTorch got through under 8 and not under 7.
 //!
 //! Memory in use is not all: a setting that serves the refused request may fail a later one
 //! in the same step for want of a contiguous block. `carried_on` appends the rest of the
@@ -173,8 +176,8 @@ impl InUse {
 /// How far from the point, in allocations, a step's allocation may lie and still be taken
 /// for the operation at the point: a step whose shapes take another kernel here and there
 /// allocates a few blocks more or fewer before it (a Mixtral's steps, 6 layers of 8
-/// experts, held 1,263 to 1,309 allocations, and its logits came 9 later in the step cut
-/// short than in the three before it). The nearest allocation that matches is taken.
+/// experts, held 1,261 to 1,309 allocations, and its logits came 2 to 6 allocations off
+/// the count of the step cut short). The nearest allocation that matches is taken.
 fn band(point: usize) -> usize {
     (point / 16).clamp(16, 256)
 }

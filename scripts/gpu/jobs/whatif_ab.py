@@ -75,6 +75,12 @@ Workloads (each ends with one judged request, caught so the process ends normall
   llamagen    llamamix's Llama generating (transformers' generate, greedy, KV cache) for
               batches of prompts whose size, length and new tokens vary and grow: no
               optimizer, so no step marked (WHATIF_LLAMAGEN_CAP_GIB).
+  gpt2stream  gpt2mixed's GPT-2 fed by a side stream: each step's input embeddings and
+              labels made on a second CUDA stream (so in its own pool of the cache) and
+              handed over with record_stream (WHATIF_GPT2STREAM_CAP_GIB).
+  t5beam      a T5 (t5var's) translating batches with beam search (4 beams:
+              the cache reordered at each token), batches and lengths growing, no
+              optimizer (WHATIF_T5BEAM_CAP_GIB).
   otherproc   a second process holds a 60 GiB cache on the same GPU (freed tensors,
               not released); this one asks for 30 GiB.
 
@@ -120,7 +126,7 @@ import time
 MiB = 1 << 20
 GiB = 1 << 30
 WORKLOADS = ["checker", "splitcache", "tails", "gpt2var", "kvcache", "gpt2mixed", "llamamix", "resnetvar",
-             "bertaccum", "t5var", "gpt2ckpt", "evalmix", "gpt2keep", "gan", "vitvar", "moemix", "gpt2scaler", "loramix", "gpt2compile", "llamagen", "otherproc"]
+             "bertaccum", "t5var", "gpt2ckpt", "evalmix", "gpt2keep", "gan", "vitvar", "moemix", "gpt2scaler", "loramix", "gpt2compile", "llamagen", "gpt2stream", "t5beam", "otherproc"]
 # The cap of each stepped workload that takes one from the environment (`scan` varies it).
 CAP_ENV = {"gpt2mixed": ("WHATIF_GPT2MIXED_CAP_GIB", 15.5), "llamamix": ("WHATIF_LLAMAMIX_CAP_GIB", 10),
            "resnetvar": ("WHATIF_RESNETVAR_CAP_GIB", 6.5), "bertaccum": ("WHATIF_BERTACCUM_CAP_GIB", 8),
@@ -129,7 +135,8 @@ CAP_ENV = {"gpt2mixed": ("WHATIF_GPT2MIXED_CAP_GIB", 15.5), "llamamix": ("WHATIF
            "gan": ("WHATIF_GAN_CAP_GIB", 10), "vitvar": ("WHATIF_VITVAR_CAP_GIB", 10),
            "moemix": ("WHATIF_MOEMIX_CAP_GIB", 10), "gpt2scaler": ("WHATIF_GPT2SCALER_CAP_GIB", 10),
            "loramix": ("WHATIF_LORAMIX_CAP_GIB", 10), "gpt2compile": ("WHATIF_GPT2COMPILE_CAP_GIB", 10),
-           "llamagen": ("WHATIF_LLAMAGEN_CAP_GIB", 10)}
+           "llamagen": ("WHATIF_LLAMAGEN_CAP_GIB", 10), "gpt2stream": ("WHATIF_GPT2STREAM_CAP_GIB", 10),
+           "t5beam": ("WHATIF_T5BEAM_CAP_GIB", 10)}
 HERE = os.path.dirname(os.path.abspath(__file__))
 STEP_LIMIT = int(os.environ.get("WHATIF_STEP_LIMIT", "400"))
 PROFILE = os.environ.get("WHATIF_PROFILE") == "1"  # each step's peaks, printed (sizing caps)
@@ -514,6 +521,47 @@ def steps(workload, cap, stop_at, judged, before_judged, after_step):
             with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
                 model.generate(x, attention_mask=torch.ones_like(x), do_sample=False,
                                max_new_tokens=random.randint(8, 32 + 2 * i), min_new_tokens=1)
+    elif workload == "gpt2stream":
+        from transformers import GPT2Config, GPT2LMHeadModel
+
+        cap_from_env(cap, workload)
+        model = GPT2LMHeadModel(GPT2Config(n_layer=6, n_embd=1024, n_head=16, n_positions=2048)).cuda()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        side = torch.cuda.Stream()
+
+        def step(i):
+            # The batch made on a side stream, as a prefetching loader does, then handed
+            # to the default stream: its blocks come from the side stream's pool.
+            batch = random.choice([2, 4, 6, 8, 12, 16])
+            length = min(2048, random.randint(64, 256 + 8 * i))
+            with torch.cuda.stream(side):
+                embeds = torch.randn(batch, length, 1024, device="cuda", dtype=torch.bfloat16)
+                labels = torch.randint(0, 50257, (batch, length), device="cuda")
+            main = torch.cuda.current_stream()
+            main.wait_stream(side)
+            embeds.record_stream(main)
+            labels.record_stream(main)
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = model(inputs_embeds=embeds, labels=labels).loss
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+    elif workload == "t5beam":
+        from transformers import T5Config, T5ForConditionalGeneration
+
+        cap_from_env(cap, workload)
+        model = T5ForConditionalGeneration(T5Config(d_model=512, d_ff=2048, num_layers=6,
+                                                    num_heads=8, vocab_size=32128, pad_token_id=0,
+                                                    decoder_start_token_id=0, eos_token_id=1)).cuda()
+        model.eval()
+
+        def step(i):
+            batch = random.choice([4, 8, 16, 24])
+            source = random.randint(32, 64 + 24 * i)
+            x = torch.randint(2, 32128, (batch, source), device="cuda")
+            with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
+                model.generate(x, attention_mask=torch.ones_like(x), num_beams=4, do_sample=False,
+                               max_new_tokens=random.randint(8, 24 + i), min_new_tokens=1)
     elif workload == "vitvar":
         from transformers import ViTConfig, ViTForImageClassification
 
@@ -749,7 +797,7 @@ def under_vramtop(binary, workload, work):
 
 STEPPED = ("gpt2var", "kvcache", "kvcache_steps", "gpt2mixed", "llamamix", "resnetvar", "bertaccum", "t5var",
            "gpt2ckpt", "evalmix", "gpt2keep", "gan", "vitvar", "moemix", "gpt2scaler",
-           "loramix", "gpt2compile", "llamagen")
+           "loramix", "gpt2compile", "llamagen", "gpt2stream", "t5beam")
 
 
 MAX_SPLIT_TRIED = ["20", "64", "128", "256", "512", "1024", "2048", "4096"]  # MAX_SPLIT_TRIED_MB
