@@ -81,6 +81,8 @@ Workloads (each ends with one judged request, caught so the process ends normall
   t5beam      a T5 (t5var's) translating batches with beam search (4 beams:
               the cache reordered at each token), batches and lengths growing, no
               optimizer (WHATIF_T5BEAM_CAP_GIB).
+  t5beam_steps  t5beam that marks each `generate` call a step with `vramtop.step()`, as
+              vramtop's reason for `cannot tell` advises (WHATIF_T5BEAM_STEPS_CAP_GIB).
   otherproc   a second process holds a 60 GiB cache on the same GPU (freed tensors,
               not released); this one asks for 30 GiB.
 
@@ -126,7 +128,7 @@ import time
 MiB = 1 << 20
 GiB = 1 << 30
 WORKLOADS = ["checker", "splitcache", "tails", "gpt2var", "kvcache", "gpt2mixed", "llamamix", "resnetvar",
-             "bertaccum", "t5var", "gpt2ckpt", "evalmix", "gpt2keep", "gan", "vitvar", "moemix", "gpt2scaler", "loramix", "gpt2compile", "llamagen", "gpt2stream", "t5beam", "otherproc"]
+             "bertaccum", "t5var", "gpt2ckpt", "evalmix", "gpt2keep", "gan", "vitvar", "moemix", "gpt2scaler", "loramix", "gpt2compile", "llamagen", "gpt2stream", "t5beam", "t5beam_steps", "otherproc"]
 # The cap of each stepped workload that takes one from the environment (`scan` varies it).
 CAP_ENV = {"gpt2mixed": ("WHATIF_GPT2MIXED_CAP_GIB", 15.5), "llamamix": ("WHATIF_LLAMAMIX_CAP_GIB", 10),
            "resnetvar": ("WHATIF_RESNETVAR_CAP_GIB", 6.5), "bertaccum": ("WHATIF_BERTACCUM_CAP_GIB", 8),
@@ -136,7 +138,7 @@ CAP_ENV = {"gpt2mixed": ("WHATIF_GPT2MIXED_CAP_GIB", 15.5), "llamamix": ("WHATIF
            "moemix": ("WHATIF_MOEMIX_CAP_GIB", 10), "gpt2scaler": ("WHATIF_GPT2SCALER_CAP_GIB", 10),
            "loramix": ("WHATIF_LORAMIX_CAP_GIB", 10), "gpt2compile": ("WHATIF_GPT2COMPILE_CAP_GIB", 10),
            "llamagen": ("WHATIF_LLAMAGEN_CAP_GIB", 10), "gpt2stream": ("WHATIF_GPT2STREAM_CAP_GIB", 10),
-           "t5beam": ("WHATIF_T5BEAM_CAP_GIB", 10)}
+           "t5beam": ("WHATIF_T5BEAM_CAP_GIB", 10), "t5beam_steps": ("WHATIF_T5BEAM_STEPS_CAP_GIB", 10)}
 HERE = os.path.dirname(os.path.abspath(__file__))
 STEP_LIMIT = int(os.environ.get("WHATIF_STEP_LIMIT", "400"))
 PROFILE = os.environ.get("WHATIF_PROFILE") == "1"  # each step's peaks, printed (sizing caps)
@@ -546,7 +548,7 @@ def steps(workload, cap, stop_at, judged, before_judged, after_step):
             loss.backward()
             opt.step()
             opt.zero_grad(set_to_none=True)
-    elif workload == "t5beam":
+    elif workload in ("t5beam", "t5beam_steps"):
         from transformers import T5Config, T5ForConditionalGeneration
 
         cap_from_env(cap, workload)
@@ -562,6 +564,14 @@ def steps(workload, cap, stop_at, judged, before_judged, after_step):
             with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
                 model.generate(x, attention_mask=torch.ones_like(x), num_beams=4, do_sample=False,
                                max_new_tokens=random.randint(8, 24 + i), min_new_tokens=1)
+            mark()
+
+        mark = lambda: None  # noqa: E731
+        if workload == "t5beam_steps":
+            sys.path.insert(0, os.path.join(HERE, "..", "..", "..", "python"))
+            import vramtop
+
+            mark = vramtop.step
     elif workload == "vitvar":
         from transformers import ViTConfig, ViTForImageClassification
 
@@ -797,7 +807,7 @@ def under_vramtop(binary, workload, work):
 
 STEPPED = ("gpt2var", "kvcache", "kvcache_steps", "gpt2mixed", "llamamix", "resnetvar", "bertaccum", "t5var",
            "gpt2ckpt", "evalmix", "gpt2keep", "gan", "vitvar", "moemix", "gpt2scaler",
-           "loramix", "gpt2compile", "llamagen", "gpt2stream", "t5beam")
+           "loramix", "gpt2compile", "llamagen", "gpt2stream", "t5beam", "t5beam_steps")
 
 
 MAX_SPLIT_TRIED = ["20", "64", "128", "256", "512", "1024", "2048", "4096"]  # MAX_SPLIT_TRIED_MB

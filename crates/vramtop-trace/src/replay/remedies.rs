@@ -187,7 +187,15 @@ fn through_the_rest(
     // A job that marked its steps is carried on as its likest earlier step went on; one
     // that marked none, as it went on just before (`step_rest::repeated`).
     let (carried, on) = if super::step_boundaries(trace).is_empty() {
-        (step_rest::repeated(trace, last.event), REPEATED)
+        let repeated = step_rest::repeated(trace, last.event);
+        let allocations = trace.events[..last.event]
+            .iter()
+            .filter(|e| e.kind == TraceEventKind::Alloc)
+            .count();
+        if repeated.is_none() && allocations >= LOOP_ALLOCATIONS {
+            last.remedies = unmarked_loop(std::mem::take(&mut last.remedies), allocations);
+        }
+        (repeated, REPEATED)
     } else {
         (
             last.step
@@ -236,6 +244,40 @@ const REPEATED: (&str, &str) = (
      request of this size after the same ones, once more)",
     "the round's own sizes; the job marked no steps, so where its step ends is not known",
 );
+
+/// Allocations before an OOM from which a job that marked no steps is taken for a loop,
+/// whose requests after the refused one its history does not hold: a script asking once
+/// makes tens or hundreds.
+const LOOP_ALLOCATIONS: usize = 10_000;
+
+/// The fits of a loop that marked no steps and whose last allocations repeat none before
+/// them (`step_rest::repeated`), left open: serving the refused request says nothing of
+/// the next. A T5 translating with beam search (H200, PyTorch 2.11, a 1.63 GiB cap) was
+/// refused 433 MiB at the first token of a batch larger than any before; the replay served
+/// it with `max_split_size_mb` 20 to 256, and PyTorch, run with each, served it and failed a
+/// later 110 MiB in the same `generate`.
+fn unmarked_loop(remedies: Vec<RemedyVerdict>, allocations: usize) -> Vec<RemedyVerdict> {
+    let why = format!(
+        "it serves this request, but the job, {allocations} allocations in, is a loop that \
+         marked no steps, and no earlier round of its allocations led up to this request: \
+         what it asks next is not in its history (a loop that marks each step with \
+         vramtop.step() has the rest of its step judged)"
+    );
+    remedies
+        .into_iter()
+        .map(|r| match (r.verdict, r.remedy) {
+            (Verdict::Fits, Remedy::MaxSplitSizeMb(_)) => {
+                RemedyVerdict::new(Remedy::MaxSplitSizeMb(None), Verdict::CannotTell, &why)
+            }
+            (Verdict::Fits, remedy) => RemedyVerdict::new(remedy, Verdict::CannotTell, &why),
+            (verdict, remedy) => RemedyVerdict {
+                verdict,
+                remedy,
+                ..r
+            },
+        })
+        .collect()
+}
 
 /// A "fits" kept where the same remedy fits the carried-on trace's end as well; else open.
 /// `on`: how it was carried on, and what its sizes are.
@@ -887,6 +929,38 @@ mod tests {
         assert_eq!(v[1].1, Verdict::Fits, "{v:?}");
         assert_eq!(v[2].1, Verdict::Fails, "{v:?}");
         assert_eq!(v[3].1, Verdict::Fails, "{v:?}");
+    }
+
+    #[test]
+    fn a_long_loop_with_no_steps_and_no_round_like_its_last_leaves_its_fits_open() {
+        use TraceEventKind::*;
+        // The split cache after 10,000 small blocks made and freed: a loop, as far as its
+        // history shows, that marked no steps; nothing before asked 2.5 GiB, so no round
+        // carries it on, and serving the request says nothing of what it asks next.
+        let short = split_cache();
+        let mut events: Vec<TraceEvent> = (0..LOOP_ALLOCATIONS as u64)
+            .flat_map(|i| {
+                [
+                    event(Alloc, 0x9000_0000 + i, 512),
+                    event(FreeCompleted, 0x9000_0000 + i, 512),
+                ]
+            })
+            .collect();
+        events.extend(short.events.iter().cloned());
+        let long = trace(Vec::new(), events);
+        let cap = Some(7900 * MIB);
+        let verdict = |t: &Trace| {
+            let ooms = crate::ooms::trace_ooms(t);
+            remedies(t, &ooms, cap).unwrap()[0].remedies[0].clone()
+        };
+        assert_eq!(verdict(&short).verdict, Verdict::Fits);
+        let open = verdict(&long);
+        assert_eq!(open.verdict, Verdict::CannotTell, "{open:?}");
+        assert!(
+            open.reason.contains("is a loop that marked no steps"),
+            "{open:?}"
+        );
+        assert!(open.reason.contains("vramtop.step()"), "{open:?}");
     }
 
     /// Under a 1,000 MiB cap: X (300 MiB) cached whole; Y (350) and Z (320) find no block.
