@@ -37,7 +37,7 @@ use serde::Serialize;
 
 use crate::{Trace, TraceEvent, TraceEventKind};
 use vramtop_alloc::hash::AddrMap;
-use vramtop_alloc::{round_size, segment_size_for};
+use vramtop_alloc::{round_size, segment_size_for, StreamId};
 
 /// What the job's earlier steps say the step cut short still needed.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
@@ -520,14 +520,6 @@ pub fn carried_on(trace: &Trace, rest: &StepRest, event: usize) -> Option<Trace>
         }
     }
     let mut events = trace.events[..event].to_vec();
-    let carried = |kind, addr, size, stream| TraceEvent {
-        kind,
-        addr,
-        size,
-        stream,
-        tag: None,
-        time_us: None,
-    };
     // The refused request, served, in the place of the pattern's allocation at the point.
     blocks.insert(trace.events[pattern.point].addr, CARRIED_ADDR);
     events.push(carried(
@@ -557,14 +549,30 @@ pub fn carried_on(trace: &Trace, rest: &StepRest, event: usize) -> Option<Trace>
             _ => {}
         }
     }
-    // The end: a request for almost nothing, under a cap where the OOM was under one (the
-    // device's free bytes stand for that in an `oom` event), so that the end is judged
-    // as the OOM was.
+    Some(ended(trace, oom, events))
+}
+
+/// An event carried on past the OOM (no site, no time).
+fn carried(kind: TraceEventKind, addr: u64, size: u64, stream: StreamId) -> TraceEvent {
+    TraceEvent {
+        kind,
+        addr,
+        size,
+        stream,
+        tag: None,
+        time_us: None,
+    }
+}
+
+/// `trace` with its events replaced by `events` and a last `oom` asking for almost
+/// nothing, under a cap where the OOM was under one (the device's free bytes stand for
+/// that in an `oom` event), so that the end is judged as the OOM was.
+fn ended(trace: &Trace, oom: &TraceEvent, mut events: Vec<TraceEvent>) -> Trace {
     let needed = round_size(oom.size).unwrap_or(oom.size);
     let capped = oom.addr >= segment_size_for(needed);
     let device_free = if capped { oom.addr } else { 0 };
     events.push(carried(TraceEventKind::Oom, device_free, 512, oom.stream));
-    Some(Trace {
+    Trace {
         source: trace.source,
         device: trace.device,
         initial: trace.initial.clone(),
@@ -573,7 +581,7 @@ pub fn carried_on(trace: &Trace, rest: &StepRest, event: usize) -> Option<Trace>
         segments_at_end: trace.segments_at_end.clone(),
         settings: trace.settings.clone(),
         stats: trace.stats.clone(),
-    })
+    }
 }
 
 /// Rounds a job with no steps marked is carried on by (`repeated`): the same operation once
@@ -639,14 +647,6 @@ pub fn repeated(trace: &Trace, event: usize) -> Option<Trace> {
     let mut copies: Vec<Option<u64>> = Vec::new();
     let mut freed = std::collections::HashSet::new();
     let mut next = CARRIED_ADDR;
-    let carried = |kind, addr, size, stream| TraceEvent {
-        kind,
-        addr,
-        size,
-        stream,
-        tag: None,
-        time_us: None,
-    };
     // A round as long as a training step's is carried on fewer times (MAX_CARRIED).
     let rounds = ROUNDS.min((MAX_CARRIED / period).max(1));
     for round in 1..=rounds {
@@ -686,20 +686,7 @@ pub fn repeated(trace: &Trace, event: usize) -> Option<Trace> {
             copies.push(copy);
         }
     }
-    let needed = round_size(oom.size).unwrap_or(oom.size);
-    let capped = oom.addr >= segment_size_for(needed);
-    let device_free = if capped { oom.addr } else { 0 };
-    events.push(carried(Oom, device_free, 512, oom.stream));
-    Some(Trace {
-        source: trace.source,
-        device: trace.device,
-        initial: trace.initial.clone(),
-        initial_segments: trace.initial_segments.clone(),
-        events,
-        segments_at_end: trace.segments_at_end.clone(),
-        settings: trace.settings.clone(),
-        stats: trace.stats.clone(),
-    })
+    Some(ended(trace, oom, events))
 }
 
 /// How far this step's allocation before the OOM may lie from the pattern's at the same
