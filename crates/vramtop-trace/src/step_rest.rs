@@ -327,7 +327,8 @@ impl Trail {
 
 /// The rest of the step cut short by the OOM at `event` (its request: the event's size),
 /// from the steps marked before it (`marks`: the event each step begins at); None where no
-/// earlier step reached as many allocations, or the step had no working memory yet.
+/// earlier step matched near the point nor reached as many allocations, or the step had
+/// no working memory yet.
 pub fn of(trace: &Trace, marks: &[usize], event: usize) -> Option<StepRest> {
     let begun = marks.iter().rposition(|&m| m <= event)?;
     let start = marks[begun];
@@ -588,7 +589,8 @@ fn ended(trace: &Trace, oom: &TraceEvent, mut events: Vec<TraceEvent>) -> Trace 
 /// more, the least that shows a layout serving the request only once.
 const ROUNDS: usize = 1;
 
-/// Most events `repeated` carries a job on by.
+/// Longest round `repeated` carries a job on by, in events: a longer one is no operation
+/// repeating, and its copy would double a long history.
 const MAX_CARRIED: usize = 2_000_000;
 
 /// The trace up to the OOM at `event` of a job that marked no steps, with the refused
@@ -618,11 +620,21 @@ pub fn repeated(trace: &Trace, event: usize) -> Option<Trace> {
             lead[0] = e.size;
         }
     }
+    // The nearest earlier request like it whose round holds more than its lead (a round
+    // of the request alone, repeated inside one operation, would carry nothing on).
+    let allocations_since = |i: usize| {
+        trace.events[i..event]
+            .iter()
+            .filter(|e| e.kind == Alloc)
+            .count()
+    };
     let start = leads
         .iter()
         .rev()
-        .find(|(_, l)| l == &lead && l.iter().all(|&s| s > 0))?
-        .0;
+        .filter(|(_, l)| l == &lead && l.iter().all(|&s| s > 0))
+        .map(|&(i, _)| i)
+        .find(|&i| allocations_since(i) > LEAD)
+        .filter(|&i| event - i <= MAX_CARRIED)?;
     // Where each block the round frees was made, and the blocks still live at the OOM.
     let mut made: AddrMap<usize> = AddrMap::default();
     let mut freed_made: Vec<Option<usize>> = vec![None; event - start];
@@ -647,9 +659,7 @@ pub fn repeated(trace: &Trace, event: usize) -> Option<Trace> {
     let mut copies: Vec<Option<u64>> = Vec::new();
     let mut freed = std::collections::HashSet::new();
     let mut next = CARRIED_ADDR;
-    // A round as long as a training step's is carried on fewer times (MAX_CARRIED).
-    let rounds = ROUNDS.min((MAX_CARRIED / period).max(1));
-    for round in 1..=rounds {
+    for round in 1..=ROUNDS {
         let round_events = trace.events[start..event].iter().zip(&freed_made);
         for (k, (source, &made_at)) in round_events.enumerate() {
             let mut copy = None;
@@ -715,6 +725,35 @@ fn pair_up<T: Copy, O: Copy>(
     if n.abs_diff(m) > band(n.max(m)) {
         return None;
     }
+    // Alike at both ends: paired as they stand (an edit distance pairs them so at no
+    // cost), and only the middle lined up, so a long step costs the few cells of its
+    // shifted part.
+    let head = theirs
+        .iter()
+        .zip(ours)
+        .take_while(|&(&t, &o)| alike(t, o))
+        .count();
+    let tail = theirs[head..]
+        .iter()
+        .rev()
+        .zip(ours[head..].iter().rev())
+        .take_while(|&(&t, &o)| alike(t, o))
+        .count();
+    let middle = line_up(&theirs[head..n - tail], &ours[head..m - tail], &alike)?;
+    let mut paired: Vec<Option<usize>> = (0..head).map(Some).collect();
+    paired.extend(middle.into_iter().map(|j| j.map(|j| j + head)));
+    paired.extend((0..tail).map(|k| Some(m - tail + k)));
+    Some(paired)
+}
+
+/// `pair_up`'s edit distance, for the parts of the two steps that do not line up as they
+/// stand.
+fn line_up<T: Copy, O: Copy>(
+    theirs: &[T],
+    ours: &[O],
+    alike: &impl Fn(T, O) -> bool,
+) -> Option<Vec<Option<usize>>> {
+    let (n, m) = (theirs.len(), ours.len());
     // Cells (i, j) with j - i in lo..=hi: the diagonals between the two ends, and SHIFT
     // either side.
     let d = m as i64 - n as i64;
@@ -1065,9 +1104,11 @@ mod tests {
     fn a_job_with_no_steps_is_carried_on_as_it_went_on_just_before() {
         use TraceEventKind::*;
         // Rounds of a 100 MiB block and a 10 MiB one, each round freeing the round
-        // before's; the fifth round's 100 MiB refused. Its last round (from the fourth's
-        // 100 MiB, after the same allocations) is carried on once: the request served,
-        // its 10 MiB, and the fourth round's blocks freed, as the third's were then.
+        // before's; the fifth round's 100 MiB refused. A round of two allocations is no
+        // more than the request's lead, so its last round is taken from the third's 100
+        // MiB (after the same allocations): carried on once, the request served, the
+        // blocks made and freed as they were then, the fourth round's and then the
+        // copies' own.
         let x = |r: u64| (1 << 32) + r;
         let y = |r: u64| (2 << 32) + r;
         let mut events = Vec::new();
@@ -1095,6 +1136,10 @@ mod tests {
                 (Alloc, CARRIED_ADDR + 2, 10),
                 (FreeCompleted, x(3), 0),
                 (FreeCompleted, y(3), 0),
+                (Alloc, CARRIED_ADDR + 3, 100),
+                (Alloc, CARRIED_ADDR + 4, 10),
+                (FreeCompleted, CARRIED_ADDR + 1, 0),
+                (FreeCompleted, CARRIED_ADDR + 2, 0),
                 (Oom, 0, 0),
             ]
         );

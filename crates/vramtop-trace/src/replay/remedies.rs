@@ -193,7 +193,13 @@ fn through_the_rest(
             .filter(|e| e.kind == TraceEventKind::Alloc)
             .count();
         if repeated.is_none() && allocations >= LOOP_ALLOCATIONS {
-            last.remedies = unmarked_loop(std::mem::take(&mut last.remedies), allocations);
+            // Marks the job made that fall outside its kept history are not "no steps".
+            let marked = trace
+                .stats
+                .kept_oom
+                .as_ref()
+                .is_some_and(|k| !k.steps_us.is_empty());
+            last.remedies = unmarked_loop(std::mem::take(&mut last.remedies), allocations, marked);
         }
         (repeated, REPEATED)
     } else {
@@ -256,12 +262,25 @@ const LOOP_ALLOCATIONS: usize = 10_000;
 /// refused 433 MiB at the first token of a batch larger than any before; the replay served
 /// it with `max_split_size_mb` 20 to 256, and PyTorch, run with each, served it and failed a
 /// later 110 MiB in the same `generate`.
-fn unmarked_loop(remedies: Vec<RemedyVerdict>, allocations: usize) -> Vec<RemedyVerdict> {
+fn unmarked_loop(
+    remedies: Vec<RemedyVerdict>,
+    allocations: usize,
+    marked: bool,
+) -> Vec<RemedyVerdict> {
+    let steps = if marked {
+        "whose step marks fall outside its kept history"
+    } else {
+        "that marked no steps"
+    };
+    let advice = if marked {
+        ""
+    } else {
+        " (a loop that marks each step with vramtop.step() has the rest of its step judged)"
+    };
     let why = format!(
-        "it serves this request, but the job, {allocations} allocations in, is a loop that \
-         marked no steps, and no earlier round of its allocations led up to this request: \
-         what it asks next is not in its history (a loop that marks each step with \
-         vramtop.step() has the rest of its step judged)"
+        "it serves this request, but the job, {allocations} allocations in, is a loop \
+         {steps}, and no earlier round of its allocations led up to this request: what it \
+         asks next is not in its history{advice}"
     );
     remedies
         .into_iter()
