@@ -134,7 +134,7 @@ const LIKE: f64 = 2.0;
 /// 6.75 GiB; PyTorch died in the step under 6.8 GiB: its 1.14 came from a step of
 /// another size).
 fn like_this(mut rises: Vec<Rise>, working: f64) -> Vec<Rise> {
-    let far = |r: &Rise| (r.working as f64 / working).ln().abs();
+    let far = |r: &Rise| (r.pattern.working as f64 / working).ln().abs();
     rises.sort_by(|a, b| far(a).total_cmp(&far(b)));
     let within = rises.iter().take_while(|r| far(r) <= LIKE.ln()).count();
     rises.truncate(within.max(SURE_MATCHING));
@@ -248,7 +248,6 @@ impl Step {
             share: c.size as f64 / working,
             growth: c.peak_after.saturating_sub(self.floor) as f64 / working,
             bytes: c.peak_after.saturating_sub(c.before),
-            working: working as u64,
         })
     }
 
@@ -289,8 +288,6 @@ struct Rise {
     growth: f64,
     /// Bytes in use it rose past the point.
     bytes: u64,
-    /// Its working memory at the point.
-    working: u64,
 }
 
 /// Memory in use after each event from a step's first allocation near the point to its
@@ -428,7 +425,7 @@ pub fn of(trace: &Trace, marks: &[usize], event: usize) -> Option<StepRest> {
     } else {
         (alike[middle - 1] + alike[middle]) / 2.0
     };
-    let largest = counted.iter().max_by_key(|r| r.working)?;
+    let largest = counted.iter().max_by_key(|r| r.pattern.working)?;
     let likest = identified.then_some(largest.pattern);
     let grown = |growth: f64| floor.saturating_add((working * growth) as u64);
     let unscaled_peak = in_use.bytes.saturating_add(largest.bytes);

@@ -188,18 +188,21 @@ fn through_the_rest(
     // that marked none, as it went on just before (`step_rest::repeated`).
     let (carried, on) = if super::step_boundaries(trace).is_empty() {
         let repeated = step_rest::repeated(trace, last.event);
-        let allocations = trace.events[..last.event]
-            .iter()
-            .filter(|e| e.kind == TraceEventKind::Alloc)
-            .count();
-        if repeated.is_none() && allocations >= LOOP_ALLOCATIONS {
+        let allocations = || {
+            trace.events[..last.event]
+                .iter()
+                .filter(|e| e.kind == TraceEventKind::Alloc)
+                .count()
+        };
+        if repeated.is_none() && allocations() >= LOOP_ALLOCATIONS {
             // Marks the job made that fall outside its kept history are not "no steps".
             let marked = trace
                 .stats
                 .kept_oom
                 .as_ref()
                 .is_some_and(|k| !k.steps_us.is_empty());
-            last.remedies = unmarked_loop(std::mem::take(&mut last.remedies), allocations, marked);
+            last.remedies =
+                unmarked_loop(std::mem::take(&mut last.remedies), allocations(), marked);
         }
         (repeated, REPEATED)
     } else {
