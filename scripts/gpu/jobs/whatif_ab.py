@@ -83,6 +83,12 @@ Workloads (each ends with one judged request, caught so the process ends normall
               optimizer (WHATIF_T5BEAM_CAP_GIB).
   t5beam_steps  t5beam that marks each `generate` call a step with `vramtop.step()`, as
               vramtop's reason for `cannot tell` advises (WHATIF_T5BEAM_STEPS_CAP_GIB).
+  wav2vec     a Wav2Vec2 (base, random weights) trained with CTC on raw audio whose
+              batch and length (1 to 30 s at 16 kHz) vary: its convolutional front end
+              makes the step's largest blocks, in fp32 (WHATIF_WAV2VEC_CAP_GIB).
+  mambaslow   a Mamba (8 layers, 768 wide) on transformers' own path, without mamba-ssm's
+              kernels: the scan is a Python loop over the sequence, so each step makes
+              tens of thousands of small allocations (WHATIF_MAMBASLOW_CAP_GIB).
   otherproc   a second process holds a 60 GiB cache on the same GPU (freed tensors,
               not released); this one asks for 30 GiB.
 
@@ -128,7 +134,7 @@ import time
 MiB = 1 << 20
 GiB = 1 << 30
 WORKLOADS = ["checker", "splitcache", "tails", "gpt2var", "kvcache", "gpt2mixed", "llamamix", "resnetvar",
-             "bertaccum", "t5var", "gpt2ckpt", "evalmix", "gpt2keep", "gan", "vitvar", "moemix", "gpt2scaler", "loramix", "gpt2compile", "llamagen", "gpt2stream", "t5beam", "t5beam_steps", "otherproc"]
+             "bertaccum", "t5var", "gpt2ckpt", "evalmix", "gpt2keep", "gan", "vitvar", "moemix", "gpt2scaler", "loramix", "gpt2compile", "llamagen", "gpt2stream", "t5beam", "t5beam_steps", "wav2vec", "mambaslow", "otherproc"]
 # The cap of each stepped workload that takes one from the environment (`scan` varies it).
 CAP_ENV = {"gpt2mixed": ("WHATIF_GPT2MIXED_CAP_GIB", 15.5), "llamamix": ("WHATIF_LLAMAMIX_CAP_GIB", 10),
            "resnetvar": ("WHATIF_RESNETVAR_CAP_GIB", 6.5), "bertaccum": ("WHATIF_BERTACCUM_CAP_GIB", 8),
@@ -138,7 +144,8 @@ CAP_ENV = {"gpt2mixed": ("WHATIF_GPT2MIXED_CAP_GIB", 15.5), "llamamix": ("WHATIF
            "moemix": ("WHATIF_MOEMIX_CAP_GIB", 10), "gpt2scaler": ("WHATIF_GPT2SCALER_CAP_GIB", 10),
            "loramix": ("WHATIF_LORAMIX_CAP_GIB", 10), "gpt2compile": ("WHATIF_GPT2COMPILE_CAP_GIB", 10),
            "llamagen": ("WHATIF_LLAMAGEN_CAP_GIB", 10), "gpt2stream": ("WHATIF_GPT2STREAM_CAP_GIB", 10),
-           "t5beam": ("WHATIF_T5BEAM_CAP_GIB", 10), "t5beam_steps": ("WHATIF_T5BEAM_STEPS_CAP_GIB", 10)}
+           "t5beam": ("WHATIF_T5BEAM_CAP_GIB", 10), "t5beam_steps": ("WHATIF_T5BEAM_STEPS_CAP_GIB", 10),
+           "wav2vec": ("WHATIF_WAV2VEC_CAP_GIB", 10), "mambaslow": ("WHATIF_MAMBASLOW_CAP_GIB", 10)}
 HERE = os.path.dirname(os.path.abspath(__file__))
 STEP_LIMIT = int(os.environ.get("WHATIF_STEP_LIMIT", "400"))
 PROFILE = os.environ.get("WHATIF_PROFILE") == "1"  # each step's peaks, printed (sizing caps)
@@ -572,6 +579,37 @@ def steps(workload, cap, stop_at, judged, before_judged, after_step):
             import vramtop
 
             mark = vramtop.step
+    elif workload == "wav2vec":
+        from transformers import Wav2Vec2Config, Wav2Vec2ForCTC
+
+        cap_from_env(cap, workload)
+        model = Wav2Vec2ForCTC(Wav2Vec2Config(vocab_size=32, pad_token_id=0,
+                                              ctc_loss_reduction="mean")).cuda()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+        def step(i):
+            # Speech: the batch's clips are padded to its longest, lengths grow; CTC's
+            # targets (characters) are a tenth of the model's frames (20 ms each).
+            batch = random.choice([4, 8, 12, 16])
+            samples = 16000 * random.randint(1, min(30, 4 + i // 3))
+            x = torch.randn(batch, samples, device="cuda")
+            frames = samples // 320
+            y = torch.randint(1, 32, (batch, max(1, frames // 10)), device="cuda")
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = model(input_values=x, labels=y).loss
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+    elif workload == "mambaslow":
+        from transformers import MambaConfig, MambaForCausalLM
+
+        cap_from_env(cap, workload)
+        model = MambaForCausalLM(MambaConfig(hidden_size=768, num_hidden_layers=8, state_size=16,
+                                             vocab_size=32000, use_mambapy=False)).cuda()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        # transformers' slow path (no mamba-ssm here) runs the selective scan token by
+        # token in Python: a few small allocations per token and layer, both ways.
+        step = mixed_lm_step(model, opt, 32000, [2, 4, 8, 12], lambda i: 64 + 4 * i, 512)
     elif workload == "vitvar":
         from transformers import ViTConfig, ViTForImageClassification
 
@@ -807,7 +845,7 @@ def under_vramtop(binary, workload, work):
 
 STEPPED = ("gpt2var", "kvcache", "kvcache_steps", "gpt2mixed", "llamamix", "resnetvar", "bertaccum", "t5var",
            "gpt2ckpt", "evalmix", "gpt2keep", "gan", "vitvar", "moemix", "gpt2scaler",
-           "loramix", "gpt2compile", "llamagen", "gpt2stream", "t5beam", "t5beam_steps")
+           "loramix", "gpt2compile", "llamagen", "gpt2stream", "t5beam", "t5beam_steps", "wav2vec", "mambaslow")
 
 
 MAX_SPLIT_TRIED = ["20", "64", "128", "256", "512", "1024", "2048", "4096"]  # MAX_SPLIT_TRIED_MB
