@@ -22,8 +22,11 @@
 #               (the default) and 16384 (RINGS sets others)
 #   scan CAP... where gpt2mixed (SCAN_WORKLOAD: another) dies under each cap, plainly and
 #               with expandable segments
+#   burst [OLD] what 30 caught OOMs in a row cost the job's thread (oom_burst.py), after 20 s
+#               and 75 s of history; with a second binary OLD, the same under it, for a
+#               before and after on one machine; and which OOM the "last" file holds
 # WHATIF_JOBS runs that many remedy processes side by side in `ab` (each under its cap).
-# Usage: scripts/gpu/history.sh path/to/vramtop [ab|cost|step-cost|memory|profile|scan|all] [arg...]
+# Usage: scripts/gpu/history.sh path/to/vramtop [ab|cost|step-cost|memory|profile|scan|burst|all] [arg...]
 set -uo pipefail
 BIN=$(realpath "${1:?usage: history.sh path/to/vramtop [ab|cost|all] [workload...]}")
 PART=${2:-all}
@@ -38,6 +41,23 @@ fi
 
 if [ "$PART" = scan ]; then
   python3 whatif_ab.py scan "${SCAN_WORKLOAD:-gpt2mixed}" "$@" | tee "$OUT/scan-$(echo "$@" | tr ' ' _).jsonl"
+fi
+
+if [ "$PART" = burst ]; then
+  for seconds in 20 75; do
+    for bin in "$BIN" ${1:+"$(realpath "$1")"}; do
+      name=burst-$(basename "$bin")-$seconds
+      dir=$(mktemp -d)
+      VRAMTOP_OOM_DIR=$dir "$bin" run --quiet -- python3 oom_burst.py --seconds "$seconds" --ooms 30 \
+        > "$OUT/$name.log" 2>&1
+      echo "== $name"
+      grep -h "burst:" "$OUT/$name.log" | cut -c1-600
+      python3 -c 'import glob, pickle, sys
+for p in glob.glob(sys.argv[1] + "/*-last.pickle"):
+    print("the last file holds OOM", pickle.load(open(p, "rb"))["vramtop_oom"]["number"])' "$dir"
+      rm -rf "$dir"
+    done
+  done
 fi
 
 if [ "$PART" = step-cost ]; then

@@ -7,6 +7,7 @@ import os
 import pickle
 import shutil
 import tempfile
+import threading
 import time
 import unittest
 
@@ -175,6 +176,10 @@ class OomKeepTest(unittest.TestCase):
         for size in (100, 200, 300, 400, 500):
             self.assertEqual(job.do("oom %d" % (size * MiB)), "ok caught OutOfMemoryError")
         pid = job.proc.pid
+        # The fourth and fifth came in a burst: the writer thread keeps the newest, and
+        # the job's exit waits for it.
+        rc, _, err = job.finish()
+        self.assertEqual(rc, 0)
         self.assertEqual(
             self.kept(),
             ["vramtop-oom-%d-%s.pickle" % (pid, n) for n in ("1", "2", "3", "last")],
@@ -182,8 +187,6 @@ class OomKeepTest(unittest.TestCase):
         with open(os.path.join(self.oom_dir, "vramtop-oom-%d-last.pickle" % pid), "rb") as f:
             last = pickle.load(f)["vramtop_oom"]
         self.assertEqual((last["number"], last["requested_bytes"]), (5, 500 * MiB))
-        rc, _, err = job.finish()
-        self.assertEqual(rc, 0)
         # Said for the first three and the first rewrite, not for every later OOM.
         self.assertEqual(err.count("allocator state kept in"), 4, err)
         self.assertIn("later OOMs rewrite it", err)
@@ -216,6 +219,19 @@ class OomKeepTest(unittest.TestCase):
         self.assertEqual(rc, 1)
         self.assertIn("OutOfMemoryError", err)
         self.assertEqual(self.kept(), ["vramtop-oom-%d-1.pickle" % job.proc.pid])
+
+    def test_a_job_that_dies_of_the_last_oom_of_a_burst_keeps_that_one(self):
+        job = self.ready_job()
+        for size in (100, 200, 300, 400):
+            self.assertEqual(job.do("oom %d" % (size * MiB)), "ok caught OutOfMemoryError")
+        job.proc.stdin.write("oom_uncaught %d\n" % (2048 * MiB))
+        job.proc.stdin.flush()
+        rc, _, err = job.finish()
+        self.assertEqual(rc, 1)
+        self.assertIn("OutOfMemoryError", err)
+        with open(os.path.join(self.oom_dir, "vramtop-oom-%d-last.pickle" % job.proc.pid), "rb") as f:
+            last = pickle.load(f)["vramtop_oom"]
+        self.assertEqual((last["number"], last["requested_bytes"]), (5, 2048 * MiB))
 
     def test_over_the_size_cap_nothing_is_written_and_it_is_said(self):
         job = self.ready_job(VRAMTOP_OOM_MAX_MB="0.0001")
@@ -261,6 +277,40 @@ class OomKeeperUnitTest(KeptFilesTest):
         self.assertNotIn("vramtop_added", kept["device_traces"][0][0], "PyTorch's own entry, not ours")
         # The folder it had to make is private, as a socket folder must be.
         self.assertEqual(os.stat(os.path.dirname(path)).st_mode & 0o777, 0o700)
+
+    def test_a_burst_is_kept_off_the_jobs_thread_newest_last(self):
+        oom = self.hook.oom
+        saved = oom.OOM_BURST_S
+        oom.OOM_BURST_S = 60.0  # the writer waits for the flush: no write races the takes
+        self.addCleanup(setattr, oom, "OOM_BURST_S", saved)
+        quiet = os.environ.get("VRAMTOP_OOM_QUIET")
+        os.environ["VRAMTOP_OOM_QUIET"] = "1"
+        self.addCleanup(lambda: os.environ.pop("VRAMTOP_OOM_QUIET") if quiet is None
+                        else os.environ.__setitem__("VRAMTOP_OOM_QUIET", quiet))
+        keeper = oom.OomKeeper()
+        written, told = [], []
+        real_keep = keeper._keep
+
+        def keep(raw, message, n):
+            written.append((n, threading.current_thread() is threading.main_thread()))
+            return real_keep(raw, message, n)
+
+        keeper._keep = keep
+        raw = {"segments": [], "device_traces": [[]]}
+        for size in range(1, 8):
+            message = dict(self.oom(), requested_bytes=size * MiB)
+            keeper.take(raw, message, lambda path, size=size: told.append((size, path)))
+        # The first three on the job's thread, as each came; none of the burst's there.
+        self.assertEqual(written[:3], [(1, True), (2, True), (3, True)])
+        keeper.flush()
+        self.assertTrue(all(not on_job for n, on_job in written[3:]), written)
+        self.assertEqual(written[-1][0], 7, written)
+        self.assertEqual(told[-1][0], 7)
+        with open(told[-1][1], "rb") as f:
+            self.assertEqual(pickle.load(f)["vramtop_oom"]["requested_bytes"], 7 * MiB)
+        # After the flush (the job ending) an OOM is kept at once, on its own thread.
+        keeper.take(raw, self.oom(), lambda path: told.append((8, path)))
+        self.assertEqual(written[-1], (8, True))
 
     def test_a_snapshot_that_cannot_be_pickled_is_one_line_not_an_exception(self):
         raw = {"segments": [lambda: None], "device_traces": []}

@@ -13,7 +13,7 @@ import threading
 import time
 
 from .history import HistoryDuty, ring_look_period
-from .oom import install_excepthooks, on_oom
+from .oom import flush_kept, install_excepthooks, on_oom
 from .settings import (
     FORGIVE_S, HOOK_VERSION, INTERVAL_RANGE, MAX_VIEWERS, MAX_VIEWER_FRAME, POLL_S,
     PROTOCOL_VERSION, RING_ENTRIES, STALL_S, env_int, say_once,
@@ -531,6 +531,7 @@ class Hook:
     def at_exit(self):
         if os.getpid() != self.pid:
             return  # a forked child exiting through atexit: the socket is the parent's
+        flush_kept()  # a burst's newest OOM, kept and told before the bye
         self.stopping = True
         self.wake()
         if self.thread is not None and self.thread is not threading.current_thread():
