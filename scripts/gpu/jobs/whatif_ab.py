@@ -89,6 +89,9 @@ Workloads (each ends with one judged request, caught so the process ends normall
   mambaslow   a Mamba (8 layers, 768 wide) on transformers' own path, without mamba-ssm's
               kernels: the scan is a Python loop over the sequence, so each step makes
               tens of thousands of small allocations (WHATIF_MAMBASLOW_CAP_GIB).
+  hftrainer   gpt2mixed's GPT-2 stepped by Hugging Face's Trainer itself (bf16, its AdamW
+              and linear schedule, gradients clipped to 1.0 through accelerate, its
+              training_step), batches and lengths varying (WHATIF_HFTRAINER_CAP_GIB).
   otherproc   a second process holds a 60 GiB cache on the same GPU (freed tensors,
               not released); this one asks for 30 GiB.
 
@@ -134,7 +137,7 @@ import time
 MiB = 1 << 20
 GiB = 1 << 30
 WORKLOADS = ["checker", "splitcache", "tails", "gpt2var", "kvcache", "gpt2mixed", "llamamix", "resnetvar",
-             "bertaccum", "t5var", "gpt2ckpt", "evalmix", "gpt2keep", "gan", "vitvar", "moemix", "gpt2scaler", "loramix", "gpt2compile", "llamagen", "gpt2stream", "t5beam", "t5beam_steps", "wav2vec", "mambaslow", "otherproc"]
+             "bertaccum", "t5var", "gpt2ckpt", "evalmix", "gpt2keep", "gan", "vitvar", "moemix", "gpt2scaler", "loramix", "gpt2compile", "llamagen", "gpt2stream", "t5beam", "t5beam_steps", "wav2vec", "mambaslow", "hftrainer", "otherproc"]
 # The cap of each stepped workload that takes one from the environment (`scan` varies it).
 CAP_ENV = {"gpt2mixed": ("WHATIF_GPT2MIXED_CAP_GIB", 15.5), "llamamix": ("WHATIF_LLAMAMIX_CAP_GIB", 10),
            "resnetvar": ("WHATIF_RESNETVAR_CAP_GIB", 6.5), "bertaccum": ("WHATIF_BERTACCUM_CAP_GIB", 8),
@@ -145,7 +148,8 @@ CAP_ENV = {"gpt2mixed": ("WHATIF_GPT2MIXED_CAP_GIB", 15.5), "llamamix": ("WHATIF
            "loramix": ("WHATIF_LORAMIX_CAP_GIB", 10), "gpt2compile": ("WHATIF_GPT2COMPILE_CAP_GIB", 10),
            "llamagen": ("WHATIF_LLAMAGEN_CAP_GIB", 10), "gpt2stream": ("WHATIF_GPT2STREAM_CAP_GIB", 10),
            "t5beam": ("WHATIF_T5BEAM_CAP_GIB", 10), "t5beam_steps": ("WHATIF_T5BEAM_STEPS_CAP_GIB", 10),
-           "wav2vec": ("WHATIF_WAV2VEC_CAP_GIB", 10), "mambaslow": ("WHATIF_MAMBASLOW_CAP_GIB", 10)}
+           "wav2vec": ("WHATIF_WAV2VEC_CAP_GIB", 10), "mambaslow": ("WHATIF_MAMBASLOW_CAP_GIB", 10),
+           "hftrainer": ("WHATIF_HFTRAINER_CAP_GIB", 10)}
 HERE = os.path.dirname(os.path.abspath(__file__))
 STEP_LIMIT = int(os.environ.get("WHATIF_STEP_LIMIT", "400"))
 PROFILE = os.environ.get("WHATIF_PROFILE") == "1"  # each step's peaks, printed (sizing caps)
@@ -610,6 +614,36 @@ def steps(workload, cap, stop_at, judged, before_judged, after_step):
         # transformers' slow path (no mamba-ssm here) runs the selective scan token by
         # token in Python: a few small allocations per token and layer, both ways.
         step = mixed_lm_step(model, opt, 32000, [2, 4, 8, 12], lambda i: 64 + 4 * i, 512)
+    elif workload == "hftrainer":
+        import tempfile
+
+        from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
+
+        cap_from_env(cap, workload)
+        model = GPT2LMHeadModel(GPT2Config(n_layer=6, n_embd=1024, n_head=16, n_positions=2048)).cuda()
+        trainer = Trainer(model=model, args=TrainingArguments(
+            output_dir=tempfile.mkdtemp(prefix="whatif-trainer-"), bf16=True, max_grad_norm=1.0,
+            learning_rate=1e-4, report_to=[], save_strategy="no", logging_strategy="no"))
+        trainer.create_optimizer_and_scheduler(num_training_steps=STEP_LIMIT)
+        # As Trainer's inner loop does: accelerate wraps the model's forward in bf16
+        # autocast and the optimizer in its AcceleratedOptimizer.
+        model, trainer.optimizer = trainer.accelerator.prepare(model, trainer.optimizer)
+        trainer.model_wrapped = model
+        trainer.current_gradient_accumulation_steps = 1
+        model.train()
+
+        def step(i):
+            # What Trainer's inner loop does each step: its training_step (autocast and
+            # accelerate's backward), clipping through accelerate, the wrapped optimizer's
+            # step (the hook's mark), the schedule, gradients dropped.
+            batch = random.choice([2, 4, 6, 8, 12, 16])
+            length = min(2048, random.randint(64, 256 + 8 * i))
+            x = torch.randint(0, 50257, (batch, length), device="cuda")
+            trainer.training_step(model, {"input_ids": x, "labels": x})
+            trainer.accelerator.clip_grad_norm_(model.parameters(), 1.0)
+            trainer.optimizer.step()
+            trainer.lr_scheduler.step()
+            model.zero_grad(set_to_none=True)
     elif workload == "vitvar":
         from transformers import ViTConfig, ViTForImageClassification
 
@@ -845,7 +879,7 @@ def under_vramtop(binary, workload, work):
 
 STEPPED = ("gpt2var", "kvcache", "kvcache_steps", "gpt2mixed", "llamamix", "resnetvar", "bertaccum", "t5var",
            "gpt2ckpt", "evalmix", "gpt2keep", "gan", "vitvar", "moemix", "gpt2scaler",
-           "loramix", "gpt2compile", "llamagen", "gpt2stream", "t5beam", "t5beam_steps", "wav2vec", "mambaslow")
+           "loramix", "gpt2compile", "llamagen", "gpt2stream", "t5beam", "t5beam_steps", "wav2vec", "mambaslow", "hftrainer")
 
 
 MAX_SPLIT_TRIED = ["20", "64", "128", "256", "512", "1024", "2048", "4096"]  # MAX_SPLIT_TRIED_MB
