@@ -464,7 +464,12 @@ const CARRIED_ADDR: u64 = 0xffff_0000_0000_0000;
 /// gradient does not shrink with a smaller batch). A block freed after the point that was
 /// live before the pattern step began, or that this step no longer holds, is not freed:
 /// what this step's counterpart of it is, the history does not say.
-pub fn carried_on(trace: &Trace, rest: &StepRest, event: usize) -> Option<Trace> {
+///
+/// With `Sizes::Pattern` the sizes this step's own do not stand for are the pattern's, not
+/// scaled up: the least the rest of the step would ask, where this step works with more
+/// memory than the pattern did (`through_the_rest` judges a remedy "fails" only where it
+/// runs out both ways).
+pub fn carried_on(trace: &Trace, rest: &StepRest, event: usize, sizing: Sizes) -> Option<Trace> {
     let pattern = rest.likest?;
     let oom = trace
         .events
@@ -531,9 +536,12 @@ pub fn carried_on(trace: &Trace, rest: &StepRest, event: usize) -> Option<Trace>
     for e in &trace.events[pattern.point + 1..pattern.end] {
         match e.kind {
             TraceEventKind::Alloc => {
-                let size = sizes.get(&e.size).copied().unwrap_or_else(|| {
-                    let scaled = (e.size as f64 * ratio).ceil() as u64;
-                    scaled.next_multiple_of(512).max(e.size)
+                let size = sizes.get(&e.size).copied().unwrap_or_else(|| match sizing {
+                    Sizes::Scaled => {
+                        let scaled = (e.size as f64 * ratio).ceil() as u64;
+                        scaled.next_multiple_of(512).max(e.size)
+                    }
+                    Sizes::Pattern => e.size,
                 });
                 next += 1;
                 blocks.insert(e.addr, next);
@@ -548,6 +556,16 @@ pub fn carried_on(trace: &Trace, rest: &StepRest, event: usize) -> Option<Trace>
         }
     }
     Some(ended(trace, oom, events))
+}
+
+/// What the sizes `carried_on` cannot pair with this step's own are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sizes {
+    /// The pattern's, scaled by the two steps' working memory, never below their own:
+    /// the step as it likely goes on.
+    Scaled,
+    /// The pattern's own: the least it asks, where this step works with more memory.
+    Pattern,
 }
 
 /// An event carried on past the OOM (no site, no time).
@@ -927,7 +945,8 @@ mod tests {
         let rest = of(&trace, &marks, oom).expect("earlier steps reached the point");
         let pattern = rest.likest.expect("the point is identified");
         assert_eq!(trace.events[pattern.point].size, 200 * MIB);
-        let carried = carried_on(&trace, &rest, oom).expect("a step to carry it on by");
+        let carried =
+            carried_on(&trace, &rest, oom, Sizes::Scaled).expect("a step to carry it on by");
         assert_eq!(carried.events[..oom], trace.events[..oom]);
         let on = &carried.events[oom..];
         let sizes = |kind| -> Vec<u64> {
@@ -940,6 +959,16 @@ mod tests {
         // made 200 MiB ones before its point where this step made 300); the gradient,
         // never seen before the point, scaled by the working memories (600 over 400).
         assert_eq!(sizes(Alloc), vec![300, 300, 600]);
+        // At the pattern's own sizes, the least the rest would ask: the gradient as the
+        // pattern made it; the activation still this step's own.
+        let least =
+            carried_on(&trace, &rest, oom, Sizes::Pattern).expect("a step to carry it on by");
+        let least_sizes: Vec<u64> = least.events[oom..]
+            .iter()
+            .filter(|e| e.kind == Alloc)
+            .map(|e| e.size / MIB)
+            .collect();
+        assert_eq!(least_sizes, vec![300, 300, 400]);
         // Every block of the step freed: the two this step made before the OOM at their
         // own addresses, the three carried on at theirs.
         let freed: Vec<u64> = on
@@ -954,7 +983,7 @@ mod tests {
         // Unidentified: nothing to carry it on by.
         let (trace, marks, oom) = job(&[100, 200], 300, 2);
         let rest = of(&trace, &marks, oom).expect("two steps matched");
-        assert_eq!(carried_on(&trace, &rest, oom), None);
+        assert_eq!(carried_on(&trace, &rest, oom, Sizes::Scaled), None);
     }
 
     #[test]
@@ -973,7 +1002,8 @@ mod tests {
         let oom = trace.events.len();
         trace.events.push(event(Oom, 0, 150 * MIB));
         let rest = of(&trace, &marks, oom).expect("the steps reached the point");
-        let carried = carried_on(&trace, &rest, oom).expect("a step to carry it on by");
+        let carried =
+            carried_on(&trace, &rest, oom, Sizes::Scaled).expect("a step to carry it on by");
         let frees = carried.events[oom..]
             .iter()
             .filter(|e| e.kind == FreeCompleted && e.addr == reused)
@@ -1024,7 +1054,8 @@ mod tests {
         // this one (one small block), so its third and fourth activations and its gradient
         // come in this step's sizes, and every activation is freed, this step's at its own
         // addresses.
-        let carried = carried_on(&trace, &rest, oom).expect("a step to carry it on by");
+        let carried =
+            carried_on(&trace, &rest, oom, Sizes::Scaled).expect("a step to carry it on by");
         let on = &carried.events[oom..];
         let allocs: Vec<u64> = on
             .iter()

@@ -207,8 +207,9 @@ fn through_the_rest(
         (repeated, REPEATED)
     } else {
         (
-            last.step
-                .and_then(|rest| step_rest::carried_on(trace, &rest, last.event)),
+            last.step.and_then(|rest| {
+                step_rest::carried_on(trace, &rest, last.event, step_rest::Sizes::Scaled)
+            }),
             LIKEST,
         )
     };
@@ -227,16 +228,70 @@ fn through_the_rest(
         .map(|r| r.remedy.clone())
         .collect();
     let again = judged(&carried, std::slice::from_ref(end), bounds, Some(&fitting))?;
-    if let Some(through) = again.last() {
-        let more = carried.events.len().saturating_sub(last.event + 2);
-        last.remedies = carried_through(
-            std::mem::take(&mut last.remedies),
-            &through.remedies,
-            more,
-            on,
-        );
-    }
+    let Some(through) = again.last() else {
+        return Ok(answers);
+    };
+    // Where the step carried on runs a remedy out, the same step at the pattern's own
+    // sizes (the least it would ask): run out there too, the remedy fails (`LEAST`).
+    let ran_out: Vec<Remedy> = through
+        .remedies
+        .iter()
+        .filter(|t| t.verdict == Verdict::Fails && fitting.iter().any(|f| same_kind(f, &t.remedy)))
+        .map(|t| t.remedy.clone())
+        .collect();
+    let least = match last.step {
+        Some(rest) if on == LIKEST && !ran_out.is_empty() => {
+            least_through(trace, &rest, last.event, bounds, &ran_out)?
+        }
+        _ => Vec::new(),
+    };
+    let more = carried.events.len().saturating_sub(last.event + 2);
+    last.remedies = carried_through(
+        std::mem::take(&mut last.remedies),
+        &through.remedies,
+        &least,
+        more,
+        on,
+    );
     Ok(answers)
+}
+
+/// Whether two remedies are the same setting (every `max_split_size_mb` alike).
+fn same_kind(a: &Remedy, b: &Remedy) -> bool {
+    std::mem::discriminant(a) == std::mem::discriminant(b)
+}
+
+/// The remedies of `ran_out` that run out as well where the step is carried on at the
+/// pattern step's own sizes (`step_rest::Sizes::Pattern`), which ask no more than the
+/// sizes scaled to this step's working memory.
+fn least_through(
+    trace: &Trace,
+    rest: &StepRest,
+    event: usize,
+    bounds: CapacityBounds,
+    ran_out: &[Remedy],
+) -> Result<Vec<Remedy>, ReplayError> {
+    let Some(least) = step_rest::carried_on(trace, rest, event, step_rest::Sizes::Pattern) else {
+        return Ok(Vec::new());
+    };
+    let ooms = crate::ooms::trace_ooms(&least);
+    let Some(end) = ooms.last() else {
+        return Ok(Vec::new());
+    };
+    let again = judged(&least, std::slice::from_ref(end), bounds, Some(ran_out))?;
+    Ok(again
+        .last()
+        .map(|through| {
+            through
+                .remedies
+                .iter()
+                .filter(|t| {
+                    t.verdict == Verdict::Fails && ran_out.iter().any(|r| same_kind(r, &t.remedy))
+                })
+                .map(|t| t.remedy.clone())
+                .collect()
+        })
+        .unwrap_or_default())
 }
 
 /// How a job with its steps marked is carried on (`step_rest::carried_on`), and what the
@@ -246,6 +301,12 @@ const LIKEST: (&str, &str) = (
      the same point",
     "this step's own sizes where the history shows them",
 );
+
+/// Why a remedy that runs out in the step carried on fails: at the least the rest of the
+/// step would ask, it runs out too. A job's own round repeated (`REPEATED`) has no least.
+const LEAST: &str = "both in this step's sizes where the history shows them (the rest scaled \
+     to its working memory) and in the earlier step's own, the least it would ask: it does \
+     not get the job through this step";
 
 /// How a job with no steps marked is carried on (`step_rest::repeated`).
 const REPEATED: (&str, &str) = (
@@ -301,11 +362,14 @@ fn unmarked_loop(
         .collect()
 }
 
-/// A "fits" kept where the same remedy fits the carried-on trace's end as well; else open.
-/// `on`: how it was carried on, and what its sizes are.
+/// A "fits" kept where the same remedy fits the carried-on trace's end as well; "fails"
+/// where it runs out there and in the step carried on at the pattern's own sizes too
+/// (`least`, the remedies that did); else open. `on`: how it was carried on, and what its
+/// sizes are.
 fn carried_through(
     remedies: Vec<RemedyVerdict>,
     through: &[RemedyVerdict],
+    least: &[Remedy],
     events: usize,
     (on, sizes): (&str, &str),
 ) -> Vec<RemedyVerdict> {
@@ -335,6 +399,17 @@ fn carried_through(
                     format!("{}; so does the job {on}", kept.reason),
                 );
             }
+            let remedy = match r.remedy {
+                Remedy::MaxSplitSizeMb(_) => Remedy::MaxSplitSizeMb(None),
+                other => other,
+            };
+            if t.verdict == Verdict::Fails && least.iter().any(|l| same_kind(l, &remedy)) {
+                let why = format!(
+                    "it serves this request, but {on} ({events} more events), the job runs out \
+                     of memory before the step's end, {LEAST}"
+                );
+                return RemedyVerdict::new(remedy, Verdict::Fails, why);
+            }
             let outcome = if t.verdict == Verdict::Fails {
                 "runs out of memory before the step's end"
             } else {
@@ -344,10 +419,6 @@ fn carried_through(
                 "it serves this request, but {on} ({events} more events, {sizes}), the job \
                  {outcome}: whether it gets through this step is not in its history"
             );
-            let remedy = match r.remedy {
-                Remedy::MaxSplitSizeMb(_) => Remedy::MaxSplitSizeMb(None),
-                other => other,
-            };
             RemedyVerdict::new(remedy, Verdict::CannotTell, why)
         })
         .collect()
@@ -911,6 +982,39 @@ mod tests {
 
     fn trace(initial: Vec<LiveAtStart>, events: Vec<TraceEvent>) -> Trace {
         Trace::bare(initial, events)
+    }
+
+    #[test]
+    fn a_fit_that_runs_out_in_the_carried_step_fails_only_where_the_least_runs_out_too() {
+        let fits = |remedy: Remedy| RemedyVerdict::new(remedy, Verdict::Fits, "serves it");
+        let at_the_oom = vec![
+            fits(Remedy::ExpandableSegments),
+            fits(Remedy::GarbageCollectionThreshold(0.6)),
+            fits(Remedy::RoundupPower2Divisions(4)),
+        ];
+        // Carried on: expandable gets through; GC and roundup run out.
+        let through = vec![
+            fits(Remedy::ExpandableSegments),
+            RemedyVerdict::new(Remedy::GarbageCollectionThreshold(0.6), Verdict::Fails, "x"),
+            RemedyVerdict::new(Remedy::RoundupPower2Divisions(4), Verdict::Fails, "x"),
+        ];
+        // At the pattern's own sizes, the least the step would ask, GC ran out too.
+        let least = [Remedy::GarbageCollectionThreshold(0.6)];
+        let judged = carried_through(at_the_oom, &through, &least, 40, LIKEST);
+        let verdicts: Vec<Verdict> = judged.iter().map(|r| r.verdict).collect();
+        assert_eq!(
+            verdicts,
+            [Verdict::Fits, Verdict::Fails, Verdict::CannotTell],
+            "{judged:?}"
+        );
+        assert!(
+            judged[1].reason.contains("the least it would ask"),
+            "{judged:?}"
+        );
+        assert!(
+            judged[2].reason.contains("not in its history"),
+            "{judged:?}"
+        );
     }
 
     /// The split-cache workload of the A/B table, recorded from its start: a 6 GiB block
