@@ -10,6 +10,7 @@
 use serde::{Deserialize, Serialize};
 
 use vramtop_alloc::framework::Framework;
+use vramtop_alloc::hash::AddrMap;
 use vramtop_alloc::human_bytes;
 use vramtop_alloc::remedy::{Missing, Remedy};
 
@@ -823,7 +824,7 @@ pub fn leak_sites(trace: &crate::Trace) -> Vec<LeakSite> {
         (Some(first), Some(last)) => last.saturating_sub(first),
         _ => 0,
     };
-    let mut allocated_at: HashMap<u64, i64> = HashMap::new();
+    let mut allocated_at: AddrMap<i64> = AddrMap::default();
     for event in &trace.events {
         if let (TraceEventKind::Alloc, Some(t)) = (event.kind, event.time_us) {
             allocated_at.insert(event.addr, t);

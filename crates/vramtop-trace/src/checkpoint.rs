@@ -13,9 +13,10 @@
 //! same for segments), is dropped. Anywhere later, such an event is a contradiction: a
 //! replay from this checkpoint is not the job's, and `remedies` gives no verdict from it.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use super::{InitialSegment, LiveAtStart, SnapshotSegment, TraceEvent, TraceEventKind};
+use vramtop_alloc::hash::AddrSet;
 use vramtop_alloc::BlockState;
 
 /// Events after the skipped entries that may have happened between PyTorch's read of the
@@ -28,8 +29,8 @@ pub(super) fn reconcile(
     at_checkpoint: &[SnapshotSegment],
     events: &mut Vec<TraceEvent>,
 ) -> (u64, u64) {
-    let mut live: HashSet<u64> = HashSet::new();
-    let mut segments: HashSet<u64> = HashSet::new();
+    let mut live = AddrSet::default();
+    let mut segments = AddrSet::default();
     for seg in at_checkpoint {
         segments.insert(seg.addr);
         for b in &seg.blocks {

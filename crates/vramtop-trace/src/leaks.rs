@@ -14,6 +14,7 @@ use std::collections::HashMap;
 use serde::{Deserialize, Serialize};
 
 use crate::{Trace, TraceEventKind};
+use vramtop_alloc::hash::AddrMap;
 use vramtop_alloc::leaks::{DetectorConfig, LeakDetector, Suspect};
 
 /// The site of allocations with no user frame (autograd's backward, for one).
@@ -46,7 +47,7 @@ struct SiteBooks {
     index: HashMap<String, usize>,
     usage: Vec<(u64, u64)>,
     /// Live blocks by address: (site, size).
-    live: HashMap<u64, (usize, u64)>,
+    live: AddrMap<(usize, u64)>,
 }
 
 impl SiteBooks {

@@ -49,7 +49,7 @@ pub mod snapshot;
 pub mod step_rest;
 mod units;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
@@ -58,6 +58,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 pub use error::{ReplayError, TraceError, TraceErrorKind};
+use vramtop_alloc::hash::{AddrMap, AddrSet};
 use vramtop_alloc::{BlockState, Pool, StreamId};
 
 /// Where a trace came from.
@@ -360,7 +361,8 @@ impl Trace {
             0 | 1 => size,
             r => size.div_ceil(r).saturating_mul(r),
         };
-        let mut live: HashMap<u64, u64> = HashMap::with_capacity(initial.len() + 1024);
+        let mut live: AddrMap<u64> =
+            AddrMap::with_capacity_and_hasher(initial.len() + 1024, Default::default());
         let mut current: u64 = 0;
         for block in initial {
             let size = round(block.size);
@@ -446,7 +448,7 @@ impl Trace {
     /// Fills `unknown_frees`, `allocs_over_live` and `initial_live_bytes` by walking
     /// the events once; every importer calls it last.
     fn tally(&mut self) {
-        let mut live: HashSet<u64> = self.initial.iter().map(|b| b.addr).collect();
+        let mut live: AddrSet = self.initial.iter().map(|b| b.addr).collect();
         let (mut unknown_frees, mut over_live) = (0, 0);
         for event in &self.events {
             let (addr, kind) = (event.addr, event.kind);

@@ -251,6 +251,7 @@ impl<'t> Replay<'t> {
                 .roundup_power2_divisions
                 .unwrap_or(trace.settings.roundup_power2_divisions),
             garbage_collection_threshold: opts.gc_threshold,
+            clock: false,
             ..AllocConfig::default()
         };
         let mut replay = Replay {

@@ -36,7 +36,7 @@
 use serde::Serialize;
 
 use crate::{Trace, TraceEvent, TraceEventKind};
-use vramtop_alloc::hash::AddrMap;
+use vramtop_alloc::hash::{AddrMap, AddrSet};
 use vramtop_alloc::{round_size, segment_size_for, StreamId};
 
 /// What the job's earlier steps say the step cut short still needed.
@@ -532,7 +532,7 @@ pub fn carried_on(trace: &Trace, rest: &StepRest, event: usize, sizing: Sizes) -
         oom.stream,
     ));
     let mut next = CARRIED_ADDR;
-    let mut freed = std::collections::HashSet::new();
+    let mut freed = AddrSet::default();
     for e in &trace.events[pattern.point + 1..pattern.end] {
         match e.kind {
             TraceEventKind::Alloc => {
@@ -672,7 +672,7 @@ pub fn repeated(trace: &Trace, event: usize) -> Option<Trace> {
     let mut events = trace.events[..event].to_vec();
     // The copy of each event of the rounds, by position past the OOM: its block's address.
     let mut copies: Vec<Option<u64>> = Vec::new();
-    let mut freed = std::collections::HashSet::new();
+    let mut freed = AddrSet::default();
     let mut next = CARRIED_ADDR;
     for round in 1..=ROUNDS {
         let round_events = trace.events[start..event].iter().zip(&freed_made);
