@@ -228,6 +228,9 @@ fn through_the_rest(
         .map(|r| r.remedy.clone())
         .collect();
     let again = judged(&carried, std::slice::from_ref(end), bounds, Some(&fitting))?;
+    let more = carried.events.len().saturating_sub(last.event + 2);
+    // A copy of the history up to the OOM: gone before the next one is made.
+    drop(carried);
     let Some(through) = again.last() else {
         return Ok(answers);
     };
@@ -245,7 +248,6 @@ fn through_the_rest(
         }
         _ => Vec::new(),
     };
-    let more = carried.events.len().saturating_sub(last.event + 2);
     last.remedies = carried_through(
         std::mem::take(&mut last.remedies),
         &through.remedies,
