@@ -312,6 +312,59 @@ class OomKeeperUnitTest(KeptFilesTest):
         keeper.take(raw, self.oom(), lambda path: told.append((8, path)))
         self.assertEqual(written[-1], (8, True))
 
+    def test_an_older_oom_is_neither_kept_nor_told_after_a_newer_one(self):
+        keeper = self.hook.oom.OomKeeper()
+        told = []
+        keeper.told(6, lambda path: told.append((6, path)), "six")
+        keeper.told(5, lambda path: told.append((5, path)), "five")  # the writer, late
+        self.assertEqual(told, [(6, "six")])
+        raw = {"segments": [], "device_traces": [[]]}
+        keeper.last_written = 9  # OOM 9 is in the "last" file
+        self.assertTrue(keeper.superseded(5))
+        self.assertIsNone(keeper.keep(raw, self.oom(), 5))
+        self.assertFalse(keeper.superseded(2))  # the first three are files of their own
+
+    def test_a_multiprocessing_worker_that_dies_in_a_burst_keeps_its_last_oom(self):
+        # A worker ends through os._exit: no atexit, no excepthook; only threading's own
+        # shutdown waits for the writer, which here would otherwise wait a minute.
+        import subprocess
+        import sys
+
+        from support import HOOK_DIR
+
+        folder = os.path.join(self.dir, "worker")
+        script = """
+import multiprocessing, os, sys, time
+sys.path.insert(0, %r)
+
+def worker():
+    from vramtop_hook import oom
+    oom.OOM_BURST_S = 60.0
+    raw = {"segments": [], "device_traces": [[]]}
+    written = []
+    for n in range(1, 6):
+        message = {"device": 0, "time_s": 1.0, "requested_bytes": n << 20, "device_free_bytes": 0,
+                   "device_total_bytes": 8 << 30, "stats": {}, "summary": "Tried to allocate"}
+        oom._oom_keeper.take(raw, message, written.append)
+        while n == 4 and not written[3:]:
+            time.sleep(0.01)  # the writer keeps the fourth, then waits its minute
+    raise RuntimeError("dies of its fifth OOM")
+
+if __name__ == "__main__":
+    p = multiprocessing.get_context("fork").Process(target=worker)
+    p.start()
+    p.join()
+    print(p.exitcode)
+""" % HOOK_DIR
+        env = dict(os.environ, VRAMTOP_OOM_DIR=folder, VRAMTOP_OOM_QUIET="1")
+        run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                             text=True, timeout=60)
+        self.assertEqual(run.stdout.strip(), "1", run.stderr)
+        last = [n for n in os.listdir(folder) if n.endswith("-last.pickle")]
+        self.assertEqual(len(last), 1, os.listdir(folder))
+        with open(os.path.join(folder, last[0]), "rb") as f:
+            self.assertEqual(pickle.load(f)["vramtop_oom"]["requested_bytes"], 5 << 20)
+
     def test_a_snapshot_that_cannot_be_pickled_is_one_line_not_an_exception(self):
         raw = {"segments": [lambda: None], "device_traces": []}
         self.assertIsNone(self.hook.oom.OomKeeper().keep(raw, self.oom()))

@@ -265,7 +265,9 @@ fn same_kind(a: &Remedy, b: &Remedy) -> bool {
 
 /// The remedies of `ran_out` that run out as well where the step is carried on at the
 /// pattern step's own sizes (`step_rest::Sizes::Pattern`), which ask no more than the
-/// sizes scaled to this step's working memory.
+/// sizes scaled to this step's working memory. Two ends, not a proof: the caching
+/// allocator is not monotone in its request sizes (pools, split thresholds), which is why
+/// the reason says "as far as the job's history says".
 fn least_through(
     trace: &Trace,
     rest: &StepRest,
@@ -273,6 +275,12 @@ fn least_through(
     bounds: CapacityBounds,
     ran_out: &[Remedy],
 ) -> Result<Vec<Remedy>, ReplayError> {
+    // The pattern's own sizes ask less than the scaled ones only where this step works
+    // with more memory than the pattern did; a step smaller than it (a fragmented cache
+    // can fail one) may ask less than either, and its failures stay open.
+    if rest.likest.is_none_or(|p| p.working >= rest.working) {
+        return Ok(Vec::new());
+    }
     let Some(least) = step_rest::carried_on(trace, rest, event, step_rest::Sizes::Pattern) else {
         return Ok(Vec::new());
     };
@@ -307,8 +315,8 @@ const LIKEST: (&str, &str) = (
 /// Why a remedy that runs out in the step carried on fails: at the least the rest of the
 /// step would ask, it runs out too. A job's own round repeated (`REPEATED`) has no least.
 const LEAST: &str = "both in this step's sizes where the history shows them (the rest scaled \
-     to its working memory) and in the earlier step's own, the least it would ask: it does \
-     not get the job through this step";
+     to its working memory) and in the earlier, smaller step's own, the least it would ask: \
+     as far as the job's history says, it does not get the job through this step";
 
 /// How a job with no steps marked is carried on (`step_rest::repeated`).
 const REPEATED: (&str, &str) = (

@@ -65,9 +65,13 @@ class OomKeeper:
         self.last_oom_at = None
         self.pending = None  # (raw, oom, n, then): the newest OOM of a burst, not yet kept
         self.writing = False
-        self.flushing = False
+        self.flushing = False  # a flush under way: the writer does not wait
+        self.ended = False  # the job is ending: every OOM from now on is kept at once
         self.writer = None
         self.last_written = 0  # the number of the newest OOM kept in the "last" file
+        # Viewers are told OOMs in order: an older one told late is dropped (`told`).
+        self.tell_lock = threading.Lock()
+        self.last_told = 0
 
     def directory(self):
         return os.environ.get("VRAMTOP_OOM_DIR") or socket_dir()
@@ -86,24 +90,45 @@ class OomKeeper:
             now = time.monotonic()
             with self.cond:
                 burst = (self.count >= OOM_FIRST_KEPT and self.last_oom_at is not None
-                         and now - self.last_oom_at < OOM_BURST_S and not self.flushing)
+                         and now - self.last_oom_at < OOM_BURST_S and not self.ended)
                 self.last_oom_at = now
                 self.count += 1
                 n = self.count
-                if burst:
+                if burst and self.start_writer():
                     self.pending = (raw, oom, n, then)  # a newer OOM replaces an unkept one
-                    self.start_writer()
                     self.cond.notify_all()
                     return
-            then(self.keep(raw, oom, n))
+            self.told(n, then, self.keep(raw, oom, n))
         except Exception as err:
             self.say_once("error", "could not keep the allocator state at an OOM: %r; the job goes on" % (err,))
 
     def start_writer(self):
-        """The burst's writer thread, started at the first burst (under `cond`)."""
-        if self.writer is None:
-            self.writer = threading.Thread(target=self.write_bursts, name="vramtop-oom-writer", daemon=True)
-            self.writer.start()
+        """The burst's writer thread, started at the first burst (under `cond`); False where
+        it cannot start (the OOM is then kept at once). Its last write is waited for when
+        the job ends, also in a multiprocessing worker, which leaves through os._exit
+        without atexit but through threading's own shutdown."""
+        if self.writer is not None:
+            return True
+        try:
+            writer = threading.Thread(target=self.write_bursts, name="vramtop-oom-writer", daemon=True)
+            writer.start()
+        except Exception:
+            return False
+        self.writer = writer
+        register_threading_exit()
+        return True
+
+    def told(self, n, then, path):
+        """`then(path)` for OOM `n`, unless a newer OOM was told already."""
+        with self.tell_lock:
+            if n < self.last_told:
+                return
+            self.last_told = n
+            then(path)
+
+    def superseded(self, n):
+        """Whether a newer OOM is in the "last" file already (OOM `n` is then not kept)."""
+        return n > OOM_FIRST_KEPT and n < self.last_written
 
     def write_bursts(self):
         """The writer thread: keeps the newest pending OOM, then waits OOM_BURST_S (a flush
@@ -118,8 +143,9 @@ class OomKeeper:
             try:
                 # An OOM kept at once after the burst (over a second later) may be newer:
                 # this one is then neither kept nor told (the viewer keeps the newest).
-                if n > self.last_written:
-                    then(self.keep(raw, oom, n))
+                path = self.keep(raw, oom, n)
+                if path is not None or not self.superseded(n):
+                    self.told(n, then, path)
             except Exception:
                 pass
             with self.cond:
@@ -127,20 +153,30 @@ class OomKeeper:
                 self.cond.notify_all()
                 self.cond.wait_for(lambda: self.flushing, timeout=OOM_BURST_S)
 
-    def flush(self, timeout_s=OOM_FLUSH_S):
-        """Before the job ends (an uncaught exception, atexit): the burst's newest OOM kept
-        and told, waiting up to `timeout_s`. From then on every OOM is kept at once."""
-        if threading.current_thread() is self.writer:
+    def flush(self, ending=True, timeout_s=OOM_FLUSH_S):
+        """The burst's newest OOM kept and told, waiting up to `timeout_s`: before the job
+        ends (`ending`: every OOM from then on is kept at once), or before a thread's
+        uncaught exception is reported. Never raises, not even for Ctrl-C in the wait."""
+        if self.writer is None or threading.current_thread() is self.writer:
+            with self.cond:
+                self.ended = self.ended or ending
             return
-        deadline = time.monotonic() + timeout_s
-        with self.cond:
-            self.flushing = True
-            self.cond.notify_all()
-            while self.pending is not None or self.writing:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return
-                self.cond.wait(left)
+        try:
+            deadline = time.monotonic() + timeout_s
+            with self.cond:
+                self.ended = self.ended or ending
+                self.flushing = True
+                self.cond.notify_all()
+                try:
+                    while self.pending is not None or self.writing:
+                        left = deadline - time.monotonic()
+                        if left <= 0:
+                            return
+                        self.cond.wait(left)
+                finally:
+                    self.flushing = False
+        except BaseException:
+            pass
 
     def keep(self, raw, oom, n=None):
         """Write the snapshot `raw` with the OOM `oom` (the hook's message) as the job's OOM
@@ -152,8 +188,8 @@ class OomKeeper:
                     self.count += 1
                     n = self.count
             with self.lock:
-                if n > OOM_FIRST_KEPT and n < self.last_written:
-                    return None  # a newer OOM is in the "last" file already
+                if self.superseded(n):
+                    return None
                 return self._keep(raw, oom, n)
         except Exception as err:
             self.say_once("error", "could not keep the allocator state at an OOM: %r; the job goes on" % (err,))
@@ -289,9 +325,11 @@ _excepthooks_installed = False
 
 
 def after_fork_in_child():
-    """The child's OOMs are its own: numbered from 1, in a keeper of its own."""
-    global _oom_keeper
+    """The child's OOMs are its own: numbered from 1, in a keeper of its own (whose writer
+    registers its flush anew: a second flush of an idle keeper costs nothing)."""
+    global _oom_keeper, _threading_exit_registered
     _oom_keeper = OomKeeper()
+    _threading_exit_registered = False
 
 
 def on_oom(device, alloc_size, limit_bytes, device_free):
@@ -385,9 +423,27 @@ def tell(hook, message, kept_path):
         pass
 
 
-def flush_kept():
-    """Before the job ends: a burst's newest OOM kept and told (OomKeeper.flush)."""
-    _oom_keeper.flush()
+def flush_kept(ending=True):
+    """A burst's newest OOM kept and told (OomKeeper.flush): before the job ends, or
+    (`ending` False) before a thread's uncaught exception is reported."""
+    _oom_keeper.flush(ending=ending)
+
+
+_threading_exit_registered = False
+
+
+def register_threading_exit():
+    """flush_kept at threading's shutdown too, once a process (a forked child inherits it,
+    and flush_kept finds the child's own keeper): normal exits run it before atexit, and a
+    multiprocessing worker, which ends with os._exit, runs only it."""
+    global _threading_exit_registered
+    if _threading_exit_registered:
+        return
+    _threading_exit_registered = True
+    try:
+        threading._register_atexit(flush_kept)
+    except Exception:
+        pass  # Python before 3.9, or shutdown begun: atexit and the excepthook remain
 
 
 def oom_summary(alloc_size, stats, device_free):
@@ -435,7 +491,7 @@ def report_uncaught(kind, value):
         if hook is None or hook.pid != os.getpid():
             return
         # A burst's newest OOM, perhaps the one the job dies of, goes before the error.
-        flush_kept()
+        flush_kept(ending=threading.current_thread() is threading.main_thread())
         if kind is None or issubclass(kind, (KeyboardInterrupt, SystemExit)):
             return  # Python exits 130 / the code given, not 1: leave exit_code unknown
         if threading.current_thread() is threading.main_thread():
