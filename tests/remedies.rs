@@ -527,6 +527,15 @@ fn gpu_kept_files_of_stepped_jobs_give_pytorchs_outcomes_on_both_paths() {
                     assert!(ours.reason.contains(fitting), "{name}: {ours:?}");
                 }
             }
+            if name.contains("hftrainer")
+                && (remedy.starts_with("roundup") || remedy.starts_with("empty_cache"))
+            {
+                // Failed at both ends of what the rest of the step would ask.
+                assert!(
+                    ours.reason.contains("the least it would ask"),
+                    "{name}: {ours:?}"
+                );
+            }
             if name.contains("gpt2ckpt_cap12g5") && remedy.starts_with("garbage") {
                 // Failed at both ends of what the rest of the step would ask.
                 assert!(
@@ -1110,6 +1119,24 @@ fn gpu_kept_histories_of_training_loops_give_pytorchs_outcomes_on_both_paths() {
         ),
         ("empty_cache() between steps", Fits),
     ];
+    // A GPT-2 (6 layers, 1024 wide) stepped by transformers' Trainer (accelerate's
+    // prepare: bf16 autocast, its wrapped optimizer; clipping to 1.0; a linear schedule),
+    // batch and length varying, under 12.72 GiB, dying at step 58 asking 1.91 GiB (H200,
+    // 2026-11-27, hook 1.8.1). PyTorch fitted expandable, expandable + GC and max_split 20,
+    // and failed GC 0.6, max_split 64 to 4096, roundup 4 and the cache emptied after every
+    // step. Roundup 4 and the emptied cache serve the request and run out in the rest of
+    // the step carried on, both scaled and at the earlier step's own sizes: "fails".
+    let hftrainer: &[(&str, Verdict)] = &[
+        ("expandable_segments:True", Fits),
+        ("max_split_size_mb:20", Fits),
+        ("roundup_power2_divisions:4", Fails),
+        ("garbage_collection_threshold:0.6", Fails),
+        (
+            "expandable_segments:True,garbage_collection_threshold:0.6",
+            Fits,
+        ),
+        ("empty_cache() between steps", Fails),
+    ];
     // The `_hook16` files were kept by hook 1.6 (a 32,768-entry ring checkpointed from a
     // quarter full, each checkpoint's segments read off the GIL), so even these short jobs'
     // histories come stitched from pieces, gaps filled; PyTorch's outcomes were the same.
@@ -1143,6 +1170,7 @@ fn gpu_kept_histories_of_training_loops_give_pytorchs_outcomes_on_both_paths() {
         ),
         ("history_gpt2ckpt_cap14_hook18", gpt2ckpt_cap14, 56, true),
         ("history_moemix_hook18", moemix, 45, true),
+        ("history_hftrainer_hook18", hftrainer, 58, true),
     ] {
         let path = fixture(&format!("{name}.pickle.gz"));
         let file = trace::load(&path).unwrap_or_else(|e| panic!("{name}: {e}"));
