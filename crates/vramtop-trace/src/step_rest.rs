@@ -949,12 +949,14 @@ mod tests {
             carried_on(&trace, &rest, oom, Sizes::Scaled).expect("a step to carry it on by");
         assert_eq!(carried.events[..oom], trace.events[..oom]);
         let on = &carried.events[oom..];
-        let sizes = |kind| -> Vec<u64> {
-            on.iter()
+        let sizes_in = |events: &[TraceEvent], kind| -> Vec<u64> {
+            events
+                .iter()
                 .filter(|e| e.kind == kind)
                 .map(|e| e.size / MIB)
                 .collect()
         };
+        let sizes = |kind| sizes_in(on, kind);
         // The refused request served; an activation in this step's own size (the pattern
         // made 200 MiB ones before its point where this step made 300); the gradient,
         // never seen before the point, scaled by the working memories (600 over 400).
@@ -963,12 +965,7 @@ mod tests {
         // pattern made it; the activation still this step's own.
         let least =
             carried_on(&trace, &rest, oom, Sizes::Pattern).expect("a step to carry it on by");
-        let least_sizes: Vec<u64> = least.events[oom..]
-            .iter()
-            .filter(|e| e.kind == Alloc)
-            .map(|e| e.size / MIB)
-            .collect();
-        assert_eq!(least_sizes, vec![300, 300, 400]);
+        assert_eq!(sizes_in(&least.events[oom..], Alloc), vec![300, 300, 400]);
         // Every block of the step freed: the two this step made before the OOM at their
         // own addresses, the three carried on at theirs.
         let freed: Vec<u64> = on

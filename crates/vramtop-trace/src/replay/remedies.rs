@@ -184,40 +184,35 @@ fn through_the_rest(
     if !(died_there && any_fits) {
         return Ok(answers);
     }
-    // A job that marked its steps is carried on as its likest earlier step went on; one
-    // that marked none, as it went on just before (`step_rest::repeated`).
-    let (carried, on) = if super::step_boundaries(trace).is_empty() {
+    // A job that marked its steps is carried on as its likest earlier step went on (`rest`:
+    // that step's rest, for the least it would ask); one that marked none, as it went on
+    // just before (`step_rest::repeated`).
+    let (carried, on, rest) = if super::step_boundaries(trace).is_empty() {
         let repeated = step_rest::repeated(trace, last.event);
-        let allocations = || {
-            trace.events[..last.event]
+        if repeated.is_none() {
+            let allocations = trace.events[..last.event]
                 .iter()
                 .filter(|e| e.kind == TraceEventKind::Alloc)
-                .count()
-        };
-        if repeated.is_none() && allocations() >= LOOP_ALLOCATIONS {
-            // Marks the job made that fall outside its kept history are not "no steps".
-            let marked = trace
-                .stats
-                .kept_oom
-                .as_ref()
-                .is_some_and(|k| !k.steps_us.is_empty());
-            last.remedies =
-                unmarked_loop(std::mem::take(&mut last.remedies), allocations(), marked);
+                .count();
+            if allocations >= LOOP_ALLOCATIONS {
+                // Marks the job made that fall outside its kept history are not "no steps".
+                let marked = trace
+                    .stats
+                    .kept_oom
+                    .as_ref()
+                    .is_some_and(|k| !k.steps_us.is_empty());
+                last.remedies =
+                    unmarked_loop(std::mem::take(&mut last.remedies), allocations, marked);
+            }
         }
-        (repeated, REPEATED)
+        (repeated, REPEATED, None)
     } else {
-        (
-            last.step.and_then(|rest| {
-                step_rest::carried_on(trace, &rest, last.event, step_rest::Sizes::Scaled)
-            }),
-            LIKEST,
-        )
+        let carried = last.step.and_then(|rest| {
+            step_rest::carried_on(trace, &rest, last.event, step_rest::Sizes::Scaled)
+        });
+        (carried, LIKEST, last.step)
     };
     let Some(carried) = carried else {
-        return Ok(answers);
-    };
-    let carried_ooms = crate::ooms::trace_ooms(&carried);
-    let Some(end) = carried_ooms.last() else {
         return Ok(answers);
     };
     // Only the runs of the remedies that fit are asked again (and the job's own).
@@ -227,35 +222,52 @@ fn through_the_rest(
         .filter(|r| r.verdict == Verdict::Fits)
         .map(|r| r.remedy.clone())
         .collect();
-    let again = judged(&carried, std::slice::from_ref(end), bounds, Some(&fitting))?;
     let more = carried.events.len().saturating_sub(last.event + 2);
-    // A copy of the history up to the OOM: gone before the next one is made.
-    drop(carried);
-    let Some(through) = again.last() else {
+    let Some(through) = judged_at_end(carried, bounds, &fitting)? else {
         return Ok(answers);
     };
     // Where the step carried on runs a remedy out, the same step at the pattern's own
     // sizes (the least it would ask): run out there too, the remedy fails (`LEAST`).
-    let ran_out: Vec<Remedy> = through
-        .remedies
-        .iter()
-        .filter(|t| t.verdict == Verdict::Fails && fitting.iter().any(|f| same_kind(f, &t.remedy)))
-        .map(|t| t.remedy.clone())
-        .collect();
-    let least = match last.step {
-        Some(rest) if on == LIKEST && !ran_out.is_empty() => {
+    let ran_out = failing(&through, &fitting);
+    let least = match rest {
+        Some(rest) if !ran_out.is_empty() => {
             least_through(trace, &rest, last.event, bounds, &ran_out)?
         }
         _ => Vec::new(),
     };
     last.remedies = carried_through(
         std::mem::take(&mut last.remedies),
-        &through.remedies,
+        &through,
         &least,
         more,
         on,
     );
     Ok(answers)
+}
+
+/// The verdicts of `only` at the end of a trace carried on past the OOM (its last `oom`),
+/// or None where it has no end. Takes the trace: a copy of the history up to the OOM,
+/// gone before another is made.
+fn judged_at_end(
+    carried: Trace,
+    bounds: CapacityBounds,
+    only: &[Remedy],
+) -> Result<Option<Vec<RemedyVerdict>>, ReplayError> {
+    let ooms = crate::ooms::trace_ooms(&carried);
+    let Some(end) = ooms.last() else {
+        return Ok(None);
+    };
+    let again = judged(&carried, std::slice::from_ref(end), bounds, Some(only))?;
+    Ok(again.into_iter().last().map(|through| through.remedies))
+}
+
+/// The remedies of `among` that `through` says fail.
+fn failing(through: &[RemedyVerdict], among: &[Remedy]) -> Vec<Remedy> {
+    through
+        .iter()
+        .filter(|t| t.verdict == Verdict::Fails && among.iter().any(|r| same_kind(r, &t.remedy)))
+        .map(|t| t.remedy.clone())
+        .collect()
 }
 
 /// Whether two remedies are the same setting (every `max_split_size_mb` alike).
@@ -284,23 +296,8 @@ fn least_through(
     let Some(least) = step_rest::carried_on(trace, rest, event, step_rest::Sizes::Pattern) else {
         return Ok(Vec::new());
     };
-    let ooms = crate::ooms::trace_ooms(&least);
-    let Some(end) = ooms.last() else {
-        return Ok(Vec::new());
-    };
-    let again = judged(&least, std::slice::from_ref(end), bounds, Some(ran_out))?;
-    Ok(again
-        .last()
-        .map(|through| {
-            through
-                .remedies
-                .iter()
-                .filter(|t| {
-                    t.verdict == Verdict::Fails && ran_out.iter().any(|r| same_kind(r, &t.remedy))
-                })
-                .map(|t| t.remedy.clone())
-                .collect()
-        })
+    Ok(judged_at_end(least, bounds, ran_out)?
+        .map(|through| failing(&through, ran_out))
         .unwrap_or_default())
 }
 
