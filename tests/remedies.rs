@@ -1326,3 +1326,57 @@ fn gpu_kept_histories_without_free_requested_give_the_same_verdicts() {
         assert_eq!(verdicts(&with_them), verdicts(&stripped), "{name}");
     }
 }
+
+/// A GPU-kept history with its step marks taken out, as a loop with no torch optimizer
+/// would keep it.
+fn unmarked(file: &Trace) -> Trace {
+    let mut without = file.clone();
+    if let Some(kept) = without.stats.kept_oom.as_mut() {
+        kept.steps_us.clear();
+    }
+    without
+}
+
+/// A loop that marked no steps is judged by its rounds (`replay::steps`): where its memory
+/// in use came back down. On training loops kept on the GPU they fall where the hook marked
+/// their optimizer steps, every one, and the Trainer's history without its marks gets the
+/// verdicts it got with them (PyTorch's outcomes: see the stepped jobs' test above).
+#[test]
+fn the_rounds_of_training_loops_fall_at_their_optimizer_steps() {
+    use vramtop::trace::replay::{step_boundaries, steps};
+    for name in [
+        "history_hftrainer_hook18",
+        "history_llamamix_hook18",
+        "history_moemix_hook18",
+        "history_t5var_cap5_hook18",
+        "history_gpt2ckpt_cap14_hook18",
+    ] {
+        let file = trace::load(&fixture(&format!("{name}.pickle.gz")))
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let marks = step_boundaries(&file);
+        assert!(marks.len() > 40, "{name}: {} marks", marks.len());
+        let rounds = steps(&unmarked(&file));
+        assert!(!rounds.marked, "{name}");
+        assert_eq!(rounds.at, marks, "{name}");
+    }
+    let name = "history_hftrainer_hook18";
+    let file = trace::load(&fixture(&format!("{name}.pickle.gz"))).expect("loads");
+    let verdicts = |at: &OomRemedies| {
+        at.remedies
+            .iter()
+            .map(|r| (r.remedy.to_string(), r.verdict))
+            .collect::<Vec<_>>()
+    };
+    let (marked, by_rounds) = (
+        at_last_oom(name, &file),
+        at_last_oom(name, &unmarked(&file)),
+    );
+    assert_eq!(verdicts(&marked), verdicts(&by_rounds));
+    let between = verdict_of(name, &by_rounds, "empty_cache() between steps");
+    // Its reason says what the steps were taken for.
+    assert!(
+        between.reason.contains("marked no steps"),
+        "{}",
+        between.reason
+    );
+}

@@ -45,6 +45,7 @@ pub mod record;
 pub mod replay;
 mod rmm;
 pub mod roles;
+mod rounds;
 pub mod snapshot;
 pub mod step_rest;
 mod units;

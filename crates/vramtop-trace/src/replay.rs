@@ -102,6 +102,32 @@ impl Default for ReplayOptions {
     }
 }
 
+/// Where a job's steps begin in its events, and how they were found.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Steps {
+    /// Each step's first event (`step_boundaries`), sorted, each once.
+    pub at: Vec<usize>,
+    /// The hook marked them (the job's optimizer steps, or `vramtop.step()`); else they
+    /// are the rounds its memory in use went in (`rounds::inferred`).
+    pub marked: bool,
+}
+
+/// The job's steps: those the hook marked within the history where there are any, else the
+/// rounds its memory in use went in, where it went in enough of them.
+pub fn steps(trace: &Trace) -> Steps {
+    let marked = step_boundaries(trace);
+    if !marked.is_empty() {
+        return Steps {
+            at: marked,
+            marked: true,
+        };
+    }
+    Steps {
+        at: crate::rounds::inferred(trace),
+        marked: false,
+    }
+}
+
 /// Where the job's optimizer steps fall in its events: for each step the hook marked, the
 /// first request after it, served or refused (a loop frees its gradients between the step
 /// and the next batch, so "after the step" is that first request). Sorted, each once.
@@ -270,7 +296,7 @@ impl<'t> Replay<'t> {
             hints_stale: false,
             addresses: opts.addresses,
             empty_at: if opts.empty_cache_at_steps {
-                step_boundaries(trace)
+                steps(trace).at
             } else {
                 Vec::new()
             },

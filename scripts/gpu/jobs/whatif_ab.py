@@ -92,6 +92,9 @@ Workloads (each ends with one judged request, caught so the process ends normall
   hftrainer   gpt2mixed's GPT-2 stepped by Hugging Face's Trainer itself (bf16, its AdamW
               and linear schedule, gradients clipped to 1.0 through accelerate, its
               training_step), batches and lengths varying (WHATIF_HFTRAINER_CAP_GIB).
+  gpt2sgd     gpt2mixed's GPT-2 updated by the loop's own code (SGD with momentum under
+              no_grad, its buffers made in the first step), no torch optimizer: no step
+              marked, the rounds of its memory stand in (WHATIF_GPT2SGD_CAP_GIB).
   otherproc   a second process holds a 60 GiB cache on the same GPU (freed tensors,
               not released); this one asks for 30 GiB.
 
@@ -137,7 +140,7 @@ import time
 MiB = 1 << 20
 GiB = 1 << 30
 WORKLOADS = ["checker", "splitcache", "tails", "gpt2var", "kvcache", "gpt2mixed", "llamamix", "resnetvar",
-             "bertaccum", "t5var", "gpt2ckpt", "evalmix", "gpt2keep", "gan", "vitvar", "moemix", "gpt2scaler", "loramix", "gpt2compile", "llamagen", "gpt2stream", "t5beam", "t5beam_steps", "wav2vec", "mambaslow", "hftrainer", "otherproc"]
+             "bertaccum", "t5var", "gpt2ckpt", "evalmix", "gpt2keep", "gan", "vitvar", "moemix", "gpt2scaler", "loramix", "gpt2compile", "llamagen", "gpt2stream", "t5beam", "t5beam_steps", "wav2vec", "mambaslow", "hftrainer", "gpt2sgd", "otherproc"]
 # The cap of each stepped workload that takes one from the environment (`scan` varies it).
 CAP_ENV = {"gpt2mixed": ("WHATIF_GPT2MIXED_CAP_GIB", 15.5), "llamamix": ("WHATIF_LLAMAMIX_CAP_GIB", 10),
            "resnetvar": ("WHATIF_RESNETVAR_CAP_GIB", 6.5), "bertaccum": ("WHATIF_BERTACCUM_CAP_GIB", 8),
@@ -147,7 +150,7 @@ CAP_ENV = {"gpt2mixed": ("WHATIF_GPT2MIXED_CAP_GIB", 15.5), "llamamix": ("WHATIF
            "moemix": ("WHATIF_MOEMIX_CAP_GIB", 10), "gpt2scaler": ("WHATIF_GPT2SCALER_CAP_GIB", 10),
            "loramix": ("WHATIF_LORAMIX_CAP_GIB", 10), "gpt2compile": ("WHATIF_GPT2COMPILE_CAP_GIB", 10),
            "llamagen": ("WHATIF_LLAMAGEN_CAP_GIB", 10), "gpt2stream": ("WHATIF_GPT2STREAM_CAP_GIB", 10),
-           "t5beam": ("WHATIF_T5BEAM_CAP_GIB", 10), "t5beam_steps": ("WHATIF_T5BEAM_STEPS_CAP_GIB", 10),
+           "t5beam": ("WHATIF_T5BEAM_CAP_GIB", 10), "gpt2sgd": ("WHATIF_GPT2SGD_CAP_GIB", 10), "t5beam_steps": ("WHATIF_T5BEAM_STEPS_CAP_GIB", 10),
            "wav2vec": ("WHATIF_WAV2VEC_CAP_GIB", 10), "mambaslow": ("WHATIF_MAMBASLOW_CAP_GIB", 10),
            "hftrainer": ("WHATIF_HFTRAINER_CAP_GIB", 10)}
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -363,6 +366,31 @@ def steps(workload, cap, stop_at, judged, before_judged, after_step):
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
 
         step = mixed_lm_step(model, opt, 50257, [2, 4, 6, 8, 12, 16], lambda i: 256 + 8 * i, 2048)
+    elif workload == "gpt2sgd":
+        from transformers import GPT2Config, GPT2LMHeadModel
+
+        cap_from_env(cap, workload)
+        model = GPT2LMHeadModel(GPT2Config(n_layer=6, n_embd=1024, n_head=16, n_positions=2048)).cuda()
+        params = [p for p in model.parameters() if p.requires_grad]
+        momentum = {}
+
+        def step(i):
+            # A hand-written update, as research code has it: no torch.optim, so nothing
+            # the hook marks; the momentum buffers are made in the first step and kept.
+            batch = random.choice([2, 4, 6, 8, 12, 16])
+            length = min(2048, random.randint(64, 256 + 8 * i))
+            x = torch.randint(0, 50257, (batch, length), device="cuda")
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = model(x, labels=x).loss
+            loss.backward()
+            with torch.no_grad():
+                for p in params:
+                    buf = momentum.get(p)
+                    if buf is None:
+                        momentum[p] = buf = torch.zeros_like(p)
+                    buf.mul_(0.9).add_(p.grad)
+                    p.add_(buf, alpha=-1e-4)
+                    p.grad = None
     elif workload == "llamamix":
         cap_from_env(cap, workload)
         _, step = llama_mix()
@@ -879,7 +907,7 @@ def under_vramtop(binary, workload, work):
 
 STEPPED = ("gpt2var", "kvcache", "kvcache_steps", "gpt2mixed", "llamamix", "resnetvar", "bertaccum", "t5var",
            "gpt2ckpt", "evalmix", "gpt2keep", "gan", "vitvar", "moemix", "gpt2scaler",
-           "loramix", "gpt2compile", "llamagen", "gpt2stream", "t5beam", "t5beam_steps", "wav2vec", "mambaslow", "hftrainer")
+           "loramix", "gpt2compile", "llamagen", "gpt2stream", "t5beam", "t5beam_steps", "wav2vec", "mambaslow", "hftrainer", "gpt2sgd")
 
 
 MAX_SPLIT_TRIED = ["20", "64", "128", "256", "512", "1024", "2048", "4096"]  # MAX_SPLIT_TRIED_MB

@@ -187,7 +187,8 @@ fn through_the_rest(
     // A job that marked its steps is carried on as its likest earlier step went on (`rest`:
     // that step's rest, for the least it would ask); one that marked none, as it went on
     // just before (`step_rest::repeated`).
-    let (carried, on, rest) = if super::step_boundaries(trace).is_empty() {
+    let steps = super::steps(trace);
+    let (carried, on, rest) = if steps.at.is_empty() {
         let repeated = step_rest::repeated(trace, last.event);
         if repeated.is_none() {
             let allocations = trace.events[..last.event]
@@ -210,7 +211,11 @@ fn through_the_rest(
         let carried = last.step.and_then(|rest| {
             step_rest::carried_on(trace, &rest, last.event, step_rest::Sizes::Scaled)
         });
-        (carried, LIKEST, last.step)
+        (
+            carried,
+            if steps.marked { LIKEST } else { LIKEST_ROUND },
+            last.step,
+        )
     };
     let Some(carried) = carried else {
         return Ok(answers);
@@ -307,6 +312,15 @@ const LIKEST: (&str, &str) = (
     "carried on through the rest of the step as the earlier step most like it went on past \
      the same point",
     "this step's own sizes where the history shows them",
+);
+
+/// The same for a job that marked no steps, whose rounds stand in for them
+/// (`rounds::inferred`).
+const LIKEST_ROUND: (&str, &str) = (
+    "carried on through the rest of its round as the earlier round most like it went on \
+     past the same point (the job marked no steps: its rounds are where its memory in use \
+     came back down to what it keeps)",
+    LIKEST.1,
 );
 
 /// Why a remedy that runs out in the step carried on fails: at the least the rest of the
@@ -482,8 +496,9 @@ fn judged(
     // not the remedy's: each run starts from both ends (`Start`), and a verdict is given
     // only where they agree.
     let starts = Starts::of(trace, checkpoint.is_some());
-    // The job's optimizer steps, where the hook marked them within the history.
-    let step_marks = super::step_boundaries(trace);
+    // The job's steps, where the hook marked them within the history, else its rounds.
+    let steps = super::steps(trace);
+    let step_marks = steps.at;
     let gc_tried_at = gc_cap.filter(|_| capped_any && own_gc.is_none());
     let asked = runs::asked(
         settings,
@@ -506,6 +521,7 @@ fn judged(
         own_gc,
         gc_cap,
         step_marks: &step_marks,
+        marked: steps.marked,
         carried: carried.is_some(),
     };
     Ok(ooms.iter().map(|oom| judge.oom(oom)).collect())
@@ -526,8 +542,10 @@ struct Judge<'a> {
     own_gc: Option<f64>,
     /// The cap the GC threshold is replayed at, where known.
     gc_cap: Option<u64>,
-    /// Where the job's optimizer steps fall in the events.
+    /// Where the job's steps fall in the events.
     step_marks: &'a [usize],
+    /// The hook marked them; else they are the job's rounds (`rounds::inferred`).
+    marked: bool,
     /// The trace carries the step on past its OOM (`through_the_rest`): its verdicts are
     /// the replays', not measured against the step's rest again.
     carried: bool,
@@ -821,7 +839,7 @@ impl Judge<'_> {
             empty_steps: true,
             ..self.plain
         };
-        let verdict = verdicts::between_steps(self.runs.verdict(at.event, run), steps);
+        let verdict = verdicts::between_steps(self.runs.verdict(at.event, run), steps, self.marked);
         self.sourced(at, verdict, &[run])
     }
 

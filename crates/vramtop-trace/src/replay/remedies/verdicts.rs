@@ -7,19 +7,29 @@ use vramtop_alloc::remedy::{Missing, Remedy, RemedyVerdict, Verdict, GC_THRESHOL
 
 /// `empty_cache()` between steps, from the history replayed with the cache emptied after
 /// each of the `steps` optimizer steps the hook marked before the OOM.
-pub(super) fn between_steps(verdict: Verdict, steps: usize) -> RemedyVerdict {
+pub(super) fn between_steps(verdict: Verdict, steps: usize, marked: bool) -> RemedyVerdict {
+    // A job that marked no steps is emptied between its rounds (`rounds::inferred`).
+    let each = if marked {
+        format!("each of its {steps} optimizer steps")
+    } else {
+        format!(
+            "each of its {steps} rounds (it marked no steps; a round ends where its memory in \
+             use came back down to what it keeps)"
+        )
+    };
     let reason = match verdict {
-        Verdict::Fits => format!(
-            "the job's history replayed with the cache emptied after each of its {steps} \
-             optimizer steps serves the request"
-        ),
+        Verdict::Fits => {
+            format!(
+                "the job's history replayed with the cache emptied after {each} serves the request"
+            )
+        }
         Verdict::Fails => format!(
-            "the job's history replayed with the cache emptied after each of its {steps} \
-             optimizer steps still fails the request"
+            "the job's history replayed with the cache emptied after {each} still fails the \
+             request"
         ),
         Verdict::CannotTell => format!(
-            "replayed with the cache emptied after each of its {steps} optimizer steps, it \
-             fits at the trace's lower capacity bound only"
+            "replayed with the cache emptied after {each}, it fits at the trace's lower \
+             capacity bound only"
         ),
     };
     RemedyVerdict::new(Remedy::EmptyCacheBetweenSteps, verdict, reason)
