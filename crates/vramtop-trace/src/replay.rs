@@ -65,8 +65,9 @@ pub struct ReplayOptions {
     pub gc_threshold: Option<f64>,
     /// A remedy tried: these `roundup_power2_divisions` instead of the trace's own.
     pub roundup_power2_divisions: Option<[u32; 16]>,
-    /// A remedy tried: `torch.cuda.empty_cache()` after each of the job's optimizer steps
-    /// (`KeptOom::steps_us`), just before the first allocation that follows it.
+    /// A remedy tried: `torch.cuda.empty_cache()` after each of the job's steps (`steps`:
+    /// those the hook marked, `KeptOom::steps_us`, else its rounds), just before the first
+    /// allocation that follows it.
     pub empty_cache_at_steps: bool,
     /// Where new segments go. Among free blocks of equal size PyTorch takes the lowest
     /// address, so the order of the addresses CUDA hands out decides between them: the

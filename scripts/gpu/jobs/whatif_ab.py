@@ -95,6 +95,9 @@ Workloads (each ends with one judged request, caught so the process ends normall
   gpt2sgd     gpt2mixed's GPT-2 updated by the loop's own code (SGD with momentum under
               no_grad, its buffers made in the first step), no torch optimizer: no step
               marked, the rounds of its memory stand in (WHATIF_GPT2SGD_CAP_GIB).
+  resnetinfer resnetvar's ResNet-50 classifying batches in eval mode under no_grad, batch
+              (32 to 128) and resolution (128 to 512) varying and growing, no optimizer:
+              no step marked (WHATIF_RESNETINFER_CAP_GIB).
   otherproc   a second process holds a 60 GiB cache on the same GPU (freed tensors,
               not released); this one asks for 30 GiB.
 
@@ -140,7 +143,7 @@ import time
 MiB = 1 << 20
 GiB = 1 << 30
 WORKLOADS = ["checker", "splitcache", "tails", "gpt2var", "kvcache", "gpt2mixed", "llamamix", "resnetvar",
-             "bertaccum", "t5var", "gpt2ckpt", "evalmix", "gpt2keep", "gan", "vitvar", "moemix", "gpt2scaler", "loramix", "gpt2compile", "llamagen", "gpt2stream", "t5beam", "t5beam_steps", "wav2vec", "mambaslow", "hftrainer", "gpt2sgd", "otherproc"]
+             "bertaccum", "t5var", "gpt2ckpt", "evalmix", "gpt2keep", "gan", "vitvar", "moemix", "gpt2scaler", "loramix", "gpt2compile", "llamagen", "gpt2stream", "t5beam", "t5beam_steps", "wav2vec", "mambaslow", "hftrainer", "gpt2sgd", "resnetinfer", "otherproc"]
 # The cap of each stepped workload that takes one from the environment (`scan` varies it).
 CAP_ENV = {"gpt2mixed": ("WHATIF_GPT2MIXED_CAP_GIB", 15.5), "llamamix": ("WHATIF_LLAMAMIX_CAP_GIB", 10),
            "resnetvar": ("WHATIF_RESNETVAR_CAP_GIB", 6.5), "bertaccum": ("WHATIF_BERTACCUM_CAP_GIB", 8),
@@ -150,7 +153,8 @@ CAP_ENV = {"gpt2mixed": ("WHATIF_GPT2MIXED_CAP_GIB", 15.5), "llamamix": ("WHATIF
            "moemix": ("WHATIF_MOEMIX_CAP_GIB", 10), "gpt2scaler": ("WHATIF_GPT2SCALER_CAP_GIB", 10),
            "loramix": ("WHATIF_LORAMIX_CAP_GIB", 10), "gpt2compile": ("WHATIF_GPT2COMPILE_CAP_GIB", 10),
            "llamagen": ("WHATIF_LLAMAGEN_CAP_GIB", 10), "gpt2stream": ("WHATIF_GPT2STREAM_CAP_GIB", 10),
-           "t5beam": ("WHATIF_T5BEAM_CAP_GIB", 10), "gpt2sgd": ("WHATIF_GPT2SGD_CAP_GIB", 10), "t5beam_steps": ("WHATIF_T5BEAM_STEPS_CAP_GIB", 10),
+           "t5beam": ("WHATIF_T5BEAM_CAP_GIB", 10), "gpt2sgd": ("WHATIF_GPT2SGD_CAP_GIB", 10),
+           "resnetinfer": ("WHATIF_RESNETINFER_CAP_GIB", 10), "t5beam_steps": ("WHATIF_T5BEAM_STEPS_CAP_GIB", 10),
            "wav2vec": ("WHATIF_WAV2VEC_CAP_GIB", 10), "mambaslow": ("WHATIF_MAMBASLOW_CAP_GIB", 10),
            "hftrainer": ("WHATIF_HFTRAINER_CAP_GIB", 10)}
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -694,6 +698,20 @@ def steps(workload, cap, stop_at, judged, before_judged, after_step):
         # shape; batch and resolution vary, the largest resolution grows.
         batches = [int(b * BATCH_SCALE) for b in [8, 16, 24, 32]]
         step = image_step(model, opt, batches, 32, lambda i: min(12, 4 + i // 8), 4, bf16=False)
+    elif workload == "resnetinfer":
+        from transformers import ResNetConfig, ResNetForImageClassification
+
+        cap_from_env(cap, workload)
+        model = ResNetForImageClassification(ResNetConfig(num_labels=1000)).cuda().eval()
+
+        def step(i):
+            # Serving images: batches and resolutions vary, the largest grows; the labels
+            # are taken off the GPU each batch, as a classifier's caller does.
+            batch = random.choice([32, 64, 96, 128])
+            side = 32 * random.randint(4, min(16, 4 + i // 4))
+            x = torch.randn(batch, 3, side, side, device="cuda")
+            with torch.no_grad():
+                model(pixel_values=x).logits.argmax(-1).cpu()
     elif workload == "bertaccum":
         from transformers import BertConfig, BertForMaskedLM
 
@@ -907,7 +925,7 @@ def under_vramtop(binary, workload, work):
 
 STEPPED = ("gpt2var", "kvcache", "kvcache_steps", "gpt2mixed", "llamamix", "resnetvar", "bertaccum", "t5var",
            "gpt2ckpt", "evalmix", "gpt2keep", "gan", "vitvar", "moemix", "gpt2scaler",
-           "loramix", "gpt2compile", "llamagen", "gpt2stream", "t5beam", "t5beam_steps", "wav2vec", "mambaslow", "hftrainer", "gpt2sgd")
+           "loramix", "gpt2compile", "llamagen", "gpt2stream", "t5beam", "t5beam_steps", "wav2vec", "mambaslow", "hftrainer", "gpt2sgd", "resnetinfer")
 
 
 MAX_SPLIT_TRIED = ["20", "64", "128", "256", "512", "1024", "2048", "4096"]  # MAX_SPLIT_TRIED_MB

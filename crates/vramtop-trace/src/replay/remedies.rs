@@ -184,38 +184,43 @@ fn through_the_rest(
     if !(died_there && any_fits) {
         return Ok(answers);
     }
-    // A job that marked its steps is carried on as its likest earlier step went on (`rest`:
-    // that step's rest, for the least it would ask); one that marked none, as it went on
-    // just before (`step_rest::repeated`).
+    // A job whose steps are known (marked, or its rounds) is carried on as its likest
+    // earlier step went on (`rest`: that step's rest, for the least it would ask). One
+    // that marked none, where its rounds do not carry it on (none found, no round like
+    // this one, or refused at the round's first request), as it went on just before
+    // (`step_rest::repeated`), and its fits are left open where that finds no round.
     let steps = super::steps(trace);
-    let (carried, on, rest) = if steps.at.is_empty() {
-        let repeated = step_rest::repeated(trace, last.event);
-        if repeated.is_none() {
-            let allocations = trace.events[..last.event]
-                .iter()
-                .filter(|e| e.kind == TraceEventKind::Alloc)
-                .count();
-            if allocations >= LOOP_ALLOCATIONS {
-                // Marks the job made that fall outside its kept history are not "no steps".
-                let marked = trace
-                    .stats
-                    .kept_oom
-                    .as_ref()
-                    .is_some_and(|k| !k.steps_us.is_empty());
-                last.remedies =
-                    unmarked_loop(std::mem::take(&mut last.remedies), allocations, marked);
-            }
-        }
-        (repeated, REPEATED, None)
-    } else {
-        let carried = last.step.and_then(|rest| {
+    let likest = match steps.at.is_empty() {
+        true => None,
+        false => last.step.and_then(|rest| {
             step_rest::carried_on(trace, &rest, last.event, step_rest::Sizes::Scaled)
-        });
-        (
-            carried,
-            if steps.marked { LIKEST } else { LIKEST_ROUND },
-            last.step,
-        )
+        }),
+    };
+    let (carried, on, rest) = match likest {
+        Some(carried) if steps.marked => (Some(carried), LIKEST, last.step),
+        Some(carried) => (Some(carried), LIKEST_ROUND, last.step),
+        None if steps.marked => (None, LIKEST, last.step),
+        None => {
+            let repeated = step_rest::repeated(trace, last.event);
+            if repeated.is_none() {
+                let allocations = trace.events[..last.event]
+                    .iter()
+                    .filter(|e| e.kind == TraceEventKind::Alloc)
+                    .count();
+                if allocations >= LOOP_ALLOCATIONS {
+                    // Marks the job made that fall outside its kept history are not "no
+                    // steps".
+                    let marked = trace
+                        .stats
+                        .kept_oom
+                        .as_ref()
+                        .is_some_and(|k| !k.steps_us.is_empty());
+                    last.remedies =
+                        unmarked_loop(std::mem::take(&mut last.remedies), allocations, marked);
+                }
+            }
+            (repeated, REPEATED, None)
+        }
     };
     let Some(carried) = carried else {
         return Ok(answers);
@@ -318,8 +323,8 @@ const LIKEST: (&str, &str) = (
 /// (`rounds::inferred`).
 const LIKEST_ROUND: (&str, &str) = (
     "carried on through the rest of its round as the earlier round most like it went on \
-     past the same point (the job marked no steps: its rounds are where its memory in use \
-     came back down to what it keeps)",
+     past the same point (no step is marked in the job's history: its rounds are where its \
+     memory in use came back down to what it keeps)",
     LIKEST.1,
 );
 
@@ -819,7 +824,8 @@ impl Judge<'_> {
         }
     }
 
-    /// `empty_cache()` after each optimizer step the hook marked before the OOM.
+    /// `empty_cache()` after each optimizer step the hook marked before the OOM, or each
+    /// round, where the job marked none (`replay::steps`).
     fn between_steps(&self, at: &At) -> RemedyVerdict {
         // A step begun by the refused request counts (the cache is emptied before it).
         let steps = self.step_marks.iter().filter(|&&m| m <= at.event).count();
@@ -830,9 +836,10 @@ impl Judge<'_> {
             return RemedyVerdict::new(
                 Remedy::EmptyCacheBetweenSteps,
                 Verdict::CannotTell,
-                "the job marked no steps before the OOM, so its history has no place to \
-                 empty the cache at (the hook marks each torch optimizer step; a loop \
-                 without one marks its own with vramtop.step())",
+                "the job marked no steps before the OOM, and its memory in use did not come \
+                 back down to what it keeps in enough rounds to stand in for them, so its \
+                 history has no place to empty the cache at (the hook marks each torch \
+                 optimizer step; a loop without one marks its own with vramtop.step())",
             );
         }
         let run = Run {
@@ -1111,6 +1118,32 @@ mod tests {
             open.reason.contains("is a loop that marked no steps"),
             "{open:?}"
         );
+        assert!(open.reason.contains("vramtop.step()"), "{open:?}");
+    }
+
+    #[test]
+    fn a_loop_whose_rounds_hold_none_like_its_last_leaves_its_fits_open() {
+        use TraceEventKind::*;
+        // The same loop gone in rounds of 1 GiB, each with 1,000 small blocks: its rounds
+        // are found, but none reached a request like the refused one, so none carries it
+        // on; the fits stay open, as where no round is found.
+        let mut events = Vec::new();
+        for round in 0..10u64 {
+            let big = 0x8000_0000 + round;
+            events.push(event(Alloc, big, 1 << 30));
+            for i in 0..(LOOP_ALLOCATIONS as u64 / 10) {
+                let small = 0x9000_0000 + round * 10_000 + i;
+                events.push(event(Alloc, small, 512));
+                events.push(event(FreeCompleted, small, 512));
+            }
+            events.push(event(FreeCompleted, big, 1 << 30));
+        }
+        events.extend(split_cache().events.iter().cloned());
+        let long = trace(Vec::new(), events);
+        assert!(super::super::steps(&long).at.len() >= 4, "rounds found");
+        let ooms = crate::ooms::trace_ooms(&long);
+        let open = remedies(&long, &ooms, Some(7900 * MIB)).unwrap()[0].remedies[0].clone();
+        assert_eq!(open.verdict, Verdict::CannotTell, "{open:?}");
         assert!(open.reason.contains("vramtop.step()"), "{open:?}");
     }
 

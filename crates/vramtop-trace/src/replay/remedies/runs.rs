@@ -37,7 +37,7 @@ pub(super) struct Run {
     pub gc_tried: bool,
     /// With `roundup_power2_divisions:N` for every interval (else the job's own).
     pub roundup: Option<u32>,
-    /// With `torch.cuda.empty_cache()` after each of the job's optimizer steps.
+    /// With `torch.cuda.empty_cache()` after each of the job's steps (marked, or its rounds).
     pub empty_steps: bool,
     pub start: Start,
     pub addresses: AddressOrder,
@@ -175,7 +175,7 @@ impl Starts {
 
 /// Every run the remedies need, at both capacity bounds: the job's own, expandable
 /// segments, each `max_split_size_mb` tried, `roundup_power2_divisions:4`, the cache
-/// emptied between steps (when the hook marked them), and the GC threshold at a known cap
+/// emptied between steps (where the job's steps are known: marked, or its rounds), and the GC threshold at a known cap
 /// (`gc_cap`, when the job had none of its own); each then from every start and address
 /// order it must agree across.
 pub(super) fn asked(

@@ -6,15 +6,16 @@ use super::MAX_SPLIT_TRIED_MB;
 use vramtop_alloc::remedy::{Missing, Remedy, RemedyVerdict, Verdict, GC_THRESHOLD_TRIED};
 
 /// `empty_cache()` between steps, from the history replayed with the cache emptied after
-/// each of the `steps` optimizer steps the hook marked before the OOM.
+/// each of the `steps` optimizer steps the hook marked before the OOM, or where none is
+/// marked, after each of the job's rounds (`marked` false: `rounds::inferred`).
 pub(super) fn between_steps(verdict: Verdict, steps: usize, marked: bool) -> RemedyVerdict {
     // A job that marked no steps is emptied between its rounds (`rounds::inferred`).
     let each = if marked {
         format!("each of its {steps} optimizer steps")
     } else {
         format!(
-            "each of its {steps} rounds (it marked no steps; a round ends where its memory in \
-             use came back down to what it keeps)"
+            "each of its {steps} rounds (no step is marked in its history; a round ends where \
+             its memory in use came back down to what it keeps)"
         )
     };
     let reason = match verdict {
