@@ -1161,6 +1161,7 @@ mod tests {
             unscaled_peak: 7 * GIB,
             steps: 10,
             identified: true,
+            proportional: false,
             working: 6 * GIB,
             floor: GIB / 2,
             likest: None,

@@ -725,11 +725,19 @@ impl Judge<'_> {
             )
         };
         if rest.passes(self.high) {
+            let bound = if rest.unscaled_peak > self.high {
+                format!(
+                    "and the largest of them's rise in bytes, unscaled, {} in use",
+                    human_bytes(rest.unscaled_peak)
+                )
+            } else {
+                // `StepRest::proportional`: the rise follows the step's size.
+                "and they grew alike whatever their size, so none of the rise is fixed".to_string()
+            };
             let why = format!(
-                "{grew}; even the least makes this step {}, and the largest of them's rise in \
-                 bytes, unscaled, {} in use: whatever the allocator's settings",
+                "{grew}; even the least makes this step {}, {bound}: whatever the allocator's \
+                 settings",
                 at(rest.growth, rest.peak, self.high),
-                human_bytes(rest.unscaled_peak)
             );
             return overturn(
                 remedies,
