@@ -190,11 +190,12 @@ fn through_the_rest(
     // this one, or refused at the round's first request), as it went on just before
     // (`step_rest::repeated`), and its fits are left open where that finds no round.
     let steps = super::steps(trace);
-    let likest = match steps.at.is_empty() {
-        true => None,
-        false => last.step.and_then(|rest| {
+    let likest = if steps.at.is_empty() {
+        None
+    } else {
+        last.step.and_then(|rest| {
             step_rest::carried_on(trace, &rest, last.event, step_rest::Sizes::Scaled)
-        }),
+        })
     };
     let (carried, on, rest) = match likest {
         Some(carried) if steps.marked => (Some(carried), LIKEST, last.step),
