@@ -309,6 +309,14 @@ pub struct Trace {
     pub stats: TraceStats,
 }
 
+/// The first request (an allocation, or one refused) at or after event `from`: where a
+/// step begins, marked (`replay::step_boundaries`) or found (`rounds::inferred`). An OOM
+/// on the first request after a step is the next step's, not the last one's.
+pub(crate) fn first_request(events: &[TraceEvent], from: usize) -> Option<usize> {
+    (from..events.len())
+        .find(|&i| matches!(events[i].kind, TraceEventKind::Alloc | TraceEventKind::Oom))
+}
+
 #[cfg(test)]
 impl TraceEvent {
     /// An event on stream 0 with no tag and no time, as the crate's tests write them.

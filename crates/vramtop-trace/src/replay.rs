@@ -155,13 +155,8 @@ pub fn step_boundaries(trace: &Trace) -> Vec<usize> {
         while at < events.len() && events[at].time_us.is_none_or(|t| t <= step) {
             at += 1;
         }
-        // The step begins at its first request: an allocation, or one refused (an OOM on
-        // the first request after the optimizer's step is the next step's, not this one's).
-        let request =
-            |i: &usize| matches!(events[*i].kind, TraceEventKind::Alloc | TraceEventKind::Oom);
-        if let Some(i) = (at..events.len()).find(request) {
-            out.push(i);
-        }
+        // The step begins at its first request.
+        out.extend(crate::first_request(events, at));
     }
     out.sort_unstable();
     out.dedup();
@@ -261,6 +256,23 @@ impl<'t> Replay<'t> {
         policy: PolicyKind,
         opts: ReplayOptions,
     ) -> Result<Replay<'t>, ReplayError> {
+        let empty_at = if opts.empty_cache_at_steps {
+            steps(trace).at
+        } else {
+            Vec::new()
+        };
+        Replay::emptying_at(trace, policy, opts, empty_at)
+    }
+
+    /// As `new`, with the cache emptied before each of `empty_at` where
+    /// `opts.empty_cache_at_steps` (the job's steps, found once by a caller that replays
+    /// the trace many times: `steps` reads the whole history).
+    pub fn emptying_at(
+        trace: &'t Trace,
+        policy: PolicyKind,
+        opts: ReplayOptions,
+        empty_at: Vec<usize>,
+    ) -> Result<Replay<'t>, ReplayError> {
         let backing = match opts.addresses {
             // The trace's order falls back on top-down where it has no address to give (a
             // segment the job did not make then, or hints gone stale): in GPU-kept traces
@@ -297,7 +309,7 @@ impl<'t> Replay<'t> {
             hints_stale: false,
             addresses: opts.addresses,
             empty_at: if opts.empty_cache_at_steps {
-                steps(trace).at
+                empty_at
             } else {
                 Vec::new()
             },
@@ -638,7 +650,21 @@ pub fn replay(
     policy: PolicyKind,
     opts: ReplayOptions,
 ) -> Result<PolicyRun, ReplayError> {
-    let mut run = Replay::new(trace, policy, opts)?;
+    finish(Replay::new(trace, policy, opts)?)
+}
+
+/// `replay` with the job's steps already found (`Replay::emptying_at`).
+pub(crate) fn replay_emptying_at(
+    trace: &Trace,
+    policy: PolicyKind,
+    opts: ReplayOptions,
+    empty_at: &[usize],
+) -> Result<PolicyRun, ReplayError> {
+    finish(Replay::emptying_at(trace, policy, opts, empty_at.to_vec())?)
+}
+
+/// Every event of `run` replayed, and its figures.
+fn finish(mut run: Replay<'_>) -> Result<PolicyRun, ReplayError> {
     let start = Instant::now();
     while run.step()?.is_some() {}
     let elapsed = start.elapsed();

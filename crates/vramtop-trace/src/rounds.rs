@@ -72,10 +72,7 @@ pub fn inferred(trace: &Trace) -> Vec<usize> {
             start = i;
         }
     }
-    let request = |from: usize| {
-        (from..events.len())
-            .find(|&j| matches!(events[j].kind, TraceEventKind::Alloc | TraceEventKind::Oom))
-    };
+    let request = |from: usize| crate::first_request(events, from);
     let mut rounds = Vec::new();
     let mut began_at = series[start]; // the level the round in progress rose from
     let mut rise = 0u64; // its rise so far

@@ -516,7 +516,7 @@ fn judged(
     .into_iter()
     .filter(|run| carried.is_none_or(|only| run.is_plain() || run.judges_any(only)))
     .collect();
-    let runs = Runs::done(trace, &starts, bounds, own_gc, asked)?;
+    let runs = Runs::done(trace, &starts, bounds, own_gc, &step_marks, asked)?;
     let judge = Judge {
         trace,
         runs: &runs,

@@ -2,7 +2,7 @@
 //! them on as many threads as there are cores (`Runs::done`), and reading a verdict off
 //! them that holds across every start and address order a run has (`Runs::verdict`).
 
-use super::super::{replay, AddressOrder, OomCheck, ReplayError, ReplayOptions};
+use super::super::{replay_emptying_at, AddressOrder, OomCheck, ReplayError, ReplayOptions};
 use super::{CapacityBounds, MAX_SPLIT_TRIED_MB, MIB};
 use crate::{AllocatorSettings, Trace};
 use vramtop_alloc::remedy::{Remedy, Verdict, GC_THRESHOLD_TRIED};
@@ -246,11 +246,14 @@ impl<'a> Runs<'a> {
     /// Replays every run in `asked`, a thread each, as many at once as there are cores
     /// (a hundred runs or more from a checkpoint; this runs on a viewer's reader thread at
     /// a live OOM too). `own_gc`: the job's own GC threshold, where PyTorch acted on it.
+    /// `steps`: where the job's steps begin (`replay::steps`, found once for every run;
+    /// every start holds the same events).
     pub fn done(
         trace: &Trace,
         starts: &'a Starts,
         bounds: CapacityBounds,
         own_gc: Option<f64>,
+        steps: &[usize],
         asked: Vec<Run>,
     ) -> Result<Runs<'a>, ReplayError> {
         let at = |run: Run| {
@@ -267,7 +270,8 @@ impl<'a> Runs<'a> {
                 empty_cache_at_steps: run.empty_steps,
                 addresses: run.addresses,
             };
-            replay(starts.trace(trace, run.start), run.policy, opts).map(|run| run.oom_checks)
+            replay_emptying_at(starts.trace(trace, run.start), run.policy, opts, steps)
+                .map(|run| run.oom_checks)
         };
         let workers = std::thread::available_parallelism().map_or(4, |n| n.get());
         let mut answers: Vec<Result<Vec<OomCheck>, ReplayError>> = Vec::with_capacity(asked.len());
