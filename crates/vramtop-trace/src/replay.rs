@@ -85,8 +85,6 @@ pub enum AddressOrder {
     Trace,
     /// Each below the last, as CUDA's driver tends to place them.
     Down,
-    /// At random free places (this seed).
-    Scattered(u64),
 }
 
 impl Default for ReplayOptions {
@@ -273,15 +271,11 @@ impl<'t> Replay<'t> {
         opts: ReplayOptions,
         empty_at: Vec<usize>,
     ) -> Result<Replay<'t>, ReplayError> {
-        let backing = match opts.addresses {
-            // The trace's order falls back on top-down where it has no address to give (a
-            // segment the job did not make then, or hints gone stale): in GPU-kept traces
-            // CUDA put 33 to 59 % of new segments below every live one, 1 to 4 % above.
-            AddressOrder::Down | AddressOrder::Trace => {
-                BookkeepingBacking::new(opts.capacity).top_down()
-            }
-            AddressOrder::Scattered(seed) => BookkeepingBacking::new(opts.capacity).scattered(seed),
-        };
+        // Both orders place segments top-down; the trace's takes PyTorch's own address
+        // where it has one to give (`apply`), and falls back on top-down where it has none
+        // (a segment the job did not make then, or hints gone stale): in GPU-kept traces
+        // CUDA put 33 to 59 % of new segments below every live one, 1 to 4 % above.
+        let backing = BookkeepingBacking::new(opts.capacity).top_down();
         // The traced allocator's own settings: `caching` models them (PyTorch's
         // max_split_size_mb and roundup_power2_divisions); the other policies ignore them.
         let config = AllocConfig {

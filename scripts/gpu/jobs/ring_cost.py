@@ -10,7 +10,11 @@ step, and what it costs to read: the evidence behind the hook's event ring.
    of N entries, for several N (the hook reads a state every second; the ring must not be
    converted into Python on each of them).
 
-usage: ring_cost.py [--blocks 30] [--block-steps 40] [--entries 65536]
+With several --entries (8192,32768), the 'on' blocks take each size in turn, every one
+between two 'off' blocks, so the sizes are compared in one process; --skip-free-requested
+records as the hook does.
+
+usage: ring_cost.py [--blocks 30] [--block-steps 40] [--entries 65536[,N...]] [--skip-free-requested]
        ring_cost.py --micro-only [--micro-entries 8192,32768] [--micro-cold-mb 0,2]
 Prints JSON lines; the last is the summary.
 """
@@ -24,10 +28,17 @@ import torch
 from hook_read_cost import spread  # the same statistics as the hook's cost check
 from train_gpt2 import build, train_step
 
-def ring(entries):
+SKIP = ["free_requested"] if "skip_actions" in inspect.signature(
+    torch.cuda.memory._record_memory_history).parameters else None
+
+
+def ring(entries, skip=False):
+    """The ring on with `entries` (with `skip`, without free_requested, as the hook 1.7+
+    records where PyTorch can), or off with 0."""
     if entries:
+        extra = {"skip_actions": SKIP} if skip and SKIP else {}
         torch.cuda.memory._record_memory_history(enabled="all", context=None, stacks="python",
-                                                 max_entries=entries)
+                                                 max_entries=entries, **extra)
     else:
         torch.cuda.memory._record_memory_history(enabled=None)
 
@@ -91,7 +102,8 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--blocks", type=int, default=30)
     parser.add_argument("--block-steps", type=int, default=40)
-    parser.add_argument("--entries", type=int, default=65536)
+    parser.add_argument("--entries", default="65536", help="ring sizes, comma-separated")
+    parser.add_argument("--skip-free-requested", action="store_true")
     parser.add_argument("--micro-only", action="store_true",
                         help="the per-event price at each of --micro-entries and --micro-cold-mb, and the "
                              "entries a GPT-2 step writes; no block run of the loop")
@@ -128,22 +140,25 @@ def main():
     train_step(model, optimizer, ids)
     per_step = torch.cuda.memory_stats()["allocation.all.allocated"] - before
 
+    sizes = [int(e) for e in args.entries.split(",")]
     blocks = []
     for block in range(args.blocks + 1):
-        mode = "on" if block % 2 else "off"
-        ring(args.entries if mode == "on" else 0)
+        entries = sizes[(block // 2) % len(sizes)] if block % 2 else 0
+        ring(entries, skip=args.skip_free_requested)
         times = [train_step(model, optimizer, ids)[1] for _ in range(args.block_steps)]
         if block:
-            blocks.append((mode, sum(times) / len(times)))
+            blocks.append((entries, sum(times) / len(times)))
     ring(0)
-    pairs = []
-    for i, (mode, mean) in enumerate(blocks):
-        if mode == "on" and 0 < i < len(blocks) - 1:
+    by_size = {}
+    for i, (entries, mean) in enumerate(blocks):
+        if entries and 0 < i < len(blocks) - 1:
             off = (blocks[i - 1][1] + blocks[i + 1][1]) / 2
-            pairs.append(100.0 * (mean - off) / off)
-    off_ms = 1000 * sum(m for k, m in blocks if k == "off") / sum(k == "off" for k, _ in blocks)
-    recording = spread(pairs)
-    print(json.dumps({"recording_pct": recording, "pairs": [round(p, 3) for p in pairs]}), flush=True)
+            by_size.setdefault(entries, []).append(100.0 * (mean - off) / off)
+    off_ms = 1000 * sum(m for k, m in blocks if not k) / sum(not k for k, _ in blocks)
+    for entries, pairs in sorted(by_size.items()):
+        print(json.dumps({"entries": entries, "skip_free_requested": args.skip_free_requested,
+                          "recording_pct": spread(pairs), "pairs": [round(p, 3) for p in pairs]}), flush=True)
+    recording = spread(by_size[sizes[0]])
 
     reads = {"off": snapshot_ms()}
     for entries in (4096, 16384, 65536, 262144):
@@ -154,7 +169,7 @@ def main():
         ring(0)
     print(json.dumps({
         "summary": True, "allocations_per_step": per_step, "events_per_step": 2 * per_step,
-        "off_step_ms": round(off_ms, 3), "recording_pct": recording,
+        "off_step_ms": round(off_ms, 3), "recording_pct": recording, "recording_entries": sizes[0],
         "per_event_us": round(recording["mean"] / 100 * off_ms * 1000 / (2 * per_step), 4),
         "snapshot_reads": reads,
     }), flush=True)

@@ -24,8 +24,6 @@ pub struct BookkeepingBacking {
     /// order of addresses decides which of equal free blocks PyTorch takes); else up.
     /// Reserved ranges always go up from BASE_ADDR.
     top_down: Option<u64>,
-    /// Segments at random free places between BASE_ADDR and TOP_ADDR (`scattered`).
-    scatter: Option<crate::rng::Rng>,
     segments: SegmentBook,
     ranges: RangeBook,
 }
@@ -45,7 +43,6 @@ impl BookkeepingBacking {
             next_addr: BASE_ADDR,
             hint: None,
             top_down: None,
-            scatter: None,
             segments: SegmentBook::default(),
             ranges: RangeBook::default(),
         }
@@ -55,30 +52,6 @@ impl BookkeepingBacking {
     pub fn top_down(mut self) -> Self {
         self.top_down = Some(TOP_ADDR);
         self
-    }
-
-    /// Segments at random free places (seeded): an address order no driver follows, for
-    /// telling which outcomes turn on the order at all.
-    pub fn scattered(mut self, seed: u64) -> Self {
-        self.scatter = Some(crate::rng::Rng::new(seed));
-        self
-    }
-
-    fn take_addresses_scattered(&mut self, size: u64) -> Result<u64, BackingError> {
-        let span = size.checked_next_multiple_of(self.page_size);
-        let (Some(span), Some(rng)) = (span, self.scatter.as_mut()) else {
-            return self.take_addresses(size);
-        };
-        // Half the space above where reserved ranges grow, in pages.
-        let lo = BASE_ADDR + (TOP_ADDR - BASE_ADDR) / 2;
-        let pages = (TOP_ADDR - lo - span) / self.page_size;
-        for _ in 0..64 {
-            let addr = lo + rng.range(0, pages) * self.page_size;
-            if self.segments.overlapping(addr, span).is_none() {
-                return Ok(addr);
-            }
-        }
-        self.take_addresses(size)
     }
 
     /// The next `size` bytes below the last segment placed top-down, below any segment
@@ -164,7 +137,6 @@ impl Backing for BookkeepingBacking {
                 addr
             }
             (None, Some(below)) => self.take_addresses_down(below, size)?,
-            (None, None) if self.scatter.is_some() => self.take_addresses_scattered(size)?,
             (None, None) => self.take_addresses(size)?,
         };
         self.segments.insert(addr, size);

@@ -885,8 +885,10 @@ impl Judge<'_> {
                 (Some(Disagreement::Addresses), _) => {
                     r.reason = "it turns on where CUDA would place the new segments \
                                 (PyTorch takes the lowest of equal free blocks): the \
-                                replays under different address orders give different \
-                                answers, and so may PyTorch from run to run"
+                                replays under the two address orders, the job's own \
+                                segment addresses and each new segment below the last \
+                                as CUDA tends to place them, give different answers, \
+                                and so may PyTorch from run to run"
                         .to_string();
                 }
                 _ => {}
