@@ -110,6 +110,9 @@ def main():
     parser.add_argument("--micro-entries", default="8192,32768")
     parser.add_argument("--micro-cold-mb", default="0,2")
     args = parser.parse_args()
+    sizes = [int(e) for e in args.entries.split(",")]
+    if not args.micro_only and (min(sizes) <= 0 or args.blocks < 2 * len(sizes) + 2):
+        parser.error("every --entries must be above 0, and --blocks at least 2 per size and 2 more")
     if args.micro_only:
         torch.set_num_threads(1)  # the sweep's sum on one thread, as steady as it can be
         for cold in [int(c) for c in args.micro_cold_mb.split(",")]:
@@ -140,7 +143,8 @@ def main():
     train_step(model, optimizer, ids)
     per_step = torch.cuda.memory_stats()["allocation.all.allocated"] - before
 
-    sizes = [int(e) for e in args.entries.split(",")]
+    # Each 'on' block is compared with the 'off' blocks either side; the first size loses
+    # its first block (it has no 'off' before it), so it may have one pair fewer.
     blocks = []
     for block in range(args.blocks + 1):
         entries = sizes[(block // 2) % len(sizes)] if block % 2 else 0
@@ -155,9 +159,14 @@ def main():
             off = (blocks[i - 1][1] + blocks[i + 1][1]) / 2
             by_size.setdefault(entries, []).append(100.0 * (mean - off) / off)
     off_ms = 1000 * sum(m for k, m in blocks if not k) / sum(not k for k, _ in blocks)
+    # Entries an allocation writes: alloc and free_completed, and free_requested unless skipped.
+    entries_per_step = (2 if args.skip_free_requested and SKIP else 3) * per_step
     for entries, pairs in sorted(by_size.items()):
+        pct = spread(pairs)
         print(json.dumps({"entries": entries, "skip_free_requested": args.skip_free_requested,
-                          "recording_pct": spread(pairs), "pairs": [round(p, 3) for p in pairs]}), flush=True)
+                          "entries_per_step": entries_per_step, "recording_pct": pct,
+                          "per_event_us": round(pct["mean"] / 100 * off_ms * 1000 / entries_per_step, 4),
+                          "pairs": [round(p, 3) for p in pairs]}), flush=True)
     recording = spread(by_size[sizes[0]])
 
     reads = {"off": snapshot_ms()}
@@ -168,9 +177,9 @@ def main():
         reads[str(entries)] = snapshot_ms(5)
         ring(0)
     print(json.dumps({
-        "summary": True, "allocations_per_step": per_step, "events_per_step": 2 * per_step,
+        "summary": True, "allocations_per_step": per_step, "events_per_step": entries_per_step,
         "off_step_ms": round(off_ms, 3), "recording_pct": recording, "recording_entries": sizes[0],
-        "per_event_us": round(recording["mean"] / 100 * off_ms * 1000 / (2 * per_step), 4),
+        "per_event_us": round(recording["mean"] / 100 * off_ms * 1000 / entries_per_step, 4),
         "snapshot_reads": reads,
     }), flush=True)
 

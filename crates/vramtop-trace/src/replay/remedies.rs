@@ -888,7 +888,8 @@ impl Judge<'_> {
                                 replays under the two address orders, the job's own \
                                 segment addresses and each new segment below the last \
                                 as CUDA tends to place them, give different answers, \
-                                and so may PyTorch from run to run"
+                                and vramtop's model of CUDA's placement cannot decide \
+                                between them (PyTorch's own outcome may turn on it too)"
                         .to_string();
                 }
                 _ => {}

@@ -23,10 +23,12 @@ const EXPANDABLE_PAGE: u64 = 2 << 20;
 /// 59 % below. Segments at random free places (two such orders were asked until
 /// 2026-11-27): in every row of the GPU-kept histories where they alone disagreed with
 /// the two orders here, PyTorch did what these two said (the GAN's GC 0.6 and roundup 4,
-/// gpt2stream's max_split 256, gpt2ckpt's roundup 4, llamamix's max_split 64), and
-/// PyTorch's outcome on those stayed the same with CUDA's placement moved by 2 to 512 MiB
-/// (`whatif_ab.py nudge`, 4 placements each). Where the two here disagree, the verdict is
-/// left open (gpt2mixed's max_split 64, which PyTorch fitted under 3 of 4 placements).
+/// gpt2stream's max_split 256, t5beam's GC 0.6, gpt2ckpt's roundup 4, kvcache_steps'
+/// emptied cache, llamamix's max_split 64). Of those, the GAN's two rows and gpt2stream's
+/// 256 were rerun with CUDA's placement moved by 0 to 512 MiB (`whatif_ab.py nudge`, 4
+/// placements each), and PyTorch's outcome stayed the same. Where the two here disagree,
+/// the verdict is left open (gpt2mixed's max_split 64, which PyTorch fitted under 3 of 4
+/// placements).
 const ADDRESS_ORDERS: [AddressOrder; 2] = [AddressOrder::Trace, AddressOrder::Down];
 
 /// One replay asked for: a policy at a capacity, with a remedy's setting.
