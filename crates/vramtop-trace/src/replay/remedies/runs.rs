@@ -351,8 +351,97 @@ impl<'a> Runs<'a> {
             Some(Disagreement::Start)
         } else if split(&|v| v.start == Start::AsFound) {
             Some(Disagreement::Addresses)
+        } else if split(&|_| true) {
+            // Only a start and an order together part them (the blocks packed anew and
+            // new segments top-down, say): the checkpoint's blocks decide it either way.
+            Some(Disagreement::Start)
         } else {
             None
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::super::OomCheck;
+    use super::*;
+    use crate::ooms::CapacitySource;
+
+    const GIB: u64 = 1 << 30;
+
+    /// Runs done by hand: each variant of a `max_split_size_mb:64` run at one capacity,
+    /// failing or not at the OOM at event 10.
+    fn runs_of<'a>(starts: &'a Starts, failing: &[(Start, AddressOrder)]) -> Runs<'a> {
+        let bounds = CapacityBounds {
+            low: GIB,
+            high: GIB,
+            source: CapacitySource::Given,
+        };
+        let run = Run {
+            max_split: Some(64 * MIB),
+            ..Run::plain(GIB)
+        };
+        let done = starts
+            .variants(run)
+            .into_iter()
+            .map(|v| {
+                let check = OomCheck {
+                    event: 10,
+                    requested_bytes: GIB / 2,
+                    fails: failing.contains(&(v.start, v.addresses)),
+                    failed_before: 0,
+                    reserved_bytes: GIB,
+                    largest_free_bytes: 0,
+                };
+                (v, vec![check])
+            })
+            .collect();
+        Runs {
+            starts,
+            bounds,
+            done,
+        }
+    }
+
+    #[test]
+    fn a_verdict_holds_under_the_trace_s_order_and_top_down_from_every_start() {
+        let trace = Trace::bare(Vec::new(), Vec::new());
+        let starts = Starts::of(&trace, true);
+        let run = Run {
+            max_split: Some(64 * MIB),
+            ..Run::plain(GIB)
+        };
+        let mut seen: Vec<(Start, AddressOrder)> = starts
+            .variants(run)
+            .iter()
+            .map(|v| (v.start, v.addresses))
+            .collect();
+        seen.sort_by_key(|&(s, a)| (s as u8, a == AddressOrder::Down));
+        assert_eq!(
+            seen,
+            [
+                (Start::AsFound, AddressOrder::Trace),
+                (Start::AsFound, AddressOrder::Down),
+                (Start::Packed, AddressOrder::Trace),
+                (Start::Packed, AddressOrder::Down),
+            ]
+        );
+
+        let agree = runs_of(&starts, &[]);
+        assert_eq!(agree.verdict(10, run), Verdict::Fits);
+        assert_eq!(agree.disagreement(10, run), None);
+
+        let by_order = runs_of(&starts, &[(Start::AsFound, AddressOrder::Down)]);
+        assert_eq!(by_order.verdict(10, run), Verdict::CannotTell);
+        assert_eq!(
+            by_order.disagreement(10, run),
+            Some(Disagreement::Addresses)
+        );
+
+        // Packed anew and top-down alone fail: neither the start nor the order alone parts
+        // the runs, yet they are parted, and the reason must say by what.
+        let by_both = runs_of(&starts, &[(Start::Packed, AddressOrder::Down)]);
+        assert_eq!(by_both.verdict(10, run), Verdict::CannotTell);
+        assert_eq!(by_both.disagreement(10, run), Some(Disagreement::Start));
     }
 }
