@@ -274,6 +274,14 @@ def run_job(workload, remedy, stop_at):
         steps(workload, cap, stop_at, judged, before_judged, after_step)
 
 
+def varying_shape(i):
+    """A GPT-2 workload's batch and sequence length at step `i`: the batch drawn from six
+    sizes, the length growing with the step (gpt2sgd, gpt2scaler, gpt2stream, hftrainer)."""
+    import random
+
+    return random.choice([2, 4, 6, 8, 12, 16]), min(2048, random.randint(64, 256 + 8 * i))
+
+
 def mixed_lm_step(model, opt, vocab, batches, longest_at, limit):
     """A causal LM's training step whose batch (one of `batches`) and length (64 to
     longest_at(i), at most `limit`) vary from step to step: bf16 autocast, AdamW's step,
@@ -381,8 +389,7 @@ def steps(workload, cap, stop_at, judged, before_judged, after_step):
         def step(i):
             # A hand-written update, as research code has it: no torch.optim, so nothing
             # the hook marks; the momentum buffers are made in the first step and kept.
-            batch = random.choice([2, 4, 6, 8, 12, 16])
-            length = min(2048, random.randint(64, 256 + 8 * i))
+            batch, length = varying_shape(i)
             x = torch.randint(0, 50257, (batch, length), device="cuda")
             with torch.autocast("cuda", dtype=torch.bfloat16):
                 loss = model(x, labels=x).loss
@@ -508,8 +515,7 @@ def steps(workload, cap, stop_at, judged, before_judged, after_step):
         scaler = torch.amp.GradScaler("cuda", init_scale=2.0 ** 16, growth_interval=8)
 
         def step(i):
-            batch = random.choice([2, 4, 6, 8, 12, 16])
-            length = min(2048, random.randint(64, 256 + 8 * i))
+            batch, length = varying_shape(i)
             x = torch.randint(0, 50257, (batch, length), device="cuda")
             with torch.autocast("cuda", dtype=torch.float16):
                 loss = model(x, labels=x).loss
@@ -577,8 +583,7 @@ def steps(workload, cap, stop_at, judged, before_judged, after_step):
         def step(i):
             # The batch made on a side stream, as a prefetching loader does, then handed
             # to the default stream: its blocks come from the side stream's pool.
-            batch = random.choice([2, 4, 6, 8, 12, 16])
-            length = min(2048, random.randint(64, 256 + 8 * i))
+            batch, length = varying_shape(i)
             with torch.cuda.stream(side):
                 embeds = torch.randn(batch, length, 1024, device="cuda", dtype=torch.bfloat16)
                 labels = torch.randint(0, 50257, (batch, length), device="cuda")
@@ -668,8 +673,7 @@ def steps(workload, cap, stop_at, judged, before_judged, after_step):
             # What Trainer's inner loop does each step: its training_step (autocast and
             # accelerate's backward), clipping through accelerate, the wrapped optimizer's
             # step (the hook's mark), the schedule, gradients dropped.
-            batch = random.choice([2, 4, 6, 8, 12, 16])
-            length = min(2048, random.randint(64, 256 + 8 * i))
+            batch, length = varying_shape(i)
             x = torch.randint(0, 50257, (batch, length), device="cuda")
             trainer.training_step(model, {"input_ids": x, "labels": x})
             trainer.accelerator.clip_grad_norm_(model.parameters(), 1.0)

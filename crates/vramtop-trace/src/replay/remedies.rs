@@ -146,19 +146,22 @@ pub fn remedies(
     let Some(bounds) = capacity_bounds(trace, ooms, given.or(kept_cap(trace))) else {
         return Ok(Vec::new());
     };
-    let answers = judged(trace, ooms, bounds, None)?;
+    // The job's steps, found once: every run of its judgement empties the cache at them,
+    // and the step cut short is carried on from them (`steps` reads the whole history).
+    let steps = super::steps(trace);
+    let answers = judged(trace, ooms, bounds, None, &steps)?;
     // A kept history whose gap hid the job's own segment decisions: each verdict again from
     // the state after that gap, at the same capacities, and given only where both agree.
     let answers = match gap::begun_after(trace) {
         Some(after) => {
             let after_ooms = crate::ooms::trace_ooms(&after);
-            let again = judged(&after, &after_ooms, bounds, None)?;
+            let again = judged(&after, &after_ooms, bounds, None, &super::steps(&after))?;
             gap::agreed(answers, &again, trace)
         }
         None => answers,
     };
     // Last, the fits that are left, through the rest of the step.
-    through_the_rest(trace, answers, bounds)
+    through_the_rest(trace, answers, bounds, &steps)
 }
 
 /// Each "fits" at the OOM the job died of, carried on through the rest of its step as the
@@ -173,6 +176,7 @@ fn through_the_rest(
     trace: &Trace,
     mut answers: Vec<OomRemedies>,
     bounds: CapacityBounds,
+    steps: &super::Steps,
 ) -> Result<Vec<OomRemedies>, ReplayError> {
     let Some(last) = answers.last_mut() else {
         return Ok(answers);
@@ -189,7 +193,6 @@ fn through_the_rest(
     // that marked none, where its rounds do not carry it on (none found, no round like
     // this one, or refused at the round's first request), as it went on just before
     // (`step_rest::repeated`), and its fits are left open where that finds no round.
-    let steps = super::steps(trace);
     let likest = if steps.at.is_empty() {
         None
     } else {
@@ -268,7 +271,14 @@ fn judged_at_end(
     let Some(end) = ooms.last() else {
         return Ok(None);
     };
-    let again = judged(&carried, std::slice::from_ref(end), bounds, Some(only))?;
+    let steps = super::steps(&carried);
+    let again = judged(
+        &carried,
+        std::slice::from_ref(end),
+        bounds,
+        Some(only),
+        &steps,
+    )?;
     Ok(again.into_iter().last().map(|through| through.remedies))
 }
 
@@ -453,12 +463,14 @@ fn carried_through(
 
 /// Every remedy at each OOM, at the capacities `bounds`.
 /// `carried`: the trace is one `step_rest::carried_on` made, judged at its end as replayed
-/// (the rest of its step is in it), for these remedies only.
+/// (the rest of its step is in it), for these remedies only. `steps`: the trace's own
+/// (`replay::steps`), found once by the caller.
 fn judged(
     trace: &Trace,
     ooms: &[TraceOom],
     bounds: CapacityBounds,
     carried: Option<&[Remedy]>,
+    steps: &super::Steps,
 ) -> Result<Vec<OomRemedies>, ReplayError> {
     // What came before the trace began: blocks live at its start. A replay places them
     // packed in address order (caching adopts PyTorch's own segments), so it starts from
@@ -502,21 +514,12 @@ fn judged(
     // not the remedy's: each run starts from both ends (`Start`), and a verdict is given
     // only where they agree.
     let starts = Starts::of(trace, checkpoint.is_some());
-    // The job's steps, where the hook marked them within the history, else its rounds.
-    let steps = super::steps(trace);
-    let step_marks = steps.at;
     let gc_tried_at = gc_cap.filter(|_| capped_any && own_gc.is_none());
-    let asked = runs::asked(
-        settings,
-        bounds,
-        !step_marks.is_empty(),
-        gc_tried_at,
-        &starts,
-    )
-    .into_iter()
-    .filter(|run| carried.is_none_or(|only| run.is_plain() || run.judges_any(only)))
-    .collect();
-    let runs = Runs::done(trace, &starts, bounds, own_gc, &step_marks, asked)?;
+    let asked = runs::asked(settings, bounds, !steps.at.is_empty(), gc_tried_at, &starts)
+        .into_iter()
+        .filter(|run| carried.is_none_or(|only| run.is_plain() || run.judges_any(only)))
+        .collect();
+    let runs = Runs::done(trace, &starts, bounds, own_gc, &steps.at, asked)?;
     let judge = Judge {
         trace,
         runs: &runs,
@@ -526,7 +529,7 @@ fn judged(
         live_at_start,
         own_gc,
         gc_cap,
-        step_marks: &step_marks,
+        step_marks: &steps.at,
         marked: steps.marked,
         carried: carried.is_some(),
     };
