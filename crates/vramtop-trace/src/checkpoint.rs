@@ -6,8 +6,13 @@
 //! allocator's lock but not both under one: an event in between is in the checkpoint's
 //! segments and also after the entries the hook skipped. But reading the segments writes
 //! a `snapshot` entry to the ring under that same lock (`DeviceCachingAllocator::
-//! snapshot`), so the ring's first `snapshot` entry is exactly where the checkpoint was
-//! read: `reconcile` drops every event up to it. A ring without one (a PyTorch that does
+//! snapshot`), so the checkpoint's own `snapshot` entry is exactly where it was read:
+//! `reconcile` drops every event up to it. That entry carries the active bytes the read
+//! found, the checkpoint's live blocks summed, which tells it from another read's just
+//! before (a wav2vec history of 41 pieces had one 3 ms ahead, with three allocations
+//! between; taken for the mark, they contradicted the state and the whole history was
+//! dropped for the last checkpoint's 0.3 s, H100, 2026-11-27); where no entry carries
+//! that size, the first is the mark. A ring without one (a PyTorch that does
 //! not write it) falls back on matching: in the first `RACE_WINDOW` events, an alloc of a
 //! block the checkpoint already holds live, or a free of one it no longer holds (and the
 //! same for segments), is dropped. Anywhere later, such an event is a contradiction: a
@@ -40,10 +45,20 @@ pub(super) fn reconcile(
         }
     }
     let (mut dropped, mut contradictions) = (0u64, 0u64);
-    // The checkpoint's own `snapshot` entry (the first: the ring was cleared just before).
-    let marked = events
+    // The checkpoint's own `snapshot` entry: the first sized as its live blocks (PyTorch's
+    // `total_active`), else the first (the ring was cleared just before).
+    let active: u64 = at_checkpoint
         .iter()
-        .position(|e| e.kind == TraceEventKind::Snapshot);
+        .flat_map(|seg| &seg.blocks)
+        .filter(|b| is_live(b.state))
+        .map(|b| b.size)
+        .sum();
+    let snapshot_entry = |sized: bool| {
+        events
+            .iter()
+            .position(|e| e.kind == TraceEventKind::Snapshot && (!sized || e.size == active))
+    };
+    let marked = snapshot_entry(true).or_else(|| snapshot_entry(false));
     if let Some(at) = marked {
         events.drain(..=at);
         dropped = at as u64 + 1;
@@ -194,6 +209,32 @@ mod tests {
         // A is freed again after the mark) is counted, not hidden.
         let mut wrong = vec![ev(Snapshot, 0, 0), ev(FreeCompleted, base, 2 * MIB)];
         assert_eq!(reconcile(&cp, &mut wrong), (1, 1));
+    }
+
+    /// Another read's `snapshot` entry just ahead of the checkpoint's own: the mark is the
+    /// one sized as the checkpoint's live blocks (PyTorch writes its `total_active`).
+    #[test]
+    fn the_mark_is_the_snapshot_entry_sized_as_the_checkpoints_live_blocks() {
+        use BlockState::*;
+        use TraceEventKind::*;
+        let base = 0x7000_0000_0000;
+        let cp = [segment(
+            base,
+            &[
+                (base, 2 * MIB, Allocated),
+                (base + 2 * MIB, 2 * MIB, PendingFree),
+                (base + 4 * MIB, 2 * MIB, Free),
+            ],
+        )];
+        // A viewer's read (2 MiB active), then A's allocation, then the checkpoint's read.
+        let mut events = vec![
+            ev(Snapshot, 0, 2 * MIB),
+            ev(Alloc, base, 2 * MIB),
+            ev(Snapshot, 0, 4 * MIB),
+            ev(Alloc, base + 4 * MIB, 2 * MIB),
+        ];
+        assert_eq!(reconcile(&cp, &mut events), (3, 0));
+        assert_eq!(events, vec![ev(Alloc, base + 4 * MIB, 2 * MIB)]);
     }
 
     #[test]

@@ -80,11 +80,13 @@ pub struct ReplayOptions {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub enum AddressOrder {
     /// At the trace's own address where the trace made a segment of that size just then
-    /// (until a remedy has released segments the job kept), else below the lowest so far.
+    /// (until a remedy has released segments the job kept), else as `Cuda`.
     #[default]
     Trace,
-    /// Each below the last, as CUDA's driver tends to place them.
-    Down,
+    /// Where CUDA's driver would put each, as its placement shows in GPU-kept traces: in
+    /// 32 MiB ranges, gaps in ranges in use filled first, new ranges going down
+    /// (`BookkeepingBacking::like_cuda`).
+    Cuda,
 }
 
 impl Default for ReplayOptions {
@@ -271,11 +273,10 @@ impl<'t> Replay<'t> {
         opts: ReplayOptions,
         empty_at: Vec<usize>,
     ) -> Result<Replay<'t>, ReplayError> {
-        // Both orders place segments top-down; the trace's takes PyTorch's own address
-        // where it has one to give (`apply`), and falls back on top-down where it has none
-        // (a segment the job did not make then, or hints gone stale): in GPU-kept traces
-        // CUDA put 33 to 59 % of new segments below every live one, 1 to 4 % above.
-        let backing = BookkeepingBacking::new(opts.capacity).top_down();
+        // Both orders place segments as CUDA's driver would; the trace's takes PyTorch's
+        // own address where it has one to give (`apply`), and falls back on CUDA's where
+        // it has none (a segment the job did not make then, or hints gone stale).
+        let backing = BookkeepingBacking::new(opts.capacity).like_cuda();
         // The traced allocator's own settings: `caching` models them (PyTorch's
         // max_split_size_mb and roundup_power2_divisions); the other policies ignore them.
         let config = AllocConfig {

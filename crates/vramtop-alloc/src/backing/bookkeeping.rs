@@ -6,8 +6,10 @@ use super::{check_capacity, Backing, BackingError, RangeBook, SegmentBook, DEFAU
 
 /// Where the fake address space starts: far from zero, so a stray 0 stands out.
 const BASE_ADDR: u64 = 0x7f00_0000_0000;
-/// Where a top-down backing starts handing out segments (downwards from here).
+/// Where a backing placing segments like CUDA opens its first range (downwards from here).
 const TOP_ADDR: u64 = 0x7fff_0000_0000;
+/// The span of address space CUDA's driver hands out segments in (`like_cuda`).
+const CUDA_RANGE: u64 = 32 << 20;
 
 #[derive(Debug)]
 pub struct BookkeepingBacking {
@@ -20,9 +22,9 @@ pub struct BookkeepingBacking {
     next_addr: u64,
     /// The address the next segment of this size should get (`hint_segment`).
     hint: Option<(u64, u64)>,
-    /// Segments go downwards from TOP_ADDR, as CUDA's driver tends to place them (the
-    /// order of addresses decides which of equal free blocks PyTorch takes); else up.
-    /// Reserved ranges always go up from BASE_ADDR.
+    /// Segments are placed as CUDA's driver places them (`like_cuda`; the order of
+    /// addresses decides which of equal free blocks PyTorch takes), new ranges going
+    /// down from here; else up. Reserved ranges always go up from BASE_ADDR.
     top_down: Option<u64>,
     segments: SegmentBook,
     ranges: RangeBook,
@@ -48,21 +50,36 @@ impl BookkeepingBacking {
         }
     }
 
-    /// Segments from the top of the address space downwards (see `top_down`).
-    pub fn top_down(mut self) -> Self {
+    /// Segments placed as CUDA's driver places them, from the top of the address space
+    /// down (see `take_addresses_like_cuda`).
+    pub fn like_cuda(mut self) -> Self {
         self.top_down = Some(TOP_ADDR);
         self
     }
 
-    /// The next `size` bytes below the last segment placed top-down, below any segment
-    /// in the way.
-    fn take_addresses_down(&mut self, below: u64, size: u64) -> Result<u64, BackingError> {
+    /// Where CUDA's driver would put a segment of `size`, as its segment addresses in
+    /// GPU-kept PyTorch traces show it (PyTorch 2.11, H100 and H200, eight jobs): the
+    /// address space is used in ranges of 32 MiB; a segment of 32 MiB or less goes into
+    /// the lowest gap that holds it within a range some segment already uses (within one
+    /// such range: every one in five files, 89 to 95 % in the other three; 56 of gpt2sgd's
+    /// 109 new segments filled a gap no segment had held), and otherwise, as a larger one
+    /// does, starts a new range below the last one opened (a larger segment starts on a
+    /// 32 MiB boundary: every one in five files, 82 to 97 % in the rest). Given each
+    /// step's live segments, this foretold the exact address of 58 to 73 % of new segments
+    /// in seven of those files; placing each below the last, as before 2026-11-27, 22 to
+    /// 69 %.
+    fn take_addresses_like_cuda(&mut self, below: u64, size: u64) -> Result<u64, BackingError> {
         let exhausted = || BackingError::Failed(format!("address space exhausted ({size} B)"));
         let span = size
             .checked_next_multiple_of(self.page_size)
             .ok_or_else(exhausted)?;
-        let mut addr = below.checked_sub(span).ok_or_else(exhausted)?;
-        addr -= addr % self.page_size;
+        if span <= CUDA_RANGE {
+            if let Some(addr) = self.gap_in_a_used_range(span) {
+                return Ok(addr);
+            }
+        }
+        let aligned = |addr: u64| addr - addr % CUDA_RANGE;
+        let mut addr = aligned(below.checked_sub(span).ok_or_else(exhausted)?);
         loop {
             // Below a segment in the way, and below the reserved ranges, which grow up
             // from BASE_ADDR to `next_addr`. A replay places a checkpoint's segments where
@@ -76,11 +93,43 @@ impl BookkeepingBacking {
                 None => None,
             };
             let Some(base) = in_the_way else { break };
-            addr = base.checked_sub(span).ok_or_else(exhausted)?;
-            addr -= addr % self.page_size;
+            addr = aligned(base.checked_sub(span).ok_or_else(exhausted)?);
         }
         self.top_down = Some(addr);
         Ok(addr)
+    }
+
+    /// The lowest address where `span` bytes fit between segments within one 32 MiB
+    /// range that a live segment already uses (not one over the reserved ranges).
+    fn gap_in_a_used_range(&self, span: u64) -> Option<u64> {
+        let range_of = |addr: u64| addr - addr % CUDA_RANGE;
+        let usable = |range: u64| !(range < self.next_addr && range + CUDA_RANGE > BASE_ADDR);
+        let fits = |range: u64, from: u64, to: u64| usable(range) && to - from >= span;
+        // The space left at the top of a range after its last segment.
+        let tail = |(range, end): (u64, u64)| fits(range, end, range + CUDA_RANGE).then_some(end);
+        // The range walked, and where its segments so far end.
+        let mut walk: Option<(u64, u64)> = None;
+        for (base, size) in self.segments.iter() {
+            let first = range_of(base);
+            match walk {
+                Some((range, end)) if range == first => {
+                    if fits(range, end, base) {
+                        return Some(end);
+                    }
+                }
+                _ => {
+                    if let Some(addr) = walk.and_then(tail) {
+                        return Some(addr);
+                    }
+                    if fits(first, first, base) {
+                        return Some(first);
+                    }
+                }
+            }
+            let end = base.saturating_add(size).next_multiple_of(self.page_size);
+            walk = Some((range_of(end - 1), end));
+        }
+        walk.and_then(tail)
     }
 
     /// Hands out the next `size` bytes of address space, page-aligned, past any segment
@@ -136,7 +185,7 @@ impl Backing for BookkeepingBacking {
                 }
                 addr
             }
-            (None, Some(below)) => self.take_addresses_down(below, size)?,
+            (None, Some(below)) => self.take_addresses_like_cuda(below, size)?,
             (None, None) => self.take_addresses(size)?,
         };
         self.segments.insert(addr, size);
@@ -228,29 +277,81 @@ mod tests {
         assert_ne!(b.alloc_segment(2 << 20).unwrap(), BASE_ADDR);
     }
 
+    const MIB: u64 = 1 << 20;
+
     /// A replay places a checkpoint's segments where PyTorch had them, which may be below
-    /// BASE_ADDR; later segments then go below those (an H100 job's kept file failed its
-    /// replay with "address space exhausted" here).
+    /// BASE_ADDR; later segments then go there too, or below them (an H100 job's kept file
+    /// failed its replay with "address space exhausted" here).
     #[test]
-    fn top_down_segments_go_below_hinted_ones_under_the_ranges() {
-        let mut b = BookkeepingBacking::new(1 << 30).top_down();
-        let range = b.reserve_range(64 << 20).unwrap();
-        let low = BASE_ADDR - (256 << 20);
-        b.hint_segment(low, 4 << 20);
-        assert_eq!(b.alloc_segment(4 << 20).unwrap(), low);
-        let next = b.alloc_segment(8 << 20).unwrap();
-        assert_eq!(next, low - (8 << 20));
-        // Top-down placement that reaches the ranges jumps below them, never into them.
-        let mut b = BookkeepingBacking::new(1 << 30).top_down();
-        let range_b = b.reserve_range(64 << 20).unwrap();
-        b.hint_segment(range_b + (128 << 20), 4 << 20);
-        b.alloc_segment(4 << 20).unwrap();
-        let under = b.alloc_segment(128 << 20).unwrap();
+    fn segments_like_cuda_go_beside_hinted_ones_under_the_reserved_ranges() {
+        let mut b = BookkeepingBacking::new(1 << 30).like_cuda();
+        let range = b.reserve_range(64 * MIB).unwrap();
+        let low = BASE_ADDR - 256 * MIB;
+        b.hint_segment(low, 4 * MIB);
+        assert_eq!(b.alloc_segment(4 * MIB).unwrap(), low);
+        // Into the rest of the hinted segment's range; a larger one into a new range below.
+        assert_eq!(b.alloc_segment(8 * MIB).unwrap(), low + 4 * MIB);
+        assert_eq!(b.alloc_segment(64 * MIB).unwrap(), low - 64 * MIB);
+        // Placement that reaches the reserved ranges jumps below them, never into them,
+        // and no gap is filled in a range over them.
+        let mut b = BookkeepingBacking::new(1 << 30).like_cuda();
+        let range_b = b.reserve_range(64 * MIB).unwrap();
+        b.hint_segment(range_b + 128 * MIB, 4 * MIB);
+        b.alloc_segment(4 * MIB).unwrap();
+        let under = b.alloc_segment(128 * MIB).unwrap();
         assert!(
-            under + (128 << 20) <= BASE_ADDR,
+            under + 128 * MIB <= BASE_ADDR,
             "{under:#x} overlaps the ranges"
         );
         assert_eq!(range, range_b);
+        // No gap is filled in a range the reserved ranges reach into.
+        let mut b = BookkeepingBacking::new(1 << 30).like_cuda();
+        b.reserve_range(40 * MIB).unwrap();
+        b.hint_segment(BASE_ADDR + 48 * MIB, 2 * MIB);
+        assert_eq!(b.alloc_segment(2 * MIB).unwrap(), BASE_ADDR + 48 * MIB);
+        let beside = b.alloc_segment(2 * MIB).unwrap();
+        assert!(
+            beside + 2 * MIB <= BASE_ADDR,
+            "{beside:#x} in a reserved range's span"
+        );
+    }
+
+    /// CUDA's placement as GPU-kept traces show it: 32 MiB ranges, new ones going down,
+    /// small segments into the lowest gap of a range in use.
+    #[test]
+    fn segments_like_cuda_fill_the_lowest_gap_of_a_range_in_use_else_open_one_below() {
+        let mut b = BookkeepingBacking::new(1 << 40).like_cuda();
+        let first = b.alloc_segment(20 * MIB).unwrap();
+        assert_eq!(first, TOP_ADDR - CUDA_RANGE, "a new range, at its base");
+        // 12 MiB are left in that range: 2 and 4 MiB segments go there, 20 MiB cannot.
+        assert_eq!(b.alloc_segment(2 * MIB).unwrap(), first + 20 * MIB);
+        assert_eq!(b.alloc_segment(4 * MIB).unwrap(), first + 22 * MIB);
+        let second = b.alloc_segment(20 * MIB).unwrap();
+        assert_eq!(second, first - CUDA_RANGE);
+        // A segment over 32 MiB starts a range of its own, on a boundary, below the last.
+        let big = b.alloc_segment(40 * MIB).unwrap();
+        assert_eq!(big, second - 2 * CUDA_RANGE);
+        // Its second range has 24 MiB free above it: the lowest gap, taken before the
+        // 6 MiB left in the first range.
+        assert_eq!(b.alloc_segment(10 * MIB).unwrap(), big + 40 * MIB);
+        assert_eq!(b.alloc_segment(4 * MIB).unwrap(), big + 50 * MIB);
+        // A freed segment leaves a gap that a later one fills.
+        b.free_segment(first + 20 * MIB, 2 * MIB).unwrap();
+        assert_eq!(b.alloc_segment(8 * MIB).unwrap(), big + 54 * MIB);
+        assert_eq!(b.alloc_segment(2 * MIB).unwrap(), big + 62 * MIB);
+        assert_eq!(b.alloc_segment(2 * MIB).unwrap(), second + 20 * MIB);
+        assert_eq!(b.alloc_segment(10 * MIB).unwrap(), second + 22 * MIB);
+        assert_eq!(b.alloc_segment(2 * MIB).unwrap(), first + 20 * MIB);
+        // A range left empty is no longer in use: the next segment no gap holds opens a
+        // range below the last opened.
+        for (addr, size) in [
+            (second, 20),
+            (second + 20 * MIB, 2),
+            (second + 22 * MIB, 10),
+        ] {
+            b.free_segment(addr, size * MIB).unwrap();
+        }
+        assert_eq!(b.alloc_segment(16 * MIB).unwrap(), big - CUDA_RANGE);
     }
 
     #[test]

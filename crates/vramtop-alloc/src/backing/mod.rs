@@ -270,6 +270,11 @@ impl SegmentBook {
             .filter(|&(base, size)| base.saturating_add(size) > addr)
     }
 
+    /// The live segments (base, size), in address order.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        self.segments.iter().map(|(&base, &size)| (base, size))
+    }
+
     /// True when `[addr, addr+len)` lies inside one live segment.
     pub(crate) fn contains(&self, addr: u64, len: u64) -> bool {
         match self.segments.range(..=addr).next_back() {

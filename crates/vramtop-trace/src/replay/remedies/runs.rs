@@ -15,21 +15,24 @@ pub(super) const ROUNDUP_TRIED: u32 = 4;
 const EXPANDABLE_PAGE: u64 = 2 << 20;
 
 /// The address orders a remedy's verdict must hold under: the trace's own (PyTorch's
-/// segment addresses while the remedy makes the segments the job made) and CUDA's usual
-/// top-down. Only where these two agree is it given.
+/// segment addresses while the remedy makes the segments the job made) and CUDA's
+/// (`AddressOrder::Cuda`, where its driver would put each new segment). Only where these
+/// two agree is it given.
 ///
 /// Orders no driver follows are not among them. Bottom-up: in five GPU-kept traces
 /// (PyTorch 2.11, H100) CUDA put 1 to 4 % of new segments above every live one and 33 to
 /// 59 % below. Segments at random free places (two such orders were asked until
 /// 2026-11-27): in every row of the GPU-kept histories where they alone disagreed with
-/// the two orders here, PyTorch did what these two said (the GAN's GC 0.6 and roundup 4,
-/// gpt2stream's max_split 256, t5beam's GC 0.6, gpt2ckpt's roundup 4, kvcache_steps'
-/// emptied cache, llamamix's max_split 64). Of those, the GAN's two rows and gpt2stream's
-/// 256 were rerun with CUDA's placement moved by 0 to 512 MiB (`whatif_ab.py nudge`, 4
-/// placements each), and PyTorch's outcome stayed the same. Where the two here disagree,
-/// the verdict is left open (gpt2mixed's max_split 64, which PyTorch fitted under 3 of 4
-/// placements).
-const ADDRESS_ORDERS: [AddressOrder; 2] = [AddressOrder::Trace, AddressOrder::Down];
+/// the trace's order and plain top-down, PyTorch did what those two said (the GAN's GC 0.6
+/// and roundup 4, gpt2stream's max_split 256, t5beam's GC 0.6, gpt2ckpt's roundup 4,
+/// kvcache_steps' emptied cache, llamamix's max_split 64). Of those, the GAN's two rows
+/// and gpt2stream's 256 were rerun with CUDA's placement moved by 0 to 512 MiB
+/// (`whatif_ab.py nudge`, 4 placements each), and PyTorch's outcome stayed the same.
+/// Plain top-down (each new segment below the last; until 2026-11-27) left gpt2sgd's
+/// max_split 256 and 512 and gpt2stream's 512 open where PyTorch fitted them under four
+/// placements each; CUDA's ranges decide them as PyTorch did, and moved no other verdict
+/// at a job's last OOM over the GPU-kept files and fixtures.
+const ADDRESS_ORDERS: [AddressOrder; 2] = [AddressOrder::Trace, AddressOrder::Cuda];
 
 /// One replay asked for: a policy at a capacity, with a remedy's setting.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -353,7 +356,7 @@ impl<'a> Runs<'a> {
             Some(Disagreement::Addresses)
         } else if split(&|_| true) {
             // Only a start and an order together part them (the blocks packed anew and
-            // new segments top-down, say): the checkpoint's blocks decide it either way.
+            // new segments where CUDA would put them, say): the checkpoint's blocks decide it either way.
             Some(Disagreement::Start)
         } else {
             None
@@ -404,7 +407,7 @@ mod tests {
     }
 
     #[test]
-    fn a_verdict_holds_under_the_trace_s_order_and_top_down_from_every_start() {
+    fn a_verdict_holds_under_the_trace_s_order_and_cuda_s_from_every_start() {
         let trace = Trace::bare(Vec::new(), Vec::new());
         let starts = Starts::of(&trace, true);
         let run = Run {
@@ -416,14 +419,14 @@ mod tests {
             .iter()
             .map(|v| (v.start, v.addresses))
             .collect();
-        seen.sort_by_key(|&(s, a)| (s as u8, a == AddressOrder::Down));
+        seen.sort_by_key(|&(s, a)| (s as u8, a == AddressOrder::Cuda));
         assert_eq!(
             seen,
             [
                 (Start::AsFound, AddressOrder::Trace),
-                (Start::AsFound, AddressOrder::Down),
+                (Start::AsFound, AddressOrder::Cuda),
                 (Start::Packed, AddressOrder::Trace),
-                (Start::Packed, AddressOrder::Down),
+                (Start::Packed, AddressOrder::Cuda),
             ]
         );
 
@@ -431,16 +434,16 @@ mod tests {
         assert_eq!(agree.verdict(10, run), Verdict::Fits);
         assert_eq!(agree.disagreement(10, run), None);
 
-        let by_order = runs_of(&starts, &[(Start::AsFound, AddressOrder::Down)]);
+        let by_order = runs_of(&starts, &[(Start::AsFound, AddressOrder::Cuda)]);
         assert_eq!(by_order.verdict(10, run), Verdict::CannotTell);
         assert_eq!(
             by_order.disagreement(10, run),
             Some(Disagreement::Addresses)
         );
 
-        // Packed anew and top-down alone fail: neither the start nor the order alone parts
+        // Packed anew and CUDA's order alone fail: neither the start nor the order alone parts
         // the runs, yet they are parted, and the reason must say by what.
-        let by_both = runs_of(&starts, &[(Start::Packed, AddressOrder::Down)]);
+        let by_both = runs_of(&starts, &[(Start::Packed, AddressOrder::Cuda)]);
         assert_eq!(by_both.verdict(10, run), Verdict::CannotTell);
         assert_eq!(by_both.disagreement(10, run), Some(Disagreement::Start));
     }
