@@ -45,20 +45,30 @@ pub(super) fn reconcile(
         }
     }
     let (mut dropped, mut contradictions) = (0u64, 0u64);
-    // The checkpoint's own `snapshot` entry: the first sized as its live blocks (PyTorch's
-    // `total_active`), else the first (the ring was cleared just before).
+    // The checkpoint's own `snapshot` entry: the first, or one sized as its live blocks
+    // (PyTorch's `total_active`) a few events after it, where every event between is one
+    // the checkpoint already holds (so dropping them loses nothing of the job's).
     let active: u64 = at_checkpoint
         .iter()
         .flat_map(|seg| &seg.blocks)
         .filter(|b| is_live(b.state))
         .map(|b| b.size)
         .sum();
-    let snapshot_entry = |sized: bool| {
+    let first = events
+        .iter()
+        .position(|e| e.kind == TraceEventKind::Snapshot);
+    let marked = first.map(|first| {
         events
             .iter()
-            .position(|e| e.kind == TraceEventKind::Snapshot && (!sized || e.size == active))
-    };
-    let marked = snapshot_entry(true).or_else(|| snapshot_entry(false));
+            .enumerate()
+            .skip(first)
+            .take(RACE_WINDOW + 1)
+            .take_while(|(_, e)| {
+                e.kind == TraceEventKind::Snapshot || held_already(e, &live, &segments)
+            })
+            .find(|(_, e)| e.kind == TraceEventKind::Snapshot && e.size == active)
+            .map_or(first, |(at, _)| at)
+    });
     if let Some(at) = marked {
         events.drain(..=at);
         dropped = at as u64 + 1;
@@ -66,19 +76,7 @@ pub(super) fn reconcile(
     let window = if marked.is_some() { 0 } else { RACE_WINDOW };
     let mut index = 0usize;
     events.retain(|event| {
-        let seen_twice = match event.kind {
-            TraceEventKind::Alloc => live.contains(&event.addr),
-            TraceEventKind::FreeRequested | TraceEventKind::FreeCompleted => {
-                !live.contains(&event.addr)
-            }
-            TraceEventKind::SegmentAlloc => segments.contains(&event.addr),
-            TraceEventKind::SegmentFree => !segments.contains(&event.addr),
-            // Expandable segments map and unmap pages inside one range: nothing to match.
-            TraceEventKind::SegmentMap
-            | TraceEventKind::SegmentUnmap
-            | TraceEventKind::Oom
-            | TraceEventKind::Snapshot => false,
-        };
+        let seen_twice = held_already(event, &live, &segments);
         let head = index < window;
         index += 1;
         if seen_twice && head {
@@ -106,6 +104,24 @@ pub(super) fn reconcile(
         true
     });
     (dropped, contradictions)
+}
+
+/// Whether `event` is one a state with these live blocks and segments already holds: an
+/// alloc of a live block, a free of one not live (and the same for segments).
+fn held_already(event: &TraceEvent, live: &AddrSet, segments: &AddrSet) -> bool {
+    match event.kind {
+        TraceEventKind::Alloc => live.contains(&event.addr),
+        TraceEventKind::FreeRequested | TraceEventKind::FreeCompleted => {
+            !live.contains(&event.addr)
+        }
+        TraceEventKind::SegmentAlloc => segments.contains(&event.addr),
+        TraceEventKind::SegmentFree => !segments.contains(&event.addr),
+        // Expandable segments map and unmap pages inside one range: nothing to match.
+        TraceEventKind::SegmentMap
+        | TraceEventKind::SegmentUnmap
+        | TraceEventKind::Oom
+        | TraceEventKind::Snapshot => false,
+    }
 }
 
 /// The replay's starting state: the checkpoint's live blocks (in address order) and its
@@ -235,6 +251,17 @@ mod tests {
         ];
         assert_eq!(reconcile(&cp, &mut events), (3, 0));
         assert_eq!(events, vec![ev(Alloc, base + 4 * MIB, 2 * MIB)]);
+        // An event between that the checkpoint does not hold (C allocated, not live in
+        // it): the sized entry is no mark, the first is, and C's life is kept.
+        let c = base + 4 * MIB;
+        let mut events = vec![
+            ev(Snapshot, 0, 2 * MIB),
+            ev(Alloc, c, 2 * MIB),
+            ev(Snapshot, 0, 4 * MIB),
+            ev(FreeCompleted, c, 2 * MIB),
+        ];
+        assert_eq!(reconcile(&cp, &mut events), (1, 0));
+        assert_eq!(events.len(), 3, "{events:?}");
     }
 
     #[test]

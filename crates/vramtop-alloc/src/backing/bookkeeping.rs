@@ -78,7 +78,8 @@ impl BookkeepingBacking {
                 return Ok(addr);
             }
         }
-        let aligned = |addr: u64| addr - addr % CUDA_RANGE;
+        let unit = CUDA_RANGE.max(self.page_size);
+        let aligned = |addr: u64| addr - addr % unit;
         let mut addr = aligned(below.checked_sub(span).ok_or_else(exhausted)?);
         loop {
             // Below a segment in the way, and below the reserved ranges, which grow up
@@ -104,7 +105,9 @@ impl BookkeepingBacking {
     fn gap_in_a_used_range(&self, span: u64) -> Option<u64> {
         let range_of = |addr: u64| addr - addr % CUDA_RANGE;
         let usable = |range: u64| !(range < self.next_addr && range + CUDA_RANGE > BASE_ADDR);
-        let fits = |range: u64, from: u64, to: u64| usable(range) && to - from >= span;
+        // (A hinted segment may begin inside the page-rounded end of the one before it.)
+        let fits =
+            |range: u64, from: u64, to: u64| usable(range) && to.saturating_sub(from) >= span;
         // The space left at the top of a range after its last segment.
         let tail = |(range, end): (u64, u64)| fits(range, end, range + CUDA_RANGE).then_some(end);
         // The range walked, and where its segments so far end.
@@ -352,6 +355,24 @@ mod tests {
             b.free_segment(addr, size * MIB).unwrap();
         }
         assert_eq!(b.alloc_segment(16 * MIB).unwrap(), big - CUDA_RANGE);
+    }
+
+    /// A hinted segment that begins inside the page-rounded end of the one before it
+    /// leaves no gap there (the subtraction underflowed, and a segment was placed over a
+    /// live one; found by a helper's fuzzing).
+    #[test]
+    fn segments_like_cuda_never_overlap_hinted_segments_of_odd_sizes() {
+        let mut b = BookkeepingBacking::new(1 << 30).like_cuda();
+        let x = TOP_ADDR - CUDA_RANGE;
+        b.hint_segment(x, MIB);
+        assert_eq!(b.alloc_segment(MIB).unwrap(), x);
+        b.hint_segment(x + MIB, 2 * MIB);
+        assert_eq!(b.alloc_segment(2 * MIB).unwrap(), x + MIB);
+        let next = b.alloc_segment(2 * MIB).unwrap();
+        assert!(
+            next >= x + 3 * MIB || next + 2 * MIB <= x,
+            "{next:#x} overlaps a live segment"
+        );
     }
 
     #[test]

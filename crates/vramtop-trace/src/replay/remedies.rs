@@ -296,8 +296,8 @@ fn same_kind(a: &Remedy, b: &Remedy) -> bool {
     std::mem::discriminant(a) == std::mem::discriminant(b)
 }
 
-/// Whether the job's steps make about as many allocations each (after the first, which
-/// makes the optimizer's state): the most at most `ALIKE_STEPS` times the fewest. Only then
+/// Whether the job's complete steps make about as many allocations each: the most at most
+/// `ALIKE_STEPS` times the fewest. Only then
 /// does an earlier step's rest at its own sizes bound what this one's rest would ask: a
 /// step whose number of allocations follows its shape (a Python loop over the tokens) may
 /// have more of its rest to come than the pattern had.
@@ -305,7 +305,6 @@ fn steps_allocate_alike(trace: &Trace, steps: &super::Steps) -> bool {
     let counts: Vec<usize> = steps
         .at
         .windows(2)
-        .skip(1)
         .map(|w| {
             trace.events[w[0]..w[1]]
                 .iter()
@@ -314,7 +313,7 @@ fn steps_allocate_alike(trace: &Trace, steps: &super::Steps) -> bool {
         })
         .collect();
     match (counts.iter().min(), counts.iter().max()) {
-        (Some(&fewest), Some(&most)) if counts.len() >= 2 => {
+        (Some(&fewest), Some(&most)) if counts.len() >= 2 && fewest > 0 => {
             most as f64 <= ALIKE_STEPS * fewest as f64
         }
         _ => false,

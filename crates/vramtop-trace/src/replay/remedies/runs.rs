@@ -356,7 +356,8 @@ impl<'a> Runs<'a> {
             Some(Disagreement::Addresses)
         } else if split(&|_| true) {
             // Only a start and an order together part them (the blocks packed anew and
-            // new segments where CUDA would put them, say): the checkpoint's blocks decide it either way.
+            // new segments where CUDA would put them, say): the checkpoint's blocks decide
+            // it either way.
             Some(Disagreement::Start)
         } else {
             None
@@ -441,8 +442,8 @@ mod tests {
             Some(Disagreement::Addresses)
         );
 
-        // Packed anew and CUDA's order alone fail: neither the start nor the order alone parts
-        // the runs, yet they are parted, and the reason must say by what.
+        // Packed anew and CUDA's order alone fail: neither the start nor the order alone
+        // parts the runs, yet they are parted, and the reason must say by what.
         let by_both = runs_of(&starts, &[(Start::Packed, AddressOrder::Cuda)]);
         assert_eq!(by_both.verdict(10, run), Verdict::CannotTell);
         assert_eq!(by_both.disagreement(10, run), Some(Disagreement::Start));
