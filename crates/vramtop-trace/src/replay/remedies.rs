@@ -297,10 +297,10 @@ fn same_kind(a: &Remedy, b: &Remedy) -> bool {
 }
 
 /// Whether the job's complete steps make about as many allocations each: the most at most
-/// `ALIKE_STEPS` times the fewest. Only then
-/// does an earlier step's rest at its own sizes bound what this one's rest would ask: a
-/// step whose number of allocations follows its shape (a Python loop over the tokens) may
-/// have more of its rest to come than the pattern had.
+/// `ALIKE_STEPS` times the fewest. Only then does an earlier step's rest at its own sizes
+/// bound what this one's rest would ask: a step whose number of allocations follows its
+/// shape (a Python loop over the tokens) may have more of its rest to come than the
+/// pattern had.
 fn steps_allocate_alike(trace: &Trace, steps: &super::Steps) -> bool {
     let counts: Vec<usize> = steps
         .at
@@ -921,8 +921,8 @@ impl Judge<'_> {
                     r.reason = "it turns on where CUDA would place the new segments \
                                 (PyTorch takes the lowest of equal free blocks): the \
                                 replays under the two address orders, the job's own \
-                                segment addresses and each new segment below the last \
-                                as CUDA tends to place them, give different answers, \
+                                segment addresses and where CUDA's driver would put \
+                                each new segment, give different answers, \
                                 and vramtop's model of CUDA's placement cannot decide \
                                 between them (PyTorch's own outcome may turn on it too)"
                         .to_string();
