@@ -1035,7 +1035,9 @@ fn gpu_kept_histories_of_training_loops_give_pytorchs_outcomes_on_both_paths() {
     // point is found a few allocations off the count in earlier steps (their micro-batches'
     // shapes take other kernels); under 8 GiB the steps of about this one's size say the
     // step ends under the cap, and carried on as the likest went on every fit holds, with
-    // N = 20 to 1024 as PyTorch. Under 7 GiB the middle of them passes the cap: open.
+    // N = 20 to 1024 as PyTorch. Under 7 GiB the middle of them passes the cap: open,
+    // and carried on, max_split runs out both in this step's sizes and at the least
+    // (fails, as in PyTorch); expandable gets through there and stays open.
     let bertaccum: &[(&str, Verdict)] = &[
         ("expandable_segments:True", Fits),
         ("max_split_size_mb", Fits),
@@ -1049,7 +1051,7 @@ fn gpu_kept_histories_of_training_loops_give_pytorchs_outcomes_on_both_paths() {
     ];
     let bertaccum_cap7: &[(&str, Verdict)] = &[
         ("expandable_segments:True", CannotTell),
-        ("max_split_size_mb", CannotTell),
+        ("max_split_size_mb", Fails),
         ("roundup_power2_divisions:4", Fails),
         ("garbage_collection_threshold:0.6", Fails),
         (
@@ -1062,15 +1064,16 @@ fn gpu_kept_histories_of_training_loops_give_pytorchs_outcomes_on_both_paths() {
     // a 5 GiB cap, dying at step 45 asking 182 MiB: PyTorch failed every remedy (H200).
     // Expandable serves the request in the replay; its 7 matching earlier steps grew 1.04 to
     // 1.60 times past the point, the least leaving the step 42 MiB under the cap and the
-    // middle one 45 MiB over it: open, not "fits".
+    // middle one 45 MiB over it: not "fits". Carried on as the likest step went on, it
+    // runs out both in this step's sizes and at the least: "fails", as PyTorch.
     let t5var_cap5: &[(&str, Verdict)] = &[
-        ("expandable_segments:True", CannotTell),
+        ("expandable_segments:True", Fails),
         ("max_split_size_mb", Fails),
         ("roundup_power2_divisions:4", Fails),
         ("garbage_collection_threshold:0.6", Fails),
         (
             "expandable_segments:True,garbage_collection_threshold:0.6",
-            CannotTell,
+            Fails,
         ),
         ("empty_cache() between steps", Fails),
     ];
@@ -1190,6 +1193,30 @@ fn gpu_kept_histories_of_training_loops_give_pytorchs_outcomes_on_both_paths() {
         ),
         ("empty_cache() between steps", Fits),
     ];
+    // gpt2mixed's GPT-2 trained by PyTorch Lightning's Trainer (bf16-mixed, AdamW,
+    // clipping to 1.0, batches from a DataLoader), under 10.8 GiB, dying at step 79 asking
+    // 1.48 GiB (H200, 2026-11-27). Lightning's closure drops the last step's gradients
+    // after the forward, inside the step: carried on with them left live, every fit ran
+    // out (10 wrong). PyTorch fitted expandable, expandable + GC, the cache emptied after
+    // every step and max_split 20 to 512, and failed GC 0.6, roundup 4 and max_split 1024
+    // to 4096.
+    let lightning: &[(&str, Verdict)] = &[
+        ("expandable_segments:True", Fits),
+        ("max_split_size_mb:512", Fits),
+        ("roundup_power2_divisions:4", Fails),
+        ("garbage_collection_threshold:0.6", Fails),
+        (
+            "expandable_segments:True,garbage_collection_threshold:0.6",
+            Fits,
+        ),
+        ("empty_cache() between steps", Fits),
+    ];
+    // The same GPT-2 stepped in PyTorch's tutorial order (`zero_grad()` first), under
+    // 10.3 GiB, dying at step 79 asking 1.48 GiB (H200, 2026-11-27): PyTorch failed every
+    // setting. The earlier steps' middle growth put the step 91 MiB over the cap, the
+    // least under it (open); carried on, every fit runs out both in this step's sizes and
+    // at the least.
+    let gpt2tutorial = &every_setting_fails_and(("empty_cache() between steps", Fails))[..];
     // The `_hook16` files were kept by hook 1.6 (a 32,768-entry ring checkpointed from a
     // quarter full, each checkpoint's segments read off the GIL), so even these short jobs'
     // histories come stitched from pieces, gaps filled; PyTorch's outcomes were the same.
@@ -1227,6 +1254,8 @@ fn gpu_kept_histories_of_training_loops_give_pytorchs_outcomes_on_both_paths() {
         ("history_resnetinfer_cap5g11_hook18", resnetinfer, 0, true),
         ("history_gan_hook18", gan, 156, true),
         ("history_gpt2stream_hook18", gpt2stream, 8, true),
+        ("history_lightning_hook18", lightning, 79, true),
+        ("history_gpt2tutorial_hook18", gpt2tutorial, 79, true),
     ] {
         let path = fixture(&format!("{name}.pickle.gz"));
         let file = trace::load(&path).unwrap_or_else(|e| panic!("{name}: {e}"));
@@ -1282,7 +1311,9 @@ fn gpu_kept_histories_of_training_loops_give_pytorchs_outcomes_on_both_paths() {
                 "history_gpt2mixed_hook17" | "history_gpt2mixed_hook18" => {
                     Some("fits with N = 20, 64; N = 1024 also")
                 }
-                "history_gpt2stream_hook18" => Some("fits with N = 20, 64, 128, 256, 512;"),
+                "history_gpt2stream_hook18" | "history_lightning_hook18" => {
+                    Some("fits with N = 20, 64, 128, 256, 512;")
+                }
                 _ => None,
             };
             if let Some(fitting) = fitting.filter(|_| remedy.starts_with("max_split")) {

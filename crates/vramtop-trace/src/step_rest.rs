@@ -481,9 +481,11 @@ const CARRIED_ADDR: u64 = 0xffff_0000_0000_0000;
 /// two are alike against the steps' working memory (a checkpointed block is made again in
 /// the backward, a gradient is the same whatever the batch). Any other is scaled by the
 /// two steps' working memory at the point, never below its own size (a parameter's
-/// gradient does not shrink with a smaller batch). A block freed after the point that was
-/// live before the pattern step began, or that this step no longer holds, is not freed:
-/// what this step's counterpart of it is, the history does not say.
+/// gradient does not shrink with a smaller batch). A block freed after the point that the
+/// pattern step did not make is freed as its counterpart (`made_before`): the block of
+/// the same size as many back among those this step began with, where this step still
+/// holds it. One that this step no longer holds, or has no counterpart of, is not freed:
+/// what stands for it, the history does not say.
 ///
 /// With `Sizes::Pattern` the sizes this step's own do not stand for are the pattern's, not
 /// scaled up: the least the rest of the step would ask, where this step works with more
@@ -542,6 +544,7 @@ pub fn carried_on(trace: &Trace, rest: &StepRest, event: usize, sizing: Sizes) -
             _ => {}
         }
     }
+    let before = made_before(trace, &pattern, rest.begun, event);
     let mut events = trace.events[..event].to_vec();
     // The refused request, served, in the place of the pattern's allocation at the point.
     blocks.insert(trace.events[pattern.point].addr, CARRIED_ADDR);
@@ -553,7 +556,10 @@ pub fn carried_on(trace: &Trace, rest: &StepRest, event: usize, sizing: Sizes) -
     ));
     let mut next = CARRIED_ADDR;
     let mut freed = AddrSet::default();
-    for e in &trace.events[pattern.point + 1..pattern.end] {
+    for (k, e) in trace.events[pattern.point + 1..pattern.end]
+        .iter()
+        .enumerate()
+    {
         match e.kind {
             TraceEventKind::Alloc => {
                 let size = sizes.get(&e.size).copied().unwrap_or_else(|| match sizing {
@@ -568,7 +574,8 @@ pub fn carried_on(trace: &Trace, rest: &StepRest, event: usize, sizing: Sizes) -
                 events.push(carried(TraceEventKind::Alloc, next, size, e.stream));
             }
             TraceEventKind::FreeCompleted => {
-                if let Some(addr) = blocks.remove(&e.addr).filter(|&a| freed.insert(a)) {
+                let ours = blocks.remove(&e.addr).or(before[k]);
+                if let Some(addr) = ours.filter(|&a| freed.insert(a)) {
                     events.push(carried(TraceEventKind::FreeCompleted, addr, 0, e.stream));
                 }
             }
@@ -576,6 +583,91 @@ pub fn carried_on(trace: &Trace, rest: &StepRest, event: usize, sizing: Sizes) -
         }
     }
     Some(ended(trace, oom, events))
+}
+
+/// For each event of the pattern step after its point (`pattern.point + 1..pattern.end`),
+/// where it frees a block made before the pattern step began, this step's counterpart of
+/// that block: of the blocks live when this step began, the one of the same size as many
+/// back, by when they were made, as the freed one was among those live when the pattern
+/// began, where this step still holds it at the OOM. A loop that drops the gradients
+/// inside the next step frees the last step's there: PyTorch Lightning's closure runs the
+/// forward, then `zero_grad`, then the backward, so a GPT-2's 76 gradients (493 MiB)
+/// made in one step are freed after the next step's forward. Left live, they made every
+/// remedy of a GPT-2 trained by Lightning under a 10.8 GiB cap run out in the step
+/// carried on (H200, PyTorch 2.11), where PyTorch got through it with expandable
+/// segments, `max_split_size_mb` 20 and 200, and `empty_cache()` between steps.
+/// Gradients come in the same order every step, so the same size as many back is the
+/// same parameter's.
+fn made_before(trace: &Trace, pattern: &Pattern, begun: usize, event: usize) -> Vec<Option<u64>> {
+    // When each live block was made (the blocks live at the trace's start before any
+    // event, in their order) and its size.
+    let first = -(trace.initial.len() as i64);
+    let mut live: AddrMap<(i64, u64)> = trace
+        .initial
+        .iter()
+        .enumerate()
+        .map(|(k, b)| (b.addr, (first + k as i64, b.size)))
+        .collect();
+    let after = pattern.point + 1;
+    let mut at_pattern: Option<BySize> = None;
+    let mut at_this: Option<BySize> = None;
+    // The pattern's frees of blocks made before it: (event, size, how many back).
+    let mut wanted: Vec<(usize, u64, usize)> = Vec::new();
+    for (i, e) in trace.events[..event].iter().enumerate() {
+        if i == pattern.start {
+            at_pattern = Some(by_size(&live));
+        }
+        if i == begun {
+            at_this = Some(by_size(&live));
+        }
+        match e.kind {
+            TraceEventKind::Alloc => {
+                live.insert(e.addr, (i as i64, e.size));
+            }
+            TraceEventKind::FreeCompleted => {
+                let made = live.remove(&e.addr);
+                let Some(((when, size), of_pattern)) = made.zip(at_pattern.as_ref()) else {
+                    continue;
+                };
+                if (after..pattern.end).contains(&i) && when < pattern.start as i64 {
+                    let back = of_pattern
+                        .get(&size)
+                        .and_then(|made| made.iter().position(|&(w, _)| w == when));
+                    if let Some(back) = back {
+                        wanted.push((i, size, back));
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut counterparts = vec![None; pattern.end.saturating_sub(after)];
+    let Some(at_this) = at_this else {
+        return counterparts;
+    };
+    for (i, size, back) in wanted {
+        let Some(&(when, addr)) = at_this.get(&size).and_then(|made| made.get(back)) else {
+            continue;
+        };
+        if live.get(&addr) == Some(&(when, size)) {
+            counterparts[i - after] = Some(addr);
+        }
+    }
+    counterparts
+}
+
+/// Live blocks by size: (when made, address), the latest first.
+type BySize = std::collections::HashMap<u64, Vec<(i64, u64)>>;
+
+fn by_size(live: &AddrMap<(i64, u64)>) -> BySize {
+    let mut sizes = BySize::new();
+    for (&addr, &(when, size)) in live {
+        sizes.entry(size).or_default().push((when, addr));
+    }
+    for made in sizes.values_mut() {
+        made.sort_unstable_by(|a, b| b.cmp(a));
+    }
+    sizes
 }
 
 /// What the sizes `carried_on` cannot pair with this step's own are.
@@ -1001,6 +1093,70 @@ mod tests {
         let (trace, marks, oom) = job(&[100, 200], 300, 2);
         let rest = of(&trace, &marks, oom).expect("two steps matched");
         assert_eq!(carried_on(&trace, &rest, oom, Sizes::Scaled), None);
+    }
+
+    #[test]
+    fn the_last_steps_gradients_freed_inside_the_step_are_freed_as_this_steps() {
+        use TraceEventKind::*;
+        // A Lightning-like loop: the forward's four activations, then `zero_grad` frees
+        // the gradients the step before made (64 and 32 MiB), then the backward makes this
+        // step's and frees the activations; the gradients stay live into the next step.
+        let mut events = vec![event(Alloc, 1 << 40, 1 << 30)];
+        let mut marks = Vec::new();
+        let mut grads: Vec<(u64, u64)> = Vec::new();
+        for (i, scale) in [100u64, 200, 150].into_iter().enumerate() {
+            let base = (i as u64 + 1) << 32;
+            marks.push(events.len());
+            for k in 0..4 {
+                events.push(event(Alloc, base + k, scale * MIB));
+            }
+            for &(addr, size) in &grads {
+                events.push(event(FreeCompleted, addr, size));
+            }
+            grads = vec![(base + 20, 64 * MIB), (base + 21, 32 * MIB)];
+            for &(addr, size) in &grads {
+                events.push(event(Alloc, addr, size));
+            }
+            for k in 0..4 {
+                events.push(event(FreeCompleted, base + k, scale * MIB));
+            }
+        }
+        marks.push(events.len());
+        for k in 0..2 {
+            events.push(event(Alloc, (99 << 32) + k, 300 * MIB));
+        }
+        let oom = events.len();
+        events.push(event(Oom, 0, 300 * MIB));
+        let trace = Trace::bare(Vec::new(), events);
+        let rest = of(&trace, &marks, oom).expect("earlier steps reached the point");
+        let carried =
+            carried_on(&trace, &rest, oom, Sizes::Scaled).expect("a step to carry it on by");
+        let freed: Vec<u64> = carried.events[oom..]
+            .iter()
+            .filter(|e| e.kind == FreeCompleted)
+            .map(|e| e.addr)
+            .collect();
+        // The step before this one's gradients, freed where the pattern freed its
+        // predecessor's, each once; then the four activations.
+        let last = 3u64 << 32;
+        assert!(freed.contains(&(last + 20)), "{freed:x?}");
+        assert!(freed.contains(&(last + 21)), "{freed:x?}");
+        assert_eq!(freed.len(), 6, "{freed:x?}");
+        // A gradient this step already dropped before the OOM has no counterpart left.
+        let mut events = trace.events.clone();
+        events.insert(oom, event(FreeCompleted, last + 21, 32 * MIB));
+        let trace = Trace::bare(Vec::new(), events);
+        let rest = of(&trace, &marks, oom + 1).expect("earlier steps reached the point");
+        let carried = carried_on(&trace, &rest, oom + 1, Sizes::Scaled).expect("carried");
+        let freed: Vec<u64> = carried.events[oom + 1..]
+            .iter()
+            .filter(|e| e.kind == FreeCompleted)
+            .map(|e| e.addr)
+            .collect();
+        assert!(
+            freed.contains(&(last + 20)) && !freed.contains(&(last + 21)),
+            "{freed:x?}"
+        );
     }
 
     #[test]

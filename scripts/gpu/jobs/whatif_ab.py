@@ -98,6 +98,22 @@ Workloads (each ends with one judged request, caught so the process ends normall
   resnetinfer resnetvar's ResNet-50 classifying batches in eval mode under no_grad, batch
               (32 to 128) and resolution (128 to 512) varying and growing, no optimizer:
               no step marked (WHATIF_RESNETINFER_CAP_GIB).
+  lightning   gpt2mixed's GPT-2 trained by PyTorch Lightning's Trainer (bf16-mixed, AdamW):
+              the batches come from a DataLoader on the host, and the forward and
+              backward run inside the optimizer's step (Lightning's closure), so the
+              step's mark comes after its whole work (WHATIF_LIGHTNING_CAP_GIB).
+  lightningaccum  lightning with accumulate_grad_batches=2: two batches an optimizer
+              step, the gradients dropped after the first one's forward
+              (WHATIF_LIGHTNINGACCUM_CAP_GIB).
+  gpt2tutorial  gpt2mixed's GPT-2 in the tutorial's order: zero_grad() first, then the
+              forward, the backward and the step, so the gradients live from one
+              step's backward to the next step's start (WHATIF_GPT2TUTORIAL_CAP_GIB).
+  gpt2fixed   a GPT-2 whose batch never changes, too big for its cap: the first step
+              fits, the second (AdamW's state now held) runs out; a batch too big, not
+              fragmentation (WHATIF_GPT2FIXED_CAP_GIB).
+  clipvar     a CLIP (ViT-B/16 and a text tower, random weights) trained contrastively:
+              the batch (images and captions of varying length) varies, so the
+              similarity matrix and every activation change shape (WHATIF_CLIPVAR_CAP_GIB).
   otherproc   a second process holds a 60 GiB cache on the same GPU (freed tensors,
               not released); this one asks for 30 GiB.
 
@@ -143,7 +159,7 @@ import time
 MiB = 1 << 20
 GiB = 1 << 30
 WORKLOADS = ["checker", "splitcache", "tails", "gpt2var", "kvcache", "gpt2mixed", "llamamix", "resnetvar",
-             "bertaccum", "t5var", "gpt2ckpt", "evalmix", "gpt2keep", "gan", "vitvar", "moemix", "gpt2scaler", "loramix", "gpt2compile", "llamagen", "gpt2stream", "t5beam", "t5beam_steps", "wav2vec", "mambaslow", "hftrainer", "gpt2sgd", "resnetinfer", "otherproc"]
+             "bertaccum", "t5var", "gpt2ckpt", "evalmix", "gpt2keep", "gan", "vitvar", "moemix", "gpt2scaler", "loramix", "gpt2compile", "llamagen", "gpt2stream", "t5beam", "t5beam_steps", "wav2vec", "mambaslow", "hftrainer", "gpt2sgd", "resnetinfer", "lightning", "lightningaccum", "gpt2tutorial", "gpt2fixed", "clipvar", "otherproc"]
 # The cap of each stepped workload that takes one from the environment (`scan` varies it).
 CAP_ENV = {"gpt2mixed": ("WHATIF_GPT2MIXED_CAP_GIB", 15.5), "llamamix": ("WHATIF_LLAMAMIX_CAP_GIB", 10),
            "resnetvar": ("WHATIF_RESNETVAR_CAP_GIB", 6.5), "bertaccum": ("WHATIF_BERTACCUM_CAP_GIB", 8),
@@ -156,7 +172,10 @@ CAP_ENV = {"gpt2mixed": ("WHATIF_GPT2MIXED_CAP_GIB", 15.5), "llamamix": ("WHATIF
            "t5beam": ("WHATIF_T5BEAM_CAP_GIB", 10), "gpt2sgd": ("WHATIF_GPT2SGD_CAP_GIB", 10),
            "resnetinfer": ("WHATIF_RESNETINFER_CAP_GIB", 10), "t5beam_steps": ("WHATIF_T5BEAM_STEPS_CAP_GIB", 10),
            "wav2vec": ("WHATIF_WAV2VEC_CAP_GIB", 10), "mambaslow": ("WHATIF_MAMBASLOW_CAP_GIB", 10),
-           "hftrainer": ("WHATIF_HFTRAINER_CAP_GIB", 10)}
+           "hftrainer": ("WHATIF_HFTRAINER_CAP_GIB", 10), "lightning": ("WHATIF_LIGHTNING_CAP_GIB", 12),
+           "lightningaccum": ("WHATIF_LIGHTNINGACCUM_CAP_GIB", 12),
+           "gpt2tutorial": ("WHATIF_GPT2TUTORIAL_CAP_GIB", 10),
+           "gpt2fixed": ("WHATIF_GPT2FIXED_CAP_GIB", 8), "clipvar": ("WHATIF_CLIPVAR_CAP_GIB", 10)}
 HERE = os.path.dirname(os.path.abspath(__file__))
 STEP_LIMIT = int(os.environ.get("WHATIF_STEP_LIMIT", "400"))
 PROFILE = os.environ.get("WHATIF_PROFILE") == "1"  # each step's peaks, printed (sizing caps)
@@ -327,6 +346,18 @@ def image_step(model, opt, batches, unit, most_units_at, fewest_units, bf16, **k
         opt.zero_grad(set_to_none=True)
 
     return step
+
+
+def bf16_update(model, opt, **inputs):
+    """One training step on `inputs`: the loss under bf16 autocast, its backward, the
+    optimizer's step, the gradients dropped."""
+    import torch
+
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        loss = model(**inputs).loss
+    loss.backward()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
 
 
 def llama_mix():
@@ -680,6 +711,53 @@ def steps(workload, cap, stop_at, judged, before_judged, after_step):
             trainer.optimizer.step()
             trainer.lr_scheduler.step()
             model.zero_grad(set_to_none=True)
+    elif workload == "gpt2fixed":
+        from transformers import GPT2Config, GPT2LMHeadModel
+
+        cap_from_env(cap, workload)
+        model = GPT2LMHeadModel(GPT2Config(n_layer=6, n_embd=1024, n_head=16, n_positions=1024)).cuda()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+        def step(i):
+            # Every batch the same shape: what fits once fits again, unless the memory
+            # the first step leaves behind (AdamW's state) is what the batch lacked.
+            x = torch.randint(0, 50257, (12, 1024), device="cuda")
+            bf16_update(model, opt, input_ids=x, labels=x)
+    elif workload == "clipvar":
+        from transformers import CLIPConfig, CLIPModel
+
+        cap_from_env(cap, workload)
+        model = CLIPModel(CLIPConfig(text_config={"max_position_embeddings": 77},
+                                     vision_config={"image_size": 224, "patch_size": 16})).cuda()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+        def step(i):
+            # Contrastive: images and captions in pairs, the batch growing (the logits
+            # are batch x batch), captions padded to the batch's longest.
+            batch = 16 * random.randint(2, min(32, 4 + i // 2))
+            length = random.randint(8, 77)
+            ids = torch.randint(0, 49408, (batch, length), device="cuda")
+            pixels = torch.randn(batch, 3, 224, 224, device="cuda")
+            bf16_update(model, opt, input_ids=ids, pixel_values=pixels, return_loss=True)
+    elif workload in ("lightning", "lightningaccum"):
+        return lightning_steps(workload, cap, stop_at, judged, before_judged, after_step)
+    elif workload == "gpt2tutorial":
+        from transformers import GPT2Config, GPT2LMHeadModel
+
+        cap_from_env(cap, workload)
+        model = GPT2LMHeadModel(GPT2Config(n_layer=6, n_embd=1024, n_head=16, n_positions=2048)).cuda()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+        def step(i):
+            # PyTorch's tutorial order: the last step's gradients are dropped here, at
+            # the start, so they are live at every step's boundary.
+            batch, length = varying_shape(i)
+            x = torch.randint(0, 50257, (batch, length), device="cuda")
+            opt.zero_grad()
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = model(input_ids=x, labels=x).loss
+            loss.backward()
+            opt.step()
     elif workload == "vitvar":
         from transformers import ViTConfig, ViTForImageClassification
 
@@ -798,6 +876,83 @@ def steps(workload, cap, stop_at, judged, before_judged, after_step):
                   f"peak_reserved {torch.cuda.max_memory_reserved()} at {time.time():.3f}", flush=True)
             torch.cuda.reset_peak_memory_stats()
         after_step()
+    judged(True, step=STEP_LIMIT, note="no OOM in the step limit")
+
+
+def lightning_steps(workload, cap, stop_at, judged, before_judged, after_step):
+    """lightning, lightningaccum: the loop is Lightning's own (Trainer.fit), so the
+    harness's step hooks are a Callback: batch `i` is step `i`; at `stop_at` the run is
+    judged and stopped."""
+    import random
+
+    import torch
+
+    try:
+        import lightning.pytorch as pl
+    except ImportError:
+        import pytorch_lightning as pl
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    random.seed(1234)
+    torch.manual_seed(1234)
+    cap_from_env(cap, workload)
+
+    class LM(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.model = GPT2LMHeadModel(GPT2Config(n_layer=6, n_embd=1024, n_head=16, n_positions=2048))
+
+        def training_step(self, batch, batch_idx):
+            return self.model(input_ids=batch, labels=batch).loss
+
+        def configure_optimizers(self):
+            return torch.optim.AdamW(self.parameters(), lr=1e-4)
+
+    class Shapes(torch.utils.data.IterableDataset):
+        """Token batches made on the host, as a tokenizing loader hands them over."""
+
+        def __iter__(self):
+            for i in range(STEP_LIMIT):
+                batch, length = varying_shape(i)
+                yield torch.randint(0, 50257, (batch, length))
+
+    class Judged(Exception):
+        pass
+
+    seen = {"step": 0}
+
+    class Judge(pl.Callback):
+        def on_train_batch_start(self, trainer, module, batch, batch_idx):
+            seen["step"] = batch_idx
+            if stop_at is not None and batch_idx == stop_at:
+                before_judged()
+
+        def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+            if stop_at is not None and batch_idx == stop_at:
+                judged(True, step=batch_idx)
+                raise Judged()
+            if PROFILE:
+                print(f"profile: step {batch_idx} peak_allocated {torch.cuda.max_memory_allocated()} "
+                      f"peak_reserved {torch.cuda.max_memory_reserved()} at {time.time():.3f}", flush=True)
+                torch.cuda.reset_peak_memory_stats()
+            if (batch_idx + 1) % accumulate == 0:
+                after_step()  # after an optimizer step, not each micro-batch
+
+    accumulate = 2 if workload == "lightningaccum" else 1
+    trainer = pl.Trainer(accelerator="gpu", devices=1, precision="bf16-mixed", max_epochs=1,
+                         max_steps=STEP_LIMIT, gradient_clip_val=1.0, logger=False,
+                         accumulate_grad_batches=accumulate,
+                         enable_checkpointing=False, enable_progress_bar=False,
+                         enable_model_summary=False, num_sanity_val_steps=0,
+                         limit_val_batches=0, callbacks=[Judge()])
+    try:
+        trainer.fit(LM(), torch.utils.data.DataLoader(Shapes(), batch_size=None))
+    except Judged:
+        return
+    except torch.OutOfMemoryError as e:
+        asked = re.search(r"Tried to allocate ([0-9.]+ [KMG]iB)", str(e))
+        judged(False, step=seen["step"], asked=asked.group(1) if asked else None)
+        return
     judged(True, step=STEP_LIMIT, note="no OOM in the step limit")
 
 
@@ -929,7 +1084,7 @@ def under_vramtop(binary, workload, work):
 
 STEPPED = ("gpt2var", "kvcache", "kvcache_steps", "gpt2mixed", "llamamix", "resnetvar", "bertaccum", "t5var",
            "gpt2ckpt", "evalmix", "gpt2keep", "gan", "vitvar", "moemix", "gpt2scaler",
-           "loramix", "gpt2compile", "llamagen", "gpt2stream", "t5beam", "t5beam_steps", "wav2vec", "mambaslow", "hftrainer", "gpt2sgd", "resnetinfer")
+           "loramix", "gpt2compile", "llamagen", "gpt2stream", "t5beam", "t5beam_steps", "wav2vec", "mambaslow", "hftrainer", "gpt2sgd", "resnetinfer", "gpt2fixed", "clipvar", "lightning", "lightningaccum", "gpt2tutorial")
 
 
 MAX_SPLIT_TRIED = ["20", "64", "128", "256", "512", "1024", "2048", "4096"]  # MAX_SPLIT_TRIED_MB
