@@ -1035,9 +1035,9 @@ fn gpu_kept_histories_of_training_loops_give_pytorchs_outcomes_on_both_paths() {
     // point is found a few allocations off the count in earlier steps (their micro-batches'
     // shapes take other kernels); under 8 GiB the steps of about this one's size say the
     // step ends under the cap, and carried on as the likest went on every fit holds, with
-    // N = 20 to 1024 as PyTorch. Under 7 GiB the middle of them passes the cap: open,
-    // and carried on, max_split runs out both in this step's sizes and at the least
-    // (fails, as in PyTorch); expandable gets through there and stays open.
+    // N = 20 to 1024 as PyTorch. Under 7 GiB the middle of them passes the cap: open.
+    // Carried on, max_split runs out both in this step's sizes and at the least, but not
+    // at the least with 1 % more room (`LEAST_ROOM`): open still.
     let bertaccum: &[(&str, Verdict)] = &[
         ("expandable_segments:True", Fits),
         ("max_split_size_mb", Fits),
@@ -1051,7 +1051,7 @@ fn gpu_kept_histories_of_training_loops_give_pytorchs_outcomes_on_both_paths() {
     ];
     let bertaccum_cap7: &[(&str, Verdict)] = &[
         ("expandable_segments:True", CannotTell),
-        ("max_split_size_mb", Fails),
+        ("max_split_size_mb", CannotTell),
         ("roundup_power2_divisions:4", Fails),
         ("garbage_collection_threshold:0.6", Fails),
         (
@@ -1064,16 +1064,17 @@ fn gpu_kept_histories_of_training_loops_give_pytorchs_outcomes_on_both_paths() {
     // a 5 GiB cap, dying at step 45 asking 182 MiB: PyTorch failed every remedy (H200).
     // Expandable serves the request in the replay; its 7 matching earlier steps grew 1.04 to
     // 1.60 times past the point, the least leaving the step 42 MiB under the cap and the
-    // middle one 45 MiB over it: not "fits". Carried on as the likest step went on, it
-    // runs out both in this step's sizes and at the least: "fails", as PyTorch.
+    // middle one 45 MiB over it: open, not "fits". The step it would be carried on by
+    // grew 1.07 times, more than the least: running out there says nothing of the least,
+    // and the row stays open (`StepRest::carried_by_the_least`).
     let t5var_cap5: &[(&str, Verdict)] = &[
-        ("expandable_segments:True", Fails),
+        ("expandable_segments:True", CannotTell),
         ("max_split_size_mb", Fails),
         ("roundup_power2_divisions:4", Fails),
         ("garbage_collection_threshold:0.6", Fails),
         (
             "expandable_segments:True,garbage_collection_threshold:0.6",
-            Fails,
+            CannotTell,
         ),
         ("empty_cache() between steps", Fails),
     ];
@@ -1217,6 +1218,22 @@ fn gpu_kept_histories_of_training_loops_give_pytorchs_outcomes_on_both_paths() {
     // least under it (open); carried on, every fit runs out both in this step's sizes and
     // at the least.
     let gpt2tutorial = &every_setting_fails_and(("empty_cache() between steps", Fails))[..];
+    // The same under 10.55 GiB, the same OOM (H100, 2026-11-28): PyTorch fitted
+    // expandable, expandable + GC, max_split 64 and 128 and the cache emptied after every
+    // step, and failed GC 0.6, roundup 4 and max_split 20 and 256. Carried on, the emptied
+    // cache ran out at both sizes and got through with 51 MiB more: open
+    // (`LEAST_ROOM`), where it said "fails" before.
+    let gpt2tutorial_cap10g55: &[(&str, Verdict)] = &[
+        ("expandable_segments:True", Fits),
+        ("max_split_size_mb:128", Fits),
+        ("roundup_power2_divisions:4", Fails),
+        ("garbage_collection_threshold:0.6", Fails),
+        (
+            "expandable_segments:True,garbage_collection_threshold:0.6",
+            Fits,
+        ),
+        ("empty_cache() between steps", CannotTell),
+    ];
     // The `_hook16` files were kept by hook 1.6 (a 32,768-entry ring checkpointed from a
     // quarter full, each checkpoint's segments read off the GIL), so even these short jobs'
     // histories come stitched from pieces, gaps filled; PyTorch's outcomes were the same.
@@ -1256,6 +1273,12 @@ fn gpu_kept_histories_of_training_loops_give_pytorchs_outcomes_on_both_paths() {
         ("history_gpt2stream_hook18", gpt2stream, 8, true),
         ("history_lightning_hook18", lightning, 79, true),
         ("history_gpt2tutorial_hook18", gpt2tutorial, 79, true),
+        (
+            "history_gpt2tutorial_cap10g55_hook18",
+            gpt2tutorial_cap10g55,
+            79,
+            true,
+        ),
     ] {
         let path = fixture(&format!("{name}.pickle.gz"));
         let file = trace::load(&path).unwrap_or_else(|e| panic!("{name}: {e}"));
@@ -1314,6 +1337,7 @@ fn gpu_kept_histories_of_training_loops_give_pytorchs_outcomes_on_both_paths() {
                 "history_gpt2stream_hook18" | "history_lightning_hook18" => {
                     Some("fits with N = 20, 64, 128, 256, 512;")
                 }
+                "history_gpt2tutorial_cap10g55_hook18" => Some("fits with N = 64, 128;"),
                 _ => None,
             };
             if let Some(fitting) = fitting.filter(|_| remedy.starts_with("max_split")) {
@@ -1322,6 +1346,8 @@ fn gpu_kept_histories_of_training_loops_give_pytorchs_outcomes_on_both_paths() {
             if expected == CannotTell {
                 let why = if name.contains("bertaccum") || name.contains("t5var") {
                     "the step goes on"
+                } else if name.contains("gpt2tutorial") {
+                    "whether it gets through this step is not in its history"
                 } else if remedy == "max_split_size_mb" {
                     "keeps rising"
                 } else if name.ends_with("_hook16") {

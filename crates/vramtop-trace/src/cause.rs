@@ -1166,6 +1166,7 @@ mod tests {
             floor: GIB / 2,
             likest: None,
             begun: 0,
+            previous: None,
         };
         let mut facts = OomFacts {
             requested_bytes: 64 * MIB,

@@ -91,6 +91,9 @@ pub struct StepRest {
     /// The event this step began at.
     #[serde(skip)]
     pub begun: usize,
+    /// The event the step before it began at, where one did.
+    #[serde(skip)]
+    pub previous: Option<usize>,
 }
 
 /// Where an earlier step lies in the events: its first event, its allocation at the point,
@@ -98,6 +101,10 @@ pub struct StepRest {
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Pattern {
     pub start: usize,
+    /// The first event of the step before it, where one was marked.
+    pub previous: Option<usize>,
+    /// How much it grew past the point (`Rise::growth`).
+    pub growth: f64,
     pub point: usize,
     pub end: usize,
     pub working: u64,
@@ -119,6 +126,15 @@ impl StepRest {
     /// gradients made anew, does not grow with the shapes) passing the cap.
     pub fn passes(&self, cap: u64) -> bool {
         self.identified && self.peak > cap && (self.unscaled_peak > cap || self.proportional)
+    }
+
+    /// Whether the step it is carried on by (`likest`) grew as little past the point as any
+    /// matching step (within GROWN_ALIKE): only then does running out at that step's own
+    /// sizes say what this one needs at least, where the growths leave it open. A T5 under
+    /// a 5 GiB cap was carried on by a step that grew 1.07 times where the least grew 1.04.
+    pub fn carried_by_the_least(&self) -> bool {
+        self.likest
+            .is_some_and(|p| p.growth <= self.growth * (1.0 + GROWN_ALIKE))
     }
 }
 
@@ -241,6 +257,8 @@ fn leads_alike(theirs: &Lead, their_size: u64, ours: &Lead, our_size: u64) -> bo
 struct Step {
     /// Its first event.
     start: usize,
+    /// The first event of the step before it, where there was one.
+    previous: Option<usize>,
     /// Its last event plus one (the next step's first).
     end: usize,
     /// Memory in use when it began.
@@ -253,15 +271,18 @@ impl Step {
     /// The step's rise past `c`, where it had working memory there.
     fn rise(&self, c: &Candidate) -> Option<Rise> {
         let working = c.before.checked_sub(self.floor).filter(|&w| w > 0)? as f64;
+        let growth = c.peak_after.saturating_sub(self.floor) as f64 / working;
         Some(Rise {
             pattern: Pattern {
                 start: self.start,
+                previous: self.previous,
+                growth,
                 point: c.event,
                 end: self.end,
                 working: working as u64,
             },
             share: c.size as f64 / working,
-            growth: c.peak_after.saturating_sub(self.floor) as f64 / working,
+            growth,
             bytes: c.peak_after.saturating_sub(c.before),
         })
     }
@@ -366,6 +387,7 @@ pub fn of(trace: &Trace, marks: &[usize], event: usize) -> Option<StepRest> {
     let mut next_mark = 0;
     for (i, e) in trace.events[..event].iter().enumerate() {
         if marks.get(next_mark) == Some(&i) {
+            let previous = step.as_ref().map(|s| s.start);
             if let Some(mut s) = step.take() {
                 s.end = i;
                 trail.close(&mut s);
@@ -373,6 +395,7 @@ pub fn of(trace: &Trace, marks: &[usize], event: usize) -> Option<StepRest> {
             }
             step = Some(Step {
                 start: i,
+                previous,
                 end: event,
                 floor: in_use.bytes,
                 near: Vec::new(),
@@ -407,7 +430,7 @@ pub fn of(trace: &Trace, marks: &[usize], event: usize) -> Option<StepRest> {
         }
     }
     // The step cut short: begun at `start`, its working memory now, and the request.
-    let floor = step.map(|s| s.floor)?;
+    let (floor, previous) = step.map(|s| (s.floor, s.previous))?;
     let working = in_use.bytes.checked_sub(floor).filter(|&w| w > 0)? as f64;
     let request = trace.events[event].size;
     let share_now = request as f64 / working;
@@ -463,6 +486,7 @@ pub fn of(trace: &Trace, marks: &[usize], event: usize) -> Option<StepRest> {
         floor,
         likest,
         begun: start,
+        previous,
     })
 }
 
@@ -482,10 +506,10 @@ const CARRIED_ADDR: u64 = 0xffff_0000_0000_0000;
 /// the backward, a gradient is the same whatever the batch). Any other is scaled by the
 /// two steps' working memory at the point, never below its own size (a parameter's
 /// gradient does not shrink with a smaller batch). A block freed after the point that the
-/// pattern step did not make is freed as its counterpart (`made_before`): the block of
-/// the same size as many back among those this step began with, where this step still
-/// holds it. One that this step no longer holds, or has no counterpart of, is not freed:
-/// what stands for it, the history does not say.
+/// step before the pattern made is freed as its counterpart (`made_before`): the block of
+/// the same size made as many into the step before this one, where this step still holds
+/// it. One made earlier, one this step no longer holds, or one with no counterpart is not
+/// freed: what stands for it, the history does not say.
 ///
 /// With `Sizes::Pattern` the sizes this step's own do not stand for are the pattern's, not
 /// scaled up: the least the rest of the step would ask, where this step works with more
@@ -544,7 +568,7 @@ pub fn carried_on(trace: &Trace, rest: &StepRest, event: usize, sizing: Sizes) -
             _ => {}
         }
     }
-    let before = made_before(trace, &pattern, rest.begun, event);
+    let before = made_before(trace, &pattern, rest, event);
     let mut events = trace.events[..event].to_vec();
     // The refused request, served, in the place of the pattern's allocation at the point.
     blocks.insert(trace.events[pattern.point].addr, CARRIED_ADDR);
@@ -586,39 +610,47 @@ pub fn carried_on(trace: &Trace, rest: &StepRest, event: usize, sizing: Sizes) -
 }
 
 /// For each event of the pattern step after its point (`pattern.point + 1..pattern.end`),
-/// where it frees a block made before the pattern step began, this step's counterpart of
-/// that block: of the blocks live when this step began, the one of the same size as many
-/// back, by when they were made, as the freed one was among those live when the pattern
-/// began, where this step still holds it at the OOM. A loop that drops the gradients
-/// inside the next step frees the last step's there: PyTorch Lightning's closure runs the
-/// forward, then `zero_grad`, then the backward, so a GPT-2's 76 gradients (493 MiB)
-/// made in one step are freed after the next step's forward. Left live, they made every
-/// remedy of a GPT-2 trained by Lightning under a 10.8 GiB cap run out in the step
-/// carried on (H200, PyTorch 2.11), where PyTorch got through it with expandable
-/// segments, `max_split_size_mb` 20 and 200, and `empty_cache()` between steps.
-/// Gradients come in the same order every step, so the same size as many back is the
-/// same parameter's.
-fn made_before(trace: &Trace, pattern: &Pattern, begun: usize, event: usize) -> Vec<Option<u64>> {
+/// where it frees a block the step before the pattern made, this step's counterpart of
+/// that block: of the blocks the step before this one made, still live when this step
+/// began, the one of the same size made as many such blocks into that step, where this
+/// step still holds it at the OOM. A loop that drops the gradients inside the next step
+/// frees the last step's there: PyTorch Lightning's closure runs the forward, then
+/// `zero_grad`, then the backward, so a GPT-2's 76 gradients (493 MiB) made in one step
+/// are freed after the next step's forward. Left live, they made every remedy of a GPT-2
+/// trained by Lightning under a 10.8 GiB cap run out in the step carried on (H200,
+/// PyTorch 2.11), where PyTorch got through it with expandable segments,
+/// `max_split_size_mb` 20 and 200, and `empty_cache()` between steps. Gradients come in
+/// the same order every step; counting within the step before, not among every live block
+/// of the size, keeps blocks made once (AdamW's state, the size of its parameter) out of
+/// the count.
+fn made_before(
+    trace: &Trace,
+    pattern: &Pattern,
+    rest: &StepRest,
+    event: usize,
+) -> Vec<Option<u64>> {
+    let after = pattern.point + 1;
+    let mut counterparts = vec![None; pattern.end.saturating_sub(after)];
+    let (Some(theirs_from), Some(ours_from)) = (pattern.previous, rest.previous) else {
+        return counterparts;
+    };
     // When each live block was made (the blocks live at the trace's start before any
-    // event, in their order) and its size.
-    let first = -(trace.initial.len() as i64);
+    // event, so in no step) and its size.
     let mut live: AddrMap<(i64, u64)> = trace
         .initial
         .iter()
-        .enumerate()
-        .map(|(k, b)| (b.addr, (first + k as i64, b.size)))
+        .map(|b| (b.addr, (-1, b.size)))
         .collect();
-    let after = pattern.point + 1;
     let mut at_pattern: Option<BySize> = None;
     let mut at_this: Option<BySize> = None;
-    // The pattern's frees of blocks made before it: (event, size, how many back).
+    // The pattern's frees of blocks the step before it made: (event, size, how many in).
     let mut wanted: Vec<(usize, u64, usize)> = Vec::new();
     for (i, e) in trace.events[..event].iter().enumerate() {
         if i == pattern.start {
-            at_pattern = Some(by_size(&live));
+            at_pattern = Some(by_size(&live, theirs_from..pattern.start));
         }
-        if i == begun {
-            at_this = Some(by_size(&live));
+        if i == rest.begun {
+            at_this = Some(by_size(&live, ours_from..rest.begun));
         }
         match e.kind {
             TraceEventKind::Alloc => {
@@ -629,24 +661,24 @@ fn made_before(trace: &Trace, pattern: &Pattern, begun: usize, event: usize) -> 
                 let Some(((when, size), of_pattern)) = made.zip(at_pattern.as_ref()) else {
                     continue;
                 };
-                if (after..pattern.end).contains(&i) && when < pattern.start as i64 {
-                    let back = of_pattern
-                        .get(&size)
-                        .and_then(|made| made.iter().position(|&(w, _)| w == when));
-                    if let Some(back) = back {
-                        wanted.push((i, size, back));
-                    }
+                if !(after..pattern.end).contains(&i) {
+                    continue;
+                }
+                let nth = of_pattern
+                    .get(&size)
+                    .and_then(|made| made.binary_search_by(|&(w, _)| w.cmp(&when)).ok());
+                if let Some(nth) = nth {
+                    wanted.push((i, size, nth));
                 }
             }
             _ => {}
         }
     }
-    let mut counterparts = vec![None; pattern.end.saturating_sub(after)];
     let Some(at_this) = at_this else {
         return counterparts;
     };
-    for (i, size, back) in wanted {
-        let Some(&(when, addr)) = at_this.get(&size).and_then(|made| made.get(back)) else {
+    for (i, size, nth) in wanted {
+        let Some(&(when, addr)) = at_this.get(&size).and_then(|made| made.get(nth)) else {
             continue;
         };
         if live.get(&addr) == Some(&(when, size)) {
@@ -656,16 +688,19 @@ fn made_before(trace: &Trace, pattern: &Pattern, begun: usize, event: usize) -> 
     counterparts
 }
 
-/// Live blocks by size: (when made, address), the latest first.
+/// Live blocks made within a span of events, by size: (when made, address), the earliest
+/// first.
 type BySize = std::collections::HashMap<u64, Vec<(i64, u64)>>;
 
-fn by_size(live: &AddrMap<(i64, u64)>) -> BySize {
+fn by_size(live: &AddrMap<(i64, u64)>, made: std::ops::Range<usize>) -> BySize {
     let mut sizes = BySize::new();
     for (&addr, &(when, size)) in live {
-        sizes.entry(size).or_default().push((when, addr));
+        if usize::try_from(when).is_ok_and(|w| made.contains(&w)) {
+            sizes.entry(size).or_default().push((when, addr));
+        }
     }
     for made in sizes.values_mut() {
-        made.sort_unstable_by(|a, b| b.cmp(a));
+        made.sort_unstable();
     }
     sizes
 }
@@ -1057,6 +1092,14 @@ mod tests {
         let rest = of(&trace, &marks, oom).expect("earlier steps reached the point");
         let pattern = rest.likest.expect("the point is identified");
         assert_eq!(trace.events[pattern.point].size, 200 * MIB);
+        // Every step grew 3 times: the likest grew least. One that grew more does not say
+        // what this step needs at least.
+        assert!(rest.carried_by_the_least(), "{rest:?}");
+        let less = StepRest {
+            growth: pattern.growth / 1.05,
+            ..rest
+        };
+        assert!(!less.carried_by_the_least());
         let carried =
             carried_on(&trace, &rest, oom, Sizes::Scaled).expect("a step to carry it on by");
         assert_eq!(carried.events[..oom], trace.events[..oom]);
@@ -1117,6 +1160,14 @@ mod tests {
             for &(addr, size) in &grads {
                 events.push(event(Alloc, addr, size));
             }
+            if i == 0 {
+                // AdamW's state, made in the first step after its gradients, of their
+                // sizes, and kept: in no count of the step before.
+                for (k, &(_, size)) in grads.iter().enumerate() {
+                    events.push(event(Alloc, (50 << 32) + 2 * k as u64, size));
+                    events.push(event(Alloc, (50 << 32) + 2 * k as u64 + 1, size));
+                }
+            }
             for k in 0..4 {
                 events.push(event(FreeCompleted, base + k, scale * MIB));
             }
@@ -1136,8 +1187,10 @@ mod tests {
             .filter(|e| e.kind == FreeCompleted)
             .map(|e| e.addr)
             .collect();
-        // The step before this one's gradients, freed where the pattern freed its
-        // predecessor's, each once; then the four activations.
+        // The likest step (200 MiB) is the second: it freed the first step's gradients,
+        // made before AdamW's state. The step before this one's gradients are freed in
+        // their place, each once, and no state; then the four activations.
+        assert_eq!(rest.likest.map(|p| p.previous), Some(Some(marks[0])));
         let last = 3u64 << 32;
         assert!(freed.contains(&(last + 20)), "{freed:x?}");
         assert!(freed.contains(&(last + 21)), "{freed:x?}");

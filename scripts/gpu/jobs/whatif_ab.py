@@ -938,6 +938,14 @@ def lightning_steps(workload, cap, stop_at, judged, before_judged, after_step):
             if (batch_idx + 1) % accumulate == 0:
                 after_step()  # after an optimizer step, not each micro-batch
 
+        def on_exception(self, trainer, module, exception):
+            # Before Lightning's teardown (the model to the host, the cache emptied), so
+            # the figures judged are the OOM's, as in the other workloads.
+            if isinstance(exception, torch.OutOfMemoryError):
+                asked = re.search(r"Tried to allocate ([0-9.]+ [KMG]iB)", str(exception))
+                judged(False, step=seen["step"], asked=asked.group(1) if asked else None)
+                seen["judged"] = True
+
     accumulate = 2 if workload == "lightningaccum" else 1
     trainer = pl.Trainer(accelerator="gpu", devices=1, precision="bf16-mixed", max_epochs=1,
                          max_steps=STEP_LIMIT, gradient_clip_val=1.0, logger=False,
@@ -950,8 +958,9 @@ def lightning_steps(workload, cap, stop_at, judged, before_judged, after_step):
     except Judged:
         return
     except torch.OutOfMemoryError as e:
-        asked = re.search(r"Tried to allocate ([0-9.]+ [KMG]iB)", str(e))
-        judged(False, step=seen["step"], asked=asked.group(1) if asked else None)
+        if not seen.get("judged"):
+            asked = re.search(r"Tried to allocate ([0-9.]+ [KMG]iB)", str(e))
+            judged(False, step=seen["step"], asked=asked.group(1) if asked else None)
         return
     judged(True, step=STEP_LIMIT, note="no OOM in the step limit")
 

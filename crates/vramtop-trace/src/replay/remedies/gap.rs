@@ -66,8 +66,13 @@ pub(super) fn agreed(
                 let theirs = other.remedies.iter().find(|o| {
                     std::mem::discriminant(&o.remedy) == std::mem::discriminant(&verdict.remedy)
                 });
-                let same = theirs
-                    .is_some_and(|o| o.verdict == verdict.verdict && o.remedy == verdict.remedy);
+                // Open for the step's growth on both sides, or on neither: only such a row
+                // is carried on through the rest of the step (`through_the_rest`).
+                let same = theirs.is_some_and(|o| {
+                    o.verdict == verdict.verdict
+                        && o.remedy == verdict.remedy
+                        && super::open_for_the_step(o) == super::open_for_the_step(verdict)
+                });
                 if !same {
                     *verdict = differ(verdict, theirs, &age);
                 }
