@@ -620,9 +620,10 @@ pub fn carried_on(trace: &Trace, rest: &StepRest, event: usize, sizing: Sizes) -
 /// trained by Lightning under a 10.8 GiB cap run out in the step carried on (H200,
 /// PyTorch 2.11), where PyTorch got through it with expandable segments,
 /// `max_split_size_mb` 20 and 200, and `empty_cache()` between steps. Gradients come in
-/// the same order every step; counting within the step before, not among every live block
-/// of the size, keeps blocks made once (AdamW's state, the size of its parameter) out of
-/// the count.
+/// the same order every step; counting within the step before, from its first block, not
+/// among every live block of the size, keeps blocks made once after the gradients
+/// (AdamW's state, the size of its parameter, made in the first step) from shifting the
+/// count.
 fn made_before(
     trace: &Trace,
     pattern: &Pattern,
@@ -1162,7 +1163,7 @@ mod tests {
             }
             if i == 0 {
                 // AdamW's state, made in the first step after its gradients, of their
-                // sizes, and kept: in no count of the step before.
+                // sizes, and kept: counted after them, and in no later step.
                 for (k, &(_, size)) in grads.iter().enumerate() {
                     events.push(event(Alloc, (50 << 32) + 2 * k as u64, size));
                     events.push(event(Alloc, (50 << 32) + 2 * k as u64 + 1, size));

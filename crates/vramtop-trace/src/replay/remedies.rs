@@ -352,8 +352,9 @@ const ALIKE_STEPS: f64 = 1.25;
 /// this one's, so a layout that runs out by a few MiB says nothing: a GPT-2 stepped in the
 /// tutorial's order under a 10.55 GiB cap (H100, PyTorch 2.11) ran out there with the
 /// cache emptied after every step, at both sizes, and got through with 51 MiB more
-/// (0.5 %); PyTorch got through. At 1 % no right "fails" of the GPU-kept files was lost
-/// but a BERT's `max_split_size_mb` under 7 GiB; at 2 % four more were.
+/// (0.5 %); PyTorch got through. At 1 %, of the fixtures and this session's GPU-kept
+/// files, only a BERT's `max_split_size_mb` under 7 GiB lost a right "fails"; at 2 % four
+/// more did.
 const LEAST_ROOM: f64 = 0.01;
 
 /// The remedies of `ran_out` that run out as well where the step is carried on at the
