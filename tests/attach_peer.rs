@@ -84,6 +84,15 @@ fn wait_for(
     }
 }
 
+/// The viewer's connection, taken and greeted as a hook does: its hello sent, the viewer's
+/// subscribe read.
+fn greeted(listener: &UnixListener, pid: u32) -> UnixStream {
+    let (mut stream, _) = listener.accept().expect("accept");
+    send(&mut stream, &hello(pid));
+    let _ = read_json(&mut stream);
+    stream
+}
+
 #[test]
 fn hello_and_state_become_a_block_map() {
     let dir = socket_dir("peer", "state");
@@ -406,6 +415,58 @@ fn an_idle_directory_publishes_once_and_a_new_job_wakes_it() {
     let _ = job.kill();
     let _ = job.wait();
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A job that said its bye while its process lingers, its socket still there and still
+/// listening (a hook's server ends with its process, after the bye): the viewer keeps the
+/// job as it ended, and neither forgets it nor connects anew (it did both at its next
+/// scan, which lost the job's last OOM from the view, and made a test that waited for the
+/// end miss it under load). A new socket file under the name, another process that got
+/// the pid, replaces it.
+#[test]
+fn an_ended_job_is_kept_while_its_socket_lingers_and_a_new_socket_replaces_it() {
+    let dir = socket_dir("peer", "lingers");
+    let mut job = sleeper();
+    let pid = job.id();
+    let listener = listen(&dir, pid);
+    let server = std::thread::spawn(move || {
+        let mut stream = greeted(&listener, pid);
+        send(&mut stream, &state(1));
+        send(
+            &mut stream,
+            &json!({"type": "bye", "time_s": 3.0, "exit_code": 0}),
+        );
+        listener
+    });
+    let attacher = attacher(&dir);
+    let listener = server.join().expect("server");
+    wait_for(&attacher, Duration::from_secs(10), "the end", |j| {
+        j.get(pid).is_some_and(|v| v.ended)
+    });
+    // Six scans later: still there, as it ended, with its state.
+    std::thread::sleep(Duration::from_millis(600));
+    let jobs = attacher.snapshot();
+    let view = jobs.get(pid).expect("the ended job is kept");
+    assert!(view.ended, "{view:?}");
+    assert_eq!(view.exit_code, Some(0));
+    assert_eq!(view.states, 1, "connected anew: {view:?}");
+    // Another process's socket under the same name: a new file.
+    drop(listener);
+    std::fs::remove_file(dir.join(format!("vramtop-{pid}.sock"))).expect("remove");
+    let listener = listen(&dir, pid);
+    let server = std::thread::spawn(move || {
+        let mut stream = greeted(&listener, pid);
+        for seq in 1..=20 {
+            send(&mut stream, &state(seq));
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    });
+    wait_for(&attacher, Duration::from_secs(10), "the new job", |j| {
+        j.get(pid).is_some_and(|v| !v.ended && v.states > 0)
+    });
+    server.join().expect("server");
+    let _ = job.kill();
+    let _ = job.wait();
 }
 
 /// A hook whose job ran out of memory, its state kept in a file with the whole history

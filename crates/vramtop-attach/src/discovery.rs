@@ -61,7 +61,14 @@ pub fn ensure_private_dir(dir: &Path) -> Result<(), AttachError> {
 pub struct JobSocket {
     pub pid: u32,
     pub path: PathBuf,
+    /// Which file it is: a job that ended and the process that gets its pid bind sockets
+    /// of the same name, never the same file.
+    pub file: FileId,
 }
+
+/// A file's inode and the time it changed (ns): the inode alone is handed to the next new
+/// file as soon as one is removed.
+pub type FileId = (u64, i64, i64);
 
 /// The pid a socket name stands for: `vramtop-<pid>.sock`.
 pub fn pid_of_socket(name: &str) -> Option<u32> {
@@ -129,17 +136,19 @@ pub fn scan(dir: &Path) -> io::Result<Vec<JobSocket>> {
             continue;
         };
         let path = entry.path();
+        let meta = entry.metadata();
         // A socket of another user than the directory's is not one of its jobs: skip it
         // quietly (its hook would refuse us anyway).
-        if entry.metadata().is_ok_and(|m| m.uid() != owner) {
+        if meta.as_ref().is_ok_and(|m| m.uid() != owner) {
             continue;
         }
+        let file = meta.map_or((0, 0, 0), |m| (m.ino(), m.ctime(), m.ctime_nsec()));
         if !pid_alive(pid) {
             // The job died without removing its socket (SIGKILL, a crash).
             let _ = fs::remove_file(&path);
             continue;
         }
-        sockets.push(JobSocket { pid, path });
+        sockets.push(JobSocket { pid, path, file });
     }
     sockets.sort_by_key(|s| s.pid);
     Ok(sockets)

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 use super::client::{self, Peer, PeerEvent};
-use super::discovery::{pid_alive, scan};
+use super::discovery::{pid_alive, scan, FileId};
 use super::job::{short_command, AttachedJob, JobFrame, JobView, OomExplained};
 use super::other_caches::{self, OtherCache};
 
@@ -79,6 +79,7 @@ impl Attacher {
             jobs: BTreeMap::new(),
             peers: BTreeMap::new(),
             peer_tx,
+            files: BTreeMap::new(),
             scan_error: None,
             scans: 0,
         };
@@ -105,6 +106,8 @@ struct State {
     jobs: BTreeMap<u32, AttachedJob>,
     peers: BTreeMap<u32, Peer>,
     peer_tx: Sender<(u32, PeerEvent)>,
+    /// The socket file each job was last connected through (`JobSocket::file`).
+    files: BTreeMap<u32, FileId>,
     scan_error: Option<String>,
     scans: u64,
 }
@@ -192,9 +195,17 @@ impl State {
             if self.peers.contains_key(&socket.pid) {
                 continue;
             }
-            // A socket for a pid whose job ended is a new process that got the pid.
             if self.jobs.get(&socket.pid).is_some_and(|j| j.view.ended) {
+                // The ended job's own socket, left while its process finishes (after the
+                // hook's bye, or a process that lingers): the job stays as it ended, OOM
+                // and all. Forgetting it here, and connecting anew to a hook still
+                // listening, lost the job's last OOM from the view.
+                if self.files.get(&socket.pid) == Some(&socket.file) {
+                    continue;
+                }
+                // Another file under the name: a new process that got the pid.
                 self.jobs.remove(&socket.pid);
+                self.files.remove(&socket.pid);
             }
             match client::connect(
                 &socket.path,
@@ -205,6 +216,7 @@ impl State {
                 Ok(peer) => {
                     self.job(socket.pid);
                     self.peers.insert(socket.pid, peer);
+                    self.files.insert(socket.pid, socket.file);
                 }
                 // Refused: the job is still starting its server, or just ended.
                 Err(e) => {
@@ -235,6 +247,7 @@ impl State {
         if ended.len() > ENDED_KEPT {
             for pid in &ended[..ended.len() - ENDED_KEPT] {
                 self.jobs.remove(pid);
+                self.files.remove(pid);
             }
         }
     }
