@@ -136,13 +136,18 @@ pub fn scan(dir: &Path) -> io::Result<Vec<JobSocket>> {
             continue;
         };
         let path = entry.path();
-        let meta = entry.metadata();
+        // One that cannot be looked at is going (a hook unlinks its socket at exit, after
+        // its bye): listed with no file to tell it by, it was taken for another process's
+        // and its ended job forgotten. The next scan sees it, or not.
+        let Ok(meta) = entry.metadata() else {
+            continue;
+        };
         // A socket of another user than the directory's is not one of its jobs: skip it
         // quietly (its hook would refuse us anyway).
-        if meta.as_ref().is_ok_and(|m| m.uid() != owner) {
+        if meta.uid() != owner {
             continue;
         }
-        let file = meta.map_or((0, 0, 0), |m| (m.ino(), m.ctime(), m.ctime_nsec()));
+        let file = (meta.ino(), meta.ctime(), meta.ctime_nsec());
         if !pid_alive(pid) {
             // The job died without removing its socket (SIGKILL, a crash).
             let _ = fs::remove_file(&path);
