@@ -691,10 +691,10 @@ fn made_before(
 
 /// Live blocks made within a span of events, by size: (when made, address), the earliest
 /// first.
-type BySize = std::collections::HashMap<u64, Vec<(i64, u64)>>;
+type BySize = AddrMap<Vec<(i64, u64)>>;
 
 fn by_size(live: &AddrMap<(i64, u64)>, made: std::ops::Range<usize>) -> BySize {
-    let mut sizes = BySize::new();
+    let mut sizes = BySize::default();
     for (&addr, &(when, size)) in live {
         if usize::try_from(when).is_ok_and(|w| made.contains(&w)) {
             sizes.entry(size).or_default().push((when, addr));

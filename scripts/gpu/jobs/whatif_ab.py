@@ -350,6 +350,13 @@ def image_step(model, opt, batches, unit, most_units_at, fewest_units, bf16, **k
     return step
 
 
+def asked_of(oom):
+    """PyTorch's own words for the refused request ("Tried to allocate 756.00 MiB"), or
+    None: the control reproduces the OOM only where it asks the same."""
+    asked = re.search(r"Tried to allocate ([0-9.]+ [KMG]iB)", str(oom))
+    return asked.group(1) if asked else None
+
+
 def bf16_update(model, opt, **inputs):
     """One training step on `inputs`: the loss under bf16 autocast, its backward, the
     optimizer's step, the gradients dropped."""
@@ -864,10 +871,7 @@ def steps(workload, cap, stop_at, judged, before_judged, after_step):
         try:
             step(i)
         except torch.OutOfMemoryError as e:
-            # PyTorch's own words for the request ("Tried to allocate 756.00 MiB"): the
-            # control reproduces the OOM only where it asks the same.
-            asked = re.search(r"Tried to allocate ([0-9.]+ [KMG]iB)", str(e))
-            judged(False, step=i, asked=asked.group(1) if asked else None)
+            judged(False, step=i, asked=asked_of(e))
             return
         if stop_at is not None and i == stop_at:
             judged(True, step=i)
@@ -944,8 +948,7 @@ def lightning_steps(workload, cap, stop_at, judged, before_judged, after_step):
             # Before Lightning's teardown (the model to the host, the cache emptied), so
             # the figures judged are the OOM's, as in the other workloads.
             if isinstance(exception, torch.OutOfMemoryError):
-                asked = re.search(r"Tried to allocate ([0-9.]+ [KMG]iB)", str(exception))
-                judged(False, step=seen["step"], asked=asked.group(1) if asked else None)
+                judged(False, step=seen["step"], asked=asked_of(exception))
                 seen["judged"] = True
 
     accumulate = 2 if workload == "lightningaccum" else 1
@@ -961,8 +964,7 @@ def lightning_steps(workload, cap, stop_at, judged, before_judged, after_step):
         return
     except torch.OutOfMemoryError as e:
         if not seen.get("judged"):
-            asked = re.search(r"Tried to allocate ([0-9.]+ [KMG]iB)", str(e))
-            judged(False, step=seen["step"], asked=asked.group(1) if asked else None)
+            judged(False, step=seen["step"], asked=asked_of(e))
         return
     judged(True, step=STEP_LIMIT, note="no OOM in the step limit")
 
