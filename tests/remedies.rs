@@ -1221,11 +1221,42 @@ fn gpu_kept_histories_of_training_loops_give_pytorchs_outcomes_on_both_paths() {
     // The same under 10.55 GiB, the same OOM (H100, 2026-11-28): PyTorch fitted
     // expandable, expandable + GC, max_split 64 and 128 and the cache emptied after every
     // step, and failed GC 0.6, roundup 4 and max_split 20 and 256. Carried on, the emptied
-    // cache ran out at both sizes and got through with 51 MiB more: open
+    // cache ran out at both sizes and got through with 51 MiB more: too close to call
     // (`LEAST_ROOM`), where it said "fails" before.
     let gpt2tutorial_cap10g55: &[(&str, Verdict)] = &[
         ("expandable_segments:True", Fits),
         ("max_split_size_mb:128", Fits),
+        ("roundup_power2_divisions:4", Fails),
+        ("garbage_collection_threshold:0.6", Fails),
+        (
+            "expandable_segments:True,garbage_collection_threshold:0.6",
+            Fits,
+        ),
+        ("empty_cache() between steps", CannotTell),
+    ];
+    // A Llama with eager attention trained through accelerate (bf16, two micro-batches an
+    // optimizer step, its prepared DataLoader), under 9.5 GiB, dying at step 48 asking 674
+    // MiB (H100, 2026-11-28): PyTorch fitted every setting but roundup 4 and max_split 1024
+    // to 4096; roundup 4 serves the request and runs out in the step carried on.
+    let accelaccum: &[(&str, Verdict)] = &[
+        ("expandable_segments:True", Fits),
+        ("max_split_size_mb:512", Fits),
+        ("roundup_power2_divisions:4", Fails),
+        ("garbage_collection_threshold:0.6", Fits),
+        (
+            "expandable_segments:True,garbage_collection_threshold:0.6",
+            Fits,
+        ),
+        ("empty_cache() between steps", Fits),
+    ];
+    // gpt2mixed's GPT-2 with its gradients kept and zeroed in place, fused AdamW, under
+    // 11 GiB, dying at step 79 asking 1.48 GiB (H100, 2026-11-28): PyTorch fitted
+    // expandable and expandable + GC only. max_split 128 and the emptied cache failed by
+    // 38 and 20 MiB, later in the step; carried on, they run out at both sizes and get through
+    // with 59 MiB more: too close to call.
+    let gpt2fused: &[(&str, Verdict)] = &[
+        ("expandable_segments:True", Fits),
+        ("max_split_size_mb", CannotTell),
         ("roundup_power2_divisions:4", Fails),
         ("garbage_collection_threshold:0.6", Fails),
         (
@@ -1279,6 +1310,8 @@ fn gpu_kept_histories_of_training_loops_give_pytorchs_outcomes_on_both_paths() {
             79,
             true,
         ),
+        ("history_accelaccum_hook18", accelaccum, 48, true),
+        ("history_gpt2fused_cap11g_hook18", gpt2fused, 79, true),
     ] {
         let path = fixture(&format!("{name}.pickle.gz"));
         let file = trace::load(&path).unwrap_or_else(|e| panic!("{name}: {e}"));
@@ -1334,9 +1367,9 @@ fn gpu_kept_histories_of_training_loops_give_pytorchs_outcomes_on_both_paths() {
                 "history_gpt2mixed_hook17" | "history_gpt2mixed_hook18" => {
                     Some("fits with N = 20, 64; N = 1024 also")
                 }
-                "history_gpt2stream_hook18" | "history_lightning_hook18" => {
-                    Some("fits with N = 20, 64, 128, 256, 512;")
-                }
+                "history_gpt2stream_hook18"
+                | "history_lightning_hook18"
+                | "history_accelaccum_hook18" => Some("fits with N = 20, 64, 128, 256, 512;"),
                 "history_gpt2tutorial_cap10g55_hook18" => Some("fits with N = 64, 128;"),
                 _ => None,
             };
@@ -1346,6 +1379,8 @@ fn gpu_kept_histories_of_training_loops_give_pytorchs_outcomes_on_both_paths() {
             if expected == CannotTell {
                 let why = if name.contains("bertaccum") || name.contains("t5var") {
                     "the step goes on"
+                } else if name.contains("gpt2tutorial_cap10g55") || name.contains("gpt2fused") {
+                    "too close to call"
                 } else if name.contains("gpt2tutorial") {
                     "whether it gets through this step is not in its history"
                 } else if remedy == "max_split_size_mb" {

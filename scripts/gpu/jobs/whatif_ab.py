@@ -114,6 +114,13 @@ Workloads (each ends with one judged request, caught so the process ends normall
   clipvar     a CLIP (ViT-B/16 and a text tower, random weights) trained contrastively:
               the batch (images and captions of varying length) varies, so the
               similarity matrix and every activation change shape (WHATIF_CLIPVAR_CAP_GIB).
+  gpt2fused   gpt2mixed's GPT-2 in older code's habits: gradients zeroed in place
+              (set_to_none=False, so they stay allocated), AdamW's fused kernel,
+              clipping, a cosine schedule (WHATIF_GPT2FUSED_CAP_GIB).
+  accelaccum  a Llama (6 layers, eager attention: memory grows as the square of the
+              length) trained through accelerate: Accelerator(bf16, two micro-batches a
+              step), its prepared DataLoader, accumulate(), backward(), clipping
+              (WHATIF_ACCELACCUM_CAP_GIB).
   otherproc   a second process holds a 60 GiB cache on the same GPU (freed tensors,
               not released); this one asks for 30 GiB.
 
@@ -159,7 +166,7 @@ import time
 MiB = 1 << 20
 GiB = 1 << 30
 WORKLOADS = ["checker", "splitcache", "tails", "gpt2var", "kvcache", "gpt2mixed", "llamamix", "resnetvar",
-             "bertaccum", "t5var", "gpt2ckpt", "evalmix", "gpt2keep", "gan", "vitvar", "moemix", "gpt2scaler", "loramix", "gpt2compile", "llamagen", "gpt2stream", "t5beam", "t5beam_steps", "wav2vec", "mambaslow", "hftrainer", "gpt2sgd", "resnetinfer", "lightning", "lightningaccum", "gpt2tutorial", "gpt2fixed", "clipvar", "otherproc"]
+             "bertaccum", "t5var", "gpt2ckpt", "evalmix", "gpt2keep", "gan", "vitvar", "moemix", "gpt2scaler", "loramix", "gpt2compile", "llamagen", "gpt2stream", "t5beam", "t5beam_steps", "wav2vec", "mambaslow", "hftrainer", "gpt2sgd", "resnetinfer", "lightning", "lightningaccum", "gpt2tutorial", "gpt2fixed", "clipvar", "gpt2fused", "accelaccum", "otherproc"]
 # The cap of each stepped workload that takes one from the environment (`scan` varies it).
 CAP_ENV = {"gpt2mixed": ("WHATIF_GPT2MIXED_CAP_GIB", 15.5), "llamamix": ("WHATIF_LLAMAMIX_CAP_GIB", 10),
            "resnetvar": ("WHATIF_RESNETVAR_CAP_GIB", 6.5), "bertaccum": ("WHATIF_BERTACCUM_CAP_GIB", 8),
@@ -177,7 +184,8 @@ CAP_ENV = {"gpt2mixed": ("WHATIF_GPT2MIXED_CAP_GIB", 15.5), "llamamix": ("WHATIF
            "lightning": ("WHATIF_LIGHTNING_CAP_GIB", 10.8),
            "lightningaccum": ("WHATIF_LIGHTNINGACCUM_CAP_GIB", 11.5),
            "gpt2tutorial": ("WHATIF_GPT2TUTORIAL_CAP_GIB", 10.3),
-           "gpt2fixed": ("WHATIF_GPT2FIXED_CAP_GIB", 14.6), "clipvar": ("WHATIF_CLIPVAR_CAP_GIB", 27.5)}
+           "gpt2fixed": ("WHATIF_GPT2FIXED_CAP_GIB", 14.6), "clipvar": ("WHATIF_CLIPVAR_CAP_GIB", 27.5),
+           "gpt2fused": ("WHATIF_GPT2FUSED_CAP_GIB", 10), "accelaccum": ("WHATIF_ACCELACCUM_CAP_GIB", 10)}
 HERE = os.path.dirname(os.path.abspath(__file__))
 STEP_LIMIT = int(os.environ.get("WHATIF_STEP_LIMIT", "400"))
 PROFILE = os.environ.get("WHATIF_PROFILE") == "1"  # each step's peaks, printed (sizing caps)
@@ -767,6 +775,63 @@ def steps(workload, cap, stop_at, judged, before_judged, after_step):
                 loss = model(input_ids=x, labels=x).loss
             loss.backward()
             opt.step()
+    elif workload == "gpt2fused":
+        from transformers import GPT2Config, GPT2LMHeadModel
+
+        cap_from_env(cap, workload)
+        model = GPT2LMHeadModel(GPT2Config(n_layer=6, n_embd=1024, n_head=16, n_positions=2048)).cuda()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+        schedule = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=STEP_LIMIT)
+
+        def step(i):
+            # Older code's habits: the gradients zeroed in place, never freed (they stay
+            # allocated from the first backward on), AdamW's fused kernel, clipping, a
+            # schedule.
+            batch, length = varying_shape(i)
+            x = torch.randint(0, 50257, (batch, length), device="cuda")
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = model(input_ids=x, labels=x).loss
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            schedule.step()
+            opt.zero_grad(set_to_none=False)
+    elif workload == "accelaccum":
+        from accelerate import Accelerator
+        from transformers import LlamaConfig, LlamaForCausalLM
+
+        cap_from_env(cap, workload)
+        config = LlamaConfig(hidden_size=1024, intermediate_size=2816, num_hidden_layers=6,
+                             num_attention_heads=16, num_key_value_heads=4, vocab_size=32000,
+                             max_position_embeddings=4096)
+        # Eager attention: the scores are batch x heads x length x length, so a step's
+        # memory grows as the square of its length.
+        config._attn_implementation = "eager"
+        accelerator = Accelerator(mixed_precision="bf16", gradient_accumulation_steps=2)
+        model = LlamaForCausalLM(config)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        # The batches a DataLoader hands over: token ids on the host, shapes varying, the
+        # longest growing; accelerate's loader moves each to the GPU.
+        shapes = [(random.choice([2, 4, 6, 8]), random.randint(64, min(2048, 192 + 16 * (k // 2))))
+                  for k in range(2 * STEP_LIMIT)]
+        loader = torch.utils.data.DataLoader([torch.randint(0, 32000, s) for s in shapes],
+                                             batch_size=None)
+        model, opt, loader = accelerator.prepare(model, opt, loader)
+        batches = iter(loader)
+        model.train()
+
+        def step(i):
+            # Two micro-batches, accelerate's way: accumulate() decides whether the
+            # wrapped optimizer really steps (the hook's mark), backward() scales the loss.
+            for _ in range(2):
+                x = next(batches)
+                with accelerator.accumulate(model):
+                    loss = model(input_ids=x, labels=x).loss
+                    accelerator.backward(loss)
+                    if accelerator.sync_gradients:
+                        accelerator.clip_grad_norm_(model.parameters(), 1.0)
+                    opt.step()
+                    opt.zero_grad(set_to_none=True)
     elif workload == "vitvar":
         from transformers import ViTConfig, ViTForImageClassification
 
@@ -1097,7 +1162,7 @@ def under_vramtop(binary, workload, work):
 
 STEPPED = ("gpt2var", "kvcache", "kvcache_steps", "gpt2mixed", "llamamix", "resnetvar", "bertaccum", "t5var",
            "gpt2ckpt", "evalmix", "gpt2keep", "gan", "vitvar", "moemix", "gpt2scaler",
-           "loramix", "gpt2compile", "llamagen", "gpt2stream", "t5beam", "t5beam_steps", "wav2vec", "mambaslow", "hftrainer", "gpt2sgd", "resnetinfer", "gpt2fixed", "clipvar", "lightning", "lightningaccum", "gpt2tutorial")
+           "loramix", "gpt2compile", "llamagen", "gpt2stream", "t5beam", "t5beam_steps", "wav2vec", "mambaslow", "hftrainer", "gpt2sgd", "resnetinfer", "gpt2fixed", "clipvar", "lightning", "lightningaccum", "gpt2tutorial", "gpt2fused", "accelaccum")
 
 
 MAX_SPLIT_TRIED = ["20", "64", "128", "256", "512", "1024", "2048", "4096"]  # MAX_SPLIT_TRIED_MB

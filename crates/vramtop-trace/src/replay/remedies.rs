@@ -259,14 +259,10 @@ fn through_the_rest(
     // sizes (the least it would ask): run out there too, the remedy fails (`LEAST`).
     let ran_out = failing(&through, &fitting);
     let least = match rest {
-        Some(rest) if !ran_out.is_empty() && steps_allocate_alike(trace, steps) => least_through(
-            trace,
-            &rest,
-            last.event,
-            bounds.with_room(LEAST_ROOM),
-            &ran_out,
-        )?,
-        _ => Vec::new(),
+        Some(rest) if !ran_out.is_empty() && steps_allocate_alike(trace, steps) => {
+            least_through(trace, &rest, last.event, bounds, &ran_out)?
+        }
+        _ => Least::default(),
     };
     last.remedies = carried_through(
         std::mem::take(&mut last.remedies),
@@ -357,30 +353,61 @@ const ALIKE_STEPS: f64 = 1.25;
 /// more did.
 const LEAST_ROOM: f64 = 0.01;
 
+/// What the step carried on at the least it would ask says of the remedies that ran out in
+/// this step's sizes (`least_through`).
+#[derive(Default)]
+struct Least {
+    /// They run out there too, with `LEAST_ROOM` more than the cap: they fail.
+    fails: Vec<Remedy>,
+    /// They run out there at the cap, but get through with `LEAST_ROOM` more: too close to
+    /// call. A GPT-2 stepped in the tutorial's order under 10.55 GiB got through with the
+    /// cache emptied after every step (H100, PyTorch 2.11), where the replay ran out by less
+    /// than 51 MiB; one whose gradients are kept (`set_to_none=False`) under 11 GiB failed
+    /// `max_split_size_mb:128` and the emptied cache by 38 and 20 MiB, the fourth 1.48 GiB
+    /// logits of the step refused, in every placement tried, where the replay got through
+    /// with 59 MiB more (H100).
+    close: Vec<Remedy>,
+}
+
 /// The remedies of `ran_out` that run out as well where the step is carried on at the
 /// pattern step's own sizes (`step_rest::Sizes::Pattern`), which ask no more than the
-/// sizes scaled to this step's working memory. Two ends, not a proof: the caching
-/// allocator is not monotone in its request sizes (pools, split thresholds), which is why
-/// the reason says "as far as the job's history says".
+/// sizes scaled to this step's working memory: at the cap, then those with `LEAST_ROOM`
+/// more. Two ends, not a proof: the caching allocator is not monotone in its request sizes
+/// (pools, split thresholds), which is why the reason says "as far as the job's history
+/// says".
 fn least_through(
     trace: &Trace,
     rest: &StepRest,
     event: usize,
     bounds: CapacityBounds,
     ran_out: &[Remedy],
-) -> Result<Vec<Remedy>, ReplayError> {
+) -> Result<Least, ReplayError> {
     // The pattern's own sizes ask less than the scaled ones only where this step works
     // with more memory than the pattern did; a step smaller than it (a fragmented cache
     // can fail one) may ask less than either, and its failures stay open.
     if rest.likest.is_none_or(|p| p.working >= rest.working) {
-        return Ok(Vec::new());
+        return Ok(Least::default());
     }
-    let Some(least) = step_rest::carried_on(trace, rest, event, step_rest::Sizes::Pattern) else {
-        return Ok(Vec::new());
-    };
-    Ok(judged_at_end(least, bounds, ran_out)?
-        .map(|through| failing(&through, ran_out))
-        .unwrap_or_default())
+    let carried = || step_rest::carried_on(trace, rest, event, step_rest::Sizes::Pattern);
+    let failing_under =
+        |bounds: CapacityBounds, among: &[Remedy]| -> Result<Vec<Remedy>, ReplayError> {
+            let Some(least) = carried() else {
+                return Ok(Vec::new());
+            };
+            Ok(judged_at_end(least, bounds, among)?
+                .map(|through| failing(&through, among))
+                .unwrap_or_default())
+        };
+    let at_the_cap = failing_under(bounds, ran_out)?;
+    if at_the_cap.is_empty() {
+        return Ok(Least::default());
+    }
+    let fails = failing_under(bounds.with_room(LEAST_ROOM), &at_the_cap)?;
+    let close = at_the_cap
+        .into_iter()
+        .filter(|r| !fails.iter().any(|f| same_kind(f, r)))
+        .collect();
+    Ok(Least { fails, close })
 }
 
 /// How a "fits" that the step's growth leaves open begins (`Judge::through_the_step`).
@@ -418,6 +445,13 @@ const LIKEST_ROUND: (&str, &str) = (
 const LEAST: &str = "both in this step's sizes where the history shows them (the rest scaled \
      to its working memory) and in the earlier, smaller step's own, the least it would ask: \
      as far as the job's history says, it does not get the job through this step";
+
+/// Why a remedy that runs out in the step carried on, at both sizes, is left open
+/// (`Least::close`).
+const TOO_CLOSE: &str = "both in this step's sizes where the history shows them and in the \
+     earlier, smaller step's own, but there it gets through with 1 % more memory than the cap: \
+     too close to call from the job's history (a setting this near the cap is not one to count \
+     on)";
 
 /// How a job with no steps marked is carried on (`step_rest::repeated`).
 const REPEATED: (&str, &str) = (
@@ -480,7 +514,7 @@ fn unmarked_loop(
 fn carried_through(
     remedies: Vec<RemedyVerdict>,
     through: &[RemedyVerdict],
-    least: &[Remedy],
+    least: &Least,
     events: usize,
     (on, sizes): (&str, &str),
 ) -> Vec<RemedyVerdict> {
@@ -499,7 +533,9 @@ fn carried_through(
             };
             if r.verdict == Verdict::CannotTell {
                 // Left open by the step's growth: decided only where it runs out both ways.
-                if t.verdict != Verdict::Fails || !least.iter().any(|l| same_kind(l, &r.remedy)) {
+                if t.verdict != Verdict::Fails
+                    || !least.fails.iter().any(|l| same_kind(l, &r.remedy))
+                {
                     return r;
                 }
             } else if t.verdict == Verdict::Fits {
@@ -519,12 +555,19 @@ fn carried_through(
                 Remedy::MaxSplitSizeMb(_) => Remedy::MaxSplitSizeMb(None),
                 other => other,
             };
-            if t.verdict == Verdict::Fails && least.iter().any(|l| same_kind(l, &remedy)) {
+            if t.verdict == Verdict::Fails && least.fails.iter().any(|l| same_kind(l, &remedy)) {
                 let why = format!(
                     "it serves this request, but {on} ({events} more events), the job runs out \
                      of memory before the step's end, {LEAST}"
                 );
                 return RemedyVerdict::new(remedy, Verdict::Fails, why);
+            }
+            if t.verdict == Verdict::Fails && least.close.iter().any(|l| same_kind(l, &remedy)) {
+                let why = format!(
+                    "it serves this request, but {on} ({events} more events), the job runs out \
+                     of memory before the step's end, {TOO_CLOSE}"
+                );
+                return RemedyVerdict::new(remedy, Verdict::CannotTell, why);
             }
             let outcome = if t.verdict == Verdict::Fails {
                 "runs out of memory before the step's end"
@@ -1117,28 +1160,40 @@ mod tests {
             fits(Remedy::ExpandableSegments),
             fits(Remedy::GarbageCollectionThreshold(0.6)),
             fits(Remedy::RoundupPower2Divisions(4)),
+            fits(Remedy::EmptyCacheBetweenSteps),
         ];
-        // Carried on: expandable gets through; GC and roundup run out.
+        // Carried on: expandable gets through; the others run out.
         let through = vec![
             fits(Remedy::ExpandableSegments),
             RemedyVerdict::new(Remedy::GarbageCollectionThreshold(0.6), Verdict::Fails, "x"),
             RemedyVerdict::new(Remedy::RoundupPower2Divisions(4), Verdict::Fails, "x"),
+            RemedyVerdict::new(Remedy::EmptyCacheBetweenSteps, Verdict::Fails, "x"),
         ];
-        // At the pattern's own sizes, the least the step would ask, GC ran out too.
-        let least = [Remedy::GarbageCollectionThreshold(0.6)];
+        // At the pattern's own sizes, the least the step would ask, GC ran out with 1 %
+        // more than the cap too, roundup only at the cap, the emptied cache not at all.
+        let least = Least {
+            fails: vec![Remedy::GarbageCollectionThreshold(0.6)],
+            close: vec![Remedy::RoundupPower2Divisions(4)],
+        };
         let judged = carried_through(at_the_oom, &through, &least, 40, LIKEST);
         let verdicts: Vec<Verdict> = judged.iter().map(|r| r.verdict).collect();
         assert_eq!(
             verdicts,
-            [Verdict::Fits, Verdict::Fails, Verdict::CannotTell],
+            [
+                Verdict::Fits,
+                Verdict::Fails,
+                Verdict::CannotTell,
+                Verdict::CannotTell
+            ],
             "{judged:?}"
         );
         assert!(
             judged[1].reason.contains("the least it would ask"),
             "{judged:?}"
         );
+        assert!(judged[2].reason.contains("too close to call"), "{judged:?}");
         assert!(
-            judged[2].reason.contains("not in its history"),
+            judged[3].reason.contains("not in its history"),
             "{judged:?}"
         );
     }
@@ -1173,10 +1228,13 @@ mod tests {
             RemedyVerdict::new(Remedy::EmptyCacheBetweenSteps, Verdict::Fails, "x"),
             RemedyVerdict::new(Remedy::RoundupPower2Divisions(4), Verdict::Fails, "x"),
         ];
-        let least = [
-            Remedy::GarbageCollectionThreshold(0.6),
-            Remedy::RoundupPower2Divisions(4),
-        ];
+        let least = Least {
+            fails: vec![
+                Remedy::GarbageCollectionThreshold(0.6),
+                Remedy::RoundupPower2Divisions(4),
+            ],
+            close: Vec::new(),
+        };
         let judged = carried_through(at_the_oom, &through, &least, 40, LIKEST);
         let verdicts: Vec<Verdict> = judged.iter().map(|r| r.verdict).collect();
         // Getting through the carried step does not overturn the middle growth: open.
