@@ -80,6 +80,7 @@ impl Attacher {
             peers: BTreeMap::new(),
             peer_tx,
             files: BTreeMap::new(),
+            ended_at: BTreeMap::new(),
             scan_error: None,
             scans: 0,
         };
@@ -108,6 +109,8 @@ struct State {
     peer_tx: Sender<(u32, PeerEvent)>,
     /// The socket file each job was last connected through (`JobSocket::file`).
     files: BTreeMap<u32, FileId>,
+    /// The scan each ended job was first seen ended at: the oldest are forgotten first.
+    ended_at: BTreeMap<u32, u64>,
     scan_error: Option<String>,
     scans: u64,
 }
@@ -204,8 +207,7 @@ impl State {
                     continue;
                 }
                 // Another file under the name: a new process that got the pid.
-                self.jobs.remove(&socket.pid);
-                self.files.remove(&socket.pid);
+                self.forget(socket.pid);
             }
             match client::connect(
                 &socket.path,
@@ -237,19 +239,30 @@ impl State {
         self.forget_old_ended();
     }
 
+    /// Keeps the ENDED_KEPT jobs that ended last, with their OOMs; by pid, a job that
+    /// ended a minute ago could go before one that ended an hour ago.
     fn forget_old_ended(&mut self) {
-        let ended: Vec<u32> = self
+        let mut ended: Vec<u32> = self
             .jobs
             .values()
             .filter(|j| j.view.ended && !self.peers.contains_key(&j.view.pid))
             .map(|j| j.view.pid)
             .collect();
+        for &pid in &ended {
+            self.ended_at.entry(pid).or_insert(self.scans);
+        }
         if ended.len() > ENDED_KEPT {
-            for pid in &ended[..ended.len() - ENDED_KEPT] {
-                self.jobs.remove(pid);
-                self.files.remove(pid);
+            ended.sort_by_key(|pid| (self.ended_at.get(pid).copied(), *pid));
+            for &pid in &ended[..ended.len() - ENDED_KEPT] {
+                self.forget(pid);
             }
         }
+    }
+
+    fn forget(&mut self, pid: u32) {
+        self.jobs.remove(&pid);
+        self.files.remove(&pid);
+        self.ended_at.remove(&pid);
     }
 
     fn take(&mut self, pid: u32, event: PeerEvent) {
@@ -348,5 +361,50 @@ pub fn collect_once(dir: PathBuf, wait: Duration) -> std::io::Result<Vec<JobView
             return Ok(jobs.jobs.clone());
         }
         thread::sleep(Duration::from_millis(2));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state() -> State {
+        State {
+            dir: PathBuf::new(),
+            interval_s: 1.0,
+            jobs: BTreeMap::new(),
+            peers: BTreeMap::new(),
+            peer_tx: mpsc::channel().0,
+            files: BTreeMap::new(),
+            ended_at: BTreeMap::new(),
+            scan_error: None,
+            scans: 0,
+        }
+    }
+
+    fn end(state: &mut State, pid: u32) {
+        state.job(pid).view.ended = true;
+    }
+
+    #[test]
+    fn the_jobs_that_ended_first_are_forgotten_first_whatever_their_pids() {
+        let mut state = state();
+        // Pids counting down: the first to end has the highest.
+        for (scan, pid) in (0..ENDED_KEPT as u32 + 2).rev().enumerate() {
+            state.scans = scan as u64;
+            end(&mut state, 1000 + pid);
+            state.forget_old_ended();
+        }
+        let kept: Vec<u32> = state.jobs.keys().copied().collect();
+        let newest: Vec<u32> = (1000..1000 + ENDED_KEPT as u32).collect();
+        assert_eq!(kept, newest);
+        assert_eq!(state.ended_at.len(), ENDED_KEPT);
+        // A job still running is never counted among the ended.
+        state.job(5);
+        state.scans += 1;
+        end(&mut state, 6);
+        state.forget_old_ended();
+        assert!(state.jobs.contains_key(&5) && state.jobs.contains_key(&6));
+        assert!(!state.jobs.contains_key(&(1000 + ENDED_KEPT as u32 - 1)));
     }
 }

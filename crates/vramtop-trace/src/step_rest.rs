@@ -127,15 +127,6 @@ impl StepRest {
     pub fn passes(&self, cap: u64) -> bool {
         self.identified && self.peak > cap && (self.unscaled_peak > cap || self.proportional)
     }
-
-    /// Whether the step it is carried on by (`likest`) grew as little past the point as any
-    /// matching step (within GROWN_ALIKE): only then does running out at that step's own
-    /// sizes say what this one needs at least, where the growths leave it open. A T5 under
-    /// a 5 GiB cap was carried on by a step that grew 1.07 times where the least grew 1.04.
-    pub fn carried_by_the_least(&self) -> bool {
-        self.likest
-            .is_some_and(|p| p.growth <= self.growth * (1.0 + GROWN_ALIKE))
-    }
 }
 
 /// How far a step's allocation at the point, over its working memory there, may lie from
@@ -1093,14 +1084,6 @@ mod tests {
         let rest = of(&trace, &marks, oom).expect("earlier steps reached the point");
         let pattern = rest.likest.expect("the point is identified");
         assert_eq!(trace.events[pattern.point].size, 200 * MIB);
-        // Every step grew 3 times: the likest grew least. One that grew more does not say
-        // what this step needs at least.
-        assert!(rest.carried_by_the_least(), "{rest:?}");
-        let less = StepRest {
-            growth: pattern.growth / 1.05,
-            ..rest
-        };
-        assert!(!less.carried_by_the_least());
         let carried =
             carried_on(&trace, &rest, oom, Sizes::Scaled).expect("a step to carry it on by");
         assert_eq!(carried.events[..oom], trace.events[..oom]);
