@@ -103,8 +103,6 @@ pub struct Pattern {
     pub start: usize,
     /// The first event of the step before it, where one was marked.
     pub previous: Option<usize>,
-    /// How much it grew past the point (`Rise::growth`).
-    pub growth: f64,
     pub point: usize,
     pub end: usize,
     pub working: u64,
@@ -267,7 +265,6 @@ impl Step {
             pattern: Pattern {
                 start: self.start,
                 previous: self.previous,
-                growth,
                 point: c.event,
                 end: self.end,
                 working: working as u64,

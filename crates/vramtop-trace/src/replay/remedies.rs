@@ -260,7 +260,8 @@ fn through_the_rest(
         return Ok(answers);
     };
     // Where the step carried on runs a remedy out, the same step at the pattern's own
-    // sizes (the least it would ask): run out there too, the remedy fails (`LEAST`).
+    // sizes (the least it would ask): run out there too, with LEAST_ROOM more than the
+    // cap, the remedy fails (`LEAST`); only at the cap, it is too close to call.
     let ran_out = failing(&through, &fitting);
     let least = match rest {
         Some(rest) if !ran_out.is_empty() && steps_allocate_alike(trace, steps) => {
@@ -392,26 +393,34 @@ fn least_through(
     if rest.likest.is_none_or(|p| p.working >= rest.working) {
         return Ok(Least::default());
     }
-    let carried = || step_rest::carried_on(trace, rest, event, step_rest::Sizes::Pattern);
-    let failing_under =
-        |bounds: CapacityBounds, among: &[Remedy]| -> Result<Vec<Remedy>, ReplayError> {
-            let Some(least) = carried() else {
-                return Ok(Vec::new());
-            };
-            Ok(judged_at_end(least, bounds, among)?
-                .map(|through| failing(&through, among))
-                .unwrap_or_default())
-        };
-    let at_the_cap = failing_under(bounds, ran_out)?;
+    let judged_under = |bounds: CapacityBounds, among: &[Remedy]| match step_rest::carried_on(
+        trace,
+        rest,
+        event,
+        step_rest::Sizes::Pattern,
+    ) {
+        Some(least) => Ok(judged_at_end(least, bounds, among)?.unwrap_or_default()),
+        None => Ok::<_, ReplayError>(Vec::new()),
+    };
+    let at_the_cap = failing(&judged_under(bounds, ran_out)?, ran_out);
     if at_the_cap.is_empty() {
         return Ok(Least::default());
     }
-    let fails = failing_under(bounds.with_room(LEAST_ROOM), &at_the_cap)?;
-    let close = at_the_cap
-        .into_iter()
-        .filter(|r| !fails.iter().any(|f| same_kind(f, r)))
-        .collect();
-    Ok(Least { fails, close })
+    let with_room = judged_under(bounds.with_room(LEAST_ROOM), &at_the_cap)?;
+    let fits_with_room = |r: &Remedy| {
+        with_room
+            .iter()
+            .any(|t| t.verdict == Verdict::Fits && same_kind(&t.remedy, r))
+    };
+    Ok(Least {
+        fails: failing(&with_room, &at_the_cap),
+        // Only what the room gets through: one the replay cannot tell there stays open
+        // with the step's own reason.
+        close: at_the_cap
+            .into_iter()
+            .filter(|r| fits_with_room(r))
+            .collect(),
+    })
 }
 
 /// How a "fits" that the step's growth leaves open begins (`Judge::through_the_step`).
@@ -512,8 +521,10 @@ fn unmarked_loop(
 }
 
 /// A "fits" kept where the same remedy fits the carried-on trace's end as well; "fails"
-/// where it runs out there and in the step carried on at the pattern's own sizes too
-/// (`least`, the remedies that did); else open. `on`: how it was carried on, and what its
+/// where it runs out there and in the step carried on at the pattern's own sizes too, with
+/// LEAST_ROOM more than the cap (`least.fails`); open with TOO_CLOSE where it gets
+/// through there only with that room (`least.close`); else open. A row the step's growth
+/// left open stays as it was unless it fails. `on`: how it was carried on, and what its
 /// sizes are.
 fn carried_through(
     remedies: Vec<RemedyVerdict>,
@@ -1237,7 +1248,8 @@ mod tests {
                 Remedy::GarbageCollectionThreshold(0.6),
                 Remedy::RoundupPower2Divisions(4),
             ],
-            close: Vec::new(),
+            // Too close to call at the least: the row stays as the growth left it.
+            close: vec![Remedy::EmptyCacheBetweenSteps],
         };
         let judged = carried_through(at_the_oom, &through, &least, 40, LIKEST);
         let verdicts: Vec<Verdict> = judged.iter().map(|r| r.verdict).collect();
@@ -1259,6 +1271,12 @@ mod tests {
         );
         assert!(judged[2].reason.starts_with(STEP_GOES_ON), "{judged:?}");
         assert_eq!(judged[3].reason, "the address orders disagree");
+    }
+
+    #[test]
+    fn the_too_close_reason_names_the_room_the_least_is_given() {
+        let room = format!("with {} % more memory than the cap", LEAST_ROOM * 100.0);
+        assert!(TOO_CLOSE.contains(&room), "{TOO_CLOSE}");
     }
 
     /// The split-cache workload of the A/B table, recorded from its start: a 6 GiB block
