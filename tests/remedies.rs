@@ -1247,8 +1247,8 @@ fn gpu_kept_histories_of_training_loops_give_pytorchs_outcomes_on_both_paths() {
     // gpt2mixed's GPT-2 with its gradients kept and zeroed in place, fused AdamW, under
     // 11 GiB, dying at step 79 asking 1.48 GiB (H100, 2026-11-28): PyTorch fitted
     // expandable and expandable + GC only. max_split 128 and the emptied cache failed by
-    // 38 and 20 MiB, later in the step; carried on, they run out at both sizes and get through
-    // with 59 MiB more: too close to call.
+    // 38 and 20 MiB, later in the step; carried on, they run out at both sizes and get
+    // through with 59 MiB more: too close to call.
     let gpt2fused: &[(&str, Verdict)] = &[
         ("expandable_segments:True", Fits),
         ("max_split_size_mb", CannotTell),

@@ -200,8 +200,8 @@ fn through_the_rest(
     // bytes this larger step asks at least. A Llama trained through accelerate under
     // 8.5 GiB (eager attention; H100, PyTorch 2.11) grew 1.17 to 1.34 times past the
     // point; the least came from a step 2.8 times smaller, and carried on by it every
-    // setting got through, where PyTorch failed them all and the likest step (1.27 times
-    // smaller, 1.29 times) ran each out at both sizes.
+    // setting got through, where PyTorch failed them all; the likest step (1.27 times
+    // smaller, it grew 1.29 times) ran each out at both sizes.
     let carried_on = |r: &RemedyVerdict| r.verdict == Verdict::Fits || open_for_the_step(r);
     if !(died_there && last.remedies.iter().any(carried_on)) {
         return Ok(answers);
