@@ -467,6 +467,7 @@ fn an_ended_job_is_kept_while_its_socket_lingers_and_a_new_socket_replaces_it() 
     server.join().expect("server");
     let _ = job.kill();
     let _ = job.wait();
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A hook whose job ran out of memory, its state kept in a file with the whole history

@@ -453,6 +453,33 @@ fn every_setting_fails_and_split(
     ]
 }
 
+/// PyTorch's outcome for each setting of a stepped job, as its A/B table gives them.
+/// `expandable_segments:True,garbage_collection_threshold:0.6` is expandable's: PyTorch
+/// unmaps every free page and retries before it raises, whatever the threshold.
+struct Outcomes {
+    expandable: Verdict,
+    /// The row's name (`max_split_size_mb:N`, the largest N that fits, or the bare name)
+    /// and its outcome.
+    max_split: (&'static str, Verdict),
+    roundup: Verdict,
+    gc: Verdict,
+    between_steps: Verdict,
+}
+
+fn stepped(o: Outcomes) -> Vec<(&'static str, Verdict)> {
+    vec![
+        ("expandable_segments:True", o.expandable),
+        o.max_split,
+        ("roundup_power2_divisions:4", o.roundup),
+        ("garbage_collection_threshold:0.6", o.gc),
+        (
+            "expandable_segments:True,garbage_collection_threshold:0.6",
+            o.expandable,
+        ),
+        ("empty_cache() between steps", o.between_steps),
+    ]
+}
+
 #[test]
 fn gpu_kept_files_of_stepped_jobs_give_pytorchs_outcomes_on_both_paths() {
     use Verdict::{Fails, Fits};
@@ -957,42 +984,30 @@ fn a_verdict_that_asks_for_the_cap_is_decided_once_given_it() {
 #[test]
 fn gpu_kept_histories_of_training_loops_give_pytorchs_outcomes_on_both_paths() {
     use Verdict::{CannotTell, Fails, Fits};
-    let gpt2mixed: &[(&str, Verdict)] = &[
-        ("expandable_segments:True", Fits),
-        ("max_split_size_mb:20", Fits),
-        ("roundup_power2_divisions:4", Fails),
-        ("garbage_collection_threshold:0.6", Fails),
-        (
-            "expandable_segments:True,garbage_collection_threshold:0.6",
-            Fits,
-        ),
-        ("empty_cache() between steps", Fits),
-    ];
-    let gpt2var: &[(&str, Verdict)] = &[
-        ("expandable_segments:True", Fits),
-        ("max_split_size_mb:512", Fits),
-        ("roundup_power2_divisions:4", Fits),
-        ("garbage_collection_threshold:0.6", Fits),
-        (
-            "expandable_segments:True,garbage_collection_threshold:0.6",
-            Fits,
-        ),
-        ("empty_cache() between steps", Fits),
-    ];
+    let gpt2mixed = &stepped(Outcomes {
+        expandable: Fits,
+        max_split: ("max_split_size_mb:20", Fits),
+        roundup: Fails,
+        gc: Fails,
+        between_steps: Fits,
+    })[..];
+    let gpt2var = &stepped(Outcomes {
+        expandable: Fits,
+        max_split: ("max_split_size_mb:512", Fits),
+        roundup: Fits,
+        gc: Fits,
+        between_steps: Fits,
+    })[..];
     // llamamix, step 93 asking 1.1 GiB: PyTorch fitted expandable, GC 0.6, both, the cache
     // emptied after every step and max_split 20, 128, 256 and 512; it failed roundup 4 and
     // max_split 64 and 1024 to 4096.
-    let llamamix: &[(&str, Verdict)] = &[
-        ("expandable_segments:True", Fits),
-        ("max_split_size_mb:512", Fits),
-        ("roundup_power2_divisions:4", Fails),
-        ("garbage_collection_threshold:0.6", Fits),
-        (
-            "expandable_segments:True,garbage_collection_threshold:0.6",
-            Fits,
-        ),
-        ("empty_cache() between steps", Fits),
-    ];
+    let llamamix = &stepped(Outcomes {
+        expandable: Fits,
+        max_split: ("max_split_size_mb:512", Fits),
+        roundup: Fails,
+        gc: Fits,
+        between_steps: Fits,
+    })[..];
     // PyTorch failed every remedy, `empty_cache() between steps` too (in 8 more runs under
     // 7 placements as well: README). Replayed now that the job marks its steps, it fails
     // under both address orders: top-down at an allocation before the OOM, as PyTorch
@@ -1038,28 +1053,20 @@ fn gpu_kept_histories_of_training_loops_give_pytorchs_outcomes_on_both_paths() {
     // N = 20 to 1024 as PyTorch. Under 7 GiB the middle of them passes the cap: open.
     // Carried on, max_split runs out both in this step's sizes and at the least, but not
     // at the least with 1 % more room (`LEAST_ROOM`): open still.
-    let bertaccum: &[(&str, Verdict)] = &[
-        ("expandable_segments:True", Fits),
-        ("max_split_size_mb", Fits),
-        ("roundup_power2_divisions:4", Fails),
-        ("garbage_collection_threshold:0.6", Fails),
-        (
-            "expandable_segments:True,garbage_collection_threshold:0.6",
-            Fits,
-        ),
-        ("empty_cache() between steps", Fails),
-    ];
-    let bertaccum_cap7: &[(&str, Verdict)] = &[
-        ("expandable_segments:True", CannotTell),
-        ("max_split_size_mb", CannotTell),
-        ("roundup_power2_divisions:4", Fails),
-        ("garbage_collection_threshold:0.6", Fails),
-        (
-            "expandable_segments:True,garbage_collection_threshold:0.6",
-            CannotTell,
-        ),
-        ("empty_cache() between steps", Fails),
-    ];
+    let bertaccum = &stepped(Outcomes {
+        expandable: Fits,
+        max_split: ("max_split_size_mb", Fits),
+        roundup: Fails,
+        gc: Fails,
+        between_steps: Fails,
+    })[..];
+    let bertaccum_cap7 = &stepped(Outcomes {
+        expandable: CannotTell,
+        max_split: ("max_split_size_mb", CannotTell),
+        roundup: Fails,
+        gc: Fails,
+        between_steps: Fails,
+    })[..];
     // T5 (6 layers, bf16 autocast, AdamW), source and target lengths varying apart, under
     // a 5 GiB cap, dying at step 45 asking 182 MiB: PyTorch failed every remedy (H200).
     // Expandable serves the request in the replay; its 7 matching earlier steps grew 1.04 to
@@ -1085,31 +1092,23 @@ fn gpu_kept_histories_of_training_loops_give_pytorchs_outcomes_on_both_paths() {
     // sizes, the least it would: "fails" (open before that bound, 2026-11-27). Roundup 4
     // fails under the trace's and CUDA's top-down address orders (open while two random
     // orders were asked too, one of which fitted it).
-    let gpt2ckpt_cap12g5: &[(&str, Verdict)] = &[
-        ("expandable_segments:True", Fits),
-        ("max_split_size_mb:1024", Fits),
-        ("roundup_power2_divisions:4", Fails),
-        ("garbage_collection_threshold:0.6", Fails),
-        (
-            "expandable_segments:True,garbage_collection_threshold:0.6",
-            Fits,
-        ),
-        ("empty_cache() between steps", Fits),
-    ];
+    let gpt2ckpt_cap12g5 = &stepped(Outcomes {
+        expandable: Fits,
+        max_split: ("max_split_size_mb:1024", Fits),
+        roundup: Fails,
+        gc: Fails,
+        between_steps: Fits,
+    })[..];
     // The same job under 14 GiB, dying at step 56 asking 3.16 GiB: PyTorch fitted every
     // remedy but roundup 4 and max_split 4096 (H200, the same day); carried on through the
     // step, every fit stands.
-    let gpt2ckpt_cap14: &[(&str, Verdict)] = &[
-        ("expandable_segments:True", Fits),
-        ("max_split_size_mb:2048", Fits),
-        ("roundup_power2_divisions:4", Fails),
-        ("garbage_collection_threshold:0.6", Fits),
-        (
-            "expandable_segments:True,garbage_collection_threshold:0.6",
-            Fits,
-        ),
-        ("empty_cache() between steps", Fits),
-    ];
+    let gpt2ckpt_cap14 = &stepped(Outcomes {
+        expandable: Fits,
+        max_split: ("max_split_size_mb:2048", Fits),
+        roundup: Fails,
+        gc: Fits,
+        between_steps: Fits,
+    })[..];
     // A Mixtral (6 layers, 8 experts, 2 a token, bf16 autocast, AdamW) whose batch and
     // length vary, under 10.94 GiB, dying at step 45 asking 934 MiB (its logits in fp32):
     // PyTorch fitted expandable, expandable + GC, the cache emptied after every step and
@@ -1117,17 +1116,13 @@ fn gpu_kept_histories_of_training_loops_give_pytorchs_outcomes_on_both_paths() {
     // 2026-11-27). Its steps made 1,261 to 1,309 allocations as the router sent tokens, and
     // the logits came 2 to 6 allocations off the count: by the count alone the point was
     // not identified, and every fit was open.
-    let moemix: &[(&str, Verdict)] = &[
-        ("expandable_segments:True", Fits),
-        ("max_split_size_mb:256", Fits),
-        ("roundup_power2_divisions:4", Fails),
-        ("garbage_collection_threshold:0.6", Fails),
-        (
-            "expandable_segments:True,garbage_collection_threshold:0.6",
-            Fits,
-        ),
-        ("empty_cache() between steps", Fits),
-    ];
+    let moemix = &stepped(Outcomes {
+        expandable: Fits,
+        max_split: ("max_split_size_mb:256", Fits),
+        roundup: Fails,
+        gc: Fails,
+        between_steps: Fits,
+    })[..];
     // A GPT-2 (6 layers, 1024 wide) stepped by transformers' Trainer (accelerate's
     // prepare: bf16 autocast, its wrapped optimizer; clipping to 1.0; a linear schedule),
     // batch and length varying, under 12.72 GiB, dying at step 58 asking 1.91 GiB (H200,
@@ -1135,17 +1130,13 @@ fn gpu_kept_histories_of_training_loops_give_pytorchs_outcomes_on_both_paths() {
     // and failed GC 0.6, max_split 64 to 4096, roundup 4 and the cache emptied after every
     // step. Roundup 4 and the emptied cache serve the request and run out in the rest of
     // the step carried on, both scaled and at the earlier step's own sizes: "fails".
-    let hftrainer: &[(&str, Verdict)] = &[
-        ("expandable_segments:True", Fits),
-        ("max_split_size_mb:20", Fits),
-        ("roundup_power2_divisions:4", Fails),
-        ("garbage_collection_threshold:0.6", Fails),
-        (
-            "expandable_segments:True,garbage_collection_threshold:0.6",
-            Fits,
-        ),
-        ("empty_cache() between steps", Fails),
-    ];
+    let hftrainer = &stepped(Outcomes {
+        expandable: Fits,
+        max_split: ("max_split_size_mb:20", Fits),
+        roundup: Fails,
+        gc: Fails,
+        between_steps: Fails,
+    })[..];
     // A ResNet-50 classifying batches under no_grad (no optimizer, no step marked: its
     // rounds stand in), refused 1.53 GiB at its 47th batch under 5.11 GiB (H200): PyTorch
     // failed every setting, expandable segments too. Its 37 matching rounds grew 2.19
@@ -1161,34 +1152,26 @@ fn gpu_kept_histories_of_training_loops_give_pytorchs_outcomes_on_both_paths() {
     // same under four placements of CUDA's (`whatif_ab.py nudge`, 0 to 512 MiB taken
     // first). Roundup 4 and GC 0.6 were open while two random address orders were asked
     // besides the trace's and top-down: one disagreed with each.
-    let gan: &[(&str, Verdict)] = &[
-        ("expandable_segments:True", Fits),
-        ("max_split_size_mb:512", Fits),
-        ("roundup_power2_divisions:4", Fits),
-        ("garbage_collection_threshold:0.6", Fails),
-        (
-            "expandable_segments:True,garbage_collection_threshold:0.6",
-            Fits,
-        ),
-        ("empty_cache() between steps", Fits),
-    ];
+    let gan = &stepped(Outcomes {
+        expandable: Fits,
+        max_split: ("max_split_size_mb:512", Fits),
+        roundup: Fits,
+        gc: Fails,
+        between_steps: Fits,
+    })[..];
     // gpt2mixed's GPT-2 handing activations between two CUDA streams (record_stream),
     // under 7.44 GiB, dying at step 8 asking 954 MiB (H200, 2026-11-27). PyTorch fitted
     // every setting but roundup 4 and max_split 1024 to 4096; max_split 256 and 512 fitted
     // under four placements each. 256 fits under the trace's and top-down orders (two
     // random orders failed it, and it was left out of the list); 512 fits under the
     // trace's order and CUDA's ranges (plain top-down failed it, and it was left out).
-    let gpt2stream: &[(&str, Verdict)] = &[
-        ("expandable_segments:True", Fits),
-        ("max_split_size_mb:512", Fits),
-        ("roundup_power2_divisions:4", Fails),
-        ("garbage_collection_threshold:0.6", Fits),
-        (
-            "expandable_segments:True,garbage_collection_threshold:0.6",
-            Fits,
-        ),
-        ("empty_cache() between steps", Fits),
-    ];
+    let gpt2stream = &stepped(Outcomes {
+        expandable: Fits,
+        max_split: ("max_split_size_mb:512", Fits),
+        roundup: Fails,
+        gc: Fits,
+        between_steps: Fits,
+    })[..];
     // gpt2mixed's GPT-2 trained by PyTorch Lightning's Trainer (bf16-mixed, AdamW,
     // clipping to 1.0, batches from a DataLoader), under 10.8 GiB, dying at step 79 asking
     // 1.48 GiB (H200, 2026-11-27). Lightning's closure drops the last step's gradients
@@ -1196,17 +1179,13 @@ fn gpu_kept_histories_of_training_loops_give_pytorchs_outcomes_on_both_paths() {
     // out (10 wrong). PyTorch fitted expandable, expandable + GC, the cache emptied after
     // every step and max_split 20 to 512, and failed GC 0.6, roundup 4 and max_split 1024
     // to 4096.
-    let lightning: &[(&str, Verdict)] = &[
-        ("expandable_segments:True", Fits),
-        ("max_split_size_mb:512", Fits),
-        ("roundup_power2_divisions:4", Fails),
-        ("garbage_collection_threshold:0.6", Fails),
-        (
-            "expandable_segments:True,garbage_collection_threshold:0.6",
-            Fits,
-        ),
-        ("empty_cache() between steps", Fits),
-    ];
+    let lightning = &stepped(Outcomes {
+        expandable: Fits,
+        max_split: ("max_split_size_mb:512", Fits),
+        roundup: Fails,
+        gc: Fails,
+        between_steps: Fits,
+    })[..];
     // The same GPT-2 stepped in PyTorch's tutorial order (`zero_grad()` first), under
     // 10.3 GiB, dying at step 79 asking 1.48 GiB (H200, 2026-11-27): PyTorch failed every
     // setting. The earlier steps' middle growth put the step 91 MiB over the cap, the
@@ -1218,48 +1197,36 @@ fn gpu_kept_histories_of_training_loops_give_pytorchs_outcomes_on_both_paths() {
     // step, and failed GC 0.6, roundup 4 and max_split 20 and 256. Carried on, the emptied
     // cache ran out at both sizes and got through with 51 MiB more: too close to call
     // (`LEAST_ROOM`), where it said "fails" before.
-    let gpt2tutorial_cap10g55: &[(&str, Verdict)] = &[
-        ("expandable_segments:True", Fits),
-        ("max_split_size_mb:128", Fits),
-        ("roundup_power2_divisions:4", Fails),
-        ("garbage_collection_threshold:0.6", Fails),
-        (
-            "expandable_segments:True,garbage_collection_threshold:0.6",
-            Fits,
-        ),
-        ("empty_cache() between steps", CannotTell),
-    ];
+    let gpt2tutorial_cap10g55 = &stepped(Outcomes {
+        expandable: Fits,
+        max_split: ("max_split_size_mb:128", Fits),
+        roundup: Fails,
+        gc: Fails,
+        between_steps: CannotTell,
+    })[..];
     // A Llama with eager attention trained through accelerate (bf16, two micro-batches an
     // optimizer step, its prepared DataLoader), under 9.5 GiB, dying at step 48 asking 674
     // MiB (H100, 2026-11-28): PyTorch fitted every setting but roundup 4 and max_split 1024
     // to 4096; roundup 4 serves the request and runs out in the step carried on.
-    let accelaccum: &[(&str, Verdict)] = &[
-        ("expandable_segments:True", Fits),
-        ("max_split_size_mb:512", Fits),
-        ("roundup_power2_divisions:4", Fails),
-        ("garbage_collection_threshold:0.6", Fits),
-        (
-            "expandable_segments:True,garbage_collection_threshold:0.6",
-            Fits,
-        ),
-        ("empty_cache() between steps", Fits),
-    ];
+    let accelaccum = &stepped(Outcomes {
+        expandable: Fits,
+        max_split: ("max_split_size_mb:512", Fits),
+        roundup: Fails,
+        gc: Fits,
+        between_steps: Fits,
+    })[..];
     // gpt2mixed's GPT-2 with its gradients kept and zeroed in place, fused AdamW, under
     // 11 GiB, dying at step 79 asking 1.48 GiB (H100, 2026-11-28): PyTorch fitted
     // expandable and expandable + GC only. max_split 128 and the emptied cache failed by
     // 38 and 20 MiB, later in the step; carried on, they run out at both sizes and get
     // through with 59 MiB more: too close to call.
-    let gpt2fused: &[(&str, Verdict)] = &[
-        ("expandable_segments:True", Fits),
-        ("max_split_size_mb", CannotTell),
-        ("roundup_power2_divisions:4", Fails),
-        ("garbage_collection_threshold:0.6", Fails),
-        (
-            "expandable_segments:True,garbage_collection_threshold:0.6",
-            Fits,
-        ),
-        ("empty_cache() between steps", CannotTell),
-    ];
+    let gpt2fused = &stepped(Outcomes {
+        expandable: Fits,
+        max_split: ("max_split_size_mb", CannotTell),
+        roundup: Fails,
+        gc: Fails,
+        between_steps: CannotTell,
+    })[..];
     // The `_hook16` files were kept by hook 1.6 (a 32,768-entry ring checkpointed from a
     // quarter full, each checkpoint's segments read off the GIL), so even these short jobs'
     // histories come stitched from pieces, gaps filled; PyTorch's outcomes were the same.

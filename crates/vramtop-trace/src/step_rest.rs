@@ -260,7 +260,6 @@ impl Step {
     /// The step's rise past `c`, where it had working memory there.
     fn rise(&self, c: &Candidate) -> Option<Rise> {
         let working = c.before.checked_sub(self.floor).filter(|&w| w > 0)? as f64;
-        let growth = c.peak_after.saturating_sub(self.floor) as f64 / working;
         Some(Rise {
             pattern: Pattern {
                 start: self.start,
@@ -270,7 +269,7 @@ impl Step {
                 working: working as u64,
             },
             share: c.size as f64 / working,
-            growth,
+            growth: c.peak_after.saturating_sub(self.floor) as f64 / working,
             bytes: c.peak_after.saturating_sub(c.before),
         })
     }

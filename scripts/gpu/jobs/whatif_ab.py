@@ -377,16 +377,23 @@ def bf16_update(model, opt, **inputs):
     opt.zero_grad(set_to_none=True)
 
 
+def llama_config(layers):
+    """The harness's Llama: 1024 wide, grouped-query attention (16 heads, 4 for keys and
+    values), a 32,000-token vocabulary, random weights."""
+    from transformers import LlamaConfig
+
+    return LlamaConfig(hidden_size=1024, intermediate_size=2816, num_hidden_layers=layers,
+                       num_attention_heads=16, num_key_value_heads=4, vocab_size=32000,
+                       max_position_embeddings=4096)
+
+
 def llama_mix():
     """llamamix's model and step: a Llama (8 layers, 1024 wide, grouped-query attention,
     AdamW) whose batch and length vary."""
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import LlamaForCausalLM
 
-    config = LlamaConfig(hidden_size=1024, intermediate_size=2816, num_hidden_layers=8,
-                         num_attention_heads=16, num_key_value_heads=4, vocab_size=32000,
-                         max_position_embeddings=4096)
-    model = LlamaForCausalLM(config).cuda()
+    model = LlamaForCausalLM(llama_config(8)).cuda()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     return model, mixed_lm_step(model, opt, 32000, [1, 2, 4, 6, 8], lambda i: 192 + 16 * i, 4096)
 
@@ -798,12 +805,10 @@ def steps(workload, cap, stop_at, judged, before_judged, after_step):
             opt.zero_grad(set_to_none=False)
     elif workload == "accelaccum":
         from accelerate import Accelerator
-        from transformers import LlamaConfig, LlamaForCausalLM
+        from transformers import LlamaForCausalLM
 
         cap_from_env(cap, workload)
-        config = LlamaConfig(hidden_size=1024, intermediate_size=2816, num_hidden_layers=6,
-                             num_attention_heads=16, num_key_value_heads=4, vocab_size=32000,
-                             max_position_embeddings=4096)
+        config = llama_config(6)
         # Eager attention: the scores are batch x heads x length x length, so a step's
         # memory grows as the square of its length.
         config._attn_implementation = "eager"

@@ -393,6 +393,8 @@ fn least_through(
     if rest.likest.is_none_or(|p| p.working >= rest.working) {
         return Ok(Least::default());
     }
+    // The carried step is built anew for the second replay, not copied: each is a copy of
+    // the history up to the OOM, and one at a time is what `judged_at_end` holds.
     let judged_under = |bounds: CapacityBounds, among: &[Remedy]| match step_rest::carried_on(
         trace,
         rest,
