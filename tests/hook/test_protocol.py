@@ -345,10 +345,12 @@ class CheckpointTest(unittest.TestCase):
             self.torch = torch
             self.reads = 0
 
-        def read(self):
+        def read(self, before_call=None):
             import pickle
 
             self.reads += 1
+            if before_call is not None:
+                before_call()
             return pickle.dumps(self.torch.cuda.memory._snapshot())
 
     @classmethod
@@ -430,48 +432,80 @@ class CheckpointTest(unittest.TestCase):
             torch.cuda.stub_free("cp-before")
             torch.cuda.stub_free("cp-after")
 
-    def test_the_ring_is_cleared_while_its_read_still_pickles_and_the_read_holds_it_whole(self):
+    def checkpoint_after_an_alloc(self, reader_class, times):
+        """A checkpoint read by `reader_class`, one allocation, and a second one with its
+        clear timed into `times` ("cleared"): the history's pieces and the events piece's
+        actions."""
         import pickle
         import zlib
 
         torch = self.torch
         alloc = hook.torch_allocator.TorchAllocator(torch)
         alloc.start_ring(64)
-        times = {}
-
-        class SlowPickle(self.PickledRead):
-            """Copies the ring at once, then "pickles" for 200 ms, as PyTorch's read does."""
-
-            def read(self):
-                snap = super().read()
-                if self.reads > 1:  # the events read, not the checkpoint's first state
-                    times.setdefault("copied", time.monotonic())
-                    time.sleep(0.2)
-                    times.setdefault("returned", time.monotonic())
-                return snap
-
         clear = alloc.clear_ring
 
         def timed_clear(*a, **k):
-            times["cleared"] = time.monotonic()
+            times.setdefault("cleared", time.monotonic())
             return clear(*a, **k)
 
         try:
-            alloc.pickled = SlowPickle(torch)
+            alloc.pickled = reader_class(torch)
             self.assertTrue(alloc.restart_ring(stacks=False))  # the history begins here
             times.clear()
-            torch.cuda.stub_alloc("while-read", 1048576)
+            torch.cuda.stub_alloc("second", 1048576)
             alloc.clear_ring = timed_clear
             self.assertTrue(alloc.restart_ring(stacks=False))
-            self.assertLess(times["copied"], times["cleared"])
-            self.assertLess(times["cleared"], times["returned"])  # not after the read
             pieces = alloc.history.of()["pieces"]
-            self.assertEqual([p["kind"] for p in pieces], ["state", "events", "state"])
-            events = pickle.loads(zlib.decompress(pieces[1]["zlib"]))
-            self.assertIn("alloc", [e["action"] for e in events["device_traces"][0]])
+            events = pickle.loads(zlib.decompress(pieces[1]["zlib"])) if len(pieces) > 1 else {}
+            actions = [e["action"] for e in (events.get("device_traces") or [[]])[0]]
+            return [p["kind"] for p in pieces], actions
         finally:
             alloc._record(enabled=None)
-            torch.cuda.stub_free("while-read")
+            torch.cuda.stub_free("second")
+
+    def test_the_ring_is_cleared_while_its_read_still_pickles_and_the_read_holds_it_whole(self):
+        times = {}
+
+        class SlowPickle(self.PickledRead):
+            """Copies the ring at once, then "pickles" for 200 ms of its CPU, as PyTorch's
+            read does."""
+
+            def read(self, before_call=None):
+                snap = super().read(before_call)
+                if self.reads > 1:  # the events read, not the checkpoint's first state
+                    times.setdefault("copied", time.monotonic())
+                    spent = time.thread_time()
+                    while time.thread_time() - spent < 0.2:
+                        pass
+                    times.setdefault("returned", time.monotonic())
+                return snap
+
+        kinds, actions = self.checkpoint_after_an_alloc(SlowPickle, times)
+        self.assertLess(times["copied"], times["cleared"])
+        self.assertLess(times["cleared"], times["returned"])  # not after the read
+        self.assertEqual(kinds, ["state", "events", "state"])
+        self.assertIn("alloc", actions)
+
+    def test_a_read_kept_waiting_for_the_lock_is_waited_for_and_holds_the_ring_whole(self):
+        times = {}
+
+        class WaitedRead(self.PickledRead):
+            """The reader's call waits 100 ms for the allocator's lock (the job holds it
+            while cudaMalloc runs) before it copies the ring: no CPU meanwhile."""
+
+            def read(self, before_call=None):
+                if self.reads >= 1 and before_call is not None:
+                    before_call()
+                    time.sleep(0.1)
+                    times["copied"] = time.monotonic()
+                    before_call = None
+                return super().read(before_call)
+
+        kinds, actions = self.checkpoint_after_an_alloc(WaitedRead, times)
+        # Hook 1.8 cleared 0.3 ms after the call, by the wall: before this copy.
+        self.assertLess(times["copied"], times["cleared"])
+        self.assertEqual(kinds, ["state", "events", "state"])
+        self.assertIn("alloc", actions)
 
     def test_a_read_that_came_after_the_clearing_begins_the_history_again(self):
         torch = self.torch
@@ -479,12 +513,19 @@ class CheckpointTest(unittest.TestCase):
         alloc.start_ring(64)
 
         class LateRead(self.PickledRead):
-            """The helper thread scheduled late: its copy comes after the hook cleared."""
+            """A copy that comes after the hook cleared all the same: the reader ran more
+            than the copy's CPU time after its call (RING_COPY_CPU_S) before it took the
+            lock, then waited for it."""
 
-            def read(self):
-                if self.reads >= 1:
+            def read(self, before_call=None):
+                if self.reads >= 1 and before_call is not None:
+                    before_call()
+                    spent = time.thread_time()
+                    while time.thread_time() - spent < 0.01:
+                        pass
                     time.sleep(0.1)
-                return super().read()
+                    before_call = None
+                return super().read(before_call)
 
         try:
             alloc.pickled = LateRead(torch)

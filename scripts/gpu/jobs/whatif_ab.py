@@ -121,6 +121,15 @@ Workloads (each ends with one judged request, caught so the process ends normall
               length) trained through accelerate: Accelerator(bf16, two micro-batches a
               step), its prepared DataLoader, accumulate(), backward(), clipping
               (WHATIF_ACCELACCUM_CAP_GIB).
+  llamabf16   a Llama (8 layers) trained in pure bf16 (weights, gradients and AdamW's state
+              all bf16, no autocast), PyTorch's own attention (SDPA), activation
+              checkpointing without reentrancy, batch and length varying, as fine-tuning
+              scripts do (WHATIF_LLAMABF16_CAP_GIB).
+  unetvar     a U-Net (four levels, 64 to 512 channels, group norm) trained for
+              segmentation (21 classes, a loss per pixel) under bf16 autocast, AdamW, batch
+              (4 to 16) and resolution (128 to 512) varying, the largest growing: skip
+              connections hold each level's activations until the decoder
+              (WHATIF_UNETVAR_CAP_GIB).
   otherproc   a second process holds a 60 GiB cache on the same GPU (freed tensors,
               not released); this one asks for 30 GiB.
 
@@ -166,7 +175,7 @@ import time
 MiB = 1 << 20
 GiB = 1 << 30
 WORKLOADS = ["checker", "splitcache", "tails", "gpt2var", "kvcache", "gpt2mixed", "llamamix", "resnetvar",
-             "bertaccum", "t5var", "gpt2ckpt", "evalmix", "gpt2keep", "gan", "vitvar", "moemix", "gpt2scaler", "loramix", "gpt2compile", "llamagen", "gpt2stream", "t5beam", "t5beam_steps", "wav2vec", "mambaslow", "hftrainer", "gpt2sgd", "resnetinfer", "lightning", "lightningaccum", "gpt2tutorial", "gpt2fixed", "clipvar", "gpt2fused", "accelaccum", "otherproc"]
+             "bertaccum", "t5var", "gpt2ckpt", "evalmix", "gpt2keep", "gan", "vitvar", "moemix", "gpt2scaler", "loramix", "gpt2compile", "llamagen", "gpt2stream", "t5beam", "t5beam_steps", "wav2vec", "mambaslow", "hftrainer", "gpt2sgd", "resnetinfer", "lightning", "lightningaccum", "gpt2tutorial", "gpt2fixed", "clipvar", "gpt2fused", "accelaccum", "llamabf16", "unetvar", "otherproc"]
 # The cap of each stepped workload that takes one from the environment (`scan` varies it).
 CAP_ENV = {"gpt2mixed": ("WHATIF_GPT2MIXED_CAP_GIB", 15.5), "llamamix": ("WHATIF_LLAMAMIX_CAP_GIB", 10),
            "resnetvar": ("WHATIF_RESNETVAR_CAP_GIB", 6.5), "bertaccum": ("WHATIF_BERTACCUM_CAP_GIB", 8),
@@ -185,7 +194,8 @@ CAP_ENV = {"gpt2mixed": ("WHATIF_GPT2MIXED_CAP_GIB", 15.5), "llamamix": ("WHATIF
            "lightningaccum": ("WHATIF_LIGHTNINGACCUM_CAP_GIB", 11.5),
            "gpt2tutorial": ("WHATIF_GPT2TUTORIAL_CAP_GIB", 10.3),
            "gpt2fixed": ("WHATIF_GPT2FIXED_CAP_GIB", 14.6), "clipvar": ("WHATIF_CLIPVAR_CAP_GIB", 27.5),
-           "gpt2fused": ("WHATIF_GPT2FUSED_CAP_GIB", 10), "accelaccum": ("WHATIF_ACCELACCUM_CAP_GIB", 10)}
+           "gpt2fused": ("WHATIF_GPT2FUSED_CAP_GIB", 10), "accelaccum": ("WHATIF_ACCELACCUM_CAP_GIB", 10),
+           "llamabf16": ("WHATIF_LLAMABF16_CAP_GIB", 10), "unetvar": ("WHATIF_UNETVAR_CAP_GIB", 10)}
 HERE = os.path.dirname(os.path.abspath(__file__))
 STEP_LIMIT = int(os.environ.get("WHATIF_STEP_LIMIT", "400"))
 PROFILE = os.environ.get("WHATIF_PROFILE") == "1"  # each step's peaks, printed (sizing caps)
@@ -396,6 +406,43 @@ def llama_mix():
     model = LlamaForCausalLM(llama_config(8)).cuda()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     return model, mixed_lm_step(model, opt, 32000, [1, 2, 4, 6, 8], lambda i: 192 + 16 * i, 4096)
+
+
+def unet(classes, widths=(64, 128, 256, 512)):
+    """unetvar's model: a U-Net whose encoder halves the side at each of len(widths) levels
+    and whose decoder doubles it back, each level's output joined to the decoder's
+    (skip connections); two 3x3 convolutions, group norm and SiLU a level."""
+    import torch
+    from torch import nn
+
+    def block(inp, out):
+        return nn.Sequential(nn.Conv2d(inp, out, 3, padding=1), nn.GroupNorm(8, out), nn.SiLU(),
+                             nn.Conv2d(out, out, 3, padding=1), nn.GroupNorm(8, out), nn.SiLU())
+
+    class UNet(nn.Module):
+        def __init__(self):
+            super().__init__()
+            chans = [3] + list(widths)
+            self.down = nn.ModuleList(block(chans[k], chans[k + 1]) for k in range(len(widths)))
+            self.middle = block(widths[-1], 2 * widths[-1])
+            ups = [2 * widths[-1]] + list(reversed(widths))
+            self.up = nn.ModuleList(nn.ConvTranspose2d(ups[k], ups[k + 1], 2, stride=2)
+                                    for k in range(len(widths)))
+            self.join = nn.ModuleList(block(2 * ups[k + 1], ups[k + 1]) for k in range(len(widths)))
+            self.head = nn.Conv2d(widths[0], classes, 1)
+
+        def forward(self, x):
+            skips = []
+            for down in self.down:
+                x = down(x)
+                skips.append(x)
+                x = nn.functional.max_pool2d(x, 2)
+            x = self.middle(x)
+            for up, join in zip(self.up, self.join):
+                x = join(torch.cat([up(x), skips.pop()], dim=1))
+            return self.head(x)
+
+    return UNet()
 
 
 def cap_from_env(cap, workload):
@@ -837,6 +884,43 @@ def steps(workload, cap, stop_at, judged, before_judged, after_step):
                         accelerator.clip_grad_norm_(model.parameters(), 1.0)
                     opt.step()
                     opt.zero_grad(set_to_none=True)
+    elif workload == "llamabf16":
+        from transformers import LlamaForCausalLM
+
+        cap_from_env(cap, workload)
+        config = llama_config(8)
+        config.use_cache = False
+        # Pure bf16: the weights themselves, so their gradients and AdamW's two states too;
+        # no autocast, no fp32 master copy.
+        model = LlamaForCausalLM(config).to(device="cuda", dtype=torch.bfloat16)
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.train()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
+
+        def step(i):
+            batch = random.choice([1, 2, 4, 6, 8])
+            length = min(4096, random.randint(64, 256 + 32 * i))
+            x = torch.randint(0, 32000, (batch, length), device="cuda")
+            loss = model(input_ids=x, labels=x).loss
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+    elif workload == "unetvar":
+        cap_from_env(cap, workload)
+        model = unet(21).cuda()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+        def step(i):
+            # Segmentation: a class per pixel. Batch and side vary, the largest side grows.
+            batch = random.choice([4, 8, 12, 16])
+            side = 32 * random.randint(4, min(16, 6 + i // 5))
+            x = torch.randn(batch, 3, side, side, device="cuda")
+            y = torch.randint(0, 21, (batch, side, side), device="cuda")
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = torch.nn.functional.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
     elif workload == "vitvar":
         from transformers import ViTConfig, ViTForImageClassification
 
@@ -1167,7 +1251,8 @@ def under_vramtop(binary, workload, work):
 
 STEPPED = ("gpt2var", "kvcache", "kvcache_steps", "gpt2mixed", "llamamix", "resnetvar", "bertaccum", "t5var",
            "gpt2ckpt", "evalmix", "gpt2keep", "gan", "vitvar", "moemix", "gpt2scaler",
-           "loramix", "gpt2compile", "llamagen", "gpt2stream", "t5beam", "t5beam_steps", "wav2vec", "mambaslow", "hftrainer", "gpt2sgd", "resnetinfer", "gpt2fixed", "clipvar", "lightning", "lightningaccum", "gpt2tutorial", "gpt2fused", "accelaccum")
+           "loramix", "gpt2compile", "llamagen", "gpt2stream", "t5beam", "t5beam_steps", "wav2vec", "mambaslow", "hftrainer", "gpt2sgd", "resnetinfer", "gpt2fixed", "clipvar", "lightning", "lightningaccum", "gpt2tutorial", "gpt2fused", "accelaccum",
+           "llamabf16", "unetvar")
 
 
 MAX_SPLIT_TRIED = ["20", "64", "128", "256", "512", "1024", "2048", "4096"]  # MAX_SPLIT_TRIED_MB

@@ -13,7 +13,7 @@ import time
 
 from .settings import (
     ENTRIES_PER_ALLOCATION, HISTORY_MIN_SHARE, HISTORY_PERIOD_S, HISTORY_RATE,
-    PICKLED_SNAPSHOT_SYMBOL, RING_CHECK_S, RING_FLOOR_RATE,
+    PICKLED_SNAPSHOT_SYMBOL, RING_CHECK_S, RING_COPY_POLL_S, RING_FLOOR_RATE,
 )
 
 
@@ -77,13 +77,17 @@ class PickledSnapshot:
         free.restype = None
         return cls(function, free), None
 
-    def read(self):
-        """The pickled snapshot, as bytes; the job's threads run on meanwhile."""
+    def read(self, before_call=None):
+        """The pickled snapshot, as bytes; the job's threads run on meanwhile. `before_call`,
+        if given, is called just before the foreign call, with nothing of Python's between
+        them (read_then_clear times the call from there)."""
         import ctypes
 
         # std::string (libstdc++, cxx11): data pointer, size, then 16 bytes of inline buffer.
         out = ctypes.create_string_buffer(32)
         base = ctypes.addressof(out)
+        if before_call is not None:
+            before_call()
         self._function(base)
         data, size = struct.unpack_from("=QQ", out.raw, 0)
         try:
@@ -91,6 +95,35 @@ class PickledSnapshot:
         finally:
             if data != base + 16:
                 self._free(data)
+
+
+def wait_for_the_copy(reader, call_cpu, need_s, poll_s=RING_COPY_POLL_S):
+    """Returns once the thread `reader`, reading the ring (PickledSnapshot.read), has run
+    `need_s` seconds of its own CPU time since it made the call (`call_cpu()`: its thread
+    time then, None until it has), or has ended: by then PyTorch has copied the ring, and a
+    clear that comes now cannot come before the copy.
+
+    Its CPU time, not the wall's: a reader that waits for the allocator's lock (the job
+    holds it while cudaMalloc or cudaFree runs, for milliseconds near a cap) or for a core
+    (a busy host) uses none. Timed by the wall, the clear overtook such a reader: the read
+    then held only what followed the clear, and the history began again there (a U-Net under
+    a 24 GiB cap with five other jobs on the host, H200: 5 steps of 85 kept). The reader's
+    CPU before PyTorch takes the lock (the call itself, PyTorch's clock converter) is a small
+    part of `need_s` (RING_COPY_CPU_S)."""
+    try:
+        clock = time.pthread_getcpuclockid(reader.ident)
+    except (AttributeError, OSError, TypeError):
+        clock = None  # not Linux, or it has ended
+    time.sleep(need_s)  # a thread runs no faster than the wall
+    while reader.is_alive():
+        at_call = call_cpu()
+        if clock is not None and at_call is not None:
+            try:
+                if time.clock_gettime(clock) - at_call >= need_s:
+                    return
+            except OSError:
+                return  # it has ended: its clock is gone
+        time.sleep(poll_s)
 
 
 def trim_oldest(pieces, over, kind_of, size_of, keep):

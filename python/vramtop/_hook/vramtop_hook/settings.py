@@ -8,7 +8,7 @@ import os
 import sys
 
 
-HOOK_VERSION = "1.8.1"
+HOOK_VERSION = "1.9"
 PROTOCOL_VERSION = 1
 MAX_FRAME = 16 * 1024 * 1024
 # Viewers only ever send `subscribe`; a bigger frame from one is garbage, not a request.
@@ -138,15 +138,20 @@ HISTORY_MAX_MB = env_float("VRAMTOP_HISTORY_MB", 32.0)
 # (3.5 ms for 65,536 entries: about 0.05 us an entry) and then pickles the copy off it
 # (about 3 us an entry: 26 ms for 9,000 entries on an H200, 2.11). Cleared after the read,
 # every event of those 26 ms was in no piece: hundreds a checkpoint at GPT-2's pace, and
-# with them, at times, the job's own segment decisions. The clear follows the read's start
-# by RING_COPY_WAIT_S and RING_COPY_S_PER_ENTRY an entry the ring may hold (about the
-# copy's own time): one that comes while the copy runs waits for the lock, and the events in
-# no piece are those between the copy's end and the clear. (With 2 ms and 0.1 us an entry,
-# about 3 ms, the gaps a state's own entries date measured 3.0 to 5.3 ms on an H200,
-# against 26 to 92 ms cleared after the read on an H100.) A clear that came before the copy is told
-# by the read's size (RING_READ_MIN_BYTES_PER_ENTRY): the history then begins again there.
-RING_COPY_WAIT_S = 0.0003
+# with them, at times, the job's own segment decisions. One that comes while the copy runs
+# waits for the lock, and the events in no piece are those between the copy's end and the
+# clear. (Hook 1.8 waited 0.3 ms and 0.03 us an entry of the wall: the gaps a state's own
+# entries date measured 3.0 to 5.3 ms on an H200, against 26 to 92 ms cleared after the
+# read on an H100.) Hook 1.9 waits for RING_COPY_CPU_S and RING_COPY_S_PER_ENTRY an entry
+# the ring may hold of the reader's own CPU time (`wait_for_the_copy`), looking again every
+# RING_COPY_POLL_S: a reader kept off the lock or off a core uses none, where the wall's
+# wait let the clear overtake it. RING_COPY_CPU_S leaves room for what the reader runs
+# before PyTorch takes the lock (the foreign call, PyTorch's clock converter). A clear that
+# came before the copy all the same is told by the read's size
+# (RING_READ_MIN_BYTES_PER_ENTRY): the history then begins again there.
+RING_COPY_CPU_S = 0.0005
 RING_COPY_S_PER_ENTRY = 3e-8
+RING_COPY_POLL_S = 0.0005
 # A pickled ring entry takes about 52 bytes (468,604 for 8,970 on an H200): a read that
 # holds fewer than this many bytes an expected entry beyond the state read after it was
 # made after the clearing, not before.

@@ -11,11 +11,11 @@ import sys
 import threading
 import time
 
-from .history import History, PickledSnapshot
+from .history import History, PickledSnapshot, wait_for_the_copy
 from .roles import AllocatedSeries, RoleWatch
 from .settings import (
     ENTRIES_PER_ALLOCATION, ENTRIES_PER_ALLOCATION_SKIPPING, HISTORY_MAX_MB, READ_RING_MAX, RING_CHECKPOINT_SHARE,
-    RING_COPY_S_PER_ENTRY, RING_COPY_WAIT_S, RING_READ_MIN_BYTES_PER_ENTRY, SKIPPED_ACTIONS, STEP_MARKS,
+    RING_COPY_CPU_S, RING_COPY_S_PER_ENTRY, RING_READ_MIN_BYTES_PER_ENTRY, SKIPPED_ACTIONS, STEP_MARKS,
     say_once,
 )
 
@@ -569,7 +569,7 @@ class TorchAllocator:
 
     def read_then_clear(self, entries, stacks, estimate):
         """The ring read whole (`read_pickled`) and cleared while PyTorch is still pickling
-        its copy (RING_COPY_WAIT_S says why), and the checkpoint's state read right after
+        its copy (RING_COPY_CPU_S says why), and the checkpoint's state read right after
         the clearing: (the events read, the allocation count at the clearing, the state), or
         None when the job took the recording over meanwhile (nothing cleared). The state is
         read at once, not after the ring's read: vramtop's stitch drops the ring's entries
@@ -577,24 +577,23 @@ class TorchAllocator:
         the state read late would make a gap of its own.
 
         The read runs on a helper thread (ctypes lets the GIL go for it); the clear follows
-        its start by about the copy's time, so the events in no piece are those of a
-        fraction of a millisecond, not of the whole read. A clear that comes while the copy
-        runs waits for the allocator's lock. One that came before the copy (a helper thread
-        not scheduled in time) leaves the read holding only what followed the clear:
+        its call by about the copy's time of the helper's own CPU (`wait_for_the_copy`), so
+        the events in no piece are those of a fraction of a millisecond, not of the whole
+        read, and a helper kept waiting for the allocator's lock or a core is waited for.
+        A clear that comes while the copy runs waits for the allocator's lock. One that came
+        before the copy all the same leaves the read holding only what followed the clear:
         restart_ring tells it by its size and begins the history again at this checkpoint,
         as for a ring that was not read whole."""
         read = {}
-        calling = threading.Event()
 
         def reader():
-            calling.set()
-            read["events"] = self.read_pickled()
+            read["events"] = self.read_pickled(before_call=lambda: read.setdefault("cpu", time.thread_time()))
 
         helper = threading.Thread(target=reader, name="vramtop-ring-read", daemon=True)
         helper.start()
         try:
-            calling.wait(1.0)
-            time.sleep(RING_COPY_WAIT_S + RING_COPY_S_PER_ENTRY * max(0, estimate or 0))
+            wait_for_the_copy(helper, lambda: read.get("cpu"),
+                              RING_COPY_CPU_S + RING_COPY_S_PER_ENTRY * max(0, estimate or 0))
             if self.user_history or not self.ring_entries:
                 return None
             count = self.allocation_count()
@@ -604,13 +603,13 @@ class TorchAllocator:
             helper.join()
         return read.get("events"), count, state
 
-    def read_pickled(self):
+    def read_pickled(self, before_call=None):
         """The snapshot as PyTorch pickles it (PickledSnapshot), or None; a reader that
         fails once is not used again."""
         if self.pickled is None:
             return None
         try:
-            return self.pickled.read()
+            return self.pickled.read(before_call)
         except Exception as err:
             say_once("pickled", "cannot read the event ring off the GIL (%r): history from the last checkpoint only" % (err,))
             self.pickled = None
