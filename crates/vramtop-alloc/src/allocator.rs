@@ -397,9 +397,14 @@ impl Allocator {
         // Oversize segments released above stay released even where they did not add up
         // to the request (release_available_cached_blocks returns false then), and
         // PyTorch's release_cached_blocks always answers true: the last try is made
-        // whenever anything at all was given back, by either.
+        // whenever anything at all was given back, by either. A request into a private
+        // pool is taken to be made while its CUDA graph is captured, and PyTorch releases
+        // nothing more then (`captures_underway`: freeing memory mid-capture is unsafe).
+        // (A `MemPool`'s, made outside any capture, is not told apart: PyTorch would.)
         let released_oversize = cx.counters.reserved < reserved;
-        if policy.release_cached(&mut cx) == 0 && !released_oversize {
+        let capturing = crate::types::in_graph_pool(live.stream);
+        let released_all = !capturing && policy.release_cached(&mut cx) > 0;
+        if !released_all && !released_oversize {
             return Err(Shortfall::Exhausted);
         }
         let placed = policy.alloc_after_release(size, live, &mut cx)?;

@@ -296,6 +296,13 @@ pub(crate) struct SegmentRec {
     pub head: u32,
 }
 
+impl SegmentRec {
+    /// Held by a CUDA graph's private pool (`crate::types::GRAPH_POOL`): never released.
+    pub fn in_graph_pool(&self) -> bool {
+        self.stream.is_some_and(crate::types::in_graph_pool)
+    }
+}
+
 /// The segments a policy holds from the backing, by address.
 #[derive(Debug, Default)]
 pub(crate) struct Segments {

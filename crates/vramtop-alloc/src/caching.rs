@@ -210,7 +210,7 @@ impl Caching {
             .heap
             .idle_segments()
             .into_iter()
-            .filter(|(_, rec)| rec.pool != Pool::Small)
+            .filter(|(_, rec)| rec.pool != Pool::Small && !rec.in_graph_pool())
             .map(|(addr, rec)| {
                 let age = gc.searches - gc.freed_at.get(&addr).copied().unwrap_or(0);
                 (addr, rec, age)
@@ -463,6 +463,51 @@ mod tests {
         let served = a.alloc(720 * MIB, 0, "d");
         assert!(served.is_ok(), "{served:?}");
         assert_eq!(a.stats().reserved_bytes, 970 * MIB);
+    }
+
+    /// A CUDA graph's private pool (`GRAPH_POOL`) keeps its free segments while its graph
+    /// lives: under a 1,000 MiB cap with 600 MiB cached in a graph's pool, a 500 MiB
+    /// request of the job's own finds no room (PyTorch releases the default pools only),
+    /// and `empty_cache()` leaves the pool's segment where it was. A stream's cache is
+    /// released as before.
+    #[test]
+    fn a_graphs_pool_keeps_its_free_segments() {
+        use crate::backing::BookkeepingBacking;
+        use crate::{AllocConfig, Allocator, PolicyKind, GRAPH_POOL};
+        for policy in [PolicyKind::Caching, PolicyKind::PytorchExpandable] {
+            for (stream, served) in [(GRAPH_POOL | 1, false), (7, true)] {
+                let backing = Box::new(BookkeepingBacking::new(1000 * MIB));
+                let a = Allocator::new(policy, backing, AllocConfig::default());
+                let captured = a.alloc(600 * MIB, stream, "captured").unwrap();
+                a.free(&captured).unwrap();
+                let asked = a.alloc(500 * MIB, 0, "job");
+                assert_eq!(asked.is_ok(), served, "{policy:?} {stream}: {asked:?}");
+                if let Ok(block) = asked {
+                    a.free(&block).unwrap();
+                }
+                a.empty_cache();
+                let left = a.stats().reserved_bytes;
+                assert_eq!(left >= 600 * MIB, !served, "{policy:?} {stream}: {left}");
+            }
+        }
+    }
+
+    /// A request into a graph's pool is made while the graph is captured, and PyTorch
+    /// releases no cached segment then (`captures_underway`): 600 MiB cached by the job
+    /// stays, and 500 MiB asked into the pool under a 1,000 MiB cap runs out; asked on
+    /// another stream, the cache is released and it is served.
+    #[test]
+    fn a_request_made_while_a_graph_is_captured_releases_nothing() {
+        use crate::backing::BookkeepingBacking;
+        use crate::{AllocConfig, Allocator, PolicyKind, GRAPH_POOL};
+        for (stream, served) in [(GRAPH_POOL | 1, false), (7, true)] {
+            let backing = Box::new(BookkeepingBacking::new(1000 * MIB));
+            let a = Allocator::new(PolicyKind::Caching, backing, AllocConfig::default());
+            let cached = a.alloc(600 * MIB, 0, "job").unwrap();
+            a.free(&cached).unwrap();
+            let asked = a.alloc(500 * MIB, stream, "captured");
+            assert_eq!(asked.is_ok(), served, "{stream}: {asked:?}");
+        }
     }
 
     /// PyTorch searches the pool once a request (`get_free_block`, the GC's clock) and

@@ -126,11 +126,15 @@ impl<I: FreeIndex> Heap<I> {
         self.arena.get_mut(slot).set_state(NodeState::PendingFree);
     }
 
-    /// Gives every wholly free segment back to the backing. A segment the backing
-    /// refuses to take stays booked (and cached).
+    /// Gives every wholly free segment back to the backing, but a CUDA graph's pool's
+    /// (`GRAPH_POOL`). A segment the backing refuses to take stays booked (and cached).
     pub fn release_free_segments(&mut self, cx: &mut BackingCx<'_>) -> u64 {
         let mut released = 0;
-        for (addr, rec) in self.idle_segments() {
+        for (addr, rec) in self
+            .idle_segments()
+            .into_iter()
+            .filter(|(_, rec)| !rec.in_graph_pool())
+        {
             if self.release_segment(addr, rec, cx) {
                 released += 1;
             }

@@ -448,10 +448,14 @@ impl Policy for PytorchExpandable {
 
     /// `release_cached_blocks`: unmaps the whole pages of every free block, large pool
     /// first, each pool's blocks in (stream, size, address) order; returns the unmapped
-    /// ranges plus the segments given back.
+    /// ranges plus the segments given back. A CUDA graph's pool keeps its pages.
     fn release_cached(&mut self, cx: &mut BackingCx<'_>) -> u64 {
         let mut order: Vec<(u8, StreamId, u64, u64, u32)> = Vec::new();
-        for sub in &self.subs {
+        for sub in self
+            .subs
+            .iter()
+            .filter(|s| !crate::types::in_graph_pool(s.stream))
+        {
             let rank = u8::from(sub.pool == Pool::Small);
             order.extend(
                 sub.blocks

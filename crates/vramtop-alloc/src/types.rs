@@ -16,6 +16,18 @@ pub fn round_size(size: u64) -> Option<u64> {
 /// A stream id, as in CUDA streams: blocks are cached per stream.
 pub type StreamId = u32;
 
+/// Set in the stream id of a private memory pool (PyTorch's `segment_pool_id` other than
+/// (0, 0): each `torch.cuda.graph` capture, torch.compile's CUDA graphs and a `MemPool`
+/// allocate into one). A pool is cached apart, as a stream is, and PyTorch never gives its
+/// free segments back while its graph (or pool) lives: not to an OOM's retry, not to
+/// `empty_cache()`, not to the garbage collector.
+pub const GRAPH_POOL: StreamId = 1 << 30;
+
+/// Whether `stream` is a CUDA graph's private pool (`GRAPH_POOL`).
+pub fn in_graph_pool(stream: StreamId) -> bool {
+    stream & GRAPH_POOL != 0
+}
+
 /// An interned allocation-site label ("train.py:68 step"); `Layout::tags` and
 /// `Allocator::tag_name` turn it back into text. Interning keeps `layout()` cheap.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]

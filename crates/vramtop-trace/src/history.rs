@@ -62,6 +62,8 @@ pub(super) struct Stitched {
     /// The last gap in which the job's allocator took or gave back segments: where in
     /// `events` the state after it applies, and that state.
     pub restart: Option<(usize, Vec<SnapshotSegment>)>,
+    /// Where in `events` each gap's put-in events are.
+    pub gaps: Vec<Range<usize>>,
 }
 
 /// Stitches `pieces` (events and states alternating, ending with a state); `None` when
@@ -105,7 +107,11 @@ pub(super) fn stitch(pieces: Vec<Piece>) -> Option<Stitched> {
                     out.base = Some(segments.clone());
                 } else {
                     let hidden = hides_decisions(&live, &now, &held, &now_held);
+                    let from = out.events.len();
                     out.filled += fill_gap(&live, &now, &held, &now_held, &mut out.events);
+                    if out.events.len() > from {
+                        out.gaps.push(from..out.events.len());
+                    }
                     if hidden {
                         out.restart = Some((out.events.len(), segments.clone()));
                     }

@@ -35,6 +35,7 @@
 pub mod cause;
 mod checkpoint;
 mod error;
+mod graph_pools;
 mod history;
 mod initial;
 pub mod leaks;
@@ -60,7 +61,7 @@ use serde::{Deserialize, Serialize};
 
 pub use error::{ReplayError, TraceError, TraceErrorKind};
 use vramtop_alloc::hash::{AddrMap, AddrSet};
-use vramtop_alloc::{BlockState, Pool, StreamId};
+use vramtop_alloc::{BlockState, Pool, StreamId, GRAPH_POOL};
 
 /// Where a trace came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -205,6 +206,23 @@ pub struct TraceStats {
     pub no_history: bool,
     /// What the vramtop hook added to a snapshot it kept at an OOM (`vramtop_oom`).
     pub kept_oom: Option<KeptOom>,
+    /// Each run of `segment_free` entries in the trace, in order (`CacheRelease`).
+    pub cache_releases: Vec<CacheRelease>,
+}
+
+/// A run of `segment_free` entries: PyTorch gave cached segments back, either of its own
+/// accord (a request that did not fit under what it may hold: the release before the
+/// retry, or before raising) or because the job called `empty_cache()` (and
+/// `torch.cuda.graph` calls it before each capture). The replay tells them apart by the
+/// figures here (`replay::emptied_by_the_job`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CacheRelease {
+    /// Index of the run's first entry.
+    pub at: usize,
+    /// What the traced allocator held just before it.
+    pub reserved_before: u64,
+    /// The size of the next segment it took, where it took one before any `oom` entry.
+    pub next_segment: Option<u64>,
 }
 
 /// A snapshot the vramtop hook kept at an OOM says which OOM, of which process, and the
@@ -268,6 +286,8 @@ pub struct KeptHistory {
     /// The last gap in which the job's allocator took or gave back segments: a verdict
     /// replayed over it must agree with one begun again after it.
     pub restart: Option<GapRestart>,
+    /// Where in `Trace::events` each gap's put-in events are.
+    pub gaps: Vec<std::ops::Range<usize>>,
 }
 
 /// Where a kept history may begin again after a gap that changed the job's segments: the
@@ -470,6 +490,53 @@ impl Trace {
         self.stats.unknown_frees = unknown_frees;
         self.stats.allocs_over_live = over_live;
         self.stats.initial_live_bytes = self.initial.iter().map(|b| b.size).sum();
+        self.stats.cache_releases = self.cache_releases();
+    }
+
+    /// Each run of `segment_free` entries (`CacheRelease`): one pass over the events,
+    /// counting what the traced allocator held from its initial segments on.
+    fn cache_releases(&self) -> Vec<CacheRelease> {
+        // A gap's put-in events say what changed, not when nor why: none is a release.
+        let gaps: &[std::ops::Range<usize>] = self
+            .stats
+            .kept_oom
+            .as_ref()
+            .and_then(|k| k.history.as_ref())
+            .map_or(&[], |h| &h.gaps);
+        let mut reserved: u64 = self.initial_segments.iter().map(|s| s.size).sum();
+        let mut out: Vec<CacheRelease> = Vec::new();
+        // The last run, while its next segment (or an OOM first) is still to come.
+        let mut open = false;
+        let mut previous = None;
+        for (i, event) in self.events.iter().enumerate() {
+            match event.kind {
+                TraceEventKind::SegmentFree => {
+                    let put_in = gaps.iter().any(|g| g.contains(&i));
+                    if previous != Some(TraceEventKind::SegmentFree) && !put_in {
+                        out.push(CacheRelease {
+                            at: i,
+                            reserved_before: reserved,
+                            next_segment: None,
+                        });
+                        open = true;
+                    }
+                    reserved = reserved.saturating_sub(event.size);
+                }
+                TraceEventKind::SegmentAlloc => {
+                    if open {
+                        if let Some(last) = out.last_mut() {
+                            last.next_segment = Some(event.size);
+                        }
+                        open = false;
+                    }
+                    reserved = reserved.saturating_add(event.size);
+                }
+                TraceEventKind::Oom => open = false,
+                _ => {}
+            }
+            previous = Some(event.kind);
+        }
+        out
     }
 }
 
@@ -490,10 +557,12 @@ pub(crate) fn bump(counts: &mut BTreeMap<String, u64>, name: &str) {
     }
 }
 
-/// Raw stream handles (CUDA stream pointers) to small ids, in order of first appearance.
+/// Raw stream handles (CUDA stream pointers) to small ids, in order of first appearance;
+/// a CUDA graph's private pool on a stream to an id of its own, with `GRAPH_POOL` set.
 #[derive(Default)]
 pub(crate) struct StreamIds {
     ids: HashMap<u64, StreamId>,
+    pools: HashMap<(u64, i64, i64), StreamId>,
 }
 
 impl StreamIds {
@@ -503,6 +572,16 @@ impl StreamIds {
         }
         let next = StreamId::try_from(self.ids.len() + 1).unwrap_or(StreamId::MAX);
         *self.ids.entry(raw).or_insert(next)
+    }
+
+    /// The id of `stream`'s blocks in the pool PyTorch names `pool` (`segment_pool_id`):
+    /// the stream's own for the default pool (0, 0), else the private pool's.
+    pub(crate) fn in_pool(&mut self, raw: u64, pool: (i64, i64)) -> StreamId {
+        if pool == (0, 0) {
+            return self.id(raw);
+        }
+        let next = StreamId::try_from(self.pools.len() + 1).unwrap_or(GRAPH_POOL - 1) | GRAPH_POOL;
+        *self.pools.entry((raw, pool.0, pool.1)).or_insert(next)
     }
 }
 

@@ -196,6 +196,7 @@ fn import(
                         .restart
                         .clone()
                         .map(|(event, segments)| crate::GapRestart { event, segments }),
+                    gaps: stitched.gaps.clone(),
                 });
                 // From the job's start there is no checkpoint to begin from.
                 kept.checkpoint = stitched.base.as_ref().map(|_| crate::Checkpoint {
@@ -348,11 +349,12 @@ fn read_piece(
 fn finish(
     device: i64,
     (initial, initial_segments): (Vec<LiveAtStart>, Vec<InitialSegment>),
-    events: Vec<TraceEvent>,
+    mut events: Vec<TraceEvent>,
     segments_at_end: Vec<SnapshotSegment>,
     root: &Value,
     stats: TraceStats,
 ) -> Trace {
+    super::graph_pools::separate(&mut events, &initial_segments, &segments_at_end);
     let mut trace = Trace {
         source: TraceFormat::PytorchSnapshot,
         device,
@@ -779,7 +781,7 @@ fn import_segments(
         out.push(SnapshotSegment {
             addr,
             total_size: u64_field(seg, "total_size", &at)?,
-            stream: entries.streams.id(stream),
+            stream: entries.streams.in_pool(stream, pool_id(seg)),
             pool,
             is_expandable: seg
                 .get("is_expandable")
@@ -789,6 +791,17 @@ fn import_segments(
         });
     }
     Ok(out)
+}
+
+/// A segment's `segment_pool_id` (PyTorch 2.1 on): (0, 0) for the allocator's own pools,
+/// another pair for a private pool (a CUDA graph's, a `MemPool`'s). Absent or unreadable:
+/// (0, 0).
+fn pool_id(seg: &Value) -> (i64, i64) {
+    let pair = seg.get("segment_pool_id").and_then(Value::as_seq);
+    match pair {
+        Some([a, b]) => (a.as_int().unwrap_or(0), b.as_int().unwrap_or(0)),
+        _ => (0, 0),
+    }
 }
 
 /// The fields of one trace entry, found in one pass over its dict (the hot loop).

@@ -220,6 +220,43 @@ pub struct Replay<'t> {
     /// order, and the next of them.
     empty_at: Vec<usize>,
     empty_next: usize,
+    /// Event indices where the job emptied the cache itself (`emptied_by_the_job`), in
+    /// order, and the next of them: every replay empties it there too.
+    job_empties: Vec<usize>,
+    job_empty_next: usize,
+}
+
+/// Where the job emptied PyTorch's cache itself: the runs of `segment_free` entries
+/// (`CacheRelease`) that PyTorch had no reason of its own for, the segment it took next
+/// fitting beside what it held under the job's own limit (the kept file's, else
+/// `capacity`). A run before an `oom` entry, or one at a segment that would not have
+/// fitted, is PyTorch's own release, which a replay makes where it runs short itself.
+/// None where the garbage collector was on (its releases look alike).
+fn emptied_by_the_job(trace: &Trace, capacity: u64) -> Vec<usize> {
+    if trace
+        .settings
+        .garbage_collection_threshold
+        .is_some_and(|t| t > 0.0)
+    {
+        return Vec::new();
+    }
+    let limit = trace
+        .stats
+        .kept_oom
+        .as_ref()
+        .map(|k| k.device_total_bytes)
+        .filter(|&l| l > 0)
+        .unwrap_or(capacity);
+    trace
+        .stats
+        .cache_releases
+        .iter()
+        .filter(|r| {
+            r.next_segment
+                .is_some_and(|next| r.reserved_before.saturating_add(next) <= limit)
+        })
+        .map(|r| r.at)
+        .collect()
 }
 
 /// A trace OOM asked of a policy: would it have failed on the same request?
@@ -309,6 +346,8 @@ impl<'t> Replay<'t> {
                 Vec::new()
             },
             empty_next: 0,
+            job_empties: emptied_by_the_job(trace, opts.capacity),
+            job_empty_next: 0,
         };
         let adopted = replay.adopt_initial_segments()?;
         // Blocks freed before any alloc in formats whose importer does not infer them
@@ -431,6 +470,15 @@ impl<'t> Replay<'t> {
         };
         let index = self.next;
         self.next += 1;
+        while self
+            .job_empties
+            .get(self.job_empty_next)
+            .is_some_and(|&at| at <= index)
+        {
+            // As the job did: CUDA's free ranges stay the job's, so hints hold.
+            self.job_empty_next += 1;
+            self.allocator.empty_cache();
+        }
         while self
             .empty_at
             .get(self.empty_next)
@@ -892,6 +940,36 @@ mod tests {
         assert_eq!(run.counts.unknown_frees, 0);
         assert_eq!(run.counts.allocs, 2);
         assert!(run.peak_reserved_bytes <= 30 * MIB);
+    }
+
+    /// A 100 MiB segment given back with nothing to make room for (the next, 60 MiB, fits
+    /// beside it under the cap): the job called `empty_cache()` (`torch.cuda.graph` does,
+    /// before each capture), and every replay empties the cache there, so the 60 MiB
+    /// block gets a segment of its own. Under a cap the next would not have fitted
+    /// beside, it is PyTorch's own release, and the replay keeps the cached segment until
+    /// it runs short itself.
+    #[test]
+    fn the_jobs_own_empty_cache_is_replayed_and_pytorchs_own_release_is_not() {
+        let events = vec![
+            event(SegmentAlloc, 0x1000_0000, 100 * MIB),
+            event(Alloc, 0x1000_0000, 100 * MIB),
+            event(FreeCompleted, 0x1000_0000, 100 * MIB),
+            event(SegmentFree, 0x1000_0000, 100 * MIB),
+            event(SegmentAlloc, 0x2000_0000, 60 * MIB),
+            event(Alloc, 0x2000_0000, 60 * MIB),
+        ];
+        for (cap, held) in [(300 * MIB, 60 * MIB), (150 * MIB, 100 * MIB)] {
+            let mut t = trace(Vec::new(), events.clone());
+            t.tally();
+            let opts = ReplayOptions {
+                capacity: cap,
+                source: CapacitySource::Given,
+                ..ReplayOptions::default()
+            };
+            let mut r = Replay::new(&t, PolicyKind::Caching, opts).unwrap();
+            r.run_to(usize::MAX).unwrap();
+            assert_eq!(r.allocator().stats().reserved_bytes, held, "cap {cap}");
+        }
     }
 
     #[test]

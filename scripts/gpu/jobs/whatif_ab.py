@@ -130,6 +130,10 @@ Workloads (each ends with one judged request, caught so the process ends normall
               (4 to 16) and resolution (128 to 512) varying, the largest growing: skip
               connections hold each level's activations until the decoder
               (WHATIF_UNETVAR_CAP_GIB).
+  graphsteps  an MLP (6 blocks, 2048 wide, AdamW capturable) trained by CUDA graphs, as
+              PyTorch's whole-network capture does: each batch size's step captured once
+              (torch.cuda.graph, its own private pool) and replayed after, the batch growing
+              (WHATIF_GRAPHSTEPS_CAP_GIB). The memory each graph's pool keeps is no other's.
   otherproc   a second process holds a 60 GiB cache on the same GPU (freed tensors,
               not released); this one asks for 30 GiB.
 
@@ -175,7 +179,7 @@ import time
 MiB = 1 << 20
 GiB = 1 << 30
 WORKLOADS = ["checker", "splitcache", "tails", "gpt2var", "kvcache", "gpt2mixed", "llamamix", "resnetvar",
-             "bertaccum", "t5var", "gpt2ckpt", "evalmix", "gpt2keep", "gan", "vitvar", "moemix", "gpt2scaler", "loramix", "gpt2compile", "llamagen", "gpt2stream", "t5beam", "t5beam_steps", "wav2vec", "mambaslow", "hftrainer", "gpt2sgd", "resnetinfer", "lightning", "lightningaccum", "gpt2tutorial", "gpt2fixed", "clipvar", "gpt2fused", "accelaccum", "llamabf16", "unetvar", "otherproc"]
+             "bertaccum", "t5var", "gpt2ckpt", "evalmix", "gpt2keep", "gan", "vitvar", "moemix", "gpt2scaler", "loramix", "gpt2compile", "llamagen", "gpt2stream", "t5beam", "t5beam_steps", "wav2vec", "mambaslow", "hftrainer", "gpt2sgd", "resnetinfer", "lightning", "lightningaccum", "gpt2tutorial", "gpt2fixed", "clipvar", "gpt2fused", "accelaccum", "llamabf16", "unetvar", "graphsteps", "otherproc"]
 # The cap of each stepped workload that takes one from the environment (`scan` varies it).
 CAP_ENV = {"gpt2mixed": ("WHATIF_GPT2MIXED_CAP_GIB", 15.5), "llamamix": ("WHATIF_LLAMAMIX_CAP_GIB", 10),
            "resnetvar": ("WHATIF_RESNETVAR_CAP_GIB", 6.5), "bertaccum": ("WHATIF_BERTACCUM_CAP_GIB", 8),
@@ -195,7 +199,8 @@ CAP_ENV = {"gpt2mixed": ("WHATIF_GPT2MIXED_CAP_GIB", 15.5), "llamamix": ("WHATIF
            "gpt2tutorial": ("WHATIF_GPT2TUTORIAL_CAP_GIB", 10.3),
            "gpt2fixed": ("WHATIF_GPT2FIXED_CAP_GIB", 14.6), "clipvar": ("WHATIF_CLIPVAR_CAP_GIB", 27.5),
            "gpt2fused": ("WHATIF_GPT2FUSED_CAP_GIB", 10), "accelaccum": ("WHATIF_ACCELACCUM_CAP_GIB", 10),
-           "llamabf16": ("WHATIF_LLAMABF16_CAP_GIB", 10), "unetvar": ("WHATIF_UNETVAR_CAP_GIB", 10)}
+           "llamabf16": ("WHATIF_LLAMABF16_CAP_GIB", 10), "unetvar": ("WHATIF_UNETVAR_CAP_GIB", 10),
+           "graphsteps": ("WHATIF_GRAPHSTEPS_CAP_GIB", 10)}
 HERE = os.path.dirname(os.path.abspath(__file__))
 STEP_LIMIT = int(os.environ.get("WHATIF_STEP_LIMIT", "400"))
 PROFILE = os.environ.get("WHATIF_PROFILE") == "1"  # each step's peaks, printed (sizing caps)
@@ -921,6 +926,43 @@ def steps(workload, cap, stop_at, judged, before_judged, after_step):
             loss.backward()
             opt.step()
             opt.zero_grad(set_to_none=True)
+    elif workload == "graphsteps":
+        cap_from_env(cap, workload)
+        width = 2048
+        model = torch.nn.Sequential(*[torch.nn.Sequential(torch.nn.Linear(width, 4 * width), torch.nn.GELU(),
+                                                          torch.nn.Linear(4 * width, width))
+                                      for _ in range(6)], torch.nn.Linear(width, 1000)).cuda()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4, capturable=True)
+        graphs = {}
+
+        def captured(batch):
+            # PyTorch's whole-network capture: warmed up on a side stream, then one step
+            # captured; its inputs are static tensors, refilled before each replay.
+            x = torch.randn(batch, width, device="cuda")
+            y = torch.randint(0, 1000, (batch,), device="cuda")
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                for _ in range(2):
+                    opt.zero_grad(set_to_none=True)
+                    torch.nn.functional.cross_entropy(model(x), y).backward()
+                    opt.step()
+            torch.cuda.current_stream().wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            opt.zero_grad(set_to_none=True)
+            with torch.cuda.graph(graph):
+                torch.nn.functional.cross_entropy(model(x), y).backward()
+                opt.step()
+            return graph, x, y
+
+        def step(i):
+            batch = 256 * random.randint(1, min(16, 2 + i // 3))
+            if batch not in graphs:
+                graphs[batch] = captured(batch)
+            graph, x, y = graphs[batch]
+            x.normal_()
+            y.random_(0, 1000)
+            graph.replay()
     elif workload == "vitvar":
         from transformers import ViTConfig, ViTForImageClassification
 
@@ -1252,7 +1294,7 @@ def under_vramtop(binary, workload, work):
 STEPPED = ("gpt2var", "kvcache", "kvcache_steps", "gpt2mixed", "llamamix", "resnetvar", "bertaccum", "t5var",
            "gpt2ckpt", "evalmix", "gpt2keep", "gan", "vitvar", "moemix", "gpt2scaler",
            "loramix", "gpt2compile", "llamagen", "gpt2stream", "t5beam", "t5beam_steps", "wav2vec", "mambaslow", "hftrainer", "gpt2sgd", "resnetinfer", "gpt2fixed", "clipvar", "lightning", "lightningaccum", "gpt2tutorial", "gpt2fused", "accelaccum",
-           "llamabf16", "unetvar")
+           "llamabf16", "unetvar", "graphsteps")
 
 
 MAX_SPLIT_TRIED = ["20", "64", "128", "256", "512", "1024", "2048", "4096"]  # MAX_SPLIT_TRIED_MB

@@ -171,7 +171,44 @@ pub fn remedies(
         None => answers,
     };
     // Last, the fits that are left, through the rest of the step.
-    through_the_rest(trace, answers, bounds, &steps)
+    let answers = through_the_rest(trace, answers, bounds, &steps)?;
+    Ok(split_open_under_graphs(trace, answers))
+}
+
+/// Where the job holds CUDA graphs' private pools, a `max_split_size_mb` that fits is left
+/// open: under it PyTorch gives back oversize cached blocks of the request's own pool even
+/// while a graph is captured, which the replay does not follow. An MLP trained by
+/// captured graphs under 12 GiB (H200, 2.11): with N = 20 PyTorch aborted the capture
+/// (`cudaErrorStreamCaptureInvalidated`), with N = 64 it ran out, where the replay served
+/// both. A setting that fails stays failed: an aborted capture does not get through either.
+fn split_open_under_graphs(trace: &Trace, mut answers: Vec<OomRemedies>) -> Vec<OomRemedies> {
+    let pools: std::collections::BTreeSet<_> = trace
+        .segments_at_end
+        .iter()
+        .map(|s| s.stream)
+        .chain(trace.initial_segments.iter().map(|s| s.stream))
+        .filter(|&s| vramtop_alloc::in_graph_pool(s))
+        .collect();
+    if pools.is_empty() {
+        return answers;
+    }
+    let why = format!(
+        "the job holds {} CUDA graph pool(s): under max_split_size_mb PyTorch gives back \
+         oversize cached blocks of a pool even while its graph is captured, which can abort \
+         the capture (cudaErrorStreamCaptureInvalidated) or leave it short, and vramtop's \
+         replay does not follow it there",
+        pools.len()
+    );
+    for r in answers.iter_mut().flat_map(|a| a.remedies.iter_mut()) {
+        if matches!(r.remedy, Remedy::MaxSplitSizeMb(_)) && r.verdict == Verdict::Fits {
+            *r = RemedyVerdict::new(
+                Remedy::MaxSplitSizeMb(None),
+                Verdict::CannotTell,
+                why.clone(),
+            );
+        }
+    }
+    answers
 }
 
 /// Each "fits" at the OOM the job died of, carried on through the rest of its step as the
