@@ -25,9 +25,15 @@ fn fixture(name: &str) -> PathBuf {
     PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures")).join(name)
 }
 
-/// The fixture `cause_NAME.pickle.gz` as the hook kept it: (its folder, the file).
+/// The fixture `cause_NAME.pickle.gz` (or `NAME.pickle.gz` for a `ring_` one) as the hook
+/// kept it: (its folder, the file).
 fn unzipped(name: &str) -> (PathBuf, PathBuf) {
-    unzipped_as_kept(&fixture(&format!("cause_{name}.pickle.gz")), name)
+    let file = if name.starts_with("ring_") {
+        format!("{name}.pickle.gz")
+    } else {
+        format!("cause_{name}.pickle.gz")
+    };
+    unzipped_as_kept(&fixture(&file), name)
 }
 
 /// The causes of the file's OOM as the library finds them.
@@ -178,6 +184,16 @@ fn expected() -> Vec<(&'static str, &'static str, Vec<&'static str>)> {
                 "cause_jobs.py:94 body still alive (6.3 GiB)",
             ],
         ),
+        // An MLP trained by captured CUDA graphs (hook 1.9, H200): 11.9 GiB of the 12.0 GiB
+        // free sat in six graphs' pools, 53 MiB in the job's own cache.
+        (
+            "ring_graphsteps_cap16_hook19",
+            "CUDA graphs' pools",
+            vec![
+                "CUDA graphs' private pools: 11.9 GiB free in 6 pool(s)",
+                "expandable_segments:True fits",
+            ],
+        ),
     ]
 }
 
@@ -273,6 +289,7 @@ fn replay_json_of_every_kept_file_is_documented() {
         "leak_loop",
         "leak_loop_history",
         "front_page_low_addresses",
+        "ring_graphsteps_cap16_hook19",
     ];
     for name in names {
         let (dir, path) = unzipped(name);

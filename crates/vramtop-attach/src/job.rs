@@ -263,6 +263,10 @@ impl OomExplained {
         // PyTorch's own totals where the hook sent them: the segments on the wire may have
         // been cut to fit a frame, the kept file's never are.
         let torch = oom.stats.as_ref();
+        // The kept file's segments name CUDA graphs' pools; the wire's do not.
+        let split = kept
+            .as_ref()
+            .and_then(|t| cause::GraphPoolSplit::of(&t.segments_at_end));
         let facts = OomFacts {
             time_s: oom.time_s,
             requested_bytes: rounded,
@@ -272,8 +276,11 @@ impl OomExplained {
             reserved_bytes: torch
                 .and_then(|t| t.reserved_bytes)
                 .unwrap_or(stats.reserved_bytes),
-            free_runs: stats.free_runs,
-            largest_free_bytes: stats.largest_free_bytes,
+            free_runs: split.map_or(stats.free_runs, |s| s.own_free_runs),
+            largest_free_bytes: split
+                .map_or(stats.largest_free_bytes, |s| s.own_largest_free_bytes),
+            graph_pool_free_bytes: split.map_or(0, |s| s.pool_free_bytes),
+            graph_pools: split.map_or(0, |s| s.pools),
             device_free_bytes: oom.device_free_bytes,
             limit_bytes: oom.device_total_bytes,
             physical_total_bytes: oom.physical_total_bytes,

@@ -65,9 +65,14 @@ pub struct OomFacts<'a> {
     pub requested_bytes: u64,
     pub allocated_bytes: u64,
     pub reserved_bytes: u64,
-    /// Reserved but not allocated, in how many runs, the largest.
+    /// Reserved but not allocated, in how many runs, the largest (outside CUDA graphs'
+    /// pools where the state says which segments are theirs: `graph_pools`).
     pub free_runs: u64,
     pub largest_free_bytes: u64,
+    /// Reserved but not allocated inside CUDA graphs' private pools, and how many pools
+    /// (`GraphPoolSplit`).
+    pub graph_pool_free_bytes: u64,
+    pub graph_pools: u64,
     /// cudaMemGetInfo's free bytes at the OOM.
     pub device_free_bytes: Option<u64>,
     /// What PyTorch passed its OOM observers: the per-process cap when
@@ -174,6 +179,14 @@ pub enum Cause {
         /// The job recorded its sites: a rerun with --history would name none more.
         history_recorded: bool,
     },
+    /// The live tensors and the request fit in what the job may have, yet the free memory
+    /// sat in CUDA graphs' private pools, which only their own graphs use (PyTorch keeps
+    /// a captured graph's memory while the graph lives; `empty_cache()` keeps it too).
+    GraphPools {
+        free_bytes: u64,
+        pools: u64,
+        remedy: Option<Remedy>,
+    },
     /// The live tensors and the request fit in what the job may have, yet no free run
     /// did: the cache held the memory in pieces.
     Fragmentation {
@@ -251,7 +264,9 @@ impl Cause {
                 to_bytes,
                 ..
             } => to_bytes.saturating_sub(*from_bytes),
-            Cause::Fragmentation { free_bytes, .. } => *free_bytes,
+            Cause::GraphPools { free_bytes, .. } | Cause::Fragmentation { free_bytes, .. } => {
+                *free_bytes
+            }
         }
     }
 
@@ -300,6 +315,7 @@ impl Cause {
             Cause::Cap { .. } => "the job's own cap",
             Cause::Leak { .. } => "a leak",
             Cause::TooBig { .. } => "too big",
+            Cause::GraphPools { .. } => "CUDA graphs' pools",
             Cause::Fragmentation { .. } => "fragmentation and the cache",
         }
     }
@@ -408,6 +424,23 @@ impl Cause {
                 }
                 let named: Vec<String> = sites.iter().take(3).map(LeakSite::text).collect();
                 format!("a leak: {}; {rise}", named.join("; "))
+            }
+            Cause::GraphPools {
+                free_bytes,
+                pools,
+                remedy,
+            } => {
+                let held = format!(
+                    "CUDA graphs' private pools: {} free in {} pool(s) that only their own \
+                     graphs use (PyTorch keeps a captured graph's memory while the graph \
+                     lives; empty_cache() does not release it)",
+                    human_bytes(*free_bytes),
+                    pools
+                );
+                match remedy {
+                    Some(r) => format!("{held}; {r} fits"),
+                    None => held,
+                }
             }
             Cause::Fragmentation {
                 free_bytes,
@@ -585,12 +618,26 @@ pub fn causes(facts: &OomFacts) -> Vec<Cause> {
         }
         let room = cap.unwrap_or(u64::MAX).min(room_shared);
         if needed <= room && step.is_none() && facts.reserved_bytes > facts.allocated_bytes {
-            found.push(Cause::Fragmentation {
-                free_bytes: facts.reserved_bytes - facts.allocated_bytes,
-                free_runs: facts.free_runs,
-                largest_free_bytes: facts.largest_free_bytes,
-                remedy: facts.remedy_that_fits.clone(),
-            });
+            // The free memory in CUDA graphs' pools is theirs alone: a cause of its own, the
+            // rest the cache's. The remedy that fits goes with the larger.
+            let free = facts.reserved_bytes - facts.allocated_bytes;
+            let pooled = facts.graph_pool_free_bytes.min(free);
+            let pools_larger = pooled > 0 && pooled >= free - pooled;
+            if pooled > 0 {
+                found.push(Cause::GraphPools {
+                    free_bytes: pooled,
+                    pools: facts.graph_pools,
+                    remedy: facts.remedy_that_fits.clone().filter(|_| pools_larger),
+                });
+            }
+            if free > pooled {
+                found.push(Cause::Fragmentation {
+                    free_bytes: free - pooled,
+                    free_runs: facts.free_runs,
+                    largest_free_bytes: facts.largest_free_bytes,
+                    remedy: facts.remedy_that_fits.clone().filter(|_| !pools_larger),
+                });
+            }
         }
     }
     if let Some(leak) = leak(facts) {
@@ -786,14 +833,18 @@ pub fn of_kept_file(
     let Some(kept) = &trace.stats.kept_oom else {
         return Vec::new();
     };
+    // The file's segments are the state at this OOM where it is the file's own.
+    let split = GraphPoolSplit::of(&trace.segments_at_end);
     let facts = OomFacts {
         time_s: kept.time_us as f64 / 1e6,
         // What PyTorch passed its observers: already rounded.
         requested_bytes: kept.requested_bytes.max(oom.requested_bytes),
         allocated_bytes: oom.allocated_bytes,
         reserved_bytes: oom.reserved_bytes,
-        free_runs: oom.free_runs,
-        largest_free_bytes: oom.largest_free_bytes,
+        free_runs: split.map_or(oom.free_runs, |s| s.own_free_runs),
+        largest_free_bytes: split.map_or(oom.largest_free_bytes, |s| s.own_largest_free_bytes),
+        graph_pool_free_bytes: split.map_or(0, |s| s.pool_free_bytes),
+        graph_pools: split.map_or(0, |s| s.pools),
         device_free_bytes: Some(kept.device_free_bytes),
         limit_bytes: Some(kept.device_total_bytes),
         physical_total_bytes: kept.physical_total_bytes,
@@ -807,6 +858,56 @@ pub fn of_kept_file(
         step: at.and_then(|a| a.step),
     };
     causes(&facts)
+}
+
+/// A state's free memory split between CUDA graphs' private pools (segments whose stream
+/// id has `GRAPH_POOL`: `graph_pools`) and the job's own cache.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GraphPoolSplit {
+    pub pool_free_bytes: u64,
+    /// Pools holding any segment.
+    pub pools: u64,
+    /// Free runs in the job's own segments, and the largest.
+    pub own_free_runs: u64,
+    pub own_largest_free_bytes: u64,
+}
+
+impl GraphPoolSplit {
+    /// None where no segment is a pool's (then the figures stand as they are).
+    pub fn of(segments: &[crate::SnapshotSegment]) -> Option<GraphPoolSplit> {
+        let mut pools = std::collections::BTreeSet::new();
+        let mut split = GraphPoolSplit {
+            pool_free_bytes: 0,
+            pools: 0,
+            own_free_runs: 0,
+            own_largest_free_bytes: 0,
+        };
+        for seg in segments {
+            let pooled = vramtop_alloc::in_graph_pool(seg.stream);
+            if pooled {
+                pools.insert(seg.stream);
+            }
+            // Free blocks side by side are one run.
+            let mut run = 0u64;
+            for block in seg.blocks.iter().map(Some).chain([None]) {
+                match block {
+                    Some(b) if b.state == vramtop_alloc::BlockState::Free => run += b.size,
+                    _ if run > 0 => {
+                        if pooled {
+                            split.pool_free_bytes += run;
+                        } else {
+                            split.own_free_runs += 1;
+                            split.own_largest_free_bytes = split.own_largest_free_bytes.max(run);
+                        }
+                        run = 0;
+                    }
+                    _ => {}
+                }
+            }
+        }
+        split.pools = pools.len() as u64;
+        (split.pools > 0).then_some(split)
+    }
 }
 
 /// Fewest live blocks of one site that make it a leak's site.
@@ -919,6 +1020,41 @@ mod tests {
     }
 
     /// The JAX case of the issue: 59.9 GiB held by an idle XLA process, 40 GiB asked.
+    /// Under a 16 GiB cap, 4 GiB live and a 64 MiB request: 11.9 GiB of the 12 GiB free
+    /// sits in six CUDA graphs' pools, which only their graphs use. That is the cause
+    /// first, with the remedy that fits; the cache's own 100 MiB comes after, on its own.
+    #[test]
+    fn free_memory_in_cuda_graphs_pools_is_their_cause_not_the_caches() {
+        let facts = OomFacts {
+            requested_bytes: 64 * MIB,
+            allocated_bytes: 4 * GIB,
+            reserved_bytes: 16 * GIB,
+            free_runs: 12,
+            largest_free_bytes: 20 * MIB,
+            graph_pool_free_bytes: 12 * GIB - 100 * MIB,
+            graph_pools: 6,
+            device_free_bytes: Some(100 * GIB),
+            limit_bytes: Some(16 * GIB),
+            physical_total_bytes: Some(140 * GIB),
+            remedy_that_fits: Some(Remedy::ExpandableSegments),
+            ..Default::default()
+        };
+        let found = causes(&facts);
+        assert!(
+            matches!(found[0], Cause::GraphPools { pools: 6, .. }),
+            "{found:?}"
+        );
+        assert_eq!(found[0].bytes(), 12 * GIB - 100 * MIB);
+        assert!(
+            found[0].line().ends_with("expandable_segments:True fits"),
+            "{found:?}"
+        );
+        assert!(
+            matches!(found[1], Cause::Fragmentation { free_bytes, remedy: None, .. } if free_bytes == 100 * MIB),
+            "{found:?}"
+        );
+    }
+
     #[test]
     fn a_jax_process_holding_the_gpu_is_named_with_its_switch() {
         let listed = GpuProcesses {
