@@ -128,7 +128,7 @@ struct GarbageCollector {
 /// `divisions` equal steps between two powers of two (CUDACachingAllocator.cpp
 /// `round_size`, `roundup_power2_next_division`, `CUDAAllocatorConfig::
 /// roundup_power2_divisions`: 16 intervals from 1 MiB up).
-pub(crate) fn round_size(size: u64, divisions: &[u32; 16]) -> Option<u64> {
+pub fn round_size(size: u64, divisions: &[u32; 16]) -> Option<u64> {
     if size < GRAIN {
         return Some(GRAIN);
     }

@@ -78,6 +78,7 @@ pub mod whatif;
 
 pub use allocator::{AllocConfig, Allocator, LiveBlock, TagUsage};
 pub use caching::allocation_size as segment_size_for;
+pub use caching::round_size as pytorch_round_size;
 pub use error::{AllocError, BackingError, UnknownBacking};
 pub use events::EventReceiver;
 pub use types::*;

@@ -204,6 +204,9 @@ pub struct OomExplained {
     pub causes: Vec<Cause>,
     /// What the memory was for at the OOM (hook 1.4), beside the segments' figures.
     pub roles: Option<RoleBreakdown>,
+    /// The free memory split between CUDA graphs' private pools and the job's own cache,
+    /// where the kept file's segments name pools.
+    pub graph_pools: Option<cause::GraphPoolSplit>,
 }
 
 impl OomExplained {
@@ -322,6 +325,7 @@ impl OomExplained {
             roles,
             map,
             causes,
+            graph_pools: split,
         }
     }
 
@@ -345,9 +349,13 @@ impl OomExplained {
             .collect()
     }
 
-    /// "needed 1.0 GiB contiguous; 4.3 GiB free in 306 runs, largest 6.0 MiB"
+    /// "needed 1.0 GiB contiguous; 4.3 GiB free in 306 runs, largest 6.0 MiB"; where
+    /// graphs' pools held memory, the job's own runs, and the pools' bytes after.
     pub fn line(&self) -> String {
-        self.report.to_string()
+        match &self.graph_pools {
+            Some(split) => split.oom_line(self.report.rounded_bytes),
+            None => self.report.to_string(),
+        }
     }
 
     /// What `expandable_segments:True` would have done, in one line with its reason: the

@@ -14,6 +14,7 @@ use vramtop_alloc::hash::AddrMap;
 use vramtop_alloc::human_bytes;
 use vramtop_alloc::remedy::{Missing, Remedy};
 
+pub use crate::graph_pools::GraphPoolSplit;
 use crate::step_rest::StepRest;
 
 /// The job's allocated bytes over its life, as the hook sampled them (hook 1.4).
@@ -858,56 +859,6 @@ pub fn of_kept_file(
         step: at.and_then(|a| a.step),
     };
     causes(&facts)
-}
-
-/// A state's free memory split between CUDA graphs' private pools (segments whose stream
-/// id has `GRAPH_POOL`: `graph_pools`) and the job's own cache.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct GraphPoolSplit {
-    pub pool_free_bytes: u64,
-    /// Pools holding any segment.
-    pub pools: u64,
-    /// Free runs in the job's own segments, and the largest.
-    pub own_free_runs: u64,
-    pub own_largest_free_bytes: u64,
-}
-
-impl GraphPoolSplit {
-    /// None where no segment is a pool's (then the figures stand as they are).
-    pub fn of(segments: &[crate::SnapshotSegment]) -> Option<GraphPoolSplit> {
-        let mut pools = std::collections::BTreeSet::new();
-        let mut split = GraphPoolSplit {
-            pool_free_bytes: 0,
-            pools: 0,
-            own_free_runs: 0,
-            own_largest_free_bytes: 0,
-        };
-        for seg in segments {
-            let pooled = vramtop_alloc::in_graph_pool(seg.stream);
-            if pooled {
-                pools.insert(seg.stream);
-            }
-            // Free blocks side by side are one run.
-            let mut run = 0u64;
-            for block in seg.blocks.iter().map(Some).chain([None]) {
-                match block {
-                    Some(b) if b.state == vramtop_alloc::BlockState::Free => run += b.size,
-                    _ if run > 0 => {
-                        if pooled {
-                            split.pool_free_bytes += run;
-                        } else {
-                            split.own_free_runs += 1;
-                            split.own_largest_free_bytes = split.own_largest_free_bytes.max(run);
-                        }
-                        run = 0;
-                    }
-                    _ => {}
-                }
-            }
-        }
-        split.pools = pools.len() as u64;
-        (split.pools > 0).then_some(split)
-    }
 }
 
 /// Fewest live blocks of one site that make it a leak's site.

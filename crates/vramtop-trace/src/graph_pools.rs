@@ -15,7 +15,8 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use vramtop_alloc::{in_graph_pool, StreamId};
+use serde::Serialize;
+use vramtop_alloc::{human_bytes, in_graph_pool, StreamId};
 
 use super::{InitialSegment, SnapshotSegment, TraceEvent, TraceEventKind};
 
@@ -68,6 +69,75 @@ pub(crate) fn separate(
                 live.remove(&start);
             }
         }
+    }
+}
+
+/// A state's free memory split between CUDA graphs' private pools (segments whose stream
+/// id has `GRAPH_POOL`: `graph_pools`) and the job's own cache.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct GraphPoolSplit {
+    pub pool_free_bytes: u64,
+    /// Pools holding any segment.
+    pub pools: u64,
+    /// Free bytes in the job's own segments, in how many runs, and the largest.
+    pub own_free_bytes: u64,
+    pub own_free_runs: u64,
+    pub own_largest_free_bytes: u64,
+}
+
+impl GraphPoolSplit {
+    /// None where no segment is a pool's (then the figures stand as they are).
+    pub fn of(segments: &[SnapshotSegment]) -> Option<GraphPoolSplit> {
+        let mut pools = std::collections::BTreeSet::new();
+        let mut split = GraphPoolSplit::default();
+        for seg in segments {
+            let pooled = vramtop_alloc::in_graph_pool(seg.stream);
+            if pooled {
+                pools.insert(seg.stream);
+            }
+            // Free blocks side by side are one run.
+            let mut run = 0u64;
+            for block in seg.blocks.iter().map(Some).chain([None]) {
+                match block {
+                    Some(b) if b.state == vramtop_alloc::BlockState::Free => run += b.size,
+                    _ if run > 0 => {
+                        split.add_run(run, pooled);
+                        run = 0;
+                    }
+                    _ => {}
+                }
+            }
+        }
+        split.pools = pools.len() as u64;
+        (split.pools > 0).then_some(split)
+    }
+
+    /// Counts one free run, in a pool's segment or the job's own.
+    pub(crate) fn add_run(&mut self, bytes: u64, pooled: bool) {
+        if pooled {
+            self.pool_free_bytes += bytes;
+        } else {
+            self.own_free_bytes += bytes;
+            self.own_free_runs += 1;
+            self.own_largest_free_bytes = self.own_largest_free_bytes.max(bytes);
+        }
+    }
+
+    /// The OOM's first line where graphs' pools hold free memory: the job's own cache is
+    /// what the request could have used, so its runs are the ones counted. "needed 64.0
+    /// MiB contiguous; 53.0 MiB free in 12 runs, largest 20.0 MiB, and 11.9 GiB in 6 CUDA
+    /// graphs' pools"
+    pub fn oom_line(&self, needed_bytes: u64) -> String {
+        format!(
+            "needed {} contiguous; {} free in {} runs, largest {}, and {} in {} CUDA graphs' \
+             pools",
+            human_bytes(needed_bytes),
+            human_bytes(self.own_free_bytes),
+            self.own_free_runs,
+            human_bytes(self.own_largest_free_bytes),
+            human_bytes(self.pool_free_bytes),
+            self.pools
+        )
     }
 }
 

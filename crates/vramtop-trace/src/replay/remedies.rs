@@ -755,7 +755,7 @@ impl Judge<'_> {
         let at = At {
             event: oom.event,
             replay_fails_there: self.runs.fails(oom.event, self.plain) == Some(true),
-            beyond: beyond_any_setting(oom.allocated_bytes.saturating_add(needed), self.high),
+            beyond: beyond_any_setting(oom.live_bytes.saturating_add(needed), self.high),
             capped: under_a_cap(oom),
             partial: self.live_at_start > 0 && self.checkpoint.is_none(),
         };
@@ -844,7 +844,7 @@ impl Judge<'_> {
         let left = self
             .plain
             .capacity
-            .saturating_sub(oom.allocated_bytes.saturating_add(needed));
+            .saturating_sub(oom.live_bytes.saturating_add(needed));
         if left >= rise.last_tenth {
             return remedies;
         }
