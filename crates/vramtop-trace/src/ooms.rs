@@ -1,7 +1,9 @@
 //! The trace's own out-of-memory errors, each with the traced allocator's state at that
 //! moment (reserved, allocated, free in how many runs, largest run), and the capacity a
 //! replay should assume when the user gives none: the traced allocator gave up there.
-//! Walks the events once over the segments and blocks the trace itself describes.
+//! Walks the events once over the segments and blocks the trace itself describes, each
+//! block sized as PyTorch sized it (the trace names the size asked); at the OOM a file
+//! was kept for, the segments kept there, PyTorch's own state, give the figures.
 
 use std::collections::BTreeMap;
 
