@@ -185,7 +185,7 @@ fn expected() -> Vec<(&'static str, &'static str, Vec<&'static str>)> {
             ],
         ),
         // An MLP trained by captured CUDA graphs (hook 1.9, H200): 11.9 GiB of the 12.0 GiB
-        // free sat in six graphs' pools, 53 MiB in the job's own cache.
+        // free sat in six graphs' pools, 54 MiB in the job's own cache.
         (
             "ring_graphsteps_cap16_hook19",
             "CUDA graphs' pools",

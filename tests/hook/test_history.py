@@ -103,7 +103,8 @@ class RingCopyWaitTest(unittest.TestCase):
         import time
 
         def run():
-            marks["call_cpu"] = time.thread_time()
+            clock = vramtop_hook.history.cpu_clock_of_this_thread()
+            marks["call"] = (clock, time.clock_gettime(clock))
             time.sleep(wait_s)  # the lock held by the job: no CPU
             marks["copy_at"] = time.monotonic()
             spent = time.thread_time()
@@ -120,7 +121,7 @@ class RingCopyWaitTest(unittest.TestCase):
         wait = vramtop_hook.history.wait_for_the_copy
         marks = {}
         reader = self.reader(0.05, 0.2, marks)
-        wait(reader, lambda: marks.get("call_cpu"), 0.002, poll_s=0.0005)
+        wait(reader, lambda: marks.get("call"), 0.002, poll_s=0.0005)
         done = time.monotonic()
         # Timed by the wall (hook 1.8: 0.3 ms and 0.03 us an entry) it came back 50 ms early.
         self.assertIn("copy_at", marks)

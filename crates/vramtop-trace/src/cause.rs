@@ -834,8 +834,9 @@ pub fn of_kept_file(
     let Some(kept) = &trace.stats.kept_oom else {
         return Vec::new();
     };
-    // The file's segments are the state at this OOM where it is the file's own.
-    let split = GraphPoolSplit::of(&trace.segments_at_end);
+    // The pools' share of the same state the other figures are of (the kept segments'
+    // where the walk reached them: `trace_ooms`).
+    let split = oom.graph_pools;
     let facts = OomFacts {
         time_s: kept.time_us as f64 / 1e6,
         // What PyTorch passed its observers: already rounded.
@@ -970,7 +971,6 @@ mod tests {
         }
     }
 
-    /// The JAX case of the issue: 59.9 GiB held by an idle XLA process, 40 GiB asked.
     /// Under a 16 GiB cap, 4 GiB live and a 64 MiB request: 11.9 GiB of the 12 GiB free
     /// sits in six CUDA graphs' pools, which only their graphs use. That is the cause
     /// first, with the remedy that fits; the cache's own 100 MiB comes after, on its own.
@@ -1006,6 +1006,7 @@ mod tests {
         );
     }
 
+    /// The JAX case of the issue: 59.9 GiB held by an idle XLA process, 40 GiB asked.
     #[test]
     fn a_jax_process_holding_the_gpu_is_named_with_its_switch() {
         let listed = GpuProcesses {

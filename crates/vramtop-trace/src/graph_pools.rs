@@ -7,7 +7,7 @@
 //! does, and never hands their free memory to the rest of the job. Without it the job's
 //! own replay served the request PyTorch had refused, and no remedy could be judged (an
 //! MLP trained by six captured graphs under a 16 GiB cap: 11.9 GiB free in their pools,
-//! 53 MiB in the job's own).
+//! 54 MiB in the job's own).
 //!
 //! A private segment is known from the snapshots the trace carries (its end, and its
 //! start when it begins at a checkpoint); one freed before the end (its graph deleted) is
@@ -52,22 +52,37 @@ pub(crate) fn separate(
         .copied()
         .filter(|start| !taken_at.contains_key(start))
         .collect();
+    // Each stream's last allocation, where it went: a private pool while a capture runs
+    // on that stream (PyTorch's `get_pool`).
+    let mut last_alloc: HashMap<StreamId, StreamId> = HashMap::new();
     for (i, e) in events.iter_mut().enumerate() {
         match e.kind {
             TraceEventKind::SegmentAlloc if taken_at.get(&e.addr) == Some(&i) => {
                 live.insert(e.addr);
             }
-            TraceEventKind::Oom | TraceEventKind::Snapshot => continue,
+            // An OOM names no address: it was asked of the pool the stream's allocations
+            // went to last, a graph's during its capture (there PyTorch searches the pool
+            // and releases nothing before it raises).
+            TraceEventKind::Oom => {
+                if let Some(&pool) = last_alloc.get(&e.stream) {
+                    e.stream = pool;
+                }
+                continue;
+            }
+            TraceEventKind::Snapshot => continue,
             _ => {}
         }
-        let Some((&start, &(end, stream))) = private.range(..=e.addr).next_back() else {
-            continue;
-        };
-        if e.addr < end && live.contains(&start) {
-            e.stream = stream;
-            if e.kind == TraceEventKind::SegmentFree && e.addr == start {
-                live.remove(&start);
+        let raw = e.stream;
+        if let Some((&start, &(end, stream))) = private.range(..=e.addr).next_back() {
+            if e.addr < end && live.contains(&start) {
+                e.stream = stream;
+                if e.kind == TraceEventKind::SegmentFree && e.addr == start {
+                    live.remove(&start);
+                }
             }
+        }
+        if e.kind == TraceEventKind::Alloc {
+            last_alloc.insert(raw, e.stream);
         }
     }
 }
@@ -185,6 +200,29 @@ mod tests {
         separate(&mut events, &[], &at_end);
         let streams: Vec<StreamId> = events.iter().map(|e| e.stream).collect();
         assert_eq!(streams, [0, 0, 0, 0, pool, pool, 0, 0, pool]);
+    }
+
+    /// An OOM is asked of the pool its stream's last allocation went to: a graph's while
+    /// its capture runs, the job's own once the stream allocates there again.
+    #[test]
+    fn an_oom_during_a_capture_is_the_graphs_pools() {
+        use TraceEventKind::{Alloc, Oom};
+        let pool = GRAPH_POOL | 1;
+        let mb = 1 << 20;
+        let on = |kind, addr, size, stream| TraceEvent {
+            stream,
+            ..TraceEvent::bare(kind, addr, size)
+        };
+        let mut events = vec![
+            on(Alloc, 100 * mb, 8 * mb, 5),
+            on(Oom, 0, 64 * mb, 5),
+            on(Alloc, 120 * mb, 2 * mb, 5),
+            on(Oom, 0, 64 * mb, 5),
+            on(Oom, 0, 64 * mb, 6),
+        ];
+        separate(&mut events, &[], &[segment(100 * mb, 20 * mb, pool)]);
+        let streams: Vec<StreamId> = events.iter().map(|e| e.stream).collect();
+        assert_eq!(streams, [pool, pool, 5, 5, 6]);
     }
 
     #[test]

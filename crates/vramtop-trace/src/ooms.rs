@@ -240,7 +240,8 @@ struct Range {
 }
 
 /// A small-pool segment: PyTorch's `kSmallBuffer`; no large-pool segment has this size
-/// (requests up to 10 MiB get 20 MiB, larger ones 12 MiB and up).
+/// (`get_allocation_size`: requests under 10 MiB get 20 MiB, larger ones their size
+/// rounded up to 2 MiB, 10 MiB and up).
 const SMALL_SEGMENT: u64 = 2 << 20;
 /// PyTorch's `kSmallSize`: a large block splits only where more than this is left over.
 const SMALL_SIZE: u64 = 1 << 20;

@@ -584,7 +584,10 @@ impl<'t> Replay<'t> {
             Err(AllocError::OutOfMemory(_)) => true,
             Err(e) => return Err(e),
         };
-        self.allocator.empty_cache();
+        // Asked during a graph's capture, PyTorch released nothing before it raised.
+        if !vramtop_alloc::in_graph_pool(event.stream) {
+            self.allocator.empty_cache();
+        }
         self.oom_checks.push(OomCheck {
             event: index,
             requested_bytes: event.size,

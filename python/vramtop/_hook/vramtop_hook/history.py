@@ -9,6 +9,7 @@ import collections
 import os
 import struct
 import sys
+import threading
 import time
 
 from .settings import (
@@ -97,11 +98,22 @@ class PickledSnapshot:
                 self._free(data)
 
 
-def wait_for_the_copy(reader, call_cpu, need_s, poll_s=RING_COPY_POLL_S):
+def cpu_clock_of_this_thread():
+    """This thread's CPU clock (for wait_for_the_copy), or None where there is none (not
+    Linux). Taken by the thread itself: pthread_getcpuclockid on another thread that may
+    have ended is undefined, and can crash the process."""
+    try:
+        return time.pthread_getcpuclockid(threading.get_ident())
+    except (AttributeError, OSError):
+        return None
+
+
+def wait_for_the_copy(reader, at_call, need_s, poll_s=RING_COPY_POLL_S):
     """Returns once the thread `reader`, reading the ring (PickledSnapshot.read), has run
-    `need_s` seconds of its own CPU time since it made the call (`call_cpu()`: its thread
-    time then, None until it has), or has ended: by then PyTorch has copied the ring, and a
-    clear that comes now cannot come before the copy.
+    `need_s` seconds of its own CPU time since it made the call (`at_call()`: its CPU clock
+    (cpu_clock_of_this_thread, taken by the reader) and that clock's reading then, or None
+    until it has made it), or has ended: by then PyTorch has copied the ring, and a clear
+    that comes now cannot come before the copy.
 
     Its CPU time, not the wall's: a reader that waits for the allocator's lock (the job
     holds it while cudaMalloc or cudaFree runs, for milliseconds near a cap) or for a core
@@ -109,17 +121,14 @@ def wait_for_the_copy(reader, call_cpu, need_s, poll_s=RING_COPY_POLL_S):
     then held only what followed the clear, and the history began again there (a U-Net under
     a 24 GiB cap with five other jobs on the host, H200: 5 steps of 85 kept). The reader's
     CPU before PyTorch takes the lock (the call itself, PyTorch's clock converter) is a small
-    part of `need_s` (RING_COPY_CPU_S)."""
-    try:
-        clock = time.pthread_getcpuclockid(reader.ident)
-    except (AttributeError, OSError, TypeError):
-        clock = None  # not Linux, or it has ended
+    part of `need_s` (RING_COPY_CPU_S). Without a clock it waits for the reader's end."""
     time.sleep(need_s)  # a thread runs no faster than the wall
     while reader.is_alive():
-        at_call = call_cpu()
-        if clock is not None and at_call is not None:
+        call = at_call()
+        if call is not None and call[0] is not None:
+            clock, cpu_then = call
             try:
-                if time.clock_gettime(clock) - at_call >= need_s:
+                if time.clock_gettime(clock) - cpu_then >= need_s:
                     return
             except OSError:
                 return  # it has ended: its clock is gone

@@ -11,7 +11,7 @@ import sys
 import threading
 import time
 
-from .history import History, PickledSnapshot, wait_for_the_copy
+from .history import History, PickledSnapshot, cpu_clock_of_this_thread, wait_for_the_copy
 from .roles import AllocatedSeries, RoleWatch
 from .settings import (
     ENTRIES_PER_ALLOCATION, ENTRIES_PER_ALLOCATION_SKIPPING, HISTORY_MAX_MB, READ_RING_MAX, RING_CHECKPOINT_SHARE,
@@ -587,12 +587,17 @@ class TorchAllocator:
         read = {}
 
         def reader():
-            read["events"] = self.read_pickled(before_call=lambda: read.setdefault("cpu", time.thread_time()))
+            clock = cpu_clock_of_this_thread()
+
+            def at_call():
+                read.setdefault("call", (clock, time.clock_gettime(clock) if clock is not None else 0.0))
+
+            read["events"] = self.read_pickled(before_call=at_call)
 
         helper = threading.Thread(target=reader, name="vramtop-ring-read", daemon=True)
         helper.start()
         try:
-            wait_for_the_copy(helper, lambda: read.get("cpu"),
+            wait_for_the_copy(helper, lambda: read.get("call"),
                               RING_COPY_CPU_S + RING_COPY_S_PER_ENTRY * max(0, estimate or 0))
             if self.user_history or not self.ring_entries:
                 return None
