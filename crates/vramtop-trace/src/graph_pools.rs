@@ -20,45 +20,42 @@ use vramtop_alloc::{human_bytes, in_graph_pool, StreamId};
 
 use super::{InitialSegment, SnapshotSegment, TraceEvent, TraceEventKind};
 
-/// Gives the events inside a private pool's segments that pool's stream id: from the
-/// start for a segment the trace did not see taken, else from its `segment_alloc` to its
-/// `segment_free`.
+/// Gives the events inside a private pool's segments that pool's stream id: a segment the
+/// snapshot at the end shows from its last `segment_alloc` on (from the start where the
+/// trace did not see it taken); one the state at the start shows (a checkpoint's) from
+/// the start to its first `segment_free`. CUDA hands a freed address out again, so the
+/// same address may be a pool's at the start and the job's (or another pool's) later.
 pub(crate) fn separate(
     events: &mut [TraceEvent],
     initial: &[InitialSegment],
     at_end: &[SnapshotSegment],
 ) {
-    // start -> (end, the pool's stream id)
-    let private: BTreeMap<u64, (u64, StreamId)> = at_end
-        .iter()
-        .map(|s| (s.addr, s.total_size, s.stream))
-        .chain(initial.iter().map(|s| (s.addr, s.size, s.stream)))
-        .filter(|&(_, _, stream)| in_graph_pool(stream))
-        .map(|(addr, size, stream)| (addr, (addr.saturating_add(size), stream)))
-        .collect();
-    if private.is_empty() {
+    let at_end_private = private(at_end.iter().map(|s| (s.addr, s.total_size, s.stream)));
+    let at_start_private = private(initial.iter().map(|s| (s.addr, s.size, s.stream)));
+    if at_end_private.is_empty() && at_start_private.is_empty() {
         return;
     }
     // The last `segment_alloc` at a private segment's start took it for the pool; an
     // earlier one there was another segment, since given back.
     let mut taken_at: HashMap<u64, usize> = HashMap::new();
     for (i, e) in events.iter().enumerate() {
-        if e.kind == TraceEventKind::SegmentAlloc && private.contains_key(&e.addr) {
+        if e.kind == TraceEventKind::SegmentAlloc && at_end_private.contains_key(&e.addr) {
             taken_at.insert(e.addr, i);
         }
     }
-    let mut live: HashSet<u64> = private
+    let mut live_at_end: HashSet<u64> = at_end_private
         .keys()
         .copied()
         .filter(|start| !taken_at.contains_key(start))
         .collect();
+    let mut live_at_start: HashSet<u64> = at_start_private.keys().copied().collect();
     // Each stream's last allocation, where it went: a private pool while a capture runs
     // on that stream (PyTorch's `get_pool`).
     let mut last_alloc: HashMap<StreamId, StreamId> = HashMap::new();
     for (i, e) in events.iter_mut().enumerate() {
         match e.kind {
             TraceEventKind::SegmentAlloc if taken_at.get(&e.addr) == Some(&i) => {
-                live.insert(e.addr);
+                live_at_end.insert(e.addr);
             }
             // An OOM names no address: it was asked of the pool the stream's allocations
             // went to last, a graph's during its capture (there PyTorch searches the pool
@@ -73,18 +70,34 @@ pub(crate) fn separate(
             _ => {}
         }
         let raw = e.stream;
-        if let Some((&start, &(end, stream))) = private.range(..=e.addr).next_back() {
+        for (segments, live) in [
+            (&at_end_private, &mut live_at_end),
+            (&at_start_private, &mut live_at_start),
+        ] {
+            let Some((&start, &(end, stream))) = segments.range(..=e.addr).next_back() else {
+                continue;
+            };
             if e.addr < end && live.contains(&start) {
                 e.stream = stream;
                 if e.kind == TraceEventKind::SegmentFree && e.addr == start {
                     live.remove(&start);
                 }
+                break;
             }
         }
         if e.kind == TraceEventKind::Alloc {
             last_alloc.insert(raw, e.stream);
         }
     }
+}
+
+/// The private pools' segments among (address, size, stream id): start -> (end, the
+/// pool's stream id).
+fn private(segments: impl Iterator<Item = (u64, u64, StreamId)>) -> BTreeMap<u64, (u64, StreamId)> {
+    segments
+        .filter(|&(_, _, stream)| in_graph_pool(stream))
+        .map(|(addr, size, stream)| (addr, (addr.saturating_add(size), stream)))
+        .collect()
 }
 
 /// A state's free memory split between CUDA graphs' private pools (segments whose stream
@@ -223,6 +236,32 @@ mod tests {
         separate(&mut events, &[], &[segment(100 * mb, 20 * mb, pool)]);
         let streams: Vec<StreamId> = events.iter().map(|e| e.stream).collect();
         assert_eq!(streams, [pool, pool, 5, 5, 6]);
+    }
+
+    /// A checkpoint's private segment is the pool's until its first `segment_free`; the
+    /// job's segment CUDA puts at the same address after is the job's, though the state at
+    /// the start said the address was a pool's.
+    #[test]
+    fn an_address_a_pool_gave_back_is_the_jobs_when_it_takes_it() {
+        use TraceEventKind::{Alloc, FreeCompleted, SegmentAlloc, SegmentFree};
+        let pool = GRAPH_POOL | 1;
+        let mb = 1 << 20;
+        let mut events = vec![
+            TraceEvent::bare(FreeCompleted, 100 * mb, 8 * mb),
+            TraceEvent::bare(SegmentFree, 100 * mb, 20 * mb),
+            TraceEvent::bare(SegmentAlloc, 100 * mb, 20 * mb),
+            TraceEvent::bare(Alloc, 100 * mb, 8 * mb),
+        ];
+        let initial = [InitialSegment {
+            addr: 100 * mb,
+            size: 20 * mb,
+            pool: Pool::Large,
+            stream: pool,
+            blocks: Vec::new(),
+        }];
+        separate(&mut events, &initial, &[segment(100 * mb, 20 * mb, 0)]);
+        let streams: Vec<StreamId> = events.iter().map(|e| e.stream).collect();
+        assert_eq!(streams, [pool, pool, 0, 0]);
     }
 
     #[test]
