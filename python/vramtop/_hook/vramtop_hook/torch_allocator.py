@@ -590,7 +590,11 @@ class TorchAllocator:
             clock = cpu_clock_of_this_thread()
 
             def at_call():
-                read.setdefault("call", (clock, time.clock_gettime(clock) if clock is not None else 0.0))
+                # No clock, or one that cannot be read: the wait is for the reader's end.
+                try:
+                    read.setdefault("call", (clock, time.clock_gettime(clock)))
+                except (OSError, TypeError):
+                    read.setdefault("call", (None, 0.0))
 
             read["events"] = self.read_pickled(before_call=at_call)
 
