@@ -123,17 +123,8 @@ impl GraphPoolSplit {
             if pooled {
                 pools.insert(seg.stream);
             }
-            // Free blocks side by side are one run.
-            let mut run = 0u64;
-            for block in seg.blocks.iter().map(Some).chain([None]) {
-                match block {
-                    Some(b) if b.state == vramtop_alloc::BlockState::Free => run += b.size,
-                    _ if run > 0 => {
-                        split.add_run(run, pooled);
-                        run = 0;
-                    }
-                    _ => {}
-                }
+            for run in seg.free_runs() {
+                split.add_run(run, pooled);
             }
         }
         split.pools = pools.len() as u64;

@@ -143,6 +143,26 @@ pub struct SnapshotSegment {
     pub blocks: Vec<SnapshotBlock>,
 }
 
+impl SnapshotSegment {
+    /// The bytes of each free run, in address order: free blocks side by side are one run.
+    pub fn free_runs(&self) -> Vec<u64> {
+        let mut runs = Vec::new();
+        let mut run = 0u64;
+        for block in &self.blocks {
+            if block.state == BlockState::Free {
+                run += block.size;
+            } else if run > 0 {
+                runs.push(run);
+                run = 0;
+            }
+        }
+        if run > 0 {
+            runs.push(run);
+        }
+        runs
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SnapshotBlock {
     pub addr: u64,

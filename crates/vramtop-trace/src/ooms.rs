@@ -158,23 +158,14 @@ impl KeptFigures {
         };
         for seg in segments {
             figures.reserved += seg.total_size;
-            // Free blocks side by side are one run.
-            let mut run = 0u64;
-            for block in seg.blocks.iter().map(Some).chain([None]) {
-                match block {
-                    Some(b) if b.state == BlockState::Free => run += b.size,
-                    Some(b) => {
-                        figures.allocated += b.size;
-                        figures.live_blocks += 1;
-                    }
-                    None => {}
-                }
-                if run > 0 && block.is_none_or(|b| b.state != BlockState::Free) {
-                    figures.free += run;
-                    figures.runs += 1;
-                    figures.largest = figures.largest.max(run);
-                    run = 0;
-                }
+            for block in seg.blocks.iter().filter(|b| b.state != BlockState::Free) {
+                figures.allocated += block.size;
+                figures.live_blocks += 1;
+            }
+            for run in seg.free_runs() {
+                figures.free += run;
+                figures.runs += 1;
+                figures.largest = figures.largest.max(run);
             }
         }
         figures
