@@ -22,11 +22,13 @@
 #               (the default) and 16384 (RINGS sets others)
 #   scan CAP... where gpt2mixed (SCAN_WORKLOAD: another) dies under each cap, plainly and
 #               with expandable segments
+#   ab-autocap WORKLOAD...  ab, each workload under AUTOCAP (0.8) of its own uncapped
+#               peak (for new workloads)
 #   burst [OLD] what 30 caught OOMs in a row cost the job's thread (oom_burst.py), after 20 s
 #               and 75 s of history; with a second binary OLD, the same under it, for a
 #               before and after on one machine; and which OOM the "last" file holds
 # WHATIF_JOBS runs that many remedy processes side by side in `ab` (each under its cap).
-# Usage: scripts/gpu/history.sh path/to/vramtop [ab|cost|step-cost|memory|profile|scan|burst|all] [arg...]
+# Usage: scripts/gpu/history.sh path/to/vramtop [ab|ab-autocap|cost|step-cost|memory|profile|scan|burst|all] [arg...]
 set -uo pipefail
 BIN=$(realpath "${1:?usage: history.sh path/to/vramtop [ab|cost|all] [workload...]}")
 PART=${2:-all}
@@ -37,6 +39,22 @@ cd "$(dirname "$0")/jobs" || exit 1
 
 if [ "$PART" = ab ] || [ "$PART" = all ]; then
   python3 whatif_ab.py ab "$BIN" "$OUT/ab" "$@"
+fi
+
+if [ "$PART" = ab-autocap ]; then
+  # `ab` with each workload's cap taken from its own uncapped run (WHATIF_PROFILE, 100 GiB,
+  # WHATIF_STEP_LIMIT steps): AUTOCAP (default 0.8) of the most it reserved, so that plain
+  # PyTorch dies in the later steps. For workloads whose peaks no run has sized yet.
+  for w in "$@"; do
+    var=$(python3 -c "import whatif_ab; print(whatif_ab.CAP_ENV['$w'][0])") || exit 2
+    env "$var=100" WHATIF_PROFILE=1 python3 whatif_ab.py job "$w" none > "$OUT/profile-$w.log" 2>&1
+    gib=$(python3 -c 'import re, sys
+peaks = [int(m) for m in re.findall(r"peak_reserved ([0-9]+)", open(sys.argv[1]).read())]
+print(round(float(sys.argv[2]) * max(peaks) / 2**30, 2) if peaks else "")' "$OUT/profile-$w.log" "${AUTOCAP:-0.8}")
+    if [ -z "$gib" ]; then echo "$w: no peaks in its uncapped run (see profile-$w.log)"; continue; fi
+    echo "$w: cap $gib GiB (${AUTOCAP:-0.8} of its uncapped peak)"
+    env "$var=$gib" python3 whatif_ab.py ab "$BIN" "$OUT/ab-$w" "$w"
+  done
 fi
 
 if [ "$PART" = scan ]; then

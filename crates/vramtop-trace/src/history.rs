@@ -201,16 +201,16 @@ fn hides_decisions(
     let released = held_was
         .segments
         .iter()
-        .any(|(a, s)| held_now.segments.get(a) != Some(s))
+        .any(|(a, s)| !same_size(held_now.segments.get(a), s))
         || !held_was.mapped.minus(&held_now.mapped).is_empty();
     let new_block_in = |range: Range<u64>| {
         now.range(range)
-            .any(|(addr, block)| was.get(addr) != Some(block))
+            .any(|(addr, block)| !same_size(was.get(addr), block))
     };
     let taken_for_nothing = held_now
         .segments
         .iter()
-        .filter(|(a, s)| held_was.segments.get(a) != Some(s))
+        .filter(|(a, s)| !same_size(held_was.segments.get(a), s))
         .any(|(&a, &(size, _))| !new_block_in(a..a + size))
         || held_now
             .mapped
@@ -218,6 +218,19 @@ fn hides_decisions(
             .into_iter()
             .any(|(range, _)| !new_block_in(range));
     released || taken_for_nothing
+}
+
+/// Whether a block or segment (size, stream) is the one `had` at the same address: the
+/// same where the size is. Not the stream: the pieces meet before `graph_pools::separate`
+/// gives a CUDA graph pool's events the pool's stream id, so the ring's entries carry the
+/// raw stream while the state names the pool (`segment_pool_id`), and every block and
+/// segment of a pool read as changed across each gap. Filled so, a torch.compile job's
+/// pool (cudagraph trees, H200) was given back and taken again at every gap, its events
+/// before it left in the job's own cache (which the job's next `torch.cuda.graph` then
+/// emptied in the replay, 1.4 GiB of the pool with it), and every verdict was "cannot
+/// tell", the gap said to hide the job's own decisions.
+fn same_size(had: Option<&(u64, StreamId)>, is: &(u64, StreamId)) -> bool {
+    had.is_some_and(|had| had.0 == is.0)
 }
 
 /// Byte ranges, each with its stream: start -> (end, stream), disjoint, neighbours of one
@@ -295,13 +308,13 @@ fn fill_gap(
     };
     let before = events.len();
     for (&addr, &block) in was {
-        if now.get(&addr) != Some(&block) {
+        if !same_size(now.get(&addr), &block) {
             events.push(event(TraceEventKind::FreeCompleted, addr, block));
         }
     }
     let (segs_was, segs_now) = (&held_was.segments, &held_now.segments);
     for (&addr, &seg) in segs_was {
-        if segs_now.get(&addr) != Some(&seg) {
+        if !same_size(segs_now.get(&addr), &seg) {
             events.push(event(TraceEventKind::SegmentFree, addr, seg));
         }
     }
@@ -314,7 +327,7 @@ fn fill_gap(
         ));
     }
     for (&addr, &seg) in segs_now {
-        if segs_was.get(&addr) != Some(&seg) {
+        if !same_size(segs_was.get(&addr), &seg) {
             events.push(event(TraceEventKind::SegmentAlloc, addr, seg));
         }
     }
@@ -327,7 +340,7 @@ fn fill_gap(
         ));
     }
     for (&addr, &block) in now {
-        if was.get(&addr) != Some(&block) {
+        if !same_size(was.get(&addr), &block) {
             events.push(event(TraceEventKind::Alloc, addr, block));
         }
     }
@@ -468,6 +481,29 @@ mod tests {
             s.restart, None,
             "the replay sees the block's alloc and decides anew"
         );
+    }
+
+    #[test]
+    fn a_graph_pools_segment_kept_through_a_gap_is_neither_freed_nor_a_restart() {
+        use TraceEventKind::*;
+        let a = 0x1000_0000;
+        // The ring's entries carry the raw stream (1); the state names the segment's pool,
+        // a stream id with GRAPH_POOL set.
+        let raw = |kind, addr, size| TraceEvent {
+            stream: 1,
+            ..ev(kind, addr, size)
+        };
+        let mut pooled = state(&[(a, 4)]);
+        pooled[0].stream = vramtop_alloc::GRAPH_POOL | 1;
+        let pieces = vec![
+            Piece::Events(vec![raw(SegmentAlloc, a, 20 * MIB), raw(Alloc, a, 4 * MIB)]),
+            Piece::State(pooled.clone()),
+            Piece::Events(vec![ev(Snapshot, 0, 4 * MIB)]),
+            Piece::State(pooled),
+        ];
+        let s = stitch(pieces).expect("stitched");
+        assert_eq!(s.filled, 0, "nothing changed in the gap: {:?}", s.events);
+        assert_eq!(s.restart, None);
     }
 
     #[test]

@@ -134,6 +134,15 @@ Workloads (each ends with one judged request, caught so the process ends normall
               PyTorch's whole-network capture does: each batch size's step captured once
               (torch.cuda.graph, its own private pool) and replayed after, the batch growing
               (WHATIF_GRAPHSTEPS_CAP_GIB). The memory each graph's pool keeps is no other's.
+  graphsonce  graphsteps warmed up once, at its first batch size, every new size captured
+              straight away, so that a new size's first allocations, and an OOM among
+              them, come during its capture (WHATIF_GRAPHSONCE_CAP_GIB).
+  gpt2graphs  gpt2mixed's GPT-2 under torch.compile(mode="reduce-overhead"): cudagraph
+              trees run each new shape once in their own pool, record it there and replay
+              it; lengths in buckets of 128, the longest growing (WHATIF_GPT2GRAPHS_CAP_GIB).
+  llamagraphs a Llama (6 layers, llama_config) under torch.compile(mode="reduce-overhead"),
+              fused AdamW, batch 2 to 8 and length in buckets of 256, the longest
+              growing (WHATIF_LLAMAGRAPHS_CAP_GIB).
   gpt2empties gpt2mixed with torch.cuda.empty_cache() after every tenth step, as some
               training scripts do "to free memory" (WHATIF_GPT2EMPTIES_CAP_GIB).
   otherproc   a second process holds a 60 GiB cache on the same GPU (freed tensors,
@@ -181,7 +190,7 @@ import time
 MiB = 1 << 20
 GiB = 1 << 30
 WORKLOADS = ["checker", "splitcache", "tails", "gpt2var", "kvcache", "gpt2mixed", "llamamix", "resnetvar",
-             "bertaccum", "t5var", "gpt2ckpt", "evalmix", "gpt2keep", "gan", "vitvar", "moemix", "gpt2scaler", "loramix", "gpt2compile", "llamagen", "gpt2stream", "t5beam", "t5beam_steps", "wav2vec", "mambaslow", "hftrainer", "gpt2sgd", "resnetinfer", "lightning", "lightningaccum", "gpt2tutorial", "gpt2fixed", "clipvar", "gpt2fused", "accelaccum", "llamabf16", "unetvar", "graphsteps", "gpt2empties", "otherproc"]
+             "bertaccum", "t5var", "gpt2ckpt", "evalmix", "gpt2keep", "gan", "vitvar", "moemix", "gpt2scaler", "loramix", "gpt2compile", "llamagen", "gpt2stream", "t5beam", "t5beam_steps", "wav2vec", "mambaslow", "hftrainer", "gpt2sgd", "resnetinfer", "lightning", "lightningaccum", "gpt2tutorial", "gpt2fixed", "clipvar", "gpt2fused", "accelaccum", "llamabf16", "unetvar", "graphsteps", "graphsonce", "gpt2graphs", "llamagraphs", "gpt2empties", "otherproc"]
 # The cap of each stepped workload that takes one from the environment (`scan` varies it).
 CAP_ENV = {"gpt2mixed": ("WHATIF_GPT2MIXED_CAP_GIB", 15.5), "llamamix": ("WHATIF_LLAMAMIX_CAP_GIB", 10),
            "resnetvar": ("WHATIF_RESNETVAR_CAP_GIB", 6.5), "bertaccum": ("WHATIF_BERTACCUM_CAP_GIB", 8),
@@ -202,9 +211,12 @@ CAP_ENV = {"gpt2mixed": ("WHATIF_GPT2MIXED_CAP_GIB", 15.5), "llamamix": ("WHATIF
            "gpt2fixed": ("WHATIF_GPT2FIXED_CAP_GIB", 14.6), "clipvar": ("WHATIF_CLIPVAR_CAP_GIB", 27.5),
            "gpt2fused": ("WHATIF_GPT2FUSED_CAP_GIB", 10), "accelaccum": ("WHATIF_ACCELACCUM_CAP_GIB", 10),
            "llamabf16": ("WHATIF_LLAMABF16_CAP_GIB", 10), "unetvar": ("WHATIF_UNETVAR_CAP_GIB", 10),
-           "graphsteps": ("WHATIF_GRAPHSTEPS_CAP_GIB", 10),
+           "graphsteps": ("WHATIF_GRAPHSTEPS_CAP_GIB", 10), "graphsonce": ("WHATIF_GRAPHSONCE_CAP_GIB", 10),
+           "gpt2graphs": ("WHATIF_GPT2GRAPHS_CAP_GIB", 10), "llamagraphs": ("WHATIF_LLAMAGRAPHS_CAP_GIB", 10),
            "gpt2empties": ("WHATIF_GPT2EMPTIES_CAP_GIB", 14.5)}
 HERE = os.path.dirname(os.path.abspath(__file__))
+# What a workload says of where it was when an OOM came (graphsonce: "capture" or "replay").
+STEP_NOTE = {}
 STEP_LIMIT = int(os.environ.get("WHATIF_STEP_LIMIT", "400"))
 PROFILE = os.environ.get("WHATIF_PROFILE") == "1"  # each step's peaks, printed (sizing caps)
 # resnetvar's batches scaled (0.5: "half the batch", as vramtop's knobs line offers it).
@@ -978,6 +990,95 @@ def steps(workload, cap, stop_at, judged, before_judged, after_step):
             x.normal_()
             y.random_(0, 1000)
             graph.replay()
+    elif workload == "graphsonce":
+        cap_from_env(cap, workload)
+        width = 2048
+        model = torch.nn.Sequential(*[torch.nn.Sequential(torch.nn.Linear(width, 4 * width), torch.nn.GELU(),
+                                                          torch.nn.Linear(4 * width, width))
+                                      for _ in range(6)], torch.nn.Linear(width, 1000)).cuda()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4, capturable=True)
+        graphs = {}
+
+        def warm_once(batch):
+            # The side-stream warm-up PyTorch asks for before a first capture (lazy
+            # initialisation, the optimizer's state), made once, at the first batch size.
+            x = torch.randn(batch, width, device="cuda")
+            y = torch.randint(0, 1000, (batch,), device="cuda")
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                for _ in range(2):
+                    opt.zero_grad(set_to_none=True)
+                    torch.nn.functional.cross_entropy(model(x), y).backward()
+                    opt.step()
+            torch.cuda.current_stream().wait_stream(side)
+
+        def captured(batch):
+            # Every batch size captured straight away, as a job warmed up once does: a new
+            # size's first activations and gradients are made during its capture, into its
+            # pool, so an OOM there is raised inside the capture.
+            STEP_NOTE["phase"] = "before the capture"
+            if not graphs:
+                warm_once(batch)
+            x = torch.randn(batch, width, device="cuda")
+            y = torch.randint(0, 1000, (batch,), device="cuda")
+            graph = torch.cuda.CUDAGraph()
+            opt.zero_grad(set_to_none=True)
+            STEP_NOTE["phase"] = "capture"
+            with torch.cuda.graph(graph):
+                torch.nn.functional.cross_entropy(model(x), y).backward()
+                opt.step()
+            STEP_NOTE["phase"] = "replay"
+            return graph, x, y
+
+        def step(i):
+            batch = 256 * random.randint(1, min(16, 2 + i // 3))
+            if batch not in graphs:
+                graphs[batch] = captured(batch)
+            graph, x, y = graphs[batch]
+            x.normal_()
+            y.random_(0, 1000)
+            graph.replay()
+    elif workload == "llamagraphs":
+        from transformers import LlamaForCausalLM
+
+        cap_from_env(cap, workload)
+        model = LlamaForCausalLM(llama_config(6)).cuda()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+        # torch.compile's CUDA graphs over a Llama, the whole step's backward in them too;
+        # batch and length from a few buckets, as padded fine-tuning data comes.
+        compiled = torch.compile(model, mode="reduce-overhead")
+
+        def step(i):
+            batch = random.choice([2, 4, 8])
+            length = 256 * random.randint(1, min(12, 2 + i // 4))
+            x = torch.randint(0, 32000, (batch, length), device="cuda")
+            torch.compiler.cudagraph_mark_step_begin()
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = compiled(input_ids=x, labels=x).loss
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+    elif workload == "gpt2graphs":
+        from transformers import GPT2Config, GPT2LMHeadModel
+
+        cap_from_env(cap, workload)
+        model = GPT2LMHeadModel(GPT2Config(n_layer=6, n_embd=1024, n_head=16, n_positions=2048)).cuda()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        # torch.compile's CUDA graphs (cudagraph trees): each new shape is run once in the
+        # trees' own pool, then recorded there, and replayed after; the optimizer eager.
+        compiled = torch.compile(model, mode="reduce-overhead")
+
+        def step(i):
+            batch = random.choice([4, 8])
+            length = 128 * random.randint(1, min(16, 2 + i // 3))  # lengths padded to buckets
+            x = torch.randint(0, 50257, (batch, length), device="cuda")
+            torch.compiler.cudagraph_mark_step_begin()
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = compiled(x, labels=x).loss
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
     elif workload == "vitvar":
         from transformers import ViTConfig, ViTForImageClassification
 
@@ -1082,7 +1183,7 @@ def steps(workload, cap, stop_at, judged, before_judged, after_step):
         try:
             step(i)
         except torch.OutOfMemoryError as e:
-            judged(False, step=i, asked=asked_of(e))
+            judged(False, step=i, asked=asked_of(e), **STEP_NOTE)
             return
         if stop_at is not None and i == stop_at:
             judged(True, step=i)
@@ -1309,7 +1410,7 @@ def under_vramtop(binary, workload, work):
 STEPPED = ("gpt2var", "kvcache", "kvcache_steps", "gpt2mixed", "llamamix", "resnetvar", "bertaccum", "t5var",
            "gpt2ckpt", "evalmix", "gpt2keep", "gan", "vitvar", "moemix", "gpt2scaler",
            "loramix", "gpt2compile", "llamagen", "gpt2stream", "t5beam", "t5beam_steps", "wav2vec", "mambaslow", "hftrainer", "gpt2sgd", "resnetinfer", "gpt2fixed", "clipvar", "lightning", "lightningaccum", "gpt2tutorial", "gpt2fused", "accelaccum",
-           "llamabf16", "unetvar", "graphsteps", "gpt2empties")
+           "llamabf16", "unetvar", "graphsteps", "graphsonce", "gpt2graphs", "llamagraphs", "gpt2empties")
 
 
 MAX_SPLIT_TRIED = ["20", "64", "128", "256", "512", "1024", "2048", "4096"]  # MAX_SPLIT_TRIED_MB
