@@ -1304,6 +1304,17 @@ fn gpu_kept_histories_of_training_loops_give_pytorchs_outcomes_on_both_paths() {
         gc: CannotTell,
         between_steps: CannotTell,
     })[..];
+    // A Llama (6 layers) under torch.compile(mode="reduce-overhead"), fused AdamW, batch
+    // and length in buckets, under 7.65 GiB, dying at step 16 asking 750 MiB with 1.3 GiB
+    // free in the trees' pool (hook 1.9, H200, 2026-11-28, the stitch's fix in the binary):
+    // PyTorch fitted expandable and expandable + GC only (max_split 20: see the README).
+    let llamagraphs = &stepped(Outcomes {
+        expandable: Fits,
+        max_split: ("max_split_size_mb", Fails),
+        roundup: Fails,
+        gc: Fails,
+        between_steps: Fails,
+    })[..];
     // The `_hook16` files were kept by hook 1.6 (a 32,768-entry ring checkpointed from a
     // quarter full, each checkpoint's segments read off the GIL), so even these short jobs'
     // histories come stitched from pieces, gaps filled; PyTorch's outcomes were the same.
@@ -1367,6 +1378,7 @@ fn gpu_kept_histories_of_training_loops_give_pytorchs_outcomes_on_both_paths() {
         // Stitched from 4 pieces with nothing put in: the gaps changed no block or
         // segment, the pool's included (0 put in; 200 while a pool's stream was compared).
         ("history_gpt2graphs_cap13g1_hook19", gpt2graphs, 36, true),
+        ("history_llamagraphs_cap7g65_hook19", llamagraphs, 16, true),
     ] {
         let path = fixture(&format!("{name}.pickle.gz"));
         let file = trace::load(&path).unwrap_or_else(|e| panic!("{name}: {e}"));
