@@ -294,7 +294,11 @@ impl Policy for Caching {
     ) -> Result<Placement, Shortfall> {
         let pool = pool_of(size);
         let home = self.heap.index.home(pool, live.stream);
-        if let Some(gc) = self.gc.as_mut().filter(|_| pool == Pool::Large) {
+        // PyTorch counts the searches of each pool apart (`get_free_blocks_call_count`), and
+        // its collector ages the job's own large blocks by their pool's count: a search of
+        // a CUDA graph's private pool ages none of them.
+        let own_large = pool == Pool::Large && !crate::types::in_graph_pool(live.stream);
+        if let Some(gc) = self.gc.as_mut().filter(|_| own_large) {
             gc.searches += 1;
         }
         if let Some(slot) = self.find(home, size) {
@@ -436,6 +440,50 @@ mod tests {
         assert_eq!(run(Some(0.6)), (662, vec![100]));
         // Without it both stay cached: 812 reserved.
         assert_eq!(run(None), (812, vec![150, 100]));
+    }
+
+    /// The collector's ages count the job's own large-pool searches only. A (150 MiB) is
+    /// freed, then a CUDA graph's pool is searched 20 times, then B (100) and, after two
+    /// more requests, C (50) are freed; a 160 MiB request finds no cached block with 710
+    /// MiB reserved under 1,000 at 0.6 (110 over). By the job's own searches A and B are
+    /// equally old (3) and C younger (1): A and B go in one pass. Counting the pool's
+    /// searches made A far older than B (23 against 3), and A alone went.
+    #[test]
+    fn a_graph_pools_searches_do_not_age_the_jobs_blocks() {
+        use crate::backing::BookkeepingBacking;
+        use crate::{AllocConfig, Allocator, PolicyKind, GRAPH_POOL};
+        let config = AllocConfig {
+            garbage_collection_threshold: Some(0.6),
+            ..AllocConfig::default()
+        };
+        let a = Allocator::new(
+            PolicyKind::Caching,
+            Box::new(BookkeepingBacking::new(1000 * MIB)),
+            config,
+        );
+        let block_a = a.alloc(150 * MIB, 0, "a").unwrap();
+        let block_b = a.alloc(100 * MIB, 0, "b").unwrap();
+        let block_c = a.alloc(50 * MIB, 0, "c").unwrap();
+        a.free(&block_a).unwrap();
+        for _ in 0..20 {
+            let in_pool = a.alloc(10 * MIB, GRAPH_POOL | 1, "graph").unwrap();
+            a.free(&in_pool).unwrap();
+        }
+        a.free(&block_b).unwrap();
+        let _d = a.alloc(200 * MIB, 0, "d").unwrap();
+        let _e = a.alloc(200 * MIB, 0, "e").unwrap();
+        a.free(&block_c).unwrap();
+        let _h = a.alloc(160 * MIB, 0, "h").unwrap();
+        let cached: Vec<u64> = a
+            .layout()
+            .segments
+            .iter()
+            .filter(|s| s.runs.iter().all(|r| r.state == crate::BlockState::Free))
+            .map(|s| s.size / MIB)
+            .filter(|&mib| mib >= 50)
+            .collect();
+        // 150 + 100 + 50 + 10 (the pool's) + 200 + 200 - 150 - 100 + 160
+        assert_eq!((a.stats().reserved_bytes / MIB, cached), (620, vec![50]));
     }
 
     /// Under a 1,000 MiB cap with max_split_size_mb:100: 400 and 300 MiB segments cached,
