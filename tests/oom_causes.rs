@@ -449,11 +449,12 @@ fn the_first_line_counts_the_jobs_own_runs_apart_from_the_graphs_pools() {
         .expect("the pools' segments are known");
     assert_eq!(
         Some(walked),
-        cause::GraphPoolSplit::of(&trace.segments_at_end),
+        cause::GraphPoolSplit::of(&trace.segments_at_end, oom_stream(&trace)),
         "the walk and the kept segments disagree"
     );
     assert_eq!(oom.graph_pools, Some(walked));
     assert_eq!(walked.pools, 6);
+    assert_eq!(walked.asked_pool, None, "asked of the job's own cache");
     assert_eq!(
         walked.pool_free_bytes + walked.own_free_bytes,
         oom.free_bytes
@@ -464,6 +465,69 @@ fn the_first_line_counts_the_jobs_own_runs_apart_from_the_graphs_pools() {
         line,
         "needed 64.0 MiB contiguous; 54.4 MiB free in 16 runs, largest 12.0 MiB, and 11.9 GiB \
          in 6 CUDA graphs' pools"
+    );
+    let block = batch_block(&path);
+    assert!(
+        block
+            .lines()
+            .any(|l| l.trim_start().starts_with(&format!("OOM: {line}"))),
+        "{block}"
+    );
+    assert_eq!(live_explanation(&trace, &path).line(), line);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The stream id the trace's last `oom` entry was asked on (a pool's after the load).
+fn oom_stream(trace: &trace::Trace) -> u32 {
+    trace
+        .events
+        .iter()
+        .rev()
+        .find(|e| e.kind == trace::TraceEventKind::Oom)
+        .map(|e| e.stream)
+        .expect("an oom entry")
+}
+
+/// graphsonce (hook 1.9, H200) ran out during a capture: the request was asked of the new
+/// graph's pool, so the line gives that pool's free memory first, which alone it could
+/// have used, then the job's own cache and the other pools; the kept segments, the walk,
+/// the batch block and the live view say the same.
+#[test]
+fn an_oom_asked_of_a_graphs_pool_counts_that_pools_runs_first() {
+    let name = "ring_graphsonce_cap25g2_hook19";
+    let (dir, path) = unzipped(name);
+    let trace = trace::load(&path).unwrap();
+    let oom = trace_ooms(&trace).pop().expect("an OOM");
+    let split = oom.graph_pools.expect("the pools' segments are known");
+    assert_eq!(
+        Some(split),
+        cause::GraphPoolSplit::of(&trace.segments_at_end, oom_stream(&trace))
+    );
+    let walked = vramtop::trace::ooms::walked_ooms(&trace)
+        .pop()
+        .and_then(|o| o.graph_pools)
+        .expect("the walk knows the pools");
+    assert_eq!(walked.asked_pool, split.asked_pool);
+    let asked = split.asked_pool.expect("asked of a pool");
+    // The asked pool's own segments, summed here apart from the split's code.
+    let stream = oom_stream(&trace);
+    let (bytes, runs, largest) = trace
+        .segments_at_end
+        .iter()
+        .filter(|s| s.stream == stream)
+        .flat_map(|s| s.free_runs())
+        .fold((0, 0, 0), |(b, n, l), run| (b + run, n + 1, l.max(run)));
+    assert_eq!(
+        (asked.free_bytes, asked.free_runs, asked.largest_free_bytes),
+        (bytes, runs, largest)
+    );
+    let line = oom.explain();
+    // The new graph's pool was taken whole by the capture so far: nothing free in it.
+    assert_eq!((asked.free_bytes, asked.free_runs), (0, 0));
+    assert_eq!(
+        line,
+        "needed 128.0 MiB contiguous in a CUDA graph's pool, none of it free (36.5 MiB in the \
+         job's own cache, 21.8 GiB in 11 other pools)"
     );
     let block = batch_block(&path);
     assert!(

@@ -266,10 +266,17 @@ impl OomExplained {
         // PyTorch's own totals where the hook sent them: the segments on the wire may have
         // been cut to fit a frame, the kept file's never are.
         let torch = oom.stats.as_ref();
-        // The kept file's segments name CUDA graphs' pools; the wire's do not.
-        let split = kept
-            .as_ref()
-            .and_then(|t| cause::GraphPoolSplit::of(&t.segments_at_end));
+        // The kept file's segments name CUDA graphs' pools; the wire's do not. Its last
+        // `oom` entry names the pool the request was asked of, where it was one's.
+        let split = kept.as_ref().and_then(|t| {
+            let asked = t
+                .events
+                .iter()
+                .rev()
+                .find(|e| e.kind == vramtop_trace::TraceEventKind::Oom)
+                .map_or(0, |e| e.stream);
+            cause::GraphPoolSplit::of(&t.segments_at_end, asked)
+        });
         let facts = OomFacts {
             time_s: oom.time_s,
             requested_bytes: rounded,

@@ -111,51 +111,124 @@ pub struct GraphPoolSplit {
     pub own_free_bytes: u64,
     pub own_free_runs: u64,
     pub own_largest_free_bytes: u64,
+    /// Where the request was asked of a pool (during its graph's capture, or in
+    /// torch.compile's CUDA graphs' pool): that pool's free memory, the only memory it
+    /// could have used. None: asked of the job's own cache.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub asked_pool: Option<FreeRuns>,
+    /// The pool's stream id `asked_pool` counts.
+    #[serde(skip)]
+    asked: Option<StreamId>,
+}
+
+/// Free memory in runs: bytes, how many runs, the largest.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct FreeRuns {
+    pub free_bytes: u64,
+    pub free_runs: u64,
+    pub largest_free_bytes: u64,
+}
+
+impl FreeRuns {
+    fn add(&mut self, bytes: u64) {
+        self.free_bytes += bytes;
+        self.free_runs += 1;
+        self.largest_free_bytes = self.largest_free_bytes.max(bytes);
+    }
 }
 
 impl GraphPoolSplit {
-    /// None where no segment is a pool's (then the figures stand as they are).
-    pub fn of(segments: &[SnapshotSegment]) -> Option<GraphPoolSplit> {
+    /// None where no segment is a pool's (then the figures stand as they are). `asked`:
+    /// the stream id the request was asked on (the trace's `oom` entry's, a pool's after
+    /// `separate`).
+    pub fn of(segments: &[SnapshotSegment], asked: StreamId) -> Option<GraphPoolSplit> {
         let mut pools = std::collections::BTreeSet::new();
-        let mut split = GraphPoolSplit::default();
+        let mut split = GraphPoolSplit::asking(asked);
         for seg in segments {
-            let pooled = vramtop_alloc::in_graph_pool(seg.stream);
-            if pooled {
+            if in_graph_pool(seg.stream) {
                 pools.insert(seg.stream);
             }
             for run in seg.free_runs() {
-                split.add_run(run, pooled);
+                split.add_run(run, seg.stream);
             }
         }
         split.pools = pools.len() as u64;
         (split.pools > 0).then_some(split)
     }
 
-    /// Counts one free run, in a pool's segment or the job's own.
-    pub(crate) fn add_run(&mut self, bytes: u64, pooled: bool) {
-        if pooled {
-            self.pool_free_bytes += bytes;
-        } else {
-            self.own_free_bytes += bytes;
-            self.own_free_runs += 1;
-            self.own_largest_free_bytes = self.own_largest_free_bytes.max(bytes);
+    /// An empty split for a request asked on `asked`.
+    pub(crate) fn asking(asked: StreamId) -> GraphPoolSplit {
+        GraphPoolSplit {
+            asked_pool: in_graph_pool(asked).then(FreeRuns::default),
+            asked: in_graph_pool(asked).then_some(asked),
+            ..GraphPoolSplit::default()
         }
     }
 
-    /// The OOM's first line where graphs' pools hold free memory: the job's own cache is
-    /// what the request could have used, so its runs are the ones counted. "needed 64.0
-    /// MiB contiguous; 53.0 MiB free in 12 runs, largest 20.0 MiB, and 11.9 GiB in 6 CUDA
-    /// graphs' pools"
+    /// Counts one free run of a segment of `stream`: a pool's (the asked one's too where
+    /// it is that pool) or the job's own. Runs count per pool by the segment's stream id,
+    /// one id a pool (`StreamIds::in_pool`).
+    pub(crate) fn add_run(&mut self, bytes: u64, stream: StreamId) {
+        if !in_graph_pool(stream) {
+            self.own_free_bytes += bytes;
+            self.own_free_runs += 1;
+            self.own_largest_free_bytes = self.own_largest_free_bytes.max(bytes);
+            return;
+        }
+        self.pool_free_bytes += bytes;
+        if self.asked == Some(stream) {
+            if let Some(asked) = &mut self.asked_pool {
+                asked.add(bytes);
+            }
+        }
+    }
+
+    /// The OOM's first line where graphs' pools hold free memory: the memory the request
+    /// could have used comes first. Asked of the job's own cache: "needed 64.0 MiB
+    /// contiguous; 53.0 MiB free in 12 runs, largest 20.0 MiB, and 11.9 GiB in 6 CUDA
+    /// graphs' pools". Asked of a pool: "needed 2.7 GiB contiguous in a CUDA graph's pool;
+    /// 3.2 GiB free there in 58 runs, largest 2.1 GiB (646.0 MiB in the job's own cache)",
+    /// or "...in a CUDA graph's pool, none of it free (36.5 MiB in the job's own cache,
+    /// 21.8 GiB in 11 other pools)".
     pub fn oom_line(&self, needed_bytes: u64) -> String {
+        let Some(asked) = self.asked_pool else {
+            return format!(
+                "needed {} contiguous; {} free in {} runs, largest {}, and {} in {} CUDA \
+                 graphs' pools",
+                human_bytes(needed_bytes),
+                human_bytes(self.own_free_bytes),
+                self.own_free_runs,
+                human_bytes(self.own_largest_free_bytes),
+                human_bytes(self.pool_free_bytes),
+                self.pools
+            );
+        };
+        let there = if asked.free_runs == 0 {
+            ", none of it free".to_string()
+        } else {
+            format!(
+                "; {} free there in {} runs, largest {}",
+                human_bytes(asked.free_bytes),
+                asked.free_runs,
+                human_bytes(asked.largest_free_bytes)
+            )
+        };
+        let mut elsewhere = format!(
+            "{} in the job's own cache",
+            human_bytes(self.own_free_bytes)
+        );
+        if self.pools > 1 {
+            let others = self.pool_free_bytes.saturating_sub(asked.free_bytes);
+            elsewhere.push_str(&format!(
+                ", {} in {} other pool{}",
+                human_bytes(others),
+                self.pools - 1,
+                if self.pools == 2 { "" } else { "s" }
+            ));
+        }
         format!(
-            "needed {} contiguous; {} free in {} runs, largest {}, and {} in {} CUDA graphs' \
-             pools",
-            human_bytes(needed_bytes),
-            human_bytes(self.own_free_bytes),
-            self.own_free_runs,
-            human_bytes(self.own_largest_free_bytes),
-            human_bytes(self.pool_free_bytes),
-            self.pools
+            "needed {} contiguous in a CUDA graph's pool{there} ({elsewhere})",
+            human_bytes(needed_bytes)
         )
     }
 }

@@ -11,7 +11,7 @@ use serde::Serialize;
 
 use vramtop_alloc::{in_graph_pool, pytorch_round_size, round_size, BlockState, Pool, StreamId};
 
-use super::{Trace, TraceEventKind};
+use super::{Trace, TraceEvent, TraceEventKind};
 use crate::graph_pools::GraphPoolSplit;
 
 /// One `oom` entry of the trace, and the traced allocator's state when it happened.
@@ -80,7 +80,9 @@ pub fn trace_ooms(trace: &Trace) -> Vec<TraceOom> {
     // (the walk cannot tell how much of a large block's end was left unsplit where a
     // free block follows it).
     if let (Some(_), Some(last)) = (&trace.stats.kept_oom, out.last_mut()) {
-        let kept = KeptFigures::of(&trace.segments_at_end);
+        // Asked on the stream the `oom` entry names (a pool's, where it was one's).
+        let asked = trace.events.get(last.event).map_or(0, |e| e.stream);
+        let kept = KeptFigures::of(&trace.segments_at_end, asked);
         if kept.reserved == last.reserved_bytes && kept.live_blocks == live_blocks {
             last.allocated_bytes = kept.allocated;
             last.free_bytes = kept.free;
@@ -127,7 +129,7 @@ fn walk(trace: &Trace) -> (Vec<TraceOom>, usize) {
             TraceEventKind::SegmentFree | TraceEventKind::SegmentUnmap => {
                 state.remove_range(event.addr, event.size)
             }
-            TraceEventKind::Oom => out.push(state.oom(i, event.size, event.addr, event.time_us)),
+            TraceEventKind::Oom => out.push(state.oom(i, event)),
             TraceEventKind::FreeRequested | TraceEventKind::Snapshot => {}
         }
     }
@@ -146,7 +148,7 @@ struct KeptFigures {
 }
 
 impl KeptFigures {
-    fn of(segments: &[crate::SnapshotSegment]) -> KeptFigures {
+    fn of(segments: &[crate::SnapshotSegment], asked: StreamId) -> KeptFigures {
         let mut figures = KeptFigures {
             reserved: 0,
             allocated: 0,
@@ -154,7 +156,7 @@ impl KeptFigures {
             free: 0,
             runs: 0,
             largest: 0,
-            graph_pools: GraphPoolSplit::of(segments),
+            graph_pools: GraphPoolSplit::of(segments, asked),
         };
         for seg in segments {
             figures.reserved += seg.total_size;
@@ -345,17 +347,14 @@ impl TracedState {
         }
     }
 
-    fn oom(
-        &self,
-        event: usize,
-        requested: u64,
-        device_free: u64,
-        time_us: Option<i64>,
-    ) -> TraceOom {
+    /// The state at the `oom` entry `asked` (index `event`): its `size` is the request,
+    /// its `addr` the device's free bytes, its stream the pool it was asked of.
+    fn oom(&self, event: usize, asked: &TraceEvent) -> TraceOom {
+        let (requested, device_free, time_us) = (asked.size, asked.addr, asked.time_us);
         let reserved: u64 = self.ranges.values().map(|r| r.size).sum();
         let (mut allocated, mut live) = (0, 0);
         let (mut free, mut runs, mut largest) = (0u64, 0u64, 0u64);
-        let mut split = GraphPoolSplit::default();
+        let mut split = GraphPoolSplit::asking(asked.stream);
         let mut pools = std::collections::BTreeSet::new();
         for (&start, &range) in &self.ranges {
             let pooled = in_graph_pool(range.stream);
@@ -387,7 +386,7 @@ impl TracedState {
                 free += gap;
                 runs += 1;
                 largest = largest.max(gap);
-                split.add_run(gap, pooled);
+                split.add_run(gap, range.stream);
             }
         }
         split.pools = pools.len() as u64;
