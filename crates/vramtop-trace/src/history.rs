@@ -221,7 +221,8 @@ fn hides_decisions(
 }
 
 /// Whether a block or segment (size, stream) is the one `had` at the same address: the
-/// same where the size is. Not the stream: the pieces meet before `graph_pools::separate`
+/// same where size and stream are, and where a pool's id stands on either side, where the
+/// size is. A pool's stream cannot be compared: the pieces meet before `graph_pools::separate`
 /// gives a CUDA graph pool's events the pool's stream id, so the ring's entries carry the
 /// raw stream while the state names the pool (`segment_pool_id`), and every block and
 /// segment of a pool read as changed across each gap. Filled so, a torch.compile job's
@@ -230,7 +231,10 @@ fn hides_decisions(
 /// emptied in the replay, 1.4 GiB of the pool with it), and every verdict was "cannot
 /// tell", the gap said to hide the job's own decisions.
 fn same_size(had: Option<&(u64, StreamId)>, is: &(u64, StreamId)) -> bool {
-    had.is_some_and(|had| had.0 == is.0)
+    had.is_some_and(|had| {
+        let pooled = vramtop_alloc::in_graph_pool(had.1) || vramtop_alloc::in_graph_pool(is.1);
+        had.0 == is.0 && (had.1 == is.1 || pooled)
+    })
 }
 
 /// Byte ranges, each with its stream: start -> (end, stream), disjoint, neighbours of one
@@ -504,6 +508,45 @@ mod tests {
         let s = stitch(pieces).expect("stitched");
         assert_eq!(s.filled, 0, "nothing changed in the gap: {:?}", s.events);
         assert_eq!(s.restart, None);
+    }
+
+    #[test]
+    fn a_segment_another_stream_took_at_the_same_address_in_a_gap_is_still_a_change() {
+        use TraceEventKind::*;
+        let a = 0x1000_0000;
+        let on = |stream: StreamId, kind, addr, size| TraceEvent {
+            stream,
+            ..ev(kind, addr, size)
+        };
+        let mut other = state(&[(a, 4)]);
+        other[0].stream = 2;
+        let pieces = vec![
+            Piece::Events(vec![
+                on(1, SegmentAlloc, a, 20 * MIB),
+                on(1, Alloc, a, 4 * MIB),
+            ]),
+            Piece::State({
+                let mut first = state(&[(a, 4)]);
+                first[0].stream = 1;
+                first
+            }),
+            Piece::Events(vec![ev(Snapshot, 0, 4 * MIB)]),
+            // In the gap: stream 1's segment given back, stream 2's taken at its address.
+            Piece::State(other),
+        ];
+        let s = stitch(pieces).expect("stitched");
+        let kinds: Vec<(TraceEventKind, StreamId)> =
+            s.events[2..].iter().map(|e| (e.kind, e.stream)).collect();
+        assert_eq!(
+            kinds,
+            vec![
+                (FreeCompleted, 1),
+                (SegmentFree, 1),
+                (SegmentAlloc, 2),
+                (Alloc, 2)
+            ]
+        );
+        assert!(s.restart.is_some(), "the gap released a segment");
     }
 
     #[test]
