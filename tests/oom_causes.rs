@@ -539,6 +539,14 @@ fn an_oom_asked_of_a_graphs_pool_counts_that_pools_runs_first() {
         "{block}"
     );
     assert_eq!(live_explanation(&trace, &path).line(), line);
+    // The cause says where it was asked, and what that pool had.
+    assert!(
+        block.contains(
+            "cause: CUDA graphs' private pools: the request was asked of a graph's pool, none \
+             of it free (21.8 GiB more in 11 other pool(s); "
+        ),
+        "{block}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -291,6 +291,7 @@ impl OomExplained {
                 .map_or(stats.largest_free_bytes, |s| s.own_largest_free_bytes),
             graph_pool_free_bytes: split.map_or(0, |s| s.pool_free_bytes),
             graph_pools: split.map_or(0, |s| s.pools),
+            asked_pool: split.and_then(|s| s.asked_pool),
             device_free_bytes: oom.device_free_bytes,
             limit_bytes: oom.device_total_bytes,
             physical_total_bytes: oom.physical_total_bytes,

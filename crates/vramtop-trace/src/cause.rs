@@ -74,6 +74,9 @@ pub struct OomFacts<'a> {
     /// (`GraphPoolSplit`).
     pub graph_pool_free_bytes: u64,
     pub graph_pools: u64,
+    /// Where the request was asked of a pool: that pool's free memory (`GraphPoolSplit::
+    /// asked_pool`).
+    pub asked_pool: Option<crate::graph_pools::FreeRuns>,
     /// cudaMemGetInfo's free bytes at the OOM.
     pub device_free_bytes: Option<u64>,
     /// What PyTorch passed its OOM observers: the per-process cap when
@@ -186,6 +189,10 @@ pub enum Cause {
     GraphPools {
         free_bytes: u64,
         pools: u64,
+        /// The pool the request was asked of, where it was one's: its free memory, the
+        /// only memory the request could use.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        asked_pool: Option<crate::graph_pools::FreeRuns>,
         remedy: Option<Remedy>,
     },
     /// The live tensors and the request fit in what the job may have, yet no free run
@@ -429,15 +436,47 @@ impl Cause {
             Cause::GraphPools {
                 free_bytes,
                 pools,
+                asked_pool,
                 remedy,
             } => {
-                let held = format!(
-                    "CUDA graphs' private pools: {} free in {} pool(s) that only their own \
-                     graphs use (PyTorch keeps a captured graph's memory while the graph \
-                     lives; empty_cache() does not release it)",
-                    human_bytes(*free_bytes),
-                    pools
-                );
+                let held = match asked_pool {
+                    // Asked of a pool (during a capture, or in torch.compile's CUDA graphs'
+                    // pool): that pool's memory was the request's to use, in pieces or
+                    // none, and PyTorch releases no cache while a pool is being filled.
+                    Some(asked) => {
+                        let there = if asked.free_runs == 0 {
+                            "none of it free".to_string()
+                        } else {
+                            format!(
+                                "{} free there in {} runs, largest {}",
+                                human_bytes(asked.free_bytes),
+                                asked.free_runs,
+                                human_bytes(asked.largest_free_bytes)
+                            )
+                        };
+                        let others = if *pools > 1 {
+                            format!(
+                                "{} more in {} other pool(s); ",
+                                human_bytes(free_bytes.saturating_sub(asked.free_bytes)),
+                                pools - 1
+                            )
+                        } else {
+                            String::new()
+                        };
+                        format!(
+                            "CUDA graphs' private pools: the request was asked of a graph's \
+                             pool, {there} ({others}PyTorch releases none of its cache while \
+                             a pool is filled, and a pool's memory is its graphs' alone)"
+                        )
+                    }
+                    None => format!(
+                        "CUDA graphs' private pools: {} free in {} pool(s) that only their \
+                         own graphs use (PyTorch keeps a captured graph's memory while the \
+                         graph lives; empty_cache() does not release it)",
+                        human_bytes(*free_bytes),
+                        pools
+                    ),
+                };
                 match remedy {
                     Some(r) => format!("{held}; {r} fits"),
                     None => held,
@@ -628,6 +667,7 @@ pub fn causes(facts: &OomFacts) -> Vec<Cause> {
                 found.push(Cause::GraphPools {
                     free_bytes: pooled,
                     pools: facts.graph_pools,
+                    asked_pool: facts.asked_pool,
                     remedy: facts.remedy_that_fits.clone().filter(|_| pools_larger),
                 });
             }
@@ -847,6 +887,7 @@ pub fn of_kept_file(
         largest_free_bytes: split.map_or(oom.largest_free_bytes, |s| s.own_largest_free_bytes),
         graph_pool_free_bytes: split.map_or(0, |s| s.pool_free_bytes),
         graph_pools: split.map_or(0, |s| s.pools),
+        asked_pool: split.and_then(|s| s.asked_pool),
         device_free_bytes: Some(kept.device_free_bytes),
         limit_bytes: Some(kept.device_total_bytes),
         physical_total_bytes: kept.physical_total_bytes,
