@@ -59,7 +59,10 @@ pub(crate) fn separate(
             }
             // An OOM names no address: it was asked of the pool the stream's allocations
             // went to last, a graph's during its capture (there PyTorch searches the pool
-            // and releases nothing before it raises).
+            // and releases nothing before it raises). Not told apart: a capture whose very
+            // first request fails (its pool has no block yet; torch.cuda.graph captures
+            // every graph on one stream, so the last allocation there was the graph
+            // before's), and an eager request failing on a stream just used by a graph.
             TraceEventKind::Oom => {
                 if let Some(&pool) = last_alloc.get(&e.stream) {
                     e.stream = pool;
