@@ -201,16 +201,16 @@ fn hides_decisions(
     let released = held_was
         .segments
         .iter()
-        .any(|(a, s)| !same_size(held_now.segments.get(a), s))
+        .any(|(a, s)| !unchanged(held_now.segments.get(a), s))
         || !held_was.mapped.minus(&held_now.mapped).is_empty();
     let new_block_in = |range: Range<u64>| {
         now.range(range)
-            .any(|(addr, block)| !same_size(was.get(addr), block))
+            .any(|(addr, block)| !unchanged(was.get(addr), block))
     };
     let taken_for_nothing = held_now
         .segments
         .iter()
-        .filter(|(a, s)| !same_size(held_was.segments.get(a), s))
+        .filter(|(a, s)| !unchanged(held_was.segments.get(a), s))
         .any(|(&a, &(size, _))| !new_block_in(a..a + size))
         || held_now
             .mapped
@@ -221,16 +221,15 @@ fn hides_decisions(
 }
 
 /// Whether a block or segment (size, stream) is the one `had` at the same address: the
-/// same where size and stream are, and where a pool's id stands on either side, where the
-/// size is. A pool's stream cannot be compared: the pieces meet before `graph_pools::separate`
-/// gives a CUDA graph pool's events the pool's stream id, so the ring's entries carry the
-/// raw stream while the state names the pool (`segment_pool_id`), and every block and
-/// segment of a pool read as changed across each gap. Filled so, a torch.compile job's
-/// pool (cudagraph trees, H200) was given back and taken again at every gap, its events
-/// before it left in the job's own cache (which the job's next `torch.cuda.graph` then
-/// emptied in the replay, 1.4 GiB of the pool with it), and every verdict was "cannot
-/// tell", the gap said to hide the job's own decisions.
-fn same_size(had: Option<&(u64, StreamId)>, is: &(u64, StreamId)) -> bool {
+/// same size and stream, or the same size where either side names a CUDA graph's pool.
+/// A pool's stream cannot be compared: the pieces are stitched before
+/// `graph_pools::separate` gives a pool's events its pool's stream id, so the ring's
+/// entries carry the raw stream while the state names the pool (`segment_pool_id`).
+/// Compared with it, every block and segment of a torch.compile job's pool (cudagraph
+/// trees, H200) read as given back and taken again at every gap, its events before that
+/// stayed in the job's own cache (which the job's next `torch.cuda.graph` then emptied in
+/// the replay, 1.4 GiB of the pool with it), and every verdict was "cannot tell".
+fn unchanged(had: Option<&(u64, StreamId)>, is: &(u64, StreamId)) -> bool {
     had.is_some_and(|had| {
         let pooled = vramtop_alloc::in_graph_pool(had.1) || vramtop_alloc::in_graph_pool(is.1);
         had.0 == is.0 && (had.1 == is.1 || pooled)
@@ -312,13 +311,13 @@ fn fill_gap(
     };
     let before = events.len();
     for (&addr, &block) in was {
-        if !same_size(now.get(&addr), &block) {
+        if !unchanged(now.get(&addr), &block) {
             events.push(event(TraceEventKind::FreeCompleted, addr, block));
         }
     }
     let (segs_was, segs_now) = (&held_was.segments, &held_now.segments);
     for (&addr, &seg) in segs_was {
-        if !same_size(segs_now.get(&addr), &seg) {
+        if !unchanged(segs_now.get(&addr), &seg) {
             events.push(event(TraceEventKind::SegmentFree, addr, seg));
         }
     }
@@ -331,7 +330,7 @@ fn fill_gap(
         ));
     }
     for (&addr, &seg) in segs_now {
-        if !same_size(segs_was.get(&addr), &seg) {
+        if !unchanged(segs_was.get(&addr), &seg) {
             events.push(event(TraceEventKind::SegmentAlloc, addr, seg));
         }
     }
@@ -344,7 +343,7 @@ fn fill_gap(
         ));
     }
     for (&addr, &block) in now {
-        if !same_size(was.get(&addr), &block) {
+        if !unchanged(was.get(&addr), &block) {
             events.push(event(TraceEventKind::Alloc, addr, block));
         }
     }
