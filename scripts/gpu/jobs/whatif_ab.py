@@ -215,7 +215,8 @@ CAP_ENV = {"gpt2mixed": ("WHATIF_GPT2MIXED_CAP_GIB", 15.5), "llamamix": ("WHATIF
            "gpt2graphs": ("WHATIF_GPT2GRAPHS_CAP_GIB", 10), "llamagraphs": ("WHATIF_LLAMAGRAPHS_CAP_GIB", 10),
            "gpt2empties": ("WHATIF_GPT2EMPTIES_CAP_GIB", 14.5)}
 HERE = os.path.dirname(os.path.abspath(__file__))
-# What a workload says of where it was when an OOM came (graphsonce: "capture" or "replay").
+# What a workload says of where it was when an OOM came (graphsteps, graphsonce: "before
+# the capture", "capture" or "replay").
 STEP_NOTE = {}
 STEP_LIMIT = int(os.environ.get("WHATIF_STEP_LIMIT", "400"))
 PROFILE = os.environ.get("WHATIF_PROFILE") == "1"  # each step's peaks, printed (sizing caps)
@@ -953,7 +954,7 @@ def steps(workload, cap, stop_at, judged, before_judged, after_step):
             loss.backward()
             opt.step()
             opt.zero_grad(set_to_none=True)
-    elif workload == "graphsteps":
+    elif workload in ("graphsteps", "graphsonce"):
         cap_from_env(cap, workload)
         width = 2048
         model = torch.nn.Sequential(*[torch.nn.Sequential(torch.nn.Linear(width, 4 * width), torch.nn.GELU(),
@@ -963,65 +964,24 @@ def steps(workload, cap, stop_at, judged, before_judged, after_step):
         graphs = {}
 
         def captured(batch):
-            # PyTorch's whole-network capture: warmed up on a side stream, then one step
-            # captured; its inputs are static tensors, refilled before each replay.
-            x = torch.randn(batch, width, device="cuda")
-            y = torch.randint(0, 1000, (batch,), device="cuda")
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
-                for _ in range(2):
-                    opt.zero_grad(set_to_none=True)
-                    torch.nn.functional.cross_entropy(model(x), y).backward()
-                    opt.step()
-            torch.cuda.current_stream().wait_stream(side)
-            graph = torch.cuda.CUDAGraph()
-            opt.zero_grad(set_to_none=True)
-            with torch.cuda.graph(graph):
-                torch.nn.functional.cross_entropy(model(x), y).backward()
-                opt.step()
-            return graph, x, y
-
-        def step(i):
-            batch = 256 * random.randint(1, min(16, 2 + i // 3))
-            if batch not in graphs:
-                graphs[batch] = captured(batch)
-            graph, x, y = graphs[batch]
-            x.normal_()
-            y.random_(0, 1000)
-            graph.replay()
-    elif workload == "graphsonce":
-        cap_from_env(cap, workload)
-        width = 2048
-        model = torch.nn.Sequential(*[torch.nn.Sequential(torch.nn.Linear(width, 4 * width), torch.nn.GELU(),
-                                                          torch.nn.Linear(4 * width, width))
-                                      for _ in range(6)], torch.nn.Linear(width, 1000)).cuda()
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-4, capturable=True)
-        graphs = {}
-
-        def warm_once(batch):
-            # The side-stream warm-up PyTorch asks for before a first capture (lazy
-            # initialisation, the optimizer's state), made once, at the first batch size.
-            x = torch.randn(batch, width, device="cuda")
-            y = torch.randint(0, 1000, (batch,), device="cuda")
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
-                for _ in range(2):
-                    opt.zero_grad(set_to_none=True)
-                    torch.nn.functional.cross_entropy(model(x), y).backward()
-                    opt.step()
-            torch.cuda.current_stream().wait_stream(side)
-
-        def captured(batch):
-            # Every batch size captured straight away, as a job warmed up once does: a new
-            # size's first activations and gradients are made during its capture, into its
-            # pool, so an OOM there is raised inside the capture.
+            # PyTorch's whole-network capture: warmed up on a side stream (lazy
+            # initialisation, the optimizer's state), then one step captured; its inputs
+            # are static tensors, refilled before each replay. graphsonce warms up once, at
+            # its first batch size, as a job warmed up once does: a new size's first
+            # activations and gradients are then made during its capture, into its pool,
+            # so an OOM there is raised inside the capture.
             STEP_NOTE["phase"] = "before the capture"
-            if not graphs:
-                warm_once(batch)
             x = torch.randn(batch, width, device="cuda")
             y = torch.randint(0, 1000, (batch,), device="cuda")
+            if workload == "graphsteps" or not graphs:
+                side = torch.cuda.Stream()
+                side.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(side):
+                    for _ in range(2):
+                        opt.zero_grad(set_to_none=True)
+                        torch.nn.functional.cross_entropy(model(x), y).backward()
+                        opt.step()
+                torch.cuda.current_stream().wait_stream(side)
             graph = torch.cuda.CUDAGraph()
             opt.zero_grad(set_to_none=True)
             STEP_NOTE["phase"] = "capture"
