@@ -444,16 +444,7 @@ impl Cause {
                     // pool): that pool's memory was the request's to use, in pieces or
                     // none, and PyTorch releases no cache while a pool is being filled.
                     Some(asked) => {
-                        let there = if asked.free_runs == 0 {
-                            "none of it free".to_string()
-                        } else {
-                            format!(
-                                "{} free there in {} runs, largest {}",
-                                human_bytes(asked.free_bytes),
-                                asked.free_runs,
-                                human_bytes(asked.largest_free_bytes)
-                            )
-                        };
+                        let there = asked.there();
                         let others = if *pools > 1 {
                             format!(
                                 "{} more in {} other pool(s); ",

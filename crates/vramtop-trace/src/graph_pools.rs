@@ -133,6 +133,20 @@ pub struct FreeRuns {
 }
 
 impl FreeRuns {
+    /// What a pool the request was asked of had: "3.2 GiB free there in 58 runs, largest
+    /// 2.1 GiB", or "none of it free". The OOM's line and its cause both say it.
+    pub fn there(&self) -> String {
+        if self.free_runs == 0 {
+            return "none of it free".to_string();
+        }
+        format!(
+            "{} free there in {} runs, largest {}",
+            human_bytes(self.free_bytes),
+            self.free_runs,
+            human_bytes(self.largest_free_bytes)
+        )
+    }
+
     fn add(&mut self, bytes: u64) {
         self.free_bytes += bytes;
         self.free_runs += 1;
@@ -206,16 +220,11 @@ impl GraphPoolSplit {
                 self.pools
             );
         };
-        let there = if asked.free_runs == 0 {
-            ", none of it free".to_string()
-        } else {
-            format!(
-                "; {} free there in {} runs, largest {}",
-                human_bytes(asked.free_bytes),
-                asked.free_runs,
-                human_bytes(asked.largest_free_bytes)
-            )
-        };
+        let there = format!(
+            "{}{}",
+            if asked.free_runs == 0 { ", " } else { "; " },
+            asked.there()
+        );
         let mut elsewhere = format!(
             "{} in the job's own cache",
             human_bytes(self.own_free_bytes)
