@@ -414,3 +414,60 @@ fn an_attached_job_shows_its_segments_and_its_oom() {
     assert!(screen.contains("12 segments"), "{screen}");
     insta::assert_snapshot!("attached_job_oom_120x40", screen);
 }
+
+#[test]
+fn a_job_under_cuda_malloc_async_shows_its_totals_and_why_there_is_no_map() {
+    use std::sync::Arc;
+    use vramtop::attach::job::{AttachedJob, JobFrame};
+    use vramtop::attach::protocol::{AllocatorSettings, Hello, JobState, TorchStats};
+    use vramtop::attach::AttachedJobs;
+
+    const GIB: u64 = 1 << 30;
+    let mut job = AttachedJob::new(5151, 1.0);
+    job.on_hello(Hello {
+        protocol: 1,
+        pid: 5151,
+        ppid: Some(1),
+        argv: vec!["python".into(), "train.py".into()],
+        hook_version: "test".into(),
+        torch_version: Some("2.11.0".into()),
+        cuda_ready: true,
+        allocator_backend: Some("cudaMallocAsync".into()),
+        ..Hello::default()
+    });
+    // What the hook sends under this backend: the totals of memory_stats, no segments.
+    job.on_frame(JobFrame::from_state(&JobState {
+        seq: 1,
+        device_uuid: None,
+        time_s: 1.0,
+        device: 0,
+        stats: Some(TorchStats {
+            allocated_bytes: Some(6 * GIB),
+            reserved_bytes: Some(7 * GIB),
+            ..TorchStats::default()
+        }),
+        settings: AllocatorSettings::default(),
+        segments: Vec::new(),
+        segments_omitted: false,
+        truncated: false,
+        collect_ms: None,
+        history_share: None,
+        roles: None,
+    }));
+    let mut app = idle_app();
+    app.focus_pid = Some(5151);
+    app.apply_attached(Arc::new(AttachedJobs {
+        jobs: vec![job.view.clone()],
+        scan_error: None,
+        scans: 1,
+    }));
+    let screen = render(&app, 120, 40);
+    assert!(
+        screen.contains("backend:cudaMallocAsync · allocated 6.0 GiB · reserved 7.0 GiB"),
+        "{screen}"
+    );
+    assert!(screen.contains("no remedy is judged"), "{screen}");
+    // Not the native job's head and map: nothing reserved, no OOM.
+    assert!(!screen.contains("reserved 0 B"), "{screen}");
+    assert!(!screen.contains("last OOM: none"), "{screen}");
+}

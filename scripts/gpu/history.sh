@@ -23,7 +23,8 @@
 #   scan CAP... where gpt2mixed (SCAN_WORKLOAD: another) dies under each cap, plainly and
 #               with expandable segments
 #   ab-autocap WORKLOAD...  ab, each workload under AUTOCAP (0.8) of its own uncapped
-#               peak (for new workloads)
+#               peak (for new workloads); WHATIF_BASE_CONF: the job's own allocator
+#               settings, kept in every run (whatif_ab.py says how)
 #   burst [OLD] what 30 caught OOMs in a row cost the job's thread (oom_burst.py), after 20 s
 #               and 75 s of history; with a second binary OLD, the same under it, for a
 #               before and after on one machine; and which OOM the "last" file holds
@@ -47,7 +48,9 @@ if [ "$PART" = ab-autocap ]; then
   # PyTorch dies in the later steps. For workloads whose peaks no run has sized yet.
   for w in "$@"; do
     var=$(python3 -c "import whatif_ab; print(whatif_ab.CAP_ENV['$w'][0])") || exit 2
-    env "$var=100" WHATIF_PROFILE=1 python3 whatif_ab.py job "$w" none > "$OUT/profile-$w.log" 2>&1
+    # Sized under the job's own settings (WHATIF_BASE_CONF), as every run of it goes.
+    env -u PYTORCH_CUDA_ALLOC_CONF ${WHATIF_BASE_CONF:+PYTORCH_CUDA_ALLOC_CONF=$WHATIF_BASE_CONF} "$var=100" \
+      WHATIF_PROFILE=1 python3 whatif_ab.py job "$w" none > "$OUT/profile-$w.log" 2>&1
     gib=$(python3 -c 'import re, sys
 peaks = [int(m) for m in re.findall(r"peak_reserved ([0-9]+)", open(sys.argv[1]).read())]
 print(round(float(sys.argv[2]) * max(peaks) / 2**30, 2) if peaks else "")' "$OUT/profile-$w.log" "${AUTOCAP:-0.8}")

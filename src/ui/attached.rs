@@ -57,6 +57,10 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App, job: &JobView) {
     ])
     .areas(inner);
     draw_head(frame, head_area, head);
+    if job.blocks_untracked() {
+        // Its empty map would read as "0 B reserved": the head says what there is.
+        return;
+    }
     let Some(map) = job.map() else {
         let why = match (&job.hello, &job.last_drop) {
             (_, Some(reason)) => format!(" not attached: {reason}"),
@@ -132,6 +136,31 @@ fn title(job: &JobView) -> Line<'static> {
     Line::from(spans)
 }
 
+/// A job under `backend:cudaMallocAsync`: PyTorch's totals, and why there is no more.
+/// An empty map with "no OOM" under it would say the job holds nothing and never ran out.
+fn untracked_lines(job: &JobView, width: u16) -> Vec<(Line<'static>, u16)> {
+    let torch = job.frame.as_deref().and_then(|f| f.torch.as_ref());
+    let figure = |v: Option<u64>| v.map_or_else(|| "?".to_string(), human_bytes);
+    let totals = Line::from(Span::styled(
+        format!(
+            " backend:cudaMallocAsync · allocated {} · reserved {} (PyTorch's totals)",
+            figure(torch.and_then(|t| t.allocated_bytes)),
+            figure(torch.and_then(|t| t.reserved_bytes)),
+        ),
+        Style::new().bold(),
+    ));
+    let why = Line::from(Span::styled(
+        " PyTorch tracks no blocks or segments under this backend (CUDA's pool holds them): \
+         no map, no history, no OOM state, and no remedy is judged; expandable_segments, \
+         max_split_size_mb, garbage_collection_threshold and roundup_power2_divisions apply \
+         to the native allocator only"
+            .to_string(),
+        Style::new().dark_gray(),
+    ));
+    let rows = wrapped_rows(&why, width, WRAPPED_ROWS);
+    vec![(totals, 1), (why, rows)]
+}
+
 /// Rows the head lines take together.
 pub(super) fn head_rows(head: &[(Line<'static>, u16)]) -> u16 {
     head.iter().map(|(_, rows)| rows).sum()
@@ -197,6 +226,9 @@ fn wrapped_rows(line: &Line<'static>, width: u16, max: u16) -> u16 {
 
 /// The lines above the map, each with the rows it takes wrapped into `width` cells.
 pub(super) fn head_lines(job: &JobView, width: u16) -> Vec<(Line<'static>, u16)> {
+    if job.blocks_untracked() {
+        return untracked_lines(job, width);
+    }
     let Some(oom) = &job.oom else {
         let roles = job.frame.as_deref().and_then(|f| f.roles);
         let line = match job.map() {

@@ -461,6 +461,34 @@ class LiveTest(unittest.TestCase):
         self.assertEqual(len(lines), 1, err)
         self.assertIn("_cuda_attach_out_of_memory_observer", lines[0])
 
+    def test_a_job_under_cuda_malloc_async_gets_its_totals_and_one_line_saying_why_no_more(self):
+        job = self.job(PYTORCH_CUDA_ALLOC_CONF="backend:cudaMallocAsync", VRAMTOP_HISTORY="1")
+        job.do("import")
+        job.wait_socket()
+        job.do("init")
+        job.do("alloc a %d" % (3 * MiB))
+        viewer = Viewer(job.socket_path)
+        hello = wait_for(lambda: (lambda h: h if h["cuda_ready"] else None)(viewer.recv_type("hello")))
+        self.assertEqual(hello["allocator_backend"], "cudaMallocAsync")
+        self.assertNotIn("oom_observer", hello["capabilities"])
+        self.assertNotIn("event_ring", hello["capabilities"])
+        self.assertEqual(hello["ring"], 0)
+        self.assertFalse(hello["history"])
+        self.assertEqual(len([m for m in hello["missing"] if "cudaMallocAsync" in m]), 1, hello["missing"])
+        # States keep coming, with PyTorch's totals and no segments (it refuses snapshots).
+        viewer.subscribe(0.05)
+        state = viewer.recv_type("state")
+        self.assertEqual(state["stats"]["allocated_bytes"], 3 * MiB)
+        self.assertEqual(state["segments"], [])
+        self.assertEqual(job.do("oom %d" % MiB), "ok caught OutOfMemoryError")
+        rc, _, err = job.finish()
+        self.assertEqual(rc, 0)
+        lines = [line for line in err.splitlines() if line.startswith("vramtop hook:")]
+        # One line, the backend's: not PyTorch's refusals of each call, nor a failed read.
+        self.assertEqual(len(lines), 1, err)
+        self.assertIn("backend:cudaMallocAsync", lines[0])
+        self.assertNotIn("RuntimeError", err)
+
     def test_the_socket_appears_only_when_it_accepts_and_stale_ones_are_replaced(self):
         for _ in range(5):
             job = self.job()

@@ -19,6 +19,9 @@ use vramtop_trace::replay::remedies::OomRemedies;
 use vramtop_trace::roles::RoleBreakdown;
 use vramtop_trace::{snapshot, SnapshotBlock, SnapshotSegment};
 
+/// PyTorch's allocator backend that keeps no blocks of its own (`backend:cudaMallocAsync`).
+pub const ASYNC_BACKEND: &str = "cudaMallocAsync";
+
 /// Fragmentation samples kept per job (five minutes at 1 s).
 pub const FRAG_HISTORY: usize = 300;
 /// Seconds of states per leak window, and the fewest states a window holds: a site is a
@@ -527,6 +530,18 @@ impl JobView {
     /// The map on screen is the state at the job's OOM (see `map`).
     pub fn map_is_the_oom(&self) -> bool {
         self.ended && self.oom.is_some()
+    }
+
+    /// PyTorch runs `backend:cudaMallocAsync`: CUDA's pool holds the memory, PyTorch
+    /// tracks no blocks or segments of it (so no map, no history, no OOM state), and the
+    /// native allocator's settings do not apply. The hook sends its totals only.
+    pub fn blocks_untracked(&self) -> bool {
+        self.allocator_backend() == Some(ASYNC_BACKEND)
+    }
+
+    /// PyTorch's allocator backend as the hook read it (`native`, `cudaMallocAsync`).
+    pub fn allocator_backend(&self) -> Option<&str> {
+        self.hello.as_ref()?.allocator_backend.as_deref()
     }
 
     /// The launcher's rank (torchrun's `RANK`), when a launcher started this process.

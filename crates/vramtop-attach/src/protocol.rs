@@ -157,6 +157,10 @@ pub struct Hello {
     pub local_rank: Option<u32>,
     #[serde(default)]
     pub world_size: Option<u32>,
+    /// PyTorch's allocator backend, `native` or `cudaMallocAsync` (hook 1.10); absent
+    /// from older hooks and where this torch does not say.
+    #[serde(default)]
+    pub allocator_backend: Option<String>,
 }
 
 /// `torch.cuda.memory_stats()` figures, bytes for the job's device; `None` where this

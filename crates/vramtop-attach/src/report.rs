@@ -36,6 +36,8 @@ pub struct JobReport {
     /// PROTOCOL.md, `history_share`); null without history.
     pub history_share: Option<f64>,
     pub missing: Vec<String>,
+    /// PyTorch's allocator backend (`native`, `cudaMallocAsync`); null from older hooks.
+    pub allocator_backend: Option<String>,
     pub connected: bool,
     pub ended: bool,
     pub exit_code: Option<i64>,
@@ -139,6 +141,7 @@ impl JobReport {
             history: hello.is_some_and(|h| h.history),
             history_share: frame.and_then(|f| f.history_share),
             missing: hello.map(|h| h.missing.clone()).unwrap_or_default(),
+            allocator_backend: view.allocator_backend().map(str::to_string),
             connected: view.connected,
             ended: view.ended,
             exit_code: view.exit_code,

@@ -176,6 +176,11 @@ torch.cuda.empty_cache() after every step, judged by `empty_cache() between step
 other_empty_cache (otherproc: the other process calls it before the judged request),
 gc_collect, expandable, max_split:N, gc_threshold:0.6, roundup:4, expandable_gc
 (PYTORCH_CUDA_ALLOC_CONF).
+
+WHATIF_BASE_CONF is the job's own PYTORCH_CUDA_ALLOC_CONF (say "expandable_segments:True",
+as many users already set): the run under vramtop, the control and every remedy run keep
+it, and a remedy's setting goes into that line, as a user puts the setting vramtop names
+into the line the job already has (a key the job set already takes the remedy's value).
 """
 
 import glob
@@ -224,7 +229,21 @@ PROFILE = os.environ.get("WHATIF_PROFILE") == "1"  # each step's peaks, printed 
 BATCH_SCALE = float(os.environ.get("WHATIF_BATCH_SCALE", "1"))
 
 
+BASE_CONF = os.environ.get("WHATIF_BASE_CONF", "")
+
+
 def conf_for(remedy):
+    """The PYTORCH_CUDA_ALLOC_CONF of a remedy's run: the job's own (BASE_CONF) with the
+    remedy's settings put in (a key both name takes the remedy's value, in its place)."""
+    settings = {}
+    for part in (BASE_CONF, remedy_conf(remedy) or ""):
+        for pair in filter(None, part.split(",")):
+            key, _, value = pair.partition(":")
+            settings[key.strip()] = value.strip()
+    return ",".join(f"{k}:{v}" for k, v in settings.items()) or None
+
+
+def remedy_conf(remedy):
     if remedy == "expandable":
         return "expandable_segments:True"
     if remedy.startswith("max_split:"):
@@ -1324,6 +1343,8 @@ def under_vramtop(binary, workload, work):
     """The plain run under `vramtop run --history`, watched by `vramtop attach --json`."""
     env = dict(os.environ, VRAMTOP_SOCKET_DIR=os.path.join(work, "sock"), VRAMTOP_OOM_DIR=work)
     env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
+    if BASE_CONF:
+        env["PYTORCH_CUDA_ALLOC_CONF"] = BASE_CONF
     attach = subprocess.Popen([binary, "attach", "--json", "--interval", "0.5", "--seconds",
                                "400", "--until-ended"], env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.DEVNULL, text=True)
@@ -1467,6 +1488,8 @@ def ab_main(binary, out):
                            plain_ok=None if plain is None else plain["ok"],
                            reproduced=reproduced,
                            oom_line=(live or {}).get("line"))
+                if BASE_CONF:
+                    row["base_conf"] = BASE_CONF
                 rows.append(row)
                 jl.write(json.dumps(row) + "\n")
                 print(json.dumps(row), flush=True)

@@ -399,6 +399,7 @@ class Hook:
             "cuda_ready": self.cuda_ready,
             "history": bool(alloc and alloc.history_on),
             "ring": alloc.ring_entries if alloc else 0,
+            "allocator_backend": alloc.backend if alloc else None,
             "capabilities": list(alloc.capabilities) if alloc else [],
             "missing": list(alloc.missing) if alloc else [],
             "rank": env_int("RANK"),
@@ -436,6 +437,8 @@ class Hook:
             if self.prepared:
                 return
             self.prepared = True
+            if self.alloc.read_backend():
+                return  # cudaMallocAsync refuses the observer and the ring: totals only
             self.alloc.attach_oom_observer(on_oom)
             self.alloc.start_ring(RING_ENTRIES)
             if self.history_wanted:

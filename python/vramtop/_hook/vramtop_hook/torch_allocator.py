@@ -34,6 +34,16 @@ STAT_KEYS = (
     ("num_device_free", "num_device_free"),
 )
 MAX_BLOCKS = 200000
+# PyTorch's backend:cudaMallocAsync keeps no blocks or segments of its own (CUDA's pool
+# does), refuses snapshots, event history and the OOM observer, and ignores every setting
+# of the native allocator: what the hook can read of it is the totals of memory_stats.
+ASYNC_BACKEND = "cudaMallocAsync"
+ASYNC_BACKEND_MISSING = (
+    "backend:cudaMallocAsync: PyTorch keeps no blocks, segments, event history or OOM state "
+    "for it, so vramtop shows its totals only and judges no remedy (expandable_segments, "
+    "max_split_size_mb, garbage_collection_threshold and roundup_power2_divisions apply to "
+    "the native allocator only)"
+)
 # The longest an OOM's reads wait for a checkpoint under way, and a checkpoint for an OOM's
 # reads (seconds; tests shorten it).
 OOM_WAIT_S = 2.0
@@ -142,6 +152,10 @@ class TorchAllocator:
         self.internal_prefixes = self._internal_prefixes()
         self._internal_cache = {}
         self.capabilities, self.missing = [], []
+        # torch.cuda.get_allocator_backend() once CUDA is up (`read_backend`): "native",
+        # "cudaMallocAsync", or None where this torch does not say.
+        self.backend = None
+        self._get_backend = getattr(cuda, "get_allocator_backend", None)
         self.watch_steps(torch)
         if self.roles.watch_models():
             self.capabilities.append("model_roles")
@@ -252,6 +266,21 @@ class TorchAllocator:
             memory._record_memory_history = _record_memory_history
         except Exception:
             pass
+
+    def read_backend(self):
+        """Which allocator PyTorch runs (PYTORCH_CUDA_ALLOC_CONF's `backend`); True where it
+        is one that tracks no blocks (cudaMallocAsync), said once in `missing`."""
+        if self.backend is None and self._get_backend is not None:
+            try:
+                self.backend = str(self._get_backend())
+            except Exception:
+                self.backend = None
+            if self.backend == ASYNC_BACKEND:
+                self.missing.append(ASYNC_BACKEND_MISSING)
+                # Found, but this backend refuses each of them.
+                refused = ("memory_snapshot", "oom_observer", "record_memory_history")
+                self.capabilities = [c for c in self.capabilities if c not in refused]
+        return self.backend == ASYNC_BACKEND
 
     def cuda_initialised(self):
         try:
@@ -783,6 +812,8 @@ class TorchAllocator:
         """What torch.cuda.memory._snapshot() returns (segments only where it is missing).
         None from the hook's thread while recorded frames cannot be symbolized without an
         import (`symbolizer_ready`)."""
+        if self.backend == ASYNC_BACKEND:
+            return None  # it refuses snapshots: the stats alone (collect)
         if self.frames_recorded() and not self.symbolizer_ready():
             if on_job_thread:
                 self.import_symbolizer()

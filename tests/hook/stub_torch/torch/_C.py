@@ -10,4 +10,5 @@ if "oom_observer" not in _LACKS:
         from . import cuda
 
         cuda._lazy_init()  # as torch/csrc/cuda/Module.cpp does
+        cuda.memory._refused_by_async("attachOutOfMemoryObserver")
         cuda.memory._observers.append(observer)

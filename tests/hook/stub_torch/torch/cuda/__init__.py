@@ -11,6 +11,10 @@ if "memory_snapshot" not in memory._LACKS:
     from .memory import memory_snapshot  # noqa: F401
 
 
+def get_allocator_backend():
+    return "cudaMallocAsync" if memory.ASYNC else "native"
+
+
 def init():
     _lazy_init()
 

@@ -26,6 +26,15 @@ _ring_max = 0
 _ring_next = 0
 _ring_skips = set()  # skip_actions: actions the ring does not record
 LIMIT_BYTES = 8 * 1024 ** 3
+# PYTORCH_CUDA_ALLOC_CONF's backend:cudaMallocAsync, as the real allocator reads it: it
+# refuses snapshots, history and the OOM observer with these words, and keeps its totals.
+ASYNC = "backend:cudaMallocAsync" in os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")
+
+
+def _refused_by_async(what):
+    if ASYNC:
+        raise RuntimeError("cudaMallocAsync does not yet support %s. If you need it, please file an issue "
+                           "describing your use case." % what)
 
 
 def _after_fork():
@@ -196,6 +205,8 @@ def memory_stats(device=None):
 def _snapshot(device=None):
     import copy
 
+    if ASYNC:
+        raise RuntimeError("Calling snapshot with backend:cudaMallocAsync is not meaningful.")
     with _lock:
         result = {"segments": copy.deepcopy(list(_segments.values())), "device_traces": [copy.deepcopy(_ring[_ring_next:] + _ring[:_ring_next])]}
         if "allocator_settings" not in _LACKS:
@@ -218,6 +229,7 @@ def _record_memory_history(enabled="all", context="all", stacks="all", max_entri
                            skip_actions=None):
     global _history_on, _ring_max, _ring_next, _ring_skips
     _lazy_init()  # as the real binding does
+    _refused_by_async("recordHistory")
     call = {"enabled": enabled, "context": context, "stacks": stacks, "max_entries": max_entries}
     if clear_history:
         call["clear_history"] = True
