@@ -470,4 +470,14 @@ fn a_job_under_cuda_malloc_async_shows_its_totals_and_why_there_is_no_map() {
     // Not the native job's head and map: nothing reserved, no OOM.
     assert!(!screen.contains("reserved 0 B"), "{screen}");
     assert!(!screen.contains("last OOM: none"), "{screen}");
+    // `vramtop attach`'s line: the totals, not a map's "largest free 0 B · frag 0.00".
+    let views = [job.view.clone()];
+    let line = vramtop::attach::summary::job_line(&views[0], &views, vramtop::advice::line_with);
+    assert!(
+        line.contains(
+            "backend:cudaMallocAsync, no segments or OOM state · reserved 7.0 GiB · allocated 6.0 GiB"
+        ),
+        "{line}"
+    );
+    assert!(!line.contains("largest free"), "{line}");
 }

@@ -34,6 +34,14 @@ pub fn job_line(
         parts.push(format!("torch {torch}"));
     }
     match (job.map(), job.figures()) {
+        // PyTorch tracks no blocks under this backend: its totals, and no map's figures.
+        (Some(_), Some(f)) if job.blocks_untracked() => parts.push(format!(
+            "gpu {} · backend:cudaMallocAsync, no segments or OOM state · reserved {} · \
+             allocated {}",
+            f.device,
+            human_bytes(f.reserved_bytes),
+            human_bytes(f.allocated_bytes),
+        )),
         (Some(map), Some(f)) => parts.push(format!(
             "gpu {} · {} segments · reserved {} · allocated {} · largest free {} · frag {:.2}",
             f.device,
