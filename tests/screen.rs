@@ -419,7 +419,7 @@ fn an_attached_job_shows_its_segments_and_its_oom() {
 fn a_job_under_cuda_malloc_async_shows_its_totals_and_why_there_is_no_map() {
     use std::sync::Arc;
     use vramtop::attach::job::{AttachedJob, JobFrame};
-    use vramtop::attach::protocol::{AllocatorSettings, Hello, JobState, TorchStats};
+    use vramtop::attach::protocol::{AllocatorSettings, ErrorReport, Hello, JobState, TorchStats};
     use vramtop::attach::AttachedJobs;
 
     const GIB: u64 = 1 << 30;
@@ -466,7 +466,7 @@ fn a_job_under_cuda_malloc_async_shows_its_totals_and_why_there_is_no_map() {
         screen.contains("backend:cudaMallocAsync · allocated 6.0 GiB · reserved 7.0 GiB"),
         "{screen}"
     );
-    assert!(screen.contains("no remedy is judged"), "{screen}");
+    assert!(screen.contains("no map, no history"), "{screen}");
     // Not the native job's head and map: nothing reserved, no OOM.
     assert!(!screen.contains("reserved 0 B"), "{screen}");
     assert!(!screen.contains("last OOM: none"), "{screen}");
@@ -480,4 +480,36 @@ fn a_job_under_cuda_malloc_async_shows_its_totals_and_why_there_is_no_map() {
         "{line}"
     );
     assert!(!line.contains("largest free"), "{line}");
+
+    // It dies of an OOM: PyTorch's message (H200, PyTorch 2.11) is all this backend gives.
+    job.on_error(ErrorReport {
+        time_s: 2.0,
+        kind: "OutOfMemoryError".into(),
+        message: "Allocation on device 0 would exceed allowed memory. (out of memory)\n\
+                  Currently allocated     : 6.00 GiB\nRequested               : 1024.00 MiB\n\
+                  Device limit            : 139.80 GiB\nFree (according to CUDA): 122.17 GiB\n\
+                  PyTorch limit (set by user-supplied memory fraction)\n                        : \
+                  6.99 GiB"
+            .into(),
+    });
+    app.apply_attached(Arc::new(AttachedJobs {
+        jobs: vec![job.view.clone()],
+        scan_error: None,
+        scans: 2,
+    }));
+    let screen = render(&app, 120, 40);
+    assert!(
+        screen.contains("OOM: needed 1.0 GiB · cause: the job's live tensors (6.00 GiB) and the"),
+        "{screen}"
+    );
+    assert!(
+        screen.contains("PyTorch: Allocation on device 0"),
+        "{screen}"
+    );
+    let views = [job.view.clone()];
+    let line = vramtop::attach::summary::job_line(&views[0], &views, vramtop::advice::line_with);
+    assert!(
+        line.contains("OOM (cudaMallocAsync): needed 1.0 GiB; cause: the job's live tensors"),
+        "{line}"
+    );
 }

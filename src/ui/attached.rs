@@ -151,14 +151,42 @@ fn untracked_lines(job: &JobView, width: u16) -> Vec<(Line<'static>, u16)> {
     ));
     let why = Line::from(Span::styled(
         " PyTorch tracks no blocks or segments under this backend (CUDA's pool holds them): \
-         no map, no history, no OOM state, and no remedy is judged; expandable_segments, \
+         no map, no history, and no remedy is judged; expandable_segments, \
          max_split_size_mb, garbage_collection_threshold and roundup_power2_divisions apply \
          to the native allocator only"
             .to_string(),
         Style::new().dark_gray(),
     ));
+    let mut lines = vec![(totals, 1)];
+    // Its OOM: PyTorch's exception is all this backend leaves (no observer, no blocks).
+    if let Some(oom) = job.async_oom() {
+        let line = Line::from(Span::styled(
+            format!(
+                " OOM: needed {} · cause: {}",
+                human_bytes(oom.requested_bytes),
+                oom.cause()
+            ),
+            Style::new().bold().red(),
+        ));
+        let rows = wrapped_rows(&line, width, WRAPPED_ROWS);
+        lines.push((line, rows));
+    }
+    if let Some(error) = &job.error {
+        let text = error
+            .message
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ");
+        let line = Line::from(vec![
+            Span::styled(" PyTorch: ", Style::new().bold()),
+            Span::raw(text),
+        ]);
+        let rows = wrapped_rows(&line, width, PYTORCH_ROWS);
+        lines.push((line, rows));
+    }
     let rows = wrapped_rows(&why, width, WRAPPED_ROWS);
-    vec![(totals, 1), (why, rows)]
+    lines.push((why, rows));
+    lines
 }
 
 /// Rows the head lines take together.

@@ -539,6 +539,15 @@ impl JobView {
         self.allocator_backend() == Some(ASYNC_BACKEND)
     }
 
+    /// The OOM that ended a job under `backend:cudaMallocAsync`, read from PyTorch's
+    /// message (the hook has no observer there); `None` for any other job or error.
+    pub fn async_oom(&self) -> Option<crate::async_oom::AsyncOom> {
+        if !self.blocks_untracked() {
+            return None;
+        }
+        crate::async_oom::AsyncOom::parse(&self.error.as_ref()?.message)
+    }
+
     /// PyTorch's allocator backend as the hook read it (`native`, `cudaMallocAsync`).
     pub fn allocator_backend(&self) -> Option<&str> {
         self.hello.as_ref()?.allocator_backend.as_deref()

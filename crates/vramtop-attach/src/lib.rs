@@ -9,6 +9,7 @@
 //! Depends on `vramtop-alloc` and `vramtop-trace` only: no ratatui, no clap, nothing of
 //! the application.
 
+pub mod async_oom;
 pub mod client;
 pub mod discovery;
 pub mod error;

@@ -93,6 +93,13 @@ pub fn job_line(
             ),
         });
     }
+    if let Some(oom) = job.async_oom() {
+        parts.push(format!(
+            "OOM (cudaMallocAsync): needed {}; cause: {}",
+            human_bytes(oom.requested_bytes),
+            oom.cause()
+        ));
+    }
     if let Some(suspect) = job.suspects.first() {
         parts.push(format!("leak suspect {}", suspect.tag));
     }

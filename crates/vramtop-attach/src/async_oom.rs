@@ -1,0 +1,167 @@
+//! The OOM of a job under `backend:cudaMallocAsync`, read from PyTorch's own message.
+//!
+//! That backend gives the hook no OOM observer and no blocks, so PyTorch's exception is
+//! all there is. Its allocator (c10/cuda/CUDAMallocAsyncAllocator.cpp, `mallocAsync`)
+//! says, for every OOM:
+//!
+//! ```text
+//! Allocation on device 0 would exceed allowed memory. (out of memory)
+//! Currently allocated     : 6.00 GiB
+//! Requested               : 1024.00 MiB
+//! Device limit            : 139.80 GiB
+//! Free (according to CUDA): 122.17 GiB
+//! PyTorch limit (set by user-supplied memory fraction)
+//!                         : 6.99 GiB
+//! ```
+//!
+//! It refuses a request when the bytes it has handed out ("Currently allocated": live
+//! tensors, as it counts only what callers hold) and the request exceed the memory
+//! fraction's limit, or when CUDA's pool cannot map it. Without a fraction the limit is
+//! printed as a huge number.
+
+/// PyTorch's figures at an OOM of the async backend, in bytes (rounded as it prints them:
+/// two decimals of the unit).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AsyncOom {
+    pub allocated_bytes: u64,
+    pub requested_bytes: u64,
+    pub device_total_bytes: u64,
+    pub device_free_bytes: u64,
+    /// The memory fraction's limit; `None` where none was set.
+    pub limit_bytes: Option<u64>,
+}
+
+impl AsyncOom {
+    /// The figures of PyTorch's message, or `None` for any other message.
+    pub fn parse(message: &str) -> Option<Self> {
+        if !message.contains("would exceed allowed memory") {
+            return None;
+        }
+        let figure = |label: &str| -> Option<u64> {
+            let after = &message[message.find(label)? + label.len()..];
+            let after = after.trim_start_matches([' ', '\n', ':']);
+            let end = after.find('\n').unwrap_or(after.len());
+            size(&after[..end])
+        };
+        let device_total_bytes = figure("Device limit")?;
+        let limit = figure("set by user-supplied memory fraction)");
+        Some(AsyncOom {
+            allocated_bytes: figure("Currently allocated")?,
+            requested_bytes: figure("Requested")?,
+            device_total_bytes,
+            device_free_bytes: figure("Free (according to CUDA)")?,
+            // No fraction: PyTorch prints its "no limit" (the largest u64), far over the GPU.
+            limit_bytes: limit.filter(|&l| l <= device_total_bytes),
+        })
+    }
+
+    /// Why it ran out, in one line, from PyTorch's own test: what is live and the request
+    /// against the limit; else the GPU's free memory against the request.
+    pub fn cause(&self) -> String {
+        let live = two_places(self.allocated_bytes);
+        let asked = two_places(self.requested_bytes);
+        match self.limit_bytes {
+            Some(limit) if self.allocated_bytes + self.requested_bytes > limit => format!(
+                "the job's live tensors ({live}) and the request ({asked}) exceed the limit \
+                 its memory fraction sets ({}) by {}: no allocator setting changes what is \
+                 live; it fits only with that much less live or a larger fraction ({} free \
+                 on the GPU)",
+                two_places(limit),
+                two_places(self.allocated_bytes + self.requested_bytes - limit),
+                two_places(self.device_free_bytes),
+            ),
+            _ => format!(
+                "CUDA's pool could not map the request ({asked}) with {} free on the GPU \
+                 and {live} live in this job: other processes hold the rest, or memory \
+                 CUDA's pool keeps",
+                two_places(self.device_free_bytes),
+            ),
+        }
+    }
+}
+
+/// Sizes to two places, as PyTorch's message has them: a limit of 6.99 GiB does not read
+/// as 7.0 GiB beside a request that exceeds it by 10 MiB.
+fn two_places(bytes: u64) -> String {
+    const UNITS: [(&str, u64); 3] = [("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)];
+    UNITS.iter().find(|(_, scale)| bytes >= *scale).map_or_else(
+        || format!("{bytes} B"),
+        |(unit, scale)| format!("{:.2} {unit}", bytes as f64 / *scale as f64),
+    )
+}
+
+/// PyTorch's `format_size`: "123 bytes", "1.50 KiB", "6.00 GiB".
+fn size(text: &str) -> Option<u64> {
+    let mut words = text.split_whitespace();
+    let value: f64 = words.next()?.parse().ok()?;
+    let scale = match words.next()? {
+        "bytes" => 1u64,
+        "KiB" => 1 << 10,
+        "MiB" => 1 << 20,
+        "GiB" => 1 << 30,
+        "TiB" => 1 << 40,
+        _ => return None,
+    };
+    let bytes = (value * scale as f64).round();
+    (bytes.is_finite() && bytes >= 0.0 && bytes < u64::MAX as f64).then_some(bytes as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GIB: u64 = 1 << 30;
+    const MIB: u64 = 1 << 20;
+
+    /// PyTorch 2.11's message on the H200 (2026-11-28): a 6.99 GiB fraction, 6 GiB live,
+    /// 1 GiB asked.
+    const UNDER_A_FRACTION: &str = "Allocation on device 0 would exceed allowed memory. \
+        (out of memory)\nCurrently allocated     : 6.00 GiB\nRequested               : \
+        1024.00 MiB\nDevice limit            : 139.80 GiB\nFree (according to CUDA): \
+        122.17 GiB\nPyTorch limit (set by user-supplied memory fraction)\n                  \
+              : 6.99 GiB";
+
+    #[test]
+    fn a_fractions_oom_names_what_is_live_against_the_limit() {
+        let oom = AsyncOom::parse(UNDER_A_FRACTION).expect("parsed");
+        assert_eq!(oom.allocated_bytes, 6 * GIB);
+        assert_eq!(oom.requested_bytes, 1024 * MIB);
+        assert_eq!(oom.limit_bytes, Some((6.99 * GIB as f64).round() as u64));
+        assert!(oom.device_free_bytes > 122 * GIB);
+        let cause = oom.cause();
+        assert!(
+            cause.starts_with(
+                "the job's live tensors (6.00 GiB) and the request (1.00 GiB) exceed the limit \
+                 its memory fraction sets (6.99 GiB) by 10.24 MiB"
+            ),
+            "{cause}"
+        );
+    }
+
+    #[test]
+    fn without_a_fraction_the_gpus_free_memory_is_the_limit() {
+        // No fraction: PyTorch prints u64::MAX bytes as GiB.
+        let message = UNDER_A_FRACTION
+            .replace("6.99 GiB", "17179869184.00 GiB")
+            .replace("122.17 GiB", "512.00 MiB");
+        let oom = AsyncOom::parse(&message).expect("parsed");
+        assert_eq!(oom.limit_bytes, None);
+        assert!(
+            oom.cause().starts_with(
+                "CUDA's pool could not map the request (1.00 GiB) with 512.00 MiB free"
+            ),
+            "{}",
+            oom.cause()
+        );
+    }
+
+    #[test]
+    fn other_messages_and_broken_figures_are_not_taken() {
+        assert_eq!(
+            AsyncOom::parse("CUDA out of memory. Tried to allocate 1.00 GiB."),
+            None
+        );
+        let broken = UNDER_A_FRACTION.replace("6.00 GiB", "six GiB");
+        assert_eq!(AsyncOom::parse(&broken), None);
+    }
+}
