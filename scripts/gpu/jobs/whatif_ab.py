@@ -145,6 +145,9 @@ Workloads (each ends with one judged request, caught so the process ends normall
               growing (WHATIF_LLAMAGRAPHS_CAP_GIB).
   gpt2empties gpt2mixed with torch.cuda.empty_cache() after every tenth step, as some
               training scripts do "to free memory" (WHATIF_GPT2EMPTIES_CAP_GIB).
+  gpt2ddp     gpt2mixed's GPT-2 in DistributedDataParallel, one rank over NCCL (world
+              size 1, a FileStore of its own): gradient buckets and the all-reduce on
+              NCCL's stream (WHATIF_GPT2DDP_CAP_GIB).
   otherproc   a second process holds a 60 GiB cache on the same GPU (freed tensors,
               not released); this one asks for 30 GiB.
 
@@ -195,7 +198,7 @@ import time
 MiB = 1 << 20
 GiB = 1 << 30
 WORKLOADS = ["checker", "splitcache", "tails", "gpt2var", "kvcache", "gpt2mixed", "llamamix", "resnetvar",
-             "bertaccum", "t5var", "gpt2ckpt", "evalmix", "gpt2keep", "gan", "vitvar", "moemix", "gpt2scaler", "loramix", "gpt2compile", "llamagen", "gpt2stream", "t5beam", "t5beam_steps", "wav2vec", "mambaslow", "hftrainer", "gpt2sgd", "resnetinfer", "lightning", "lightningaccum", "gpt2tutorial", "gpt2fixed", "clipvar", "gpt2fused", "accelaccum", "llamabf16", "unetvar", "graphsteps", "graphsonce", "gpt2graphs", "llamagraphs", "gpt2empties", "otherproc"]
+             "bertaccum", "t5var", "gpt2ckpt", "evalmix", "gpt2keep", "gan", "vitvar", "moemix", "gpt2scaler", "loramix", "gpt2compile", "llamagen", "gpt2stream", "t5beam", "t5beam_steps", "wav2vec", "mambaslow", "hftrainer", "gpt2sgd", "resnetinfer", "lightning", "lightningaccum", "gpt2tutorial", "gpt2fixed", "clipvar", "gpt2fused", "accelaccum", "llamabf16", "unetvar", "graphsteps", "graphsonce", "gpt2graphs", "llamagraphs", "gpt2empties", "gpt2ddp", "otherproc"]
 # The cap of each stepped workload that takes one from the environment (`scan` varies it).
 CAP_ENV = {"gpt2mixed": ("WHATIF_GPT2MIXED_CAP_GIB", 15.5), "llamamix": ("WHATIF_LLAMAMIX_CAP_GIB", 10),
            "resnetvar": ("WHATIF_RESNETVAR_CAP_GIB", 6.5), "bertaccum": ("WHATIF_BERTACCUM_CAP_GIB", 8),
@@ -218,7 +221,7 @@ CAP_ENV = {"gpt2mixed": ("WHATIF_GPT2MIXED_CAP_GIB", 15.5), "llamamix": ("WHATIF
            "llamabf16": ("WHATIF_LLAMABF16_CAP_GIB", 10), "unetvar": ("WHATIF_UNETVAR_CAP_GIB", 10),
            "graphsteps": ("WHATIF_GRAPHSTEPS_CAP_GIB", 10), "graphsonce": ("WHATIF_GRAPHSONCE_CAP_GIB", 10),
            "gpt2graphs": ("WHATIF_GPT2GRAPHS_CAP_GIB", 10), "llamagraphs": ("WHATIF_LLAMAGRAPHS_CAP_GIB", 10),
-           "gpt2empties": ("WHATIF_GPT2EMPTIES_CAP_GIB", 14.5)}
+           "gpt2empties": ("WHATIF_GPT2EMPTIES_CAP_GIB", 14.5), "gpt2ddp": ("WHATIF_GPT2DDP_CAP_GIB", 10)}
 HERE = os.path.dirname(os.path.abspath(__file__))
 # What a workload says of where it was when an OOM came (graphsteps, graphsonce: "before
 # the capture", "capture" or "replay").
@@ -519,6 +522,27 @@ def steps(workload, cap, stop_at, judged, before_judged, after_step):
         model = GPT2LMHeadModel(GPT2Config(n_layer=6, n_embd=1024, n_head=16, n_positions=2048)).cuda()
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
 
+        step = mixed_lm_step(model, opt, 50257, [2, 4, 6, 8, 12, 16], lambda i: 256 + 8 * i, 2048)
+    elif workload == "gpt2ddp":
+        import tempfile as _tempfile
+
+        import torch.distributed as dist
+        from torch.nn.parallel import DistributedDataParallel
+        from transformers import GPT2Config, GPT2LMHeadModel
+
+        cap_from_env(cap, workload)
+        # One rank of DistributedDataParallel over NCCL: its gradient buckets, its
+        # all-reduce on NCCL's own stream (the tensors handed to it from the job's), as a
+        # torchrun job's rank has them; a store of its own file, so that runs side by side
+        # share nothing.
+        store = dist.FileStore(_tempfile.mkstemp(prefix="whatif-ddp-")[1], 1)
+        dist.init_process_group("nccl", store=store, rank=0, world_size=1)
+        import atexit
+
+        atexit.register(dist.destroy_process_group)  # NCCL warns at exit otherwise
+        model = GPT2LMHeadModel(GPT2Config(n_layer=6, n_embd=1024, n_head=16, n_positions=2048)).cuda()
+        model = DistributedDataParallel(model, device_ids=[0])
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
         step = mixed_lm_step(model, opt, 50257, [2, 4, 6, 8, 12, 16], lambda i: 256 + 8 * i, 2048)
     elif workload == "gpt2empties":
         from transformers import GPT2Config, GPT2LMHeadModel
@@ -1396,7 +1420,7 @@ def under_vramtop(binary, workload, work):
 STEPPED = ("gpt2var", "kvcache", "kvcache_steps", "gpt2mixed", "llamamix", "resnetvar", "bertaccum", "t5var",
            "gpt2ckpt", "evalmix", "gpt2keep", "gan", "vitvar", "moemix", "gpt2scaler",
            "loramix", "gpt2compile", "llamagen", "gpt2stream", "t5beam", "t5beam_steps", "wav2vec", "mambaslow", "hftrainer", "gpt2sgd", "resnetinfer", "gpt2fixed", "clipvar", "lightning", "lightningaccum", "gpt2tutorial", "gpt2fused", "accelaccum",
-           "llamabf16", "unetvar", "graphsteps", "graphsonce", "gpt2graphs", "llamagraphs", "gpt2empties")
+           "llamabf16", "unetvar", "graphsteps", "graphsonce", "gpt2graphs", "llamagraphs", "gpt2empties", "gpt2ddp")
 
 
 MAX_SPLIT_TRIED = ["20", "64", "128", "256", "512", "1024", "2048", "4096"]  # MAX_SPLIT_TRIED_MB
