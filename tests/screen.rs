@@ -499,7 +499,7 @@ fn a_job_under_cuda_malloc_async_shows_its_totals_and_why_there_is_no_map() {
     }));
     let screen = render(&app, 120, 40);
     assert!(
-        screen.contains("OOM: needed 1.0 GiB · cause: the job's live tensors (6.00 GiB) and the"),
+        screen.contains("OOM: needed 1.00 GiB · cause: the job's live tensors (6.00 GiB) and the"),
         "{screen}"
     );
     assert!(
@@ -509,7 +509,7 @@ fn a_job_under_cuda_malloc_async_shows_its_totals_and_why_there_is_no_map() {
     let views = [job.view.clone()];
     let line = vramtop::attach::summary::job_line(&views[0], &views, vramtop::advice::line_with);
     assert!(
-        line.contains("OOM (cudaMallocAsync): needed 1.0 GiB; cause: the job's live tensors"),
+        line.contains("OOM (cudaMallocAsync): needed 1.00 GiB; cause: the job's live tensors"),
         "{line}"
     );
 }

@@ -49,7 +49,7 @@ if [ "$PART" = ab-autocap ]; then
   for w in "$@"; do
     var=$(python3 -c "import whatif_ab; print(whatif_ab.CAP_ENV['$w'][0])") || exit 2
     # Sized under the job's own settings (WHATIF_BASE_CONF), as every run of it goes.
-    env -u PYTORCH_CUDA_ALLOC_CONF ${WHATIF_BASE_CONF:+PYTORCH_CUDA_ALLOC_CONF=$WHATIF_BASE_CONF} "$var=100" \
+    env -u PYTORCH_CUDA_ALLOC_CONF ${WHATIF_BASE_CONF:+"PYTORCH_CUDA_ALLOC_CONF=$WHATIF_BASE_CONF"} "$var=100" \
       WHATIF_PROFILE=1 python3 whatif_ab.py job "$w" none > "$OUT/profile-$w.log" 2>&1
     gib=$(python3 -c 'import re, sys
 peaks = [int(m) for m in re.findall(r"peak_reserved ([0-9]+)", open(sys.argv[1]).read())]

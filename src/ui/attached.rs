@@ -136,14 +136,16 @@ fn title(job: &JobView) -> Line<'static> {
     Line::from(spans)
 }
 
-/// A job under `backend:cudaMallocAsync`: PyTorch's totals, and why there is no more.
-/// An empty map with "no OOM" under it would say the job holds nothing and never ran out.
+/// A job under another allocator than PyTorch's own (`backend:cudaMallocAsync`):
+/// PyTorch's totals, and why there is no more. An empty map with "no OOM" under it would
+/// say the job holds nothing and never ran out.
 fn untracked_lines(job: &JobView, width: u16) -> Vec<(Line<'static>, u16)> {
     let torch = job.frame.as_deref().and_then(|f| f.torch.as_ref());
     let figure = |v: Option<u64>| v.map_or_else(|| "?".to_string(), human_bytes);
     let totals = Line::from(Span::styled(
         format!(
-            " backend:cudaMallocAsync · allocated {} · reserved {} (PyTorch's totals)",
+            " backend:{} · allocated {} · reserved {} (PyTorch's totals)",
+            job.allocator_backend().unwrap_or("?"),
             figure(torch.and_then(|t| t.allocated_bytes)),
             figure(torch.and_then(|t| t.reserved_bytes)),
         ),
@@ -161,11 +163,7 @@ fn untracked_lines(job: &JobView, width: u16) -> Vec<(Line<'static>, u16)> {
     // Its OOM: PyTorch's exception is all this backend leaves (no observer, no blocks).
     if let Some(oom) = job.async_oom() {
         let line = Line::from(Span::styled(
-            format!(
-                " OOM: needed {} · cause: {}",
-                human_bytes(oom.requested_bytes),
-                oom.cause()
-            ),
+            format!(" OOM: needed {} · cause: {}", oom.needed(), oom.cause()),
             Style::new().bold().red(),
         ));
         let rows = wrapped_rows(&line, width, WRAPPED_ROWS);

@@ -161,6 +161,17 @@ fn rank_row(job: &JobView, selected: bool) -> Row<'static> {
     };
     let mut cells = vec![format!("{marker}{rank}"), job.pid.to_string()];
     match job.figures() {
+        // No segments under another backend than PyTorch's own: nothing to say of free
+        // runs, rather than "0 B" and "0.00".
+        Some(f) if job.blocks_untracked() => cells.extend([
+            f.device.to_string(),
+            human_bytes(f.reserved_bytes),
+            human_bytes(f.allocated_bytes),
+            "-".to_string(),
+            "-".to_string(),
+            f.ooms.to_string(),
+            f.leak_suspects.to_string(),
+        ]),
         Some(f) => cells.extend([
             f.device.to_string(),
             human_bytes(f.reserved_bytes),

@@ -489,6 +489,24 @@ class LiveTest(unittest.TestCase):
         self.assertIn("backend:cudaMallocAsync", lines[0])
         self.assertNotIn("RuntimeError", err)
 
+    def test_a_pluggable_allocator_refusing_even_its_stats_still_gets_states(self):
+        job = self.job(STUB_TORCH_BACKEND="pluggable")
+        job.do("import")
+        job.wait_socket()
+        job.do("init")
+        job.do("alloc a %d" % (3 * MiB))
+        viewer = Viewer(job.socket_path)
+        hello = wait_for(lambda: (lambda h: h if h["cuda_ready"] else None)(viewer.recv_type("hello")))
+        self.assertEqual(hello["allocator_backend"], "pluggable")
+        self.assertTrue(any(m.startswith("backend:pluggable:") for m in hello["missing"]), hello["missing"])
+        viewer.subscribe(0.05)
+        state = viewer.recv_type("state")
+        self.assertIsNone(state["stats"]["allocated_bytes"])  # refused, not 0
+        self.assertEqual(state["segments"], [])
+        rc, _, err = job.finish()
+        self.assertEqual(rc, 0)
+        self.assertNotIn("reading the allocator failed", err)
+
     def test_the_socket_appears_only_when_it_accepts_and_stale_ones_are_replaced(self):
         for _ in range(5):
             job = self.job()

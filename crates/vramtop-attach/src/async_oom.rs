@@ -55,21 +55,45 @@ impl AsyncOom {
         })
     }
 
+    /// The request, to two places as PyTorch printed it.
+    pub fn needed(&self) -> String {
+        two_places(self.requested_bytes)
+    }
+
     /// Why it ran out, in one line, from PyTorch's own test: what is live and the request
-    /// against the limit; else the GPU's free memory against the request.
+    /// against the limit; else the GPU's free memory against the request. PyTorch prints
+    /// each figure to two places of its unit, so a sum within that rounding of the limit
+    /// is "at" it, not over it by a figure; and there, a GPU with less free than the
+    /// request is named as the cause instead.
     pub fn cause(&self) -> String {
         let live = two_places(self.allocated_bytes);
-        let asked = two_places(self.requested_bytes);
+        let asked = self.needed();
+        let wanted = self.allocated_bytes.saturating_add(self.requested_bytes);
+        let rounding = [self.allocated_bytes, self.requested_bytes]
+            .into_iter()
+            .chain(self.limit_bytes)
+            .map(half_a_printed_place)
+            .sum::<u64>();
+        let gpu_full = self.device_free_bytes < self.requested_bytes;
         match self.limit_bytes {
-            Some(limit) if self.allocated_bytes + self.requested_bytes > limit => format!(
-                "the job's live tensors ({live}) and the request ({asked}) exceed the limit \
-                 its memory fraction sets ({}) by {}: no allocator setting changes what is \
-                 live; it fits only with that much less live or a larger fraction ({} free \
-                 on the GPU)",
-                two_places(limit),
-                two_places(self.allocated_bytes + self.requested_bytes - limit),
-                two_places(self.device_free_bytes),
-            ),
+            Some(limit)
+                if wanted > limit.saturating_add(rounding) || (wanted > limit && !gpu_full) =>
+            {
+                let by = wanted - limit;
+                let by = if by > rounding {
+                    format!("by {}", two_places(by))
+                } else {
+                    "within PyTorch's rounding".to_string()
+                };
+                format!(
+                    "the job's live tensors ({live}) and the request ({asked}) exceed the limit \
+                     its memory fraction sets ({}) {by}: no allocator setting changes what is \
+                     live; only less live memory or a larger fraction fits it ({} free on \
+                     the GPU)",
+                    two_places(limit),
+                    two_places(self.device_free_bytes),
+                )
+            }
             _ => format!(
                 "CUDA's pool could not map the request ({asked}) with {} free on the GPU \
                  and {live} live in this job: other processes hold the rest, or memory \
@@ -78,6 +102,19 @@ impl AsyncOom {
             ),
         }
     }
+}
+
+/// Half the last place PyTorch printed `bytes` to (two places of KiB, MiB or GiB): how far
+/// the figure read back may lie from the true one.
+fn half_a_printed_place(bytes: u64) -> u64 {
+    let unit: u64 = if bytes > 1 << 30 {
+        1 << 30
+    } else if bytes > 1 << 20 {
+        1 << 20
+    } else {
+        1 << 10
+    };
+    unit / 200
 }
 
 /// Sizes to two places, as PyTorch's message has them: a limit of 6.99 GiB does not read
@@ -132,8 +169,15 @@ mod tests {
         assert!(
             cause.starts_with(
                 "the job's live tensors (6.00 GiB) and the request (1.00 GiB) exceed the limit \
-                 its memory fraction sets (6.99 GiB) by 10.24 MiB"
+                 its memory fraction sets (6.99 GiB) within PyTorch's rounding"
             ),
+            "{cause}"
+        );
+        // Well over it, by how much.
+        let over = AsyncOom::parse(&UNDER_A_FRACTION.replace(": 6.00 GiB", ": 8.00 GiB"));
+        let cause = over.expect("parsed").cause();
+        assert!(
+            cause.contains("(6.99 GiB) by 2.01 GiB: no allocator setting"),
             "{cause}"
         );
     }
@@ -150,6 +194,35 @@ mod tests {
             oom.cause().starts_with(
                 "CUDA's pool could not map the request (1.00 GiB) with 512.00 MiB free"
             ),
+            "{}",
+            oom.cause()
+        );
+    }
+
+    #[test]
+    fn a_limit_over_the_device_is_no_fraction() {
+        let message = UNDER_A_FRACTION.replace("6.99 GiB", "200.00 GiB");
+        assert_eq!(AsyncOom::parse(&message).expect("parsed").limit_bytes, None);
+    }
+
+    #[test]
+    fn at_the_limit_within_rounding_a_full_gpu_is_the_cause() {
+        // 6.00 GiB + 1.00 GiB read back against a 7.00 GiB limit: PyTorch's own sum may lie
+        // either side of it; the GPU had less free than the request.
+        let message = UNDER_A_FRACTION
+            .replace("6.99 GiB", "7.00 GiB")
+            .replace("122.17 GiB", "512.00 MiB");
+        let mut oom = AsyncOom::parse(&message).expect("parsed");
+        oom.limit_bytes = oom.limit_bytes.map(|l| l - 4 * MIB);
+        assert!(
+            oom.cause().starts_with("CUDA's pool could not map"),
+            "{}",
+            oom.cause()
+        );
+        // With room on the GPU, the fraction it is, said to be within rounding.
+        oom.device_free_bytes = 100 * GIB;
+        assert!(
+            oom.cause().contains("within PyTorch's rounding"),
             "{}",
             oom.cause()
         );

@@ -19,8 +19,8 @@ use vramtop_trace::replay::remedies::OomRemedies;
 use vramtop_trace::roles::RoleBreakdown;
 use vramtop_trace::{snapshot, SnapshotBlock, SnapshotSegment};
 
-/// PyTorch's allocator backend that keeps no blocks of its own (`backend:cudaMallocAsync`).
-pub const ASYNC_BACKEND: &str = "cudaMallocAsync";
+/// PyTorch's own caching allocator, the one backend that tracks blocks and segments.
+pub const NATIVE_BACKEND: &str = "native";
 
 /// Fragmentation samples kept per job (five minutes at 1 s).
 pub const FRAG_HISTORY: usize = 300;
@@ -532,11 +532,13 @@ impl JobView {
         self.ended && self.oom.is_some()
     }
 
-    /// PyTorch runs `backend:cudaMallocAsync`: CUDA's pool holds the memory, PyTorch
-    /// tracks no blocks or segments of it (so no map, no history, no OOM state), and the
-    /// native allocator's settings do not apply. The hook sends its totals only.
+    /// PyTorch runs another allocator than its own (`backend:cudaMallocAsync`: CUDA's
+    /// pool holds the memory; or a pluggable one): it tracks no blocks or segments (so no
+    /// map, no history, no OOM state), and the native allocator's settings do not apply.
+    /// The hook sends its totals only.
     pub fn blocks_untracked(&self) -> bool {
-        self.allocator_backend() == Some(ASYNC_BACKEND)
+        self.allocator_backend()
+            .is_some_and(|backend| backend != NATIVE_BACKEND)
     }
 
     /// The OOM that ended a job under `backend:cudaMallocAsync`, read from PyTorch's

@@ -36,9 +36,9 @@ pub fn job_line(
     match (job.map(), job.figures()) {
         // PyTorch tracks no blocks under this backend: its totals, and no map's figures.
         (Some(_), Some(f)) if job.blocks_untracked() => parts.push(format!(
-            "gpu {} · backend:cudaMallocAsync, no segments or OOM state · reserved {} · \
-             allocated {}",
+            "gpu {} · backend:{}, no segments or OOM state · reserved {} · allocated {}",
             f.device,
+            job.allocator_backend().unwrap_or("?"),
             human_bytes(f.reserved_bytes),
             human_bytes(f.allocated_bytes),
         )),
@@ -96,7 +96,7 @@ pub fn job_line(
     if let Some(oom) = job.async_oom() {
         parts.push(format!(
             "OOM (cudaMallocAsync): needed {}; cause: {}",
-            human_bytes(oom.requested_bytes),
+            oom.needed(),
             oom.cause()
         ));
     }

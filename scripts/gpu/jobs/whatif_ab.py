@@ -240,7 +240,8 @@ def conf_for(remedy):
     remedy's settings put in (a key both name takes the remedy's value, in its place)."""
     settings = {}
     for part in (BASE_CONF, remedy_conf(remedy) or ""):
-        for pair in filter(None, part.split(",")):
+        # Commas inside [..] belong to the value (roundup_power2_divisions:[256:1,>:4]).
+        for pair in filter(None, re.split(r",(?![^\[]*\])", part)):
             key, _, value = pair.partition(":")
             settings[key.strip()] = value.strip()
     return ",".join(f"{k}:{v}" for k, v in settings.items()) or None

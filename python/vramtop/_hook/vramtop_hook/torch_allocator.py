@@ -36,11 +36,12 @@ STAT_KEYS = (
 MAX_BLOCKS = 200000
 # PyTorch's backend:cudaMallocAsync keeps no blocks or segments of its own (CUDA's pool
 # does), refuses snapshots, event history and the OOM observer, and ignores every setting
-# of the native allocator: what the hook can read of it is the totals of memory_stats.
-ASYNC_BACKEND = "cudaMallocAsync"
-ASYNC_BACKEND_MISSING = (
-    "backend:cudaMallocAsync: PyTorch keeps no blocks, segments, event history or OOM state "
-    "for it, so vramtop shows its totals only and judges no remedy (expandable_segments, "
+# of the native allocator: what the hook can read of it is the totals of memory_stats. A
+# pluggable allocator (CUDAPluggableAllocator, "pluggable") refuses them alike.
+NATIVE_BACKEND = "native"
+UNTRACKED_MISSING = (
+    "backend:%s: PyTorch keeps no blocks, segments, event history or OOM state for it, so "
+    "vramtop shows its totals only and judges no remedy (expandable_segments, "
     "max_split_size_mb, garbage_collection_threshold and roundup_power2_divisions apply to "
     "the native allocator only)"
 )
@@ -268,19 +269,23 @@ class TorchAllocator:
             pass
 
     def read_backend(self):
-        """Which allocator PyTorch runs (PYTORCH_CUDA_ALLOC_CONF's `backend`); True where it
-        is one that tracks no blocks (cudaMallocAsync), said once in `missing`."""
+        """Which allocator PyTorch runs (PYTORCH_CUDA_ALLOC_CONF's `backend`, or a pluggable
+        one); True where it is one that tracks no blocks (any but "native"), said once in
+        `missing`."""
         if self.backend is None and self._get_backend is not None:
             try:
                 self.backend = str(self._get_backend())
             except Exception:
                 self.backend = None
-            if self.backend == ASYNC_BACKEND:
-                self.missing.append(ASYNC_BACKEND_MISSING)
+            if self.blocks_untracked():
+                self.missing.append(UNTRACKED_MISSING % self.backend)
                 # Found, but this backend refuses each of them.
                 refused = ("memory_snapshot", "oom_observer", "record_memory_history")
                 self.capabilities = [c for c in self.capabilities if c not in refused]
-        return self.backend == ASYNC_BACKEND
+        return self.blocks_untracked()
+
+    def blocks_untracked(self):
+        return self.backend is not None and self.backend != NATIVE_BACKEND
 
     def cuda_initialised(self):
         try:
@@ -812,7 +817,7 @@ class TorchAllocator:
         """What torch.cuda.memory._snapshot() returns (segments only where it is missing).
         None from the hook's thread while recorded frames cannot be symbolized without an
         import (`symbolizer_ready`)."""
-        if self.backend == ASYNC_BACKEND:
+        if self.blocks_untracked():
             return None  # it refuses snapshots: the stats alone (collect)
         if self.frames_recorded() and not self.symbolizer_ready():
             if on_job_thread:
@@ -893,20 +898,40 @@ class TorchAllocator:
         for segment in raw_segments:
             dev = segment.get("device", 0)
             held[dev] = held.get(dev, 0) + int(segment.get("total_size", 0) or 0)
+        if not held and self.blocks_untracked():
+            return self.device_most_reserved()
         if not held:
             return self.last_device
         return max(sorted(held), key=lambda d: held[d])
 
+    def device_most_reserved(self):
+        """With no segments to tell (a backend that tracks none), the device the job holds
+        most memory on by PyTorch's totals: a rank on cuda:3 is not shown cuda:0's 0 B."""
+        try:
+            if self._device_count is None:
+                self._device_count = int(self.torch.cuda.device_count())
+            reserved = {d: self.current(d, ("reserved_bytes",))[0] or 0 for d in range(self._device_count)}
+        except Exception:
+            return self.last_device
+        if not any(reserved.values()):
+            return self.last_device
+        return max(sorted(reserved), key=lambda d: reserved[d])
+
     def current(self, device, names):
         """PyTorch's current figures `names` ("allocated_bytes", ...) on `device`, each an
         int or None. The nested stats are read unflattened (memory_stats flattens ~150
-        keys for the few figures wanted)."""
-        if self._raw_stats is not None:
-            raw = self._raw_stats(device) or {}
-            values = [((raw.get(n) or {}).get("all") or {}).get("current") for n in names]
-        else:
-            flat = (self._stats(device) or {}) if self._stats else {}
-            values = [flat.get("%s.all.current" % n) for n in names]
+        keys for the few figures wanted). A pluggable allocator refuses stats too: Nones."""
+        try:
+            if self._raw_stats is not None:
+                raw = self._raw_stats(device) or {}
+                values = [((raw.get(n) or {}).get("all") or {}).get("current") for n in names]
+            else:
+                flat = (self._stats(device) or {}) if self._stats else {}
+                values = [flat.get("%s.all.current" % n) for n in names]
+        except Exception:
+            if not self.blocks_untracked():
+                raise
+            values = [None] * len(names)
         return [int(v) if isinstance(v, (int, float)) else None for v in values]
 
     def allocated_now(self, device):
@@ -945,7 +970,13 @@ class TorchAllocator:
     def stats(self, device):
         raw = {}
         if self._stats is not None:
-            raw = self._stats(device) or {}
+            try:
+                raw = self._stats(device) or {}
+            except Exception:
+                # A pluggable allocator refuses memory_stats ("does not yet support
+                # getDeviceStats"): its figures are unknown, the state still goes.
+                if not self.blocks_untracked():
+                    raise
         out = {}
         for name, key in STAT_KEYS:
             value = raw.get(key)

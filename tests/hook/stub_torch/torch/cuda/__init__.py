@@ -12,7 +12,7 @@ if "memory_snapshot" not in memory._LACKS:
 
 
 def get_allocator_backend():
-    return "cudaMallocAsync" if memory.ASYNC else "native"
+    return memory.BACKEND
 
 
 def init():

@@ -28,13 +28,16 @@ _ring_skips = set()  # skip_actions: actions the ring does not record
 LIMIT_BYTES = 8 * 1024 ** 3
 # PYTORCH_CUDA_ALLOC_CONF's backend:cudaMallocAsync, as the real allocator reads it: it
 # refuses snapshots, history and the OOM observer with these words, and keeps its totals.
+# STUB_TORCH_BACKEND=pluggable: a CUDAPluggableAllocator, which refuses the stats too.
 ASYNC = "backend:cudaMallocAsync" in os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")
+BACKEND = "cudaMallocAsync" if ASYNC else os.environ.get("STUB_TORCH_BACKEND", "native")
 
 
 def _refused_by_async(what):
-    if ASYNC:
-        raise RuntimeError("cudaMallocAsync does not yet support %s. If you need it, please file an issue "
-                           "describing your use case." % what)
+    if BACKEND != "native":
+        name = "cudaMallocAsync" if ASYNC else "CUDAPluggableAllocator"
+        raise RuntimeError("%s does not yet support %s. If you need it, please file an issue "
+                           "describing your use case." % (name, what))
 
 
 def _after_fork():
@@ -184,6 +187,8 @@ def _update_peaks():
 
 
 def memory_stats(device=None):
+    if BACKEND == "pluggable":
+        _refused_by_async("getDeviceStats")
     if not _initialized:
         return {}
     with _lock:
@@ -205,6 +210,8 @@ def memory_stats(device=None):
 def _snapshot(device=None):
     import copy
 
+    if BACKEND == "pluggable":
+        _refused_by_async("snapshot")
     if ASYNC:
         raise RuntimeError("Calling snapshot with backend:cudaMallocAsync is not meaningful.")
     with _lock:
