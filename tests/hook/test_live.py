@@ -461,14 +461,21 @@ class LiveTest(unittest.TestCase):
         self.assertEqual(len(lines), 1, err)
         self.assertIn("_cuda_attach_out_of_memory_observer", lines[0])
 
-    def test_a_job_under_cuda_malloc_async_gets_its_totals_and_one_line_saying_why_no_more(self):
-        job = self.job(PYTORCH_CUDA_ALLOC_CONF="backend:cudaMallocAsync", VRAMTOP_HISTORY="1")
+    def untracked_job(self, **env):
+        """A job under another allocator than PyTorch's own, with one 3 MiB block: the job,
+        a viewer, and the hello once CUDA is up."""
+        job = self.job(**env)
         job.do("import")
         job.wait_socket()
         job.do("init")
         job.do("alloc a %d" % (3 * MiB))
         viewer = Viewer(job.socket_path)
         hello = wait_for(lambda: (lambda h: h if h["cuda_ready"] else None)(viewer.recv_type("hello")))
+        return job, viewer, hello
+
+    def test_a_job_under_cuda_malloc_async_gets_its_totals_and_one_line_saying_why_no_more(self):
+        job, viewer, hello = self.untracked_job(PYTORCH_CUDA_ALLOC_CONF="backend:cudaMallocAsync",
+                                                VRAMTOP_HISTORY="1")
         self.assertEqual(hello["allocator_backend"], "cudaMallocAsync")
         self.assertNotIn("oom_observer", hello["capabilities"])
         self.assertNotIn("event_ring", hello["capabilities"])
@@ -490,13 +497,7 @@ class LiveTest(unittest.TestCase):
         self.assertNotIn("RuntimeError", err)
 
     def test_a_pluggable_allocator_refusing_even_its_stats_still_gets_states(self):
-        job = self.job(STUB_TORCH_BACKEND="pluggable")
-        job.do("import")
-        job.wait_socket()
-        job.do("init")
-        job.do("alloc a %d" % (3 * MiB))
-        viewer = Viewer(job.socket_path)
-        hello = wait_for(lambda: (lambda h: h if h["cuda_ready"] else None)(viewer.recv_type("hello")))
+        job, viewer, hello = self.untracked_job(STUB_TORCH_BACKEND="pluggable")
         self.assertEqual(hello["allocator_backend"], "pluggable")
         self.assertTrue(any(m.startswith("backend:pluggable:") for m in hello["missing"]), hello["missing"])
         viewer.subscribe(0.05)
