@@ -174,6 +174,38 @@ fn a_job_that_dies_of_an_oom_leaves_its_explanation_and_the_state() {
 }
 
 #[test]
+fn a_job_under_cuda_malloc_async_that_dies_of_an_oom_is_named_from_pytorchs_words() {
+    if !python3() {
+        return;
+    }
+    let dir = temp_dir("async");
+    // 3 MiB live, 9 GiB asked of the stub's 8 GiB: the limit is passed whatever is live.
+    let commands = format!(
+        "import\ninit\nalloc a {}\noom_uncaught {}\n",
+        3 * MIB,
+        9 * 1024 * MIB
+    );
+    let conf = Path::new("backend:cudaMallocAsync");
+    let (code, stderr) = batch_run(&dir, &[], &[("PYTORCH_CUDA_ALLOC_CONF", conf)], &commands);
+    assert_eq!(code, 1, "the job's exit code passes through: {stderr}");
+    // No state to keep under this backend: no pickle, PyTorch's words instead.
+    assert!(kept_files(&dir).is_empty(), "{stderr}");
+    let block = vramtop_lines(&stderr).join("\n");
+    assert!(
+        block.contains(
+            "vramtop: OOM under backend:cudaMallocAsync: needed 9.00 GiB; cause: the job's live \
+             tensors (3.00 MiB) and the request (9.00 GiB) exceed the limit its memory fraction \
+             sets (8.00 GiB) by 1.00 GiB"
+        ),
+        "{block}"
+    );
+    assert!(
+        block.contains("apply to the native allocator only"),
+        "{block}"
+    );
+}
+
+#[test]
 fn a_job_that_catches_its_ooms_goes_on_and_the_first_three_and_the_last_are_kept() {
     if !python3() {
         return;

@@ -139,4 +139,22 @@ fn explain_kept_ooms(keeping: &OomKeeping) {
             eprintln!("vramtop: {line}");
         }
     }
+    // A job under cudaMallocAsync (or a pluggable allocator) leaves no state: its words.
+    for path in keeping.untracked_files() {
+        let lines = match std::fs::read_to_string(&path)
+            .map_err(|e| e.to_string())
+            .and_then(|text| {
+                serde_json::from_str::<vramtop_attach::async_oom::KeptUntracked>(&text)
+                    .map_err(|e| e.to_string())
+            }) {
+            Ok(kept) => kept.explain(),
+            Err(e) => vec![format!(
+                "{}: kept at an OOM, but unreadable: {e}",
+                path.display()
+            )],
+        };
+        for line in lines {
+            eprintln!("vramtop: {line}");
+        }
+    }
 }

@@ -140,19 +140,19 @@ fn title(job: &JobView) -> Line<'static> {
 /// PyTorch's totals, and why there is no more. An empty map with "no OOM" under it would
 /// say the job holds nothing and never ran out.
 fn untracked_lines(job: &JobView, width: u16) -> Vec<(Line<'static>, u16)> {
-    let torch = job.frame.as_deref().and_then(|f| f.torch.as_ref());
+    let (allocated, reserved) = job.torch_totals();
     let figure = |v: Option<u64>| v.map_or_else(|| "?".to_string(), human_bytes);
     let totals = Line::from(Span::styled(
         format!(
             " backend:{} · allocated {} · reserved {} (PyTorch's totals)",
             job.allocator_backend().unwrap_or("?"),
-            figure(torch.and_then(|t| t.allocated_bytes)),
-            figure(torch.and_then(|t| t.reserved_bytes)),
+            figure(allocated),
+            figure(reserved),
         ),
         Style::new().bold(),
     ));
     let why = Line::from(Span::styled(
-        " PyTorch tracks no blocks or segments under this backend (CUDA's pool holds them): \
+        " PyTorch tracks no blocks or segments under this backend (its own pool holds them): \
          no map, no history, and no remedy is judged; expandable_segments, \
          max_split_size_mb, garbage_collection_threshold and roundup_power2_divisions apply \
          to the native allocator only"

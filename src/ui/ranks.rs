@@ -165,8 +165,12 @@ fn rank_row(job: &JobView, selected: bool) -> Row<'static> {
         // runs, rather than "0 B" and "0.00".
         Some(f) if job.blocks_untracked() => cells.extend([
             f.device.to_string(),
-            human_bytes(f.reserved_bytes),
-            human_bytes(f.allocated_bytes),
+            job.torch_totals()
+                .1
+                .map_or_else(|| "?".to_string(), human_bytes),
+            job.torch_totals()
+                .0
+                .map_or_else(|| "?".to_string(), human_bytes),
             "-".to_string(),
             "-".to_string(),
             f.ooms.to_string(),

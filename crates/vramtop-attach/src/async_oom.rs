@@ -117,6 +117,42 @@ fn half_a_printed_place(bytes: u64) -> u64 {
     unit / 200
 }
 
+/// What the hook keeps when a job under a backend that tracks no blocks dies of an OOM
+/// (`vramtop-oom-[TAG-]PID-untracked.json`): the backend and PyTorch's exception.
+#[derive(Clone, Debug, serde::Deserialize)]
+pub struct KeptUntracked {
+    pub backend: String,
+    pub kind: String,
+    pub message: String,
+}
+
+impl KeptUntracked {
+    /// The lines `vramtop run` prints after a batch job: the OOM named where PyTorch's
+    /// message gives its figures (cudaMallocAsync), else what it said and why no more.
+    pub fn explain(&self) -> Vec<String> {
+        let head = format!("OOM under backend:{}", self.backend);
+        let mut lines = match AsyncOom::parse(&self.message) {
+            Some(oom) => vec![format!(
+                "{head}: needed {}; cause: {}",
+                oom.needed(),
+                oom.cause()
+            )],
+            None => vec![format!(
+                "{head}: PyTorch said \"{}\"",
+                self.message.lines().next().unwrap_or("").trim()
+            )],
+        };
+        lines.push(
+            "PyTorch tracks no blocks or segments under this backend: no map, history or \
+             remedy to give; expandable_segments, max_split_size_mb, \
+             garbage_collection_threshold and roundup_power2_divisions apply to the native \
+             allocator only"
+                .to_string(),
+        );
+        lines
+    }
+}
+
 /// Sizes to two places, as PyTorch's message has them: a limit of 6.99 GiB does not read
 /// as 7.0 GiB beside a request that exceeds it by 10 MiB.
 fn two_places(bytes: u64) -> String {
@@ -225,6 +261,34 @@ mod tests {
             oom.cause().contains("within PyTorch's rounding"),
             "{}",
             oom.cause()
+        );
+    }
+
+    #[test]
+    fn a_kept_oom_is_explained_from_pytorchs_words() {
+        let kept: KeptUntracked = serde_json::from_value(serde_json::json!({
+            "backend": "cudaMallocAsync",
+            "kind": "OutOfMemoryError",
+            "message": UNDER_A_FRACTION,
+        }))
+        .expect("kept file");
+        let lines = kept.explain();
+        assert!(
+            lines[0].starts_with(
+                "OOM under backend:cudaMallocAsync: needed 1.00 GiB; cause: the job's live tensors"
+            ),
+            "{lines:?}"
+        );
+        assert!(lines[1].contains("native allocator only"), "{lines:?}");
+        // Words it cannot read: PyTorch's first line, as said.
+        let other = KeptUntracked {
+            backend: "pluggable".into(),
+            kind: "OutOfMemoryError".into(),
+            message: "RMM failure: out of memory\nmore".into(),
+        };
+        assert_eq!(
+            other.explain()[0],
+            "OOM under backend:pluggable: PyTorch said \"RMM failure: out of memory\""
         );
     }
 

@@ -550,6 +550,17 @@ impl JobView {
         crate::async_oom::AsyncOom::parse(&self.error.as_ref()?.message)
     }
 
+    /// PyTorch's own totals (allocated, reserved) from the last state, each `None` where
+    /// it did not say (a pluggable allocator refuses them): what a job whose blocks are
+    /// untracked shows, where a map's figures would read 0.
+    pub fn torch_totals(&self) -> (Option<u64>, Option<u64>) {
+        let torch = self.frame.as_deref().and_then(|f| f.torch.as_ref());
+        (
+            torch.and_then(|t| t.allocated_bytes),
+            torch.and_then(|t| t.reserved_bytes),
+        )
+    }
+
     /// PyTorch's allocator backend as the hook read it (`native`, `cudaMallocAsync`).
     pub fn allocator_backend(&self) -> Option<&str> {
         self.hello.as_ref()?.allocator_backend.as_deref()

@@ -4,7 +4,9 @@
 //!
 //! A file is `vramtop-oom-[TAG-]PID-N.pickle` (N = 1, 2, 3, then `last`, rewritten at each
 //! later OOM): a PyTorch memory snapshot, which `vramtop snapshot` and PyTorch's own
-//! `torch.cuda._memory_viz` read alike.
+//! `torch.cuda._memory_viz` read alike. Under a backend that tracks no blocks
+//! (cudaMallocAsync) the hook keeps PyTorch's words of the OOM the job dies of instead:
+//! `vramtop-oom-[TAG-]PID-untracked.json` (`async_oom::KeptUntracked`).
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -56,6 +58,16 @@ impl OomKeeping {
 
     /// This run's files, oldest first (by the time they were written, then by name).
     pub fn files(&self) -> Vec<PathBuf> {
+        self.files_ending(".pickle")
+    }
+
+    /// This run's OOMs under a backend that tracks no blocks (`-untracked.json`, one a
+    /// process): PyTorch's words, kept by the hook where there was no state to keep.
+    pub fn untracked_files(&self) -> Vec<PathBuf> {
+        self.files_ending("-untracked.json")
+    }
+
+    fn files_ending(&self, suffix: &str) -> Vec<PathBuf> {
         let prefix = format!("vramtop-oom-{}-", self.tag);
         let Ok(entries) = std::fs::read_dir(&self.dir) else {
             return Vec::new();
@@ -65,7 +77,7 @@ impl OomKeeping {
             .filter(|e| {
                 let name = e.file_name();
                 let name = name.to_string_lossy();
-                name.starts_with(&prefix) && name.ends_with(".pickle")
+                name.starts_with(&prefix) && name.ends_with(suffix)
             })
             .filter_map(|e| {
                 let modified = e.metadata().ok()?.modified().ok()?;

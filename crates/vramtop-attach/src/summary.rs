@@ -35,13 +35,17 @@ pub fn job_line(
     }
     match (job.map(), job.figures()) {
         // PyTorch tracks no blocks under this backend: its totals, and no map's figures.
-        (Some(_), Some(f)) if job.blocks_untracked() => parts.push(format!(
-            "gpu {} · backend:{}, no segments or OOM state · reserved {} · allocated {}",
-            f.device,
-            job.allocator_backend().unwrap_or("?"),
-            human_bytes(f.reserved_bytes),
-            human_bytes(f.allocated_bytes),
-        )),
+        (Some(_), Some(f)) if job.blocks_untracked() => {
+            let (allocated, reserved) = job.torch_totals();
+            let figure = |v: Option<u64>| v.map_or_else(|| "?".to_string(), human_bytes);
+            parts.push(format!(
+                "gpu {} · backend:{}, no segments or OOM state · reserved {} · allocated {}",
+                f.device,
+                job.allocator_backend().unwrap_or("?"),
+                figure(reserved),
+                figure(allocated),
+            ));
+        }
         (Some(map), Some(f)) => parts.push(format!(
             "gpu {} · {} segments · reserved {} · allocated {} · largest free {} · frag {:.2}",
             f.device,

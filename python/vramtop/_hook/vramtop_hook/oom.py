@@ -502,9 +502,31 @@ def report_uncaught(kind, value):
             "kind": getattr(kind, "__name__", str(kind)),
             "message": str(value)[:65536],
         }
+        keep_untracked_oom(hook, message)
         frame = encode(message)
         hook.kept["error"] = frame
         if hook.listener is not None:
             hook.broadcast(frame, keep="error")
+    except Exception:
+        pass
+
+
+def keep_untracked_oom(hook, message):
+    """An OOM the job dies of under a backend that tracks no blocks (cudaMallocAsync): no
+    observer saw it and there is no state to keep, so PyTorch's words are kept instead, as
+    `vramtop-oom-[TAG-]PID-untracked.json`, for `vramtop run` to explain after a batch job.
+    Never raises."""
+    try:
+        alloc = hook.alloc
+        if alloc is None or not alloc.blocks_untracked() or "OutOfMemoryError" not in message["kind"]:
+            return
+        import json
+
+        tag = os.environ.get("VRAMTOP_OOM_TAG", "")
+        name = "vramtop-oom-%s%d-untracked.json" % (tag + "-" if tag else "", os.getpid())
+        path = os.path.join(_oom_keeper.directory(), name)
+        with open(path + ".tmp", "w") as f:
+            json.dump({"backend": alloc.backend, "kind": message["kind"], "message": message["message"]}, f)
+        os.replace(path + ".tmp", path)
     except Exception:
         pass

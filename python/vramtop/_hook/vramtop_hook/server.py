@@ -438,7 +438,7 @@ class Hook:
                 return
             self.prepared = True
             if self.alloc.read_backend():
-                return  # cudaMallocAsync refuses the observer and the ring: totals only
+                return  # cudaMallocAsync or a pluggable one refuses the observer and the ring
             self.alloc.attach_oom_observer(on_oom)
             self.alloc.start_ring(RING_ENTRIES)
             if self.history_wanted:

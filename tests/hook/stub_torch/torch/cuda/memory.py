@@ -161,6 +161,17 @@ def stub_oom(size):
     for observer in observers:
         # An observer that raises turns the OOM into another error, as in C++.
         observer(0, size, LIMIT_BYTES, free)
+    if ASYNC:
+        # cudaMallocAsync's own words (CUDAMallocAsyncAllocator.cpp), its limit the stub's.
+        def printed(n):
+            return "%.2f MiB" % (n / 1048576.0) if n <= 1 << 30 else "%.2f GiB" % (n / 1073741824.0)
+
+        raise OutOfMemoryError(
+            "Allocation on device 0 would exceed allowed memory. (out of memory)\n"
+            "Currently allocated     : %s\nRequested               : %s\n"
+            "Device limit            : %s\nFree (according to CUDA): %s\n"
+            "PyTorch limit (set by user-supplied memory fraction)\n                        : %s"
+            % (printed(allocated), printed(size), printed(LIMIT_BYTES), printed(free), printed(LIMIT_BYTES)))
     raise OutOfMemoryError(
         "CUDA out of memory. Tried to allocate %d bytes. Of the allocated memory %d bytes is "
         "allocated by PyTorch, and %d bytes is reserved by PyTorch but unallocated." % (size, allocated, reserved - allocated)
