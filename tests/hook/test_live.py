@@ -490,10 +490,9 @@ class LiveTest(unittest.TestCase):
         self.assertEqual(job.do("oom %d" % MiB), "ok caught OutOfMemoryError")
         rc, _, err = job.finish()
         self.assertEqual(rc, 0)
-        lines = [line for line in err.splitlines() if line.startswith("vramtop hook:")]
-        # One line, the backend's: not PyTorch's refusals of each call, nor a failed read.
-        self.assertEqual(len(lines), 1, err)
-        self.assertIn("backend:cudaMallocAsync", lines[0])
+        # Nothing of ours in the job's output (the viewer says why there is no more): not
+        # PyTorch's refusals of each call, nor a failed read.
+        self.assertNotIn("vramtop hook:", err)
         self.assertNotIn("RuntimeError", err)
 
     def test_a_pluggable_allocator_refusing_even_its_stats_still_gets_states(self):

@@ -458,7 +458,9 @@ class Hook:
         self.cuda_ready = True
         self.prepare_allocator()
         self.alloc.probe_settings()
-        if self.alloc.missing:
+        # Under a backend that tracks no blocks the viewer and `vramtop run`'s block say
+        # why there is no more; the job's own output gets nothing of ours.
+        if self.alloc.missing and not self.alloc.blocks_untracked():
             say_once("missing", "; ".join(self.alloc.missing))
         # Viewers that came before CUDA learn it is ready from a fresh hello.
         self.broadcast(encode(self.hello()), keep="hello")
