@@ -94,6 +94,13 @@ impl AsyncOom {
                     two_places(self.device_free_bytes),
                 )
             }
+            // The job's own live tensors and the request are more than the GPU has.
+            _ if wanted > self.device_total_bytes => format!(
+                "the job's live tensors ({live}) and the request ({asked}) exceed the GPU \
+                 ({}): no allocator setting changes what is live; only less live memory \
+                 fits it",
+                two_places(self.device_total_bytes),
+            ),
             _ => format!(
                 "CUDA's pool could not map the request ({asked}) with {} free on the GPU \
                  and {live} live in this job: other processes hold the rest, or memory \
@@ -229,6 +236,26 @@ mod tests {
         assert!(
             oom.cause().starts_with(
                 "CUDA's pool could not map the request (1.00 GiB) with 512.00 MiB free"
+            ),
+            "{}",
+            oom.cause()
+        );
+    }
+
+    #[test]
+    fn a_gpu_the_job_fills_itself_is_named_so() {
+        // PyTorch 2.11 on the H200, no fraction, 4 GiB tensors until it ran out.
+        let message = "Allocation on device 0 would exceed allowed memory. (out of memory)\n\
+            Currently allocated     : 136.00 GiB\nRequested               : 4.00 GiB\n\
+            Device limit            : 139.80 GiB\nFree (according to CUDA): 31.12 MiB\n\
+            PyTorch limit (set by user-supplied memory fraction)\n                        \
+            : 17179869184.00 GiB";
+        let oom = AsyncOom::parse(message).expect("parsed");
+        assert_eq!(oom.limit_bytes, None);
+        assert!(
+            oom.cause().starts_with(
+                "the job's live tensors (136.00 GiB) and the request (4.00 GiB) exceed the GPU \
+                 (139.80 GiB)"
             ),
             "{}",
             oom.cause()
