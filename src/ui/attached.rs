@@ -140,23 +140,16 @@ fn title(job: &JobView) -> Line<'static> {
 /// PyTorch's totals, and why there is no more. An empty map with "no OOM" under it would
 /// say the job holds nothing and never ran out.
 fn untracked_lines(job: &JobView, width: u16) -> Vec<(Line<'static>, u16)> {
-    let (allocated, reserved) = job.torch_totals();
-    let figure = |v: Option<u64>| v.map_or_else(|| "?".to_string(), human_bytes);
+    let (allocated, reserved) = job.torch_totals_shown();
     let totals = Line::from(Span::styled(
         format!(
-            " backend:{} · allocated {} · reserved {} (PyTorch's totals)",
+            " backend:{} · allocated {allocated} · reserved {reserved} (PyTorch's totals)",
             job.allocator_backend().unwrap_or("?"),
-            figure(allocated),
-            figure(reserved),
         ),
         Style::new().bold(),
     ));
     let why = Line::from(Span::styled(
-        " PyTorch tracks no blocks or segments under this backend (its own pool holds them): \
-         no map, no history, and no remedy is judged; expandable_segments, \
-         max_split_size_mb, garbage_collection_threshold and roundup_power2_divisions apply \
-         to the native allocator only"
-            .to_string(),
+        format!(" {}", vramtop_attach::job::UNTRACKED_WHY),
         Style::new().dark_gray(),
     ));
     let mut lines = vec![(totals, 1)];

@@ -163,19 +163,18 @@ fn rank_row(job: &JobView, selected: bool) -> Row<'static> {
     match job.figures() {
         // No segments under another backend than PyTorch's own: nothing to say of free
         // runs, rather than "0 B" and "0.00".
-        Some(f) if job.blocks_untracked() => cells.extend([
-            f.device.to_string(),
-            job.torch_totals()
-                .1
-                .map_or_else(|| "?".to_string(), human_bytes),
-            job.torch_totals()
-                .0
-                .map_or_else(|| "?".to_string(), human_bytes),
-            "-".to_string(),
-            "-".to_string(),
-            f.ooms.to_string(),
-            f.leak_suspects.to_string(),
-        ]),
+        Some(f) if job.blocks_untracked() => {
+            let (allocated, reserved) = job.torch_totals_shown();
+            cells.extend([
+                f.device.to_string(),
+                reserved,
+                allocated,
+                "-".to_string(),
+                "-".to_string(),
+                f.ooms.to_string(),
+                f.leak_suspects.to_string(),
+            ]);
+        }
         Some(f) => cells.extend([
             f.device.to_string(),
             human_bytes(f.reserved_bytes),

@@ -149,13 +149,7 @@ impl KeptUntracked {
                 self.message.lines().next().unwrap_or("").trim()
             )],
         };
-        lines.push(
-            "PyTorch tracks no blocks or segments under this backend: no map, history or \
-             remedy to give; expandable_segments, max_split_size_mb, \
-             garbage_collection_threshold and roundup_power2_divisions apply to the native \
-             allocator only"
-                .to_string(),
-        );
+        lines.push(crate::job::UNTRACKED_WHY.to_string());
         lines
     }
 }

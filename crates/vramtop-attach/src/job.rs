@@ -13,7 +13,7 @@ use super::protocol::{
 };
 use vramtop_alloc::leaks::{DetectorConfig, LeakDetector, SiteTrend, Suspect};
 use vramtop_alloc::metrics::layout_stats;
-use vramtop_alloc::{round_size, BlockState, MapView, OomReport, Pool, Stats};
+use vramtop_alloc::{human_bytes, round_size, BlockState, MapView, OomReport, Pool, Stats};
 use vramtop_trace::cause::{self, Cause, OomFacts};
 use vramtop_trace::replay::remedies::OomRemedies;
 use vramtop_trace::roles::RoleBreakdown;
@@ -21,6 +21,12 @@ use vramtop_trace::{snapshot, SnapshotBlock, SnapshotSegment};
 
 /// PyTorch's own caching allocator, the one backend that tracks blocks and segments.
 pub const NATIVE_BACKEND: &str = "native";
+/// Why a job under another backend gets no map, history or remedy: what every display of
+/// such a job says after its figures.
+pub const UNTRACKED_WHY: &str = "PyTorch tracks no blocks or segments under this backend \
+     (its own pool holds them): no map, no history, and no remedy is judged; \
+     expandable_segments, max_split_size_mb, garbage_collection_threshold and \
+     roundup_power2_divisions apply to the native allocator only";
 
 /// Fragmentation samples kept per job (five minutes at 1 s).
 pub const FRAG_HISTORY: usize = 300;
@@ -550,14 +556,15 @@ impl JobView {
         crate::async_oom::AsyncOom::parse(&self.error.as_ref()?.message)
     }
 
-    /// PyTorch's own totals (allocated, reserved) from the last state, each `None` where
-    /// it did not say (a pluggable allocator refuses them): what a job whose blocks are
+    /// PyTorch's own totals (allocated, reserved) from the last state, as shown: "?" where
+    /// it did not say (a pluggable allocator refuses them). What a job whose blocks are
     /// untracked shows, where a map's figures would read 0.
-    pub fn torch_totals(&self) -> (Option<u64>, Option<u64>) {
+    pub fn torch_totals_shown(&self) -> (String, String) {
         let torch = self.frame.as_deref().and_then(|f| f.torch.as_ref());
+        let shown = |v: Option<u64>| v.map_or_else(|| "?".to_string(), human_bytes);
         (
-            torch.and_then(|t| t.allocated_bytes),
-            torch.and_then(|t| t.reserved_bytes),
+            shown(torch.and_then(|t| t.allocated_bytes)),
+            shown(torch.and_then(|t| t.reserved_bytes)),
         )
     }
 

@@ -36,14 +36,12 @@ pub fn job_line(
     match (job.map(), job.figures()) {
         // PyTorch tracks no blocks under this backend: its totals, and no map's figures.
         (Some(_), Some(f)) if job.blocks_untracked() => {
-            let (allocated, reserved) = job.torch_totals();
-            let figure = |v: Option<u64>| v.map_or_else(|| "?".to_string(), human_bytes);
+            let (allocated, reserved) = job.torch_totals_shown();
             parts.push(format!(
-                "gpu {} · backend:{}, no segments or OOM state · reserved {} · allocated {}",
+                "gpu {} · backend:{}, no segments or OOM state · reserved {reserved} · \
+                 allocated {allocated}",
                 f.device,
                 job.allocator_backend().unwrap_or("?"),
-                figure(reserved),
-                figure(allocated),
             ));
         }
         (Some(map), Some(f)) => parts.push(format!(
