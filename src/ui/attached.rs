@@ -149,7 +149,7 @@ fn untracked_lines(job: &JobView, width: u16) -> Vec<(Line<'static>, u16)> {
         Style::new().bold(),
     ));
     let why = Line::from(Span::styled(
-        format!(" {}", vramtop_attach::job::UNTRACKED_WHY),
+        format!(" {}", vramtop_attach::async_oom::UNTRACKED_WHY),
         Style::new().dark_gray(),
     ));
     let mut lines = vec![(totals, 1)];

@@ -124,6 +124,13 @@ fn half_a_printed_place(bytes: u64) -> u64 {
     unit / 200
 }
 
+/// Why a job under another backend gets no map, history or remedy: what every display of
+/// such a job says after its figures.
+pub const UNTRACKED_WHY: &str = "PyTorch tracks no blocks or segments under this backend \
+     (its own pool holds them): no map, no history, and no remedy is judged; \
+     expandable_segments, max_split_size_mb, garbage_collection_threshold and \
+     roundup_power2_divisions apply to the native allocator only";
+
 /// What the hook keeps when a job under a backend that tracks no blocks dies of an OOM
 /// (`vramtop-oom-[TAG-]PID-untracked.json`): the backend and PyTorch's exception.
 #[derive(Clone, Debug, serde::Deserialize)]
@@ -149,7 +156,7 @@ impl KeptUntracked {
                 self.message.lines().next().unwrap_or("").trim()
             )],
         };
-        lines.push(crate::job::UNTRACKED_WHY.to_string());
+        lines.push(UNTRACKED_WHY.to_string());
         lines
     }
 }

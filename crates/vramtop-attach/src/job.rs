@@ -21,12 +21,6 @@ use vramtop_trace::{snapshot, SnapshotBlock, SnapshotSegment};
 
 /// PyTorch's own caching allocator, the one backend that tracks blocks and segments.
 pub const NATIVE_BACKEND: &str = "native";
-/// Why a job under another backend gets no map, history or remedy: what every display of
-/// such a job says after its figures.
-pub const UNTRACKED_WHY: &str = "PyTorch tracks no blocks or segments under this backend \
-     (its own pool holds them): no map, no history, and no remedy is judged; \
-     expandable_segments, max_split_size_mb, garbage_collection_threshold and \
-     roundup_power2_divisions apply to the native allocator only";
 
 /// Fragmentation samples kept per job (five minutes at 1 s).
 pub const FRAG_HISTORY: usize = 300;
