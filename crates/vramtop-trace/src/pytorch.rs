@@ -65,10 +65,27 @@ fn import(
 ) -> Result<Trace, TraceErrorKind> {
     let device = opts.device;
     let (traces, segments) = top_level(root)?;
+    // A device's trace counts when it holds more than `snapshot` markers: PyTorch writes
+    // one into every device's ring at each snapshot, so a DDP rank's file has a trace of
+    // markers alone for each other GPU its process touched (rank 0 of a torchrun job on
+    // two H200s: one for cuda:1), which must not be taken for the rank's own.
+    let holds_history = |e: &Value| match e {
+        Value::Reduced(i) => {
+            entries.skipped.contains_key(i)
+                || entries
+                    .entries
+                    .get(*i as usize)
+                    .is_some_and(|event| event.kind != TraceEventKind::Snapshot)
+        }
+        _ => true,
+    };
     let devices_with_traces: Vec<i64> = traces
         .iter()
         .enumerate()
-        .filter(|(_, t)| t.as_seq().is_some_and(|events| !events.is_empty()))
+        .filter(|(_, t)| {
+            t.as_seq()
+                .is_some_and(|events| events.iter().any(holds_history))
+        })
         .map(|(i, _)| i as i64)
         .collect();
     // A file the hook kept at an OOM is about the device that ran out.

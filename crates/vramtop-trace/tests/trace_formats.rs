@@ -229,6 +229,29 @@ fn device_with_traces_is_picked_or_chosen() {
     assert!(trace::from_bytes(&bytes, &opts).is_err());
 }
 
+#[test]
+fn a_trace_of_snapshot_markers_alone_is_not_a_device_with_history() {
+    // A DDP rank on cuda:1: PyTorch wrote a `snapshot` marker into cuda:0's ring too.
+    let snap = snapshot(
+        vec![],
+        vec![
+            vec![
+                event("snapshot", 0, 0, vec![]),
+                event("snapshot", 0, 0, vec![]),
+            ],
+            vec![
+                event("snapshot", 0, 0, vec![]),
+                event("alloc", 1024, 512, vec![]),
+            ],
+        ],
+    );
+    let t = trace::from_bytes(&pickle(&snap), &LoadOptions::default())
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(t.device, 1);
+    assert_eq!(t.stats.devices_with_traces, [1]);
+    assert!(t.notices().is_empty(), "{:?}", t.notices());
+}
+
 const RMM_LOG: &str = "Thread,Time,Action,Pointer,Size,Stream
 140573312345856,23:59:59.900000,allocate,0x7f8a40000000,1024,0x0
 140573312345856,23:59:59.950000,allocate,0x7f8a40000400,2048,0x7f8a38001020

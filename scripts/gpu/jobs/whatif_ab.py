@@ -148,6 +148,11 @@ Workloads (each ends with one judged request, caught so the process ends normall
   gpt2ddp     gpt2mixed's GPT-2 in DistributedDataParallel, one rank over NCCL (world
               size 1, a FileStore of its own): gradient buckets and the all-reduce on
               NCCL's stream (WHATIF_GPT2DDP_CAP_GIB).
+  gpt2ddp2    gpt2ddp as a torchrun job of two ranks (torch.distributed.run --standalone,
+              which `job` starts itself): one GPU each over NCCL where the machine has two,
+              else both on one over gloo. Each rank draws its own batches (as a
+              DistributedSampler hands each its own samples), so one rank runs out first;
+              the run's outcome is its failing rank's (WHATIF_GPT2DDP2_CAP_GIB, per rank).
   otherproc   a second process holds a 60 GiB cache on the same GPU (freed tensors,
               not released); this one asks for 30 GiB.
 
@@ -198,7 +203,7 @@ import time
 MiB = 1 << 20
 GiB = 1 << 30
 WORKLOADS = ["checker", "splitcache", "tails", "gpt2var", "kvcache", "gpt2mixed", "llamamix", "resnetvar",
-             "bertaccum", "t5var", "gpt2ckpt", "evalmix", "gpt2keep", "gan", "vitvar", "moemix", "gpt2scaler", "loramix", "gpt2compile", "llamagen", "gpt2stream", "t5beam", "t5beam_steps", "wav2vec", "mambaslow", "hftrainer", "gpt2sgd", "resnetinfer", "lightning", "lightningaccum", "gpt2tutorial", "gpt2fixed", "clipvar", "gpt2fused", "accelaccum", "llamabf16", "unetvar", "graphsteps", "graphsonce", "gpt2graphs", "llamagraphs", "gpt2empties", "gpt2ddp", "otherproc"]
+             "bertaccum", "t5var", "gpt2ckpt", "evalmix", "gpt2keep", "gan", "vitvar", "moemix", "gpt2scaler", "loramix", "gpt2compile", "llamagen", "gpt2stream", "t5beam", "t5beam_steps", "wav2vec", "mambaslow", "hftrainer", "gpt2sgd", "resnetinfer", "lightning", "lightningaccum", "gpt2tutorial", "gpt2fixed", "clipvar", "gpt2fused", "accelaccum", "llamabf16", "unetvar", "graphsteps", "graphsonce", "gpt2graphs", "llamagraphs", "gpt2empties", "gpt2ddp", "gpt2ddp2", "otherproc"]
 # The cap of each stepped workload that takes one from the environment (`scan` varies it).
 CAP_ENV = {"gpt2mixed": ("WHATIF_GPT2MIXED_CAP_GIB", 15.5), "llamamix": ("WHATIF_LLAMAMIX_CAP_GIB", 10),
            "resnetvar": ("WHATIF_RESNETVAR_CAP_GIB", 6.5), "bertaccum": ("WHATIF_BERTACCUM_CAP_GIB", 8),
@@ -221,11 +226,14 @@ CAP_ENV = {"gpt2mixed": ("WHATIF_GPT2MIXED_CAP_GIB", 15.5), "llamamix": ("WHATIF
            "llamabf16": ("WHATIF_LLAMABF16_CAP_GIB", 10), "unetvar": ("WHATIF_UNETVAR_CAP_GIB", 10),
            "graphsteps": ("WHATIF_GRAPHSTEPS_CAP_GIB", 10), "graphsonce": ("WHATIF_GRAPHSONCE_CAP_GIB", 10),
            "gpt2graphs": ("WHATIF_GPT2GRAPHS_CAP_GIB", 10), "llamagraphs": ("WHATIF_LLAMAGRAPHS_CAP_GIB", 10),
-           "gpt2empties": ("WHATIF_GPT2EMPTIES_CAP_GIB", 14.5), "gpt2ddp": ("WHATIF_GPT2DDP_CAP_GIB", 10)}
+           "gpt2empties": ("WHATIF_GPT2EMPTIES_CAP_GIB", 14.5), "gpt2ddp": ("WHATIF_GPT2DDP_CAP_GIB", 10),
+           "gpt2ddp2": ("WHATIF_GPT2DDP2_CAP_GIB", 10)}
 HERE = os.path.dirname(os.path.abspath(__file__))
 # What a workload says of where it was when an OOM came (graphsteps, graphsonce: "before
 # the capture", "capture" or "replay").
 STEP_NOTE = {}
+# The workloads that are torchrun jobs, and their ranks: `job` launches them itself.
+RANKS = {"gpt2ddp2": 2}
 STEP_LIMIT = int(os.environ.get("WHATIF_STEP_LIMIT", "400"))
 PROFILE = os.environ.get("WHATIF_PROFILE") == "1"  # each step's peaks, printed (sizing caps)
 # resnetvar's batches scaled (0.5: "half the batch", as vramtop's knobs line offers it).
@@ -301,7 +309,8 @@ def run_job(workload, remedy, stop_at):
             gc.collect()
 
     def cap(nbytes):
-        total = torch.cuda.get_device_properties(0).total_memory
+        # The current device's: a rank of gpt2ddp2 runs on its own.
+        total = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
         torch.cuda.set_per_process_memory_fraction(nbytes / total)
 
     dump = os.environ.get("WHATIF_DUMP")
@@ -311,6 +320,16 @@ def run_job(workload, remedy, stop_at):
             # PyTorch's own history of this run, to hold a replay of it against (a study,
             # not a check: the ring this big costs the job time).
             torch.cuda.memory._dump_snapshot(dump)
+        if workload in RANKS:
+            extra["rank"] = int(os.environ["RANK"])
+        if workload in RANKS and os.environ.get("WHATIF_DDP_DESTROY_AT_EXIT") != "1":
+            # A rank judged ends within 30 s whatever its peers do: NCCL's teardown can
+            # wait on a collective a failed rank never joined, and torchrun on that rank.
+            import threading
+
+            ending = threading.Timer(30.0, os._exit, args=(0 if ok else 1,))
+            ending.daemon = True
+            ending.start()
         print("judged: " + json.dumps(dict(workload=workload, remedy=remedy, ok=ok,
                                            reserved=torch.cuda.memory_reserved(),
                                            allocated=torch.cuda.memory_allocated(), **extra)),
@@ -543,6 +562,28 @@ def steps(workload, cap, stop_at, judged, before_judged, after_step):
         atexit.register(dist.destroy_process_group)  # NCCL warns at exit otherwise
         model = GPT2LMHeadModel(GPT2Config(n_layer=6, n_embd=1024, n_head=16, n_positions=2048)).cuda()
         model = DistributedDataParallel(model, device_ids=[0])
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        step = mixed_lm_step(model, opt, 50257, [2, 4, 6, 8, 12, 16], lambda i: 256 + 8 * i, 2048)
+    elif workload == "gpt2ddp2":
+        import torch.distributed as dist
+        from torch.nn.parallel import DistributedDataParallel
+        from transformers import GPT2Config, GPT2LMHeadModel
+
+        # A rank of the torchrun job job_main launched: torchrun's environment says which.
+        rank, local = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
+        shared = torch.cuda.device_count() < int(os.environ["LOCAL_WORLD_SIZE"])
+        torch.cuda.set_device(0 if shared else local)
+        dist.init_process_group("gloo" if shared else "nccl")
+        if os.environ.get("WHATIF_DDP_DESTROY_AT_EXIT") == "1":
+            # A user's `finally: dist.destroy_process_group()`, for seeing where a rank's
+            # end waits (not in the A/B runs: judged's timer would cut it short).
+            import atexit
+
+            atexit.register(dist.destroy_process_group)
+        cap_from_env(cap, workload)
+        random.seed(1234 + rank)  # each rank its own batches; the model's weights alike
+        model = GPT2LMHeadModel(GPT2Config(n_layer=6, n_embd=1024, n_head=16, n_positions=2048)).cuda()
+        model = DistributedDataParallel(model, device_ids=[torch.cuda.current_device()])
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
         step = mixed_lm_step(model, opt, 50257, [2, 4, 6, 8, 12, 16], lambda i: 256 + 8 * i, 2048)
     elif workload == "gpt2empties":
@@ -1188,6 +1229,10 @@ def steps(workload, cap, stop_at, judged, before_judged, after_step):
             step(i)
         except torch.OutOfMemoryError as e:
             judged(False, step=i, asked=asked_of(e), **STEP_NOTE)
+            if workload in RANKS:
+                # As the exception a user's rank does not catch: the rank ends failed, and
+                # torchrun ends the others (which wait on it in a collective).
+                sys.exit(1)
             return
         if stop_at is not None and i == stop_at:
             judged(True, step=i)
@@ -1286,6 +1331,12 @@ def lightning_steps(workload, cap, stop_at, judged, before_judged, after_step):
 
 
 def job_main(workload, remedy):
+    if workload in RANKS and "LOCAL_RANK" not in os.environ:
+        # A torchrun job, as its user starts one: the launcher runs this job in each rank
+        # (they print their own judged lines; judged_line reads the failing one's).
+        launched = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                                   f"--nproc_per_node={RANKS[workload]}", __file__, "job", workload, remedy])
+        sys.exit(launched.returncode)
     stop_at = os.environ.get("WHATIF_STOP_AT")
     holder = None
     if workload == "otherproc":
@@ -1317,10 +1368,11 @@ def job_main(workload, remedy):
 
 
 def judged_line(text):
-    for line in text.splitlines():
-        if line.startswith("judged: "):
-            return json.loads(line[len("judged: "):])
-    return None
+    """The run's outcome: its judged line, or in a job of ranks the first failing rank's
+    (another rank may judge its own step done before the collective that waits on the
+    failed one hangs)."""
+    lines = [json.loads(line[len("judged: "):]) for line in text.splitlines() if line.startswith("judged: ")]
+    return next((j for j in lines if not j["ok"]), lines[0] if lines else None)
 
 
 def fresh(workload, remedy, stop_at, log, extra_env=None):
@@ -1331,21 +1383,29 @@ def fresh(workload, remedy, stop_at, log, extra_env=None):
         env["PYTORCH_CUDA_ALLOC_CONF"] = conf
     if stop_at is not None:
         env["WHATIF_STOP_AT"] = str(stop_at)
-    try:
-        p = subprocess.run([sys.executable, __file__, "job", workload, remedy], env=env,
-                           capture_output=True, text=True, timeout=400)
-    except subprocess.TimeoutExpired as err:
-        with open(log, "w") as f:
-            f.write("timed out after 400 s\n" + as_text(err.stdout) + as_text(err.stderr))
-        return None
+    out, err, timed_out = run_group([sys.executable, __file__, "job", workload, remedy], env, 400)
     with open(log, "w") as f:
-        f.write(p.stdout + p.stderr)
-    return judged_line(p.stdout)
+        f.write(("timed out after 400 s\n" if timed_out else "") + out + err)
+    return None if timed_out else judged_line(out)
 
 
-def as_text(output):
-    """A timed-out run's output: bytes even with text=True, or None."""
-    return output.decode(errors="replace") if isinstance(output, bytes) else (output or "")
+def run_group(argv, env, timeout):
+    """argv run in a process group of its own, its output kept: (stdout, stderr, timed out).
+    Past `timeout` seconds the whole group is killed (a torchrun job's ranks too, which a
+    kill of the launcher alone would leave holding their GPUs)."""
+    import signal
+
+    p = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         stdin=subprocess.DEVNULL, text=True, start_new_session=True)
+    try:
+        out, err = p.communicate(timeout=timeout)
+        return out, err, False
+    except subprocess.TimeoutExpired:
+        listing = subprocess.run(["ps", "-o", "pid,ppid,stat,etime,args", "-g", str(p.pid)],
+                                 capture_output=True, text=True).stdout
+        os.killpg(p.pid, signal.SIGKILL)
+        out, err = p.communicate()
+        return out, err + "\nwhat ran at the timeout:\n" + listing, True
 
 
 def fresh_all(workload, remedies, stop_at, out):
@@ -1375,9 +1435,10 @@ def under_vramtop(binary, workload, work):
                               stderr=subprocess.DEVNULL, text=True)
     time.sleep(0.5)
     flags = os.environ.get("WHATIF_RUN_FLAGS", "").split()
-    p = subprocess.run([binary, "run", *flags, "--", sys.executable, __file__, "job",
-                        workload, "none"], env=env, capture_output=True, text=True,
-                       timeout=500, stdin=subprocess.DEVNULL)
+    job_out, job_err, timed_out = run_group([binary, "run", *flags, "--", sys.executable, __file__, "job",
+                                             workload, "none"], env, int(os.environ.get("WHATIF_RUN_TIMEOUT", "500")))
+    if timed_out:
+        job_err = "timed out\n" + job_err
     try:
         out, _ = attach.communicate(timeout=60)
     except subprocess.TimeoutExpired:
@@ -1415,13 +1476,13 @@ def under_vramtop(binary, workload, work):
             history["replay_vs_trace"] = report["policies"][0].get("reserved_vs_trace")
         except (ValueError, IndexError, KeyError, TypeError):
             history = {"error": r.stderr.strip()[-300:]}
-    return judged_line(p.stdout), live, history, p.stdout + p.stderr
+    return judged_line(job_out), live, history, job_out + job_err
 
 
 STEPPED = ("gpt2var", "kvcache", "kvcache_steps", "gpt2mixed", "llamamix", "resnetvar", "bertaccum", "t5var",
            "gpt2ckpt", "evalmix", "gpt2keep", "gan", "vitvar", "moemix", "gpt2scaler",
            "loramix", "gpt2compile", "llamagen", "gpt2stream", "t5beam", "t5beam_steps", "wav2vec", "mambaslow", "hftrainer", "gpt2sgd", "resnetinfer", "gpt2fixed", "clipvar", "lightning", "lightningaccum", "gpt2tutorial", "gpt2fused", "accelaccum",
-           "llamabf16", "unetvar", "graphsteps", "graphsonce", "gpt2graphs", "llamagraphs", "gpt2empties", "gpt2ddp")
+           "llamabf16", "unetvar", "graphsteps", "graphsonce", "gpt2graphs", "llamagraphs", "gpt2empties", "gpt2ddp", "gpt2ddp2")
 
 
 MAX_SPLIT_TRIED = ["20", "64", "128", "256", "512", "1024", "2048", "4096"]  # MAX_SPLIT_TRIED_MB
