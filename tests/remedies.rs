@@ -1393,6 +1393,9 @@ fn gpu_kept_histories_of_training_loops_give_pytorchs_outcomes_on_both_paths() {
         // The same GPT-2 as a torchrun job of two ranks over NCCL, one H200 each, 8.1 GiB a
         // rank; rank 0 ran out at step 8 (954 MiB). PyTorch's outcomes: as gpt2ddp's.
         ("history_gpt2ddp2_cap8g1_hook110", gpt2ddp, 8, true),
+        // Its ranks' draws swapped (WHATIF_DDP_SWAP): the rank on cuda:1 ran out, at the
+        // same step; its file's cuda:0 trace holds `snapshot` markers alone.
+        ("history_gpt2ddp2_rank1_cap8g1_hook110", gpt2ddp, 8, true),
     ] {
         let path = fixture(&format!("{name}.pickle.gz"));
         let file = trace::load(&path).unwrap_or_else(|e| panic!("{name}: {e}"));

@@ -256,3 +256,23 @@ fn the_report_shows_the_traces_ooms_and_the_inferred_capacity() {
         "{text}"
     );
 }
+
+/// A snapshot of a torchrun job's rank on cuda:1 (two H200s, NCCL): PyTorch wrote
+/// `snapshot` markers into cuda:0's ring too, and that trace of markers alone was taken
+/// for the first device with history, so the rank's file opened on cuda:0, empty.
+#[test]
+fn a_ranks_snapshot_opens_on_its_own_device() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/snapshot_ddp2_rank1_cuda1.pickle.gz"
+    );
+    vramtop()
+        .args(["snapshot", "--once", path])
+        .assert()
+        .success()
+        .stderr(predicate::str::contains("traces for devices").not())
+        .stdout(predicate::str::contains(
+            "PyTorch memory snapshot, device 1",
+        ))
+        .stdout(predicate::str::contains("history        3,392 events"));
+}

@@ -152,7 +152,8 @@ Workloads (each ends with one judged request, caught so the process ends normall
               which `job` starts itself): one GPU each over NCCL where the machine has two,
               else both on one over gloo. Each rank draws its own batches (as a
               DistributedSampler hands each its own samples), so one rank runs out first;
-              the run's outcome is its failing rank's (WHATIF_GPT2DDP2_CAP_GIB, per rank).
+              the run's outcome is its failing rank's (WHATIF_GPT2DDP2_CAP_GIB, per rank;
+              WHATIF_DDP_SWAP=1 swaps the ranks' draws, so the other rank runs out).
   otherproc   a second process holds a 60 GiB cache on the same GPU (freed tensors,
               not released); this one asks for 30 GiB.
 
@@ -581,7 +582,10 @@ def steps(workload, cap, stop_at, judged, before_judged, after_step):
 
             atexit.register(dist.destroy_process_group)
         cap_from_env(cap, workload)
-        random.seed(1234 + rank)  # each rank its own batches; the model's weights alike
+        # Each rank its own batches (the model's weights alike); WHATIF_DDP_SWAP=1 swaps the
+        # two ranks' draws, so the rank that runs out is on cuda:1 instead of cuda:0.
+        swap = os.environ.get("WHATIF_DDP_SWAP") == "1"
+        random.seed(1234 + (rank ^ 1 if swap else rank))
         model = GPT2LMHeadModel(GPT2Config(n_layer=6, n_embd=1024, n_head=16, n_positions=2048)).cuda()
         model = DistributedDataParallel(model, device_ids=[torch.cuda.current_device()])
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
