@@ -9,6 +9,8 @@
 #      one process (ring_history_cost.py), and what PyTorch's C++ read itself costs
 #      against _snapshot() (ring_pickled_cost.py, without the hook).
 # Parts run alone (each fits one 10-minute device call):
+#   recording-parts  what a ring entry and PyTorch's annotation callback each cost the
+#               job's thread, priced apart (recording_parts.py, no hook, about 2 minutes)
 #   step-cost   the history's whole cost to a GPT-2 step, ring on against off in one
 #               process, with no viewer and with a real one (about a state an 'on'
 #               second; hook_step_cost.py; RINGS, VIEWERS, EXPERIMENTS); run it with
@@ -29,7 +31,7 @@
 #               and 75 s of history; with a second binary OLD, the same under it, for a
 #               before and after on one machine; and which OOM the "last" file holds
 # WHATIF_JOBS runs that many remedy processes side by side in `ab` (each under its cap).
-# Usage: scripts/gpu/history.sh path/to/vramtop [ab|ab-autocap|cost|step-cost|memory|profile|scan|burst|all] [arg...]
+# Usage: scripts/gpu/history.sh path/to/vramtop [ab|ab-autocap|cost|step-cost|recording-parts|memory|profile|scan|burst|all] [arg...]
 set -uo pipefail
 BIN=$(realpath "${1:?usage: history.sh path/to/vramtop [ab|cost|all] [workload...]}")
 PART=${2:-all}
@@ -79,6 +81,11 @@ for p in glob.glob(sys.argv[1] + "/*-last.pickle"):
       rm -rf "$dir"
     done
   done
+fi
+
+if [ "$PART" = recording-parts ]; then
+  python3 recording_parts.py > "$OUT/recording-parts.jsonl" 2> "$OUT/recording-parts.err"
+  tail -1 "$OUT/recording-parts.jsonl"
 fi
 
 if [ "$PART" = step-cost ]; then
