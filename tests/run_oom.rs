@@ -276,3 +276,49 @@ fn a_folder_that_cannot_be_written_costs_one_line_not_the_job() {
     assert!(lines[0].contains("the job goes on"), "{stderr}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A job that dies of an OOM but does not end (a torchrun job whose rank ran out, waiting
+/// in NCCL's teardown: seen on two H200s): its OOM is explained while it still waits,
+/// once, and not again after it; the mark the hook left for it is gone.
+#[test]
+fn a_job_that_waits_after_dying_of_an_oom_has_it_explained_meanwhile() {
+    if !python3() {
+        return;
+    }
+    let dir = temp_dir("waits");
+    let commands = format!(
+        "import\ninit\nalloc a {}\nhang_at_exit 4\noom_uncaught {}\n",
+        6 * MIB,
+        1024 * MIB
+    );
+    let (code, stderr) = batch_run(
+        &dir,
+        &[],
+        &[("VRAMTOP_OOM_HANG_S", Path::new("0.5"))],
+        &commands,
+    );
+    assert_eq!(code, 1, "{stderr}");
+    let early = stderr
+        .find("died of an OOM")
+        .unwrap_or_else(|| panic!("no early explanation: {stderr}"));
+    let ended = stderr
+        .find("job: exit after waiting")
+        .unwrap_or_else(|| panic!("the job's wait did not end: {stderr}"));
+    assert!(early < ended, "explained only after the job: {stderr}");
+    assert!(
+        stderr[early..ended].contains("OOM: needed 1.0 GiB contiguous"),
+        "{stderr}"
+    );
+    assert_eq!(
+        stderr.matches("vramtop: OOM 1 of pid").count(),
+        1,
+        "{stderr}"
+    );
+    let marks: Vec<_> = std::fs::read_dir(&dir)
+        .expect("dir")
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().ends_with("-dying.json"))
+        .collect();
+    assert!(marks.is_empty(), "{marks:?}");
+    assert_eq!(kept_files(&dir).len(), 1, "{stderr}");
+}

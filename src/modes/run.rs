@@ -52,9 +52,11 @@ pub fn run(
             Err(e) => return Ok(ExitCode::from(error_line(e))),
         };
         launch::forward_signals_to(&child);
-        let status = child.wait().wrap_err("waiting for the command")?;
+        let waited = wait_telling_the_dying(&mut child, &keeping, quiet);
+        keeping.clear_dying();
+        let (status, told) = waited?;
         if !quiet {
-            explain_kept_ooms(&keeping);
+            explain_kept_ooms(&keeping, |pid| !told.contains(&pid));
         }
         return Ok(ExitCode::from(launch::exit_code(status)));
     }
@@ -122,11 +124,65 @@ pub fn run(
     Ok(ExitCode::from(exit.code()))
 }
 
-/// After a batch job: each OOM its hooks kept, explained in a few lines on stderr, each
-/// starting `vramtop:` so `grep vramtop job.log` finds them. A file that cannot be read is
-/// one line too; nothing here changes the job's exit code.
-fn explain_kept_ooms(keeping: &OomKeeping) {
-    for path in keeping.files() {
+/// How long a batch job may run on after one of its processes began dying of an OOM
+/// before `vramtop run` explains that OOM (VRAMTOP_OOM_HANG_S sets it, in seconds).
+const DYING_GRACE: Duration = Duration::from_secs(10);
+
+/// Waits for a batch job. A process of it that died of an OOM (the hook's `-dying.json`)
+/// while the job runs on past the grace has its OOM explained then: a torchrun job whose
+/// rank ran out can wait for good in NCCL's teardown (two H200s, `destroy_process_group`
+/// at exit: hung until killed, with or without vramtop), and its user would otherwise see
+/// nothing until they killed it. Only then may vramtop's lines come among the job's.
+/// Returns the job's status and the pids whose OOMs were explained.
+fn wait_telling_the_dying(
+    child: &mut std::process::Child,
+    keeping: &OomKeeping,
+    quiet: bool,
+) -> Result<(std::process::ExitStatus, Vec<u32>)> {
+    let grace = match std::env::var("VRAMTOP_OOM_HANG_S") {
+        Err(_) => DYING_GRACE,
+        Ok(text) => match text.parse::<f64>() {
+            Ok(s) if s.is_finite() && s >= 0.0 => Duration::from_secs_f64(s),
+            _ => {
+                eprintln!(
+                    "vramtop: VRAMTOP_OOM_HANG_S={text:?} is not a number of seconds; using {}",
+                    DYING_GRACE.as_secs()
+                );
+                DYING_GRACE
+            }
+        },
+    };
+    let mut told = Vec::new();
+    loop {
+        if let Some(status) = child.try_wait().wrap_err("waiting for the command")? {
+            return Ok((status, told));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+        if quiet {
+            continue;
+        }
+        for (pid, marked) in keeping.dying() {
+            let waited = marked.elapsed().unwrap_or_default();
+            if told.contains(&pid) || waited < grace {
+                continue;
+            }
+            eprintln!(
+                "vramtop: pid {pid} died of an OOM {:.0} s ago and the job is still running \
+                 (a torchrun job's other ranks can wait on a failed one); its OOM now:",
+                waited.as_secs_f64()
+            );
+            explain_kept_ooms(keeping, |of| of == pid);
+            told.push(pid);
+        }
+    }
+}
+
+/// After a batch job: each OOM its hooks kept (of the pids `which` takes), explained in
+/// a few lines on stderr, each starting `vramtop:` so `grep vramtop job.log` finds them. A
+/// file that cannot be read is one line too; nothing here changes the job's exit code.
+fn explain_kept_ooms(keeping: &OomKeeping, which: impl Fn(u32) -> bool) {
+    let taken = |path: &std::path::PathBuf| keeping.pid_of(path).is_none_or(&which);
+    for path in keeping.files().into_iter().filter(taken) {
         let bytes = std::fs::metadata(&path).map_or(0, |m| m.len());
         let lines = match vramtop_trace::load(&path) {
             Ok(trace) => oom_report::explain(&trace, &path, bytes),
@@ -140,7 +196,7 @@ fn explain_kept_ooms(keeping: &OomKeeping) {
         }
     }
     // A job under cudaMallocAsync (or a pluggable allocator) leaves no state: its words.
-    for path in keeping.untracked_files() {
+    for path in keeping.untracked_files().into_iter().filter(taken) {
         let lines = match std::fs::read_to_string(&path)
             .map_err(|e| e.to_string())
             .and_then(|text| {

@@ -58,6 +58,14 @@ def main():
                 torch.cuda.stub_oom(int(args[0]))
             except torch.OutOfMemoryError:
                 reply = "ok caught"
+        elif cmd == "hang_at_exit":  # as a rank whose exit waits on its peers (NCCL's teardown)
+            import atexit
+
+            def wait_for_peers(seconds=float(args[0])):
+                time.sleep(seconds)
+                sys.stderr.write("job: exit after waiting\n")
+
+            atexit.register(wait_for_peers)
         elif cmd == "oom_uncaught":
             torch.cuda.stub_oom(int(args[0]))
         elif cmd == "oom_in_thread":

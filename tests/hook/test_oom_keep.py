@@ -3,6 +3,7 @@ PyTorch memory snapshot per OOM, bounded (the first 3 and the latest), never bre
 job, one line on stderr when it cannot write. Real job processes under the real bootstrap,
 against the stub torch (SIMULATED)."""
 
+import json
 import os
 import pickle
 import shutil
@@ -219,6 +220,27 @@ class OomKeepTest(unittest.TestCase):
         self.assertEqual(rc, 1)
         self.assertIn("OutOfMemoryError", err)
         self.assertEqual(self.kept(), ["vramtop-oom-%d-1.pickle" % job.proc.pid])
+
+    def test_a_batch_runs_process_dying_of_an_oom_is_marked_for_it(self):
+        # Only a batch `vramtop run` (its tag and quiet set) waits on the mark; a caught OOM
+        # leaves none, and nor does a job run otherwise.
+        marks = lambda: sorted(n for n in os.listdir(self.oom_dir) if n.endswith("-dying.json"))  # noqa: E731
+        job = self.ready_job(VRAMTOP_OOM_TAG="run9", VRAMTOP_OOM_QUIET="1")
+        self.assertEqual(job.do("oom %d" % MiB), "ok caught OutOfMemoryError")
+        self.assertEqual(marks(), [])
+        job.proc.stdin.write("oom_uncaught %d\n" % (2048 * MiB))
+        job.proc.stdin.flush()
+        rc, _, _ = job.finish()
+        self.assertEqual(rc, 1)
+        name = "vramtop-oom-run9-%d-dying.json" % job.proc.pid
+        self.assertEqual(marks(), [name])
+        with open(os.path.join(self.oom_dir, name)) as f:
+            self.assertEqual(json.load(f)["kind"], "OutOfMemoryError")
+        other = self.ready_job(VRAMTOP_OOM_TAG="run9")
+        other.proc.stdin.write("oom_uncaught %d\n" % (2048 * MiB))
+        other.proc.stdin.flush()
+        self.assertEqual(other.finish()[0], 1)
+        self.assertEqual(marks(), [name])
 
     def test_a_job_that_dies_of_the_last_oom_of_a_burst_keeps_that_one(self):
         job = self.ready_job()

@@ -7,6 +7,9 @@
 //! `torch.cuda._memory_viz` read alike. Under a backend that tracks no blocks
 //! (cudaMallocAsync) the hook keeps PyTorch's words of the OOM the job dies of instead:
 //! `vramtop-oom-[TAG-]PID-untracked.json` (`async_oom::KeptUntracked`).
+//! A process of a `vramtop run` job dying of an OOM (its main thread's uncaught
+//! exception) is marked `vramtop-oom-TAG-PID-dying.json`, so that a job that does not end
+//! after it (a torchrun job waiting on a failed rank) has that OOM explained meanwhile.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -67,7 +70,38 @@ impl OomKeeping {
         self.files_ending("-untracked.json")
     }
 
+    /// This run's processes that died of an OOM, as the hook marked them (`-dying.json`):
+    /// (pid, when it was marked), oldest first.
+    pub fn dying(&self) -> Vec<(u32, std::time::SystemTime)> {
+        self.found("-dying.json")
+            .into_iter()
+            .filter_map(|(marked, path)| Some((self.pid_of(&path)?, marked)))
+            .collect()
+    }
+
+    /// Removes the marks `dying` reads: they are for the run's own waiting, not for the
+    /// user's folder.
+    pub fn clear_dying(&self) {
+        for (_, path) in self.found("-dying.json") {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+
+    /// The job process a file of this run was kept by (the PID in its name).
+    pub fn pid_of(&self, path: &Path) -> Option<u32> {
+        let name = path.file_name()?.to_str()?;
+        let rest = name.strip_prefix(&format!("vramtop-oom-{}-", self.tag))?;
+        rest.split('-').next()?.parse().ok()
+    }
+
     fn files_ending(&self, suffix: &str) -> Vec<PathBuf> {
+        self.found(suffix)
+            .into_iter()
+            .map(|(_, path)| path)
+            .collect()
+    }
+
+    fn found(&self, suffix: &str) -> Vec<(std::time::SystemTime, PathBuf)> {
         let prefix = format!("vramtop-oom-{}-", self.tag);
         let Ok(entries) = std::fs::read_dir(&self.dir) else {
             return Vec::new();
@@ -85,7 +119,7 @@ impl OomKeeping {
             })
             .collect();
         found.sort();
-        found.into_iter().map(|(_, path)| path).collect()
+        found
     }
 }
 

@@ -494,19 +494,43 @@ def report_uncaught(kind, value):
         flush_kept(ending=threading.current_thread() is threading.main_thread())
         if kind is None or issubclass(kind, (KeyboardInterrupt, SystemExit)):
             return  # Python exits 130 / the code given, not 1: leave exit_code unknown
-        if threading.current_thread() is threading.main_thread():
-            hook.uncaught = True
         message = {
             "type": "error",
             "time_s": time.time(),
             "kind": getattr(kind, "__name__", str(kind)),
             "message": str(value)[:65536],
         }
+        if threading.current_thread() is threading.main_thread():
+            hook.uncaught = True
+            mark_dying_of_oom(message)
         keep_untracked_oom(hook, message)
         frame = encode(message)
         hook.kept["error"] = frame
         if hook.listener is not None:
             hook.broadcast(frame, keep="error")
+    except Exception:
+        pass
+
+
+def mark_dying_of_oom(message):
+    """A process of a batch `vramtop run` dying of an OOM (its main thread's uncaught
+    exception), marked as `vramtop-oom-TAG-PID-dying.json` beside its kept files: if the
+    job has not ended soon after, `vramtop run` explains this process's OOM then, not after
+    the job. A torchrun job whose rank ran out can wait for good in NCCL's teardown (seen on
+    two H200s with destroy_process_group at exit, with or without vramtop), and its user
+    would see nothing until they killed it. Only under a batch `vramtop run` (its tag and
+    VRAMTOP_OOM_QUIET=1 set; it removes the marks after the job). Never raises."""
+    try:
+        tag = os.environ.get("VRAMTOP_OOM_TAG", "")
+        quiet = os.environ.get("VRAMTOP_OOM_QUIET") == "1"
+        if not tag or not quiet or "OutOfMemoryError" not in message["kind"]:
+            return
+        import json
+
+        path = os.path.join(_oom_keeper.directory(), "vramtop-oom-%s-%d-dying.json" % (tag, os.getpid()))
+        with open(path + ".tmp", "w") as f:
+            json.dump({"kind": message["kind"], "time_s": message["time_s"]}, f)
+        os.replace(path + ".tmp", path)
     except Exception:
         pass
 
