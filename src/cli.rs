@@ -275,7 +275,9 @@ pub enum Command {
             SIGTERM, then SIGKILL); q after it ended exits with its exit code; q while it \
             runs asks first, and a second q leaves it running. When stdout is not a terminal \
             (a batch job) the output passes straight through, and after the job vramtop \
-            explains on stderr each OOM it kept (lines starting `vramtop:`).\n\n\
+            explains on stderr each OOM it kept (lines starting `vramtop:`); a process that \
+            died of an OOM while the job runs on (a torchrun job's ranks waiting on it) has \
+            its OOM explained 10 s after (VRAMTOP_OOM_HANG_S).\n\n\
             Every OOM of the job is kept as a PyTorch memory snapshot (the first 3 and the \
             latest of each process), viewer or not: beside the log (the file stdout goes to \
             in a batch job, else --log's folder), or in VRAMTOP_OOM_DIR. Open one with \

@@ -38,8 +38,9 @@ pub fn run(
         Err(e) => return Ok(ExitCode::from(error_line(e))),
     };
     if !std::io::stdout().is_terminal() {
-        // Passthrough: the job's output and exit code; vramtop speaks only after the job,
-        // so its lines never interleave with the job's. The hook keeps quiet meanwhile.
+        // Passthrough: the job's output and exit code; vramtop speaks after the job, so its
+        // lines do not come among the job's, unless a process of the job died of an OOM and
+        // the job runs on (wait_telling_the_dying). The hook keeps quiet meanwhile.
         let stdout_file = oom_files::stdout_file();
         let keeping = OomKeeping::for_run(
             oom_files::batch_dir(stdout_file.as_deref()),
@@ -130,7 +131,7 @@ const DYING_GRACE: Duration = Duration::from_secs(10);
 
 /// Waits for a batch job. A process of it that died of an OOM (the hook's `-dying.json`)
 /// while the job runs on past the grace has its OOM explained then: a torchrun job whose
-/// rank ran out can wait for good in NCCL's teardown (two H200s, `destroy_process_group`
+/// rank ran out can wait for good (two H200s, ranks calling `destroy_process_group`
 /// at exit: hung until killed, with or without vramtop), and its user would otherwise see
 /// nothing until they killed it. Only then may vramtop's lines come among the job's.
 /// Returns the job's status and the pids whose OOMs were explained.
@@ -153,12 +154,15 @@ fn wait_telling_the_dying(
         },
     };
     let mut told = Vec::new();
+    let mut tick = 0u64;
     loop {
+        tick += 1;
         if let Some(status) = child.try_wait().wrap_err("waiting for the command")? {
             return Ok((status, told));
         }
         std::thread::sleep(Duration::from_millis(200));
-        if quiet {
+        // The folder (often a shared one: the job log's) is read once a second.
+        if quiet || tick % 5 != 0 {
             continue;
         }
         for (pid, marked) in keeping.dying() {
@@ -166,12 +170,23 @@ fn wait_telling_the_dying(
             if told.contains(&pid) || waited < grace {
                 continue;
             }
+            // Only once its files are there (a burst's last may still be being written):
+            // a pid told with nothing under it would never be explained.
+            let theirs = |of| of == pid;
+            if keeping
+                .files()
+                .iter()
+                .chain(&keeping.untracked_files())
+                .all(|p| keeping.pid_of(p) != Some(pid))
+            {
+                continue;
+            }
             eprintln!(
                 "vramtop: pid {pid} died of an OOM {:.0} s ago and the job is still running \
                  (a torchrun job's other ranks can wait on a failed one); its OOM now:",
                 waited.as_secs_f64()
             );
-            explain_kept_ooms(keeping, |of| of == pid);
+            explain_kept_ooms(keeping, theirs);
             told.push(pid);
         }
     }

@@ -59,6 +59,11 @@ pub fn spawn(
         cmd.env("VRAMTOP_HISTORY", "1");
     }
     cmd.envs(oom.env());
+    if !oom.quiet {
+        // The live view explains OOMs itself: a quiet left in the user's shell must not
+        // make the hook leave them to a batch run (nor mark dying processes for one).
+        cmd.env_remove(crate::oom_files::QUIET_ENV);
+    }
     if let Output::Log(file) = output {
         let err = file.try_clone().map_err(AttachError::Log)?;
         // A process group of its own: Ctrl-C in the live view reaches the whole job (a

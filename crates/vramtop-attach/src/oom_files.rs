@@ -71,11 +71,23 @@ impl OomKeeping {
     }
 
     /// This run's processes that died of an OOM, as the hook marked them (`-dying.json`):
-    /// (pid, when it was marked), oldest first.
+    /// (pid, when it was marked), oldest first. The time is the mark's own `time_s`, the
+    /// job's clock (a file server's may differ), else the file's.
     pub fn dying(&self) -> Vec<(u32, std::time::SystemTime)> {
+        let marked_at = |path: &Path| -> Option<std::time::SystemTime> {
+            let text = std::fs::read_to_string(path).ok()?;
+            let value: serde_json::Value = serde_json::from_str(&text).ok()?;
+            let seconds = value
+                .get("time_s")?
+                .as_f64()
+                .filter(|s| s.is_finite() && *s >= 0.0)?;
+            std::time::UNIX_EPOCH.checked_add(std::time::Duration::from_secs_f64(seconds))
+        };
         self.found("-dying.json")
             .into_iter()
-            .filter_map(|(marked, path)| Some((self.pid_of(&path)?, marked)))
+            .filter_map(|(modified, path)| {
+                Some((self.pid_of(&path)?, marked_at(&path).unwrap_or(modified)))
+            })
             .collect()
     }
 
@@ -177,6 +189,43 @@ mod tests {
         let relative = OomKeeping::for_run(PathBuf::from("."), 1, false);
         assert!(relative.dir.is_absolute(), "{}", relative.dir.display());
         assert!(keep.env().contains(&(QUIET_ENV, OsString::from("1"))));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn dying_marks_give_their_pid_and_their_own_time() {
+        let dir = std::env::temp_dir().join(format!("vramtop-oom-dying-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let keep = OomKeeping::for_run(dir.clone(), 78, true);
+        let mine = |rest: &str| dir.join(format!("vramtop-oom-{}-{rest}", keep.tag));
+        std::fs::write(
+            mine("4321-dying.json"),
+            br#"{"kind": "OutOfMemoryError", "time_s": 1000.5}"#,
+        )
+        .unwrap();
+        std::fs::write(mine("99-dying.json"), b"not json").unwrap();
+        std::fs::write(dir.join("vramtop-oom-run1.2-55-dying.json"), b"{}").unwrap();
+        std::fs::write(mine("4321-dying.json.tmp"), b"{}").unwrap();
+        let mut dying = keep.dying();
+        dying.sort();
+        assert_eq!(dying.len(), 2, "{dying:?}");
+        assert_eq!(dying[0].0, 99);
+        // Unreadable: the file's own time, now or so.
+        assert!(dying[0].1.elapsed().unwrap_or_default() < std::time::Duration::from_secs(60));
+        let at = std::time::UNIX_EPOCH + std::time::Duration::from_secs_f64(1000.5);
+        assert_eq!(dying[1], (4321, at));
+        assert_eq!(keep.pid_of(&mine("4321-last.pickle")), Some(4321));
+        assert_eq!(keep.pid_of(&mine("17-untracked.json")), Some(17));
+        assert_eq!(
+            keep.pid_of(&dir.join("vramtop-oom-run1.2-55-1.pickle")),
+            None
+        );
+        keep.clear_dying();
+        assert!(keep.dying().is_empty());
+        assert!(
+            mine("4321-dying.json.tmp").exists(),
+            "only marks are removed"
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -319,18 +319,18 @@ def run_job(workload, remedy, stop_at):
     def judged(ok, **extra):
         if dump:
             # PyTorch's own history of this run, to hold a replay of it against (a study,
-            # not a check: the ring this big costs the job time).
-            torch.cuda.memory._dump_snapshot(dump)
+            # not a check: the ring this big costs the job time); a rank's, its own file.
+            torch.cuda.memory._dump_snapshot(dump + (".rank" + os.environ["RANK"] if workload in RANKS else ""))
         if workload in RANKS:
             extra["rank"] = int(os.environ["RANK"])
         if workload in RANKS and os.environ.get("WHATIF_DDP_DESTROY_AT_EXIT") != "1":
             # A rank judged ends within 30 s whatever its peers do: NCCL's teardown can
             # wait on a collective a failed rank never joined, and torchrun on that rank.
-            import threading
+            # faulthandler's watchdog is C's: it fires in the interpreter's finalization
+            # too, where a Python thread could no longer run (it exits 1).
+            import faulthandler
 
-            ending = threading.Timer(30.0, os._exit, args=(0 if ok else 1,))
-            ending.daemon = True
-            ending.start()
+            faulthandler.dump_traceback_later(30.0, exit=True)
         print("judged: " + json.dumps(dict(workload=workload, remedy=remedy, ok=ok,
                                            reserved=torch.cuda.memory_reserved(),
                                            allocated=torch.cuda.memory_allocated(), **extra)),
@@ -1394,9 +1394,10 @@ def fresh(workload, remedy, stop_at, log, extra_env=None):
 
 
 def run_group(argv, env, timeout):
-    """argv run in a process group of its own, its output kept: (stdout, stderr, timed out).
-    Past `timeout` seconds the whole group is killed (a torchrun job's ranks too, which a
-    kill of the launcher alone would leave holding their GPUs)."""
+    """argv run in a session of its own, its output kept: (stdout, stderr, timed out).
+    Past `timeout` seconds its group is sent SIGTERM (torchrun's agent then ends its ranks,
+    which it starts in sessions of their own), then SIGKILL 20 s later, and then any of its
+    descendants still running (a rank the agent could not end would hold its GPU)."""
     import signal
 
     p = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -1405,11 +1406,55 @@ def run_group(argv, env, timeout):
         out, err = p.communicate(timeout=timeout)
         return out, err, False
     except subprocess.TimeoutExpired:
-        listing = subprocess.run(["ps", "-o", "pid,ppid,stat,etime,args", "-g", str(p.pid)],
+        pass
+    below = descendants(p.pid)
+    try:
+        listing = subprocess.run(["ps", "-o", "pid,ppid,stat,etime,args", "-p",
+                                  ",".join(str(pid) for pid in [p.pid, *below])],
                                  capture_output=True, text=True).stdout
-        os.killpg(p.pid, signal.SIGKILL)
-        out, err = p.communicate()
-        return out, err + "\nwhat ran at the timeout:\n" + listing, True
+    except OSError as err:
+        listing = "(no ps: %s)\n" % err
+    out, err = "", ""
+    try:
+        os.killpg(p.pid, signal.SIGTERM)
+        out, err = p.communicate(timeout=20)
+    except (ProcessLookupError, subprocess.TimeoutExpired):
+        pass
+    for pid in below:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    if p.poll() is None or not (out or err):
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        try:
+            out, err = p.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+    return out, err + "\nwhat ran at the timeout:\n" + listing, True
+
+
+def descendants(pid):
+    """Every process below `pid` (from /proc), whatever their session."""
+    children = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % entry) as f:
+                parent = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(parent, []).append(int(entry))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
 
 
 def fresh_all(workload, remedies, stop_at, out):

@@ -500,10 +500,13 @@ def report_uncaught(kind, value):
             "kind": getattr(kind, "__name__", str(kind)),
             "message": str(value)[:65536],
         }
-        if threading.current_thread() is threading.main_thread():
+        main = threading.current_thread() is threading.main_thread()
+        if main:
             hook.uncaught = True
-            mark_dying_of_oom(message)
         keep_untracked_oom(hook, message)
+        if main:
+            # Last: `vramtop run` explains a marked process from its kept files.
+            mark_dying_of_oom(message)
         frame = encode(message)
         hook.kept["error"] = frame
         if hook.listener is not None:
@@ -516,7 +519,7 @@ def mark_dying_of_oom(message):
     """A process of a batch `vramtop run` dying of an OOM (its main thread's uncaught
     exception), marked as `vramtop-oom-TAG-PID-dying.json` beside its kept files: if the
     job has not ended soon after, `vramtop run` explains this process's OOM then, not after
-    the job. A torchrun job whose rank ran out can wait for good in NCCL's teardown (seen on
+    the job. A torchrun job whose rank ran out can wait for good (seen on
     two H200s with destroy_process_group at exit, with or without vramtop), and its user
     would see nothing until they killed it. Only under a batch `vramtop run` (its tag and
     VRAMTOP_OOM_QUIET=1 set; it removes the marks after the job). Never raises."""
