@@ -291,13 +291,23 @@ fn a_job_that_waits_after_dying_of_an_oom_has_it_explained_meanwhile() {
         6 * MIB,
         1024 * MIB
     );
+    // As torchrun sets them for its second rank.
     let (code, stderr) = batch_run(
         &dir,
         &[],
-        &[("VRAMTOP_OOM_HANG_S", Path::new("0.5"))],
+        &[
+            ("VRAMTOP_OOM_HANG_S", Path::new("0.5")),
+            ("RANK", Path::new("1")),
+            ("WORLD_SIZE", Path::new("2")),
+        ],
         &commands,
     );
     assert_eq!(code, 1, "{stderr}");
+    let header = vramtop_lines(&stderr)
+        .into_iter()
+        .find(|l| l.starts_with("vramtop: OOM 1 of pid "))
+        .unwrap_or_default();
+    assert!(header.contains(", rank 1 of 2 ("), "{stderr}");
     let early = stderr
         .find("died of an OOM")
         .unwrap_or_else(|| panic!("no early explanation: {stderr}"));

@@ -35,9 +35,14 @@ pub fn explain(trace: &Trace, path: &Path, file_bytes: u64) -> Vec<String> {
     let mut lines = Vec::new();
     lines.push(match &trace.stats.kept_oom {
         Some(kept) => format!(
-            "OOM {} of pid {} ({}) on device {}",
+            "OOM {} of pid {}{} ({}) on device {}",
             kept.number,
             kept.pid,
+            match kept.rank {
+                Some((rank, Some(world))) => format!(", rank {rank} of {world}"),
+                Some((rank, None)) => format!(", rank {rank}"),
+                None => String::new(),
+            },
             command_line(&kept.argv),
             kept.device
         ),

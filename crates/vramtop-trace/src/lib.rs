@@ -290,6 +290,9 @@ pub struct KeptOom {
     /// Hook 1.5: the history before the checkpoint, kept in pieces and stitched on
     /// (`vramtop_oom.history`); None where there was none or it could not be used.
     pub history: Option<KeptHistory>,
+    /// Hook 1.10: the process's rank and the job's world size where a launcher set them
+    /// (torchrun, accelerate, deepspeed: RANK, WORLD_SIZE).
+    pub rank: Option<(u64, Option<u64>)>,
 }
 
 /// What a kept history in pieces gave (hook 1.5).

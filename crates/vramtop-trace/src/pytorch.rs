@@ -957,6 +957,7 @@ fn kept_oom(value: &Value) -> Option<KeptOom> {
         gpu_processes: value.get("gpu_processes").and_then(gpu_processes),
         roles: value.get("roles").and_then(roles),
         history: None, // set by `import`, which reads its pieces
+        rank: uint("rank").map(|rank| (rank, uint("world_size"))),
     })
 }
 

@@ -12,7 +12,7 @@ import time
 from . import running
 from .history import trim_oldest
 from .processes import who_holds_the_gpu
-from .settings import env_float
+from .settings import env_float, env_int
 from .sockets import socket_dir
 from .torch_allocator import format_size
 from .wire import encode, encode_fitting
@@ -287,6 +287,9 @@ class OomKeeper:
             # What the live memory was for (parameters, gradients, optimizer state), as
             # the job's own tensors said at the OOM (hook 1.4).
             "roles": oom.get("roles"),
+            # A launcher's rank (hook 1.10): which rank of a torchrun job ran out.
+            "rank": env_int("RANK"),
+            "world_size": env_int("WORLD_SIZE"),
         }
         traces = [list(t) for t in (snapshot.get("device_traces") or [])]
         while len(traces) <= device:
