@@ -1376,7 +1376,15 @@ def judged_line(text):
     (another rank may judge its own step done before the collective that waits on the
     failed one hangs)."""
     lines = [json.loads(line[len("judged: "):]) for line in text.splitlines() if line.startswith("judged: ")]
-    return next((j for j in lines if not j["ok"]), lines[0] if lines else None)
+    failed = next((j for j in lines if not j["ok"]), None)
+    if failed is not None or not lines:
+        return failed
+    # A job of ranks got through only where every rank says so (a rank that crashed
+    # otherwise, an NCCL error say, judges nothing: no outcome then).
+    ranks = RANKS.get(lines[0].get("workload"))
+    if ranks and len({j.get("rank") for j in lines}) < ranks:
+        return None
+    return lines[0]
 
 
 def fresh(workload, remedy, stop_at, log, extra_env=None):
