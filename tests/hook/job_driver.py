@@ -66,6 +66,13 @@ def main():
                 sys.stderr.write("job: exit after waiting\n")
 
             atexit.register(wait_for_peers)
+        elif cmd == "crash":  # an uncaught error that is not an OOM
+            raise ValueError("not memory")
+        elif cmd == "oom_wrapped":  # as a framework that wraps the OOM it lets through
+            try:
+                torch.cuda.stub_oom(int(args[0]))
+            except torch.OutOfMemoryError as err:
+                raise RuntimeError("training step failed") from err
         elif cmd == "oom_uncaught":
             torch.cuda.stub_oom(int(args[0]))
         elif cmd == "oom_in_thread":

@@ -241,6 +241,20 @@ class OomKeepTest(unittest.TestCase):
         other.proc.stdin.flush()
         self.assertEqual(other.finish()[0], 1)
         self.assertEqual(marks(), [name])
+        # An OOM a framework wraps in its own error is still what the process died of;
+        # another error is not.
+        wrapped = self.ready_job(VRAMTOP_OOM_TAG="run9", VRAMTOP_OOM_QUIET="1")
+        wrapped.proc.stdin.write("oom_wrapped %d\n" % (2048 * MiB))
+        wrapped.proc.stdin.flush()
+        rc, _, err = wrapped.finish()
+        self.assertEqual(rc, 1)
+        self.assertIn("RuntimeError: training step failed", err)
+        self.assertIn("vramtop-oom-run9-%d-dying.json" % wrapped.proc.pid, marks())
+        crashed = self.ready_job(VRAMTOP_OOM_TAG="run9", VRAMTOP_OOM_QUIET="1")
+        crashed.proc.stdin.write("crash\n")
+        crashed.proc.stdin.flush()
+        self.assertIn("ValueError: not memory", crashed.finish()[2])
+        self.assertEqual(len(marks()), 2, marks())
 
     def test_a_job_that_dies_of_the_last_oom_of_a_burst_keeps_that_one(self):
         job = self.ready_job()

@@ -507,7 +507,7 @@ def report_uncaught(kind, value):
         if main:
             hook.uncaught = True
         keep_untracked_oom(hook, message)
-        if main:
+        if main and died_of_oom(value):
             # Last: `vramtop run` explains a marked process from its kept files.
             mark_dying_of_oom(message)
         frame = encode(message)
@@ -518,9 +518,21 @@ def report_uncaught(kind, value):
         pass
 
 
+def died_of_oom(error):
+    """Whether `error` is PyTorch's OutOfMemoryError or was raised from one (a framework
+    that wraps it: `raise RuntimeError(...) from err`, or raises in its handler)."""
+    for _ in range(16):  # a chain that loops on itself ends here
+        if error is None:
+            return False
+        if type(error).__name__ == "OutOfMemoryError":
+            return True
+        error = error.__cause__ or error.__context__
+    return False
+
+
 def mark_dying_of_oom(message):
     """A process of a batch `vramtop run` dying of an OOM (its main thread's uncaught
-    exception), marked as `vramtop-oom-TAG-PID-dying.json` beside its kept files: if the
+    exception, or one raised from it), marked as `vramtop-oom-TAG-PID-dying.json` beside its kept files: if the
     job has not ended soon after, `vramtop run` explains this process's OOM then, not after
     the job. A torchrun job whose rank ran out can wait for good (seen on
     two H200s with destroy_process_group at exit, with or without vramtop), and its user
@@ -529,7 +541,7 @@ def mark_dying_of_oom(message):
     try:
         tag = os.environ.get("VRAMTOP_OOM_TAG", "")
         quiet = os.environ.get("VRAMTOP_OOM_QUIET") == "1"
-        if not tag or not quiet or "OutOfMemoryError" not in message["kind"]:
+        if not tag or not quiet:
             return
         import json
 
