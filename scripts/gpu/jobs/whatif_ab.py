@@ -1372,9 +1372,9 @@ def job_main(workload, remedy):
 
 
 def judged_line(text):
-    """The run's outcome: its judged line, or in a job of ranks the first failing rank's
+    """The run's outcome: its judged line. In a job of ranks, the first failing rank's
     (another rank may judge its own step done before the collective that waits on the
-    failed one hangs)."""
+    failed one hangs), else the first line once every rank has judged; None otherwise."""
     lines = [json.loads(line[len("judged: "):]) for line in text.splitlines() if line.startswith("judged: ")]
     failed = next((j for j in lines if not j["ok"]), None)
     if failed is not None or not lines:
@@ -1404,8 +1404,8 @@ def fresh(workload, remedy, stop_at, log, extra_env=None):
 def run_group(argv, env, timeout):
     """argv run in a session of its own, its output kept: (stdout, stderr, timed out).
     Past `timeout` seconds its group is sent SIGTERM (torchrun's agent then ends its ranks,
-    which it starts in sessions of their own), then SIGKILL 20 s later, and then any of its
-    descendants still running (a rank the agent could not end would hold its GPU)."""
+    which it starts in sessions of their own) and given 20 s to end; then every process
+    that was below it is killed, and the group (a rank left running would hold its GPU)."""
     import signal
 
     p = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
