@@ -419,7 +419,7 @@ fn an_attached_job_shows_its_segments_and_its_oom() {
 fn a_job_under_cuda_malloc_async_shows_its_totals_and_why_there_is_no_map() {
     use std::sync::Arc;
     use vramtop::attach::job::{AttachedJob, JobFrame};
-    use vramtop::attach::protocol::{AllocatorSettings, ErrorReport, Hello, JobState, TorchStats};
+    use vramtop::attach::protocol::{ErrorReport, Hello, JobState, TorchStats};
     use vramtop::attach::AttachedJobs;
 
     const GIB: u64 = 1 << 30;
@@ -438,21 +438,13 @@ fn a_job_under_cuda_malloc_async_shows_its_totals_and_why_there_is_no_map() {
     // What the hook sends under this backend: the totals of memory_stats, no segments.
     job.on_frame(JobFrame::from_state(&JobState {
         seq: 1,
-        device_uuid: None,
         time_s: 1.0,
-        device: 0,
         stats: Some(TorchStats {
             allocated_bytes: Some(6 * GIB),
             reserved_bytes: Some(7 * GIB),
             ..TorchStats::default()
         }),
-        settings: AllocatorSettings::default(),
-        segments: Vec::new(),
-        segments_omitted: false,
-        truncated: false,
-        collect_ms: None,
-        history_share: None,
-        roles: None,
+        ..JobState::default()
     }));
     let mut app = idle_app();
     app.focus_pid = Some(5151);

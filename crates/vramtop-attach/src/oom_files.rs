@@ -102,8 +102,14 @@ impl OomKeeping {
     /// The job process a file of this run was kept by (the PID in its name).
     pub fn pid_of(&self, path: &Path) -> Option<u32> {
         let name = path.file_name()?.to_str()?;
-        let rest = name.strip_prefix(&format!("vramtop-oom-{}-", self.tag))?;
+        let rest = name.strip_prefix(&self.prefix())?;
         rest.split('-').next()?.parse().ok()
+    }
+
+    /// `vramtop-oom-TAG-`: how every file of this run begins (the hook's
+    /// `OomKeeper.path_of` names them), the job process's pid next.
+    fn prefix(&self) -> String {
+        format!("vramtop-oom-{}-", self.tag)
     }
 
     fn files_ending(&self, suffix: &str) -> Vec<PathBuf> {
@@ -114,7 +120,7 @@ impl OomKeeping {
     }
 
     fn found(&self, suffix: &str) -> Vec<(std::time::SystemTime, PathBuf)> {
-        let prefix = format!("vramtop-oom-{}-", self.tag);
+        let prefix = self.prefix();
         let Ok(entries) = std::fs::read_dir(&self.dir) else {
             return Vec::new();
         };

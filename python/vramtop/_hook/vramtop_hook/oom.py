@@ -77,9 +77,13 @@ class OomKeeper:
         return os.environ.get("VRAMTOP_OOM_DIR") or socket_dir()
 
     def path_for(self, n):
+        return self.path_of("%s.pickle" % (str(n) if n <= OOM_FIRST_KEPT else "last"))
+
+    def path_of(self, rest):
+        """`vramtop-oom-[TAG-]PID-REST` in the OOM folder: every file this process keeps
+        is named so (oom_files.rs finds a run's files, and their pid, by it)."""
         tag = os.environ.get("VRAMTOP_OOM_TAG", "")
-        which = str(n) if n <= OOM_FIRST_KEPT else "last"
-        name = "vramtop-oom-%s%d-%s.pickle" % (tag + "-" if tag else "", os.getpid(), which)
+        name = "vramtop-oom-%s%d-%s" % (tag + "-" if tag else "", os.getpid(), rest)
         return os.path.join(self.directory(), name)
 
     def take(self, raw, oom, then):
@@ -506,8 +510,10 @@ def report_uncaught(kind, value):
         main = threading.current_thread() is threading.main_thread()
         if main:
             hook.uncaught = True
-        keep_untracked_oom(hook, message)
-        if main and died_of_oom(value):
+        oom = oom_of(value)
+        if oom is not None:
+            keep_untracked_oom(hook, oom)
+        if main and oom is not None:
             # Last: `vramtop run` explains a marked process from its kept files.
             mark_dying_of_oom(message)
         frame = encode(message)
@@ -518,57 +524,56 @@ def report_uncaught(kind, value):
         pass
 
 
-def died_of_oom(error):
-    """Whether `error` is PyTorch's OutOfMemoryError or was raised from one (a framework
-    that wraps it: `raise RuntimeError(...) from err`, or raises in its handler)."""
+def oom_of(error):
+    """PyTorch's OutOfMemoryError that `error` is or was raised from (a framework that
+    wraps it: `raise RuntimeError(...) from err`, or raises in its handler); None."""
     for _ in range(16):  # a chain that loops on itself ends here
         if error is None:
-            return False
+            return None
         if type(error).__name__ == "OutOfMemoryError":
-            return True
+            return error
         error = error.__cause__ or error.__context__
-    return False
+    return None
+
+
+def write_beside_kept(rest, fields):
+    """`fields` as JSON in `OomKeeper.path_of(rest)`, whole or not at all (a reader never
+    sees half a file)."""
+    import json
+
+    path = _oom_keeper.path_of(rest)
+    with open(path + ".tmp", "w") as f:
+        json.dump(fields, f)
+    os.replace(path + ".tmp", path)
 
 
 def mark_dying_of_oom(message):
     """A process of a batch `vramtop run` dying of an OOM (its main thread's uncaught
-    exception, or one raised from it), marked as `vramtop-oom-TAG-PID-dying.json` beside its kept files: if the
-    job has not ended soon after, `vramtop run` explains this process's OOM then, not after
-    the job. A torchrun job whose rank ran out can wait for good (seen on
-    two H200s with destroy_process_group at exit, with or without vramtop), and its user
-    would see nothing until they killed it. Only under a batch `vramtop run` (its tag and
-    VRAMTOP_OOM_QUIET=1 set; it removes the marks after the job). Never raises."""
+    exception, or one raised from it), marked as `vramtop-oom-TAG-PID-dying.json` beside
+    its kept files: if the job has not ended soon after, `vramtop run` explains this
+    process's OOM then, not after the job. A torchrun job whose rank ran out can wait for
+    good (seen on two H200s with destroy_process_group at exit, with or without vramtop),
+    and its user would see nothing until they killed it. Only under a batch `vramtop run`
+    (its tag and VRAMTOP_OOM_QUIET=1 set; it removes the marks after the job). Never
+    raises."""
     try:
-        tag = os.environ.get("VRAMTOP_OOM_TAG", "")
-        quiet = os.environ.get("VRAMTOP_OOM_QUIET") == "1"
-        if not tag or not quiet:
+        if not os.environ.get("VRAMTOP_OOM_TAG") or os.environ.get("VRAMTOP_OOM_QUIET") != "1":
             return
-        import json
-
-        path = os.path.join(_oom_keeper.directory(), "vramtop-oom-%s-%d-dying.json" % (tag, os.getpid()))
-        with open(path + ".tmp", "w") as f:
-            json.dump({"kind": message["kind"], "time_s": message["time_s"]}, f)
-        os.replace(path + ".tmp", path)
+        write_beside_kept("dying.json", {"kind": message["kind"], "time_s": message["time_s"]})
     except Exception:
         pass
 
 
-def keep_untracked_oom(hook, message):
-    """An OOM the job dies of under a backend that tracks no blocks (cudaMallocAsync): no
-    observer saw it and there is no state to keep, so PyTorch's words are kept instead, as
-    `vramtop-oom-[TAG-]PID-untracked.json`, for `vramtop run` to explain after a batch job.
-    Never raises."""
+def keep_untracked_oom(hook, oom):
+    """An OOM the job dies of (`oom`, PyTorch's exception) under a backend that tracks no
+    blocks (cudaMallocAsync): no observer saw it and there is no state to keep, so
+    PyTorch's words are kept instead, as `vramtop-oom-[TAG-]PID-untracked.json`, for
+    `vramtop run` to explain after a batch job. Never raises."""
     try:
         alloc = hook.alloc
-        if alloc is None or not alloc.blocks_untracked() or "OutOfMemoryError" not in message["kind"]:
+        if alloc is None or not alloc.blocks_untracked():
             return
-        import json
-
-        tag = os.environ.get("VRAMTOP_OOM_TAG", "")
-        name = "vramtop-oom-%s%d-untracked.json" % (tag + "-" if tag else "", os.getpid())
-        path = os.path.join(_oom_keeper.directory(), name)
-        with open(path + ".tmp", "w") as f:
-            json.dump({"backend": alloc.backend, "kind": message["kind"], "message": message["message"]}, f)
-        os.replace(path + ".tmp", path)
+        write_beside_kept("untracked.json", {"backend": alloc.backend, "kind": type(oom).__name__,
+                                             "message": str(oom)[:65536]})
     except Exception:
         pass

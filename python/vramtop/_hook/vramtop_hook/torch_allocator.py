@@ -906,7 +906,9 @@ class TorchAllocator:
 
     def device_most_reserved(self):
         """With no segments to tell (a backend that tracks none), the device the job holds
-        most memory on by PyTorch's totals: a rank on cuda:3 is not shown cuda:0's 0 B."""
+        most memory on by PyTorch's totals: a rank on cuda:3 is not shown cuda:0's 0 B.
+        Asking each device costs none a context: cudaMallocAsync's getDeviceStats answers
+        zeros for a device it has not initialised (CUDAMallocAsyncAllocator.cpp)."""
         try:
             if self._device_count is None:
                 self._device_count = int(self.torch.cuda.device_count())
