@@ -163,21 +163,23 @@ fn untracked_lines(job: &JobView, width: u16) -> Vec<(Line<'static>, u16)> {
         lines.push((line, rows));
     }
     if let Some(error) = &job.error {
-        let text = error
-            .message
-            .split_whitespace()
-            .collect::<Vec<_>>()
-            .join(" ");
-        let line = Line::from(vec![
-            Span::styled(" PyTorch: ", Style::new().bold()),
-            Span::raw(text),
-        ]);
-        let rows = wrapped_rows(&line, width, PYTORCH_ROWS);
-        lines.push((line, rows));
+        lines.push(pytorch_line(&error.message, width));
     }
     let rows = wrapped_rows(&why, width, WRAPPED_ROWS);
     lines.push((why, rows));
     lines
+}
+
+/// PyTorch's own words (its exception, or the OOM's summary) on one line, with the rows
+/// it takes wrapped into `width` cells (at most PYTORCH_ROWS).
+fn pytorch_line(text: &str, width: u16) -> (Line<'static>, u16) {
+    let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    let line = Line::from(vec![
+        Span::styled(" PyTorch: ", Style::new().bold()),
+        Span::raw(text),
+    ]);
+    let rows = wrapped_rows(&line, width, PYTORCH_ROWS);
+    (line, rows)
 }
 
 /// Rows the head lines take together.
@@ -308,13 +310,7 @@ pub(super) fn head_lines(job: &JobView, width: u16) -> Vec<(Line<'static>, u16)>
         .map(|e| e.message.clone())
         .or_else(|| oom.summary.clone());
     if let Some(text) = pytorch {
-        let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
-        let line = Line::from(vec![
-            Span::styled(" PyTorch: ", Style::new().bold()),
-            Span::raw(text),
-        ]);
-        let rows = wrapped_rows(&line, width, PYTORCH_ROWS);
-        lines.push((line, rows));
+        lines.push(pytorch_line(&text, width));
     }
     // Each remedy users are told to try, with PyTorch's answer for this OOM.
     if let Some(events) = oom.history_events {
