@@ -1396,6 +1396,9 @@ fn gpu_kept_histories_of_training_loops_give_pytorchs_outcomes_on_both_paths() {
         // Its ranks' draws swapped (WHATIF_DDP_SWAP): the rank on cuda:1 ran out, at the
         // same step; its file's cuda:0 trace holds `snapshot` markers alone.
         ("history_gpt2ddp2_rank1_cap8g1_hook110", gpt2ddp, 8, true),
+        // Both ranks on one H200 over gloo (CUDA_VISIBLE_DEVICES=0): no NCCL stream, the
+        // all-reduce staged through the host; rank 0 ran out at step 8.
+        ("history_gpt2ddp2_gloo_cap8g1_hook110", gpt2ddp, 8, true),
     ] {
         let path = fixture(&format!("{name}.pickle.gz"));
         let file = trace::load(&path).unwrap_or_else(|e| panic!("{name}: {e}"));

@@ -97,10 +97,10 @@ class Reader(threading.Thread):
             time.sleep(self.period)
 
 
-def warmed_gpt2_under_the_hook():
-    """GPT-2 (8 layers, batch 8 x 384) after 20 warm-up steps, and the hook of this process
-    once it has seen CUDA: (hook, model, optimizer, ids). Exits with a JSON error line when
-    there is no hook (not run under `vramtop run`) or it never saw CUDA."""
+def warmed_gpt2_under_the_hook(batch=8, length=384):
+    """GPT-2 (8 layers, batch 8 x 384 unless told) after 20 warm-up steps, and the hook of
+    this process once it has seen CUDA: (hook, model, optimizer, ids). Exits with a JSON
+    error line when there is no hook (not run under `vramtop run`) or it never saw CUDA."""
     try:
         import vramtop_hook
     except ImportError:
@@ -108,7 +108,7 @@ def warmed_gpt2_under_the_hook():
         sys.exit(2)
     torch.manual_seed(0)
     config, model, optimizer = build(8)
-    ids = torch.randint(0, config.vocab_size, (8, 384), device="cuda")
+    ids = torch.randint(0, config.vocab_size, (batch, length), device="cuda")
     for _ in range(20):
         train_step(model, optimizer, ids)
     hook = vramtop_hook.running.hook

@@ -282,6 +282,28 @@ def attach_viewer(hook, interval, cores=None):
     return viewer if hook.viewers else None
 
 
+def launch_share(model, optimizer, ids, steps=20):
+    """What bounds the step: the median time the job's thread takes to launch a step's work
+    (until optimizer.zero_grad returns, before the synchronize) against the median step, in
+    %. Near 100, the step is the thread's (what the thread adds shows in full); well under,
+    the GPU's, and the thread's extra time hides behind kernels still running."""
+    import torch
+
+    launches, steps_s = [], []
+    for _ in range(steps):
+        torch.cuda.synchronize()
+        started = time.perf_counter()
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        launches.append(time.perf_counter() - started)
+        torch.cuda.synchronize()
+        steps_s.append(time.perf_counter() - started)
+    return round(100 * statistics.median(launches) / statistics.median(steps_s), 1)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--blocks", type=int, default=300)
@@ -301,8 +323,12 @@ def main():
     parser.add_argument("--annotations-elsewhere", action="store_true",
                         help="experiment: the ring turned on from a helper thread with PyTorch's annotation "
                              "callback local to it, so the job's own ops never meet it")
+    parser.add_argument("--batch", type=int, default=8,
+                        help="sequences a step: 8 x 384 leaves the H200 waiting on the job's thread "
+                             "(the step is its CPU's); 32 x 1024 makes the GPU the bound")
+    parser.add_argument("--length", type=int, default=384, help="tokens a sequence")
     args = parser.parse_args()
-    hook, model, optimizer, ids = warmed_gpt2_under_the_hook()
+    hook, model, optimizer, ids = warmed_gpt2_under_the_hook(args.batch, args.length)
     alloc = hook.alloc
     if args.no_events_read:
         skip_events_read(alloc)
@@ -346,6 +372,8 @@ def main():
     if viewer is not None:
         viewer.terminate()
     states.paused = False
+    switch.off()
+    launch_pct = launch_share(model, optimizer, ids)
     switch.on()
     pairs = on_vs_off(blocks)
     trimmed_pairs = on_vs_off([(b[0], b[5]) for b in blocks])
@@ -357,7 +385,8 @@ def main():
         "annotations_elsewhere": args.annotations_elsewhere, "checkpoints": not args.no_checkpoints,
         "state_read": not args.no_state_read, "clear_after_read": args.clear_after_read, "pinned_core": pinned[0] if pinned else None,
         "idle_siblings": pinned[2] if pinned else None,
-        "blocks": len(blocks), "block_steps": args.block_steps,
+        "blocks": len(blocks), "block_steps": args.block_steps, "batch": args.batch, "length": args.length,
+        "launch_pct_of_step": launch_pct,
         "off_step_ms": round(1000 * statistics.mean(b[1] for b in off), 3),
         "on_step_ms": round(1000 * statistics.mean(b[1] for b in on), 3),
         "on_minus_off_pct": on_minus_off([(b[0], b[6]) for b in blocks]),

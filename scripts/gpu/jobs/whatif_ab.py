@@ -1235,7 +1235,11 @@ def steps(workload, cap, stop_at, judged, before_judged, after_step):
             judged(False, step=i, asked=asked_of(e), **STEP_NOTE)
             if workload in RANKS:
                 # As the exception a user's rank does not catch: the rank ends failed, and
-                # torchrun ends the others (which wait on it in a collective).
+                # torchrun ends the others (which wait on it in a collective). Where its end
+                # is studied (WHATIF_DDP_DESTROY_AT_EXIT=1), the OOM itself goes uncaught, as
+                # in a user's job, so the hook sees the process die of it.
+                if os.environ.get("WHATIF_DDP_DESTROY_AT_EXIT") == "1":
+                    raise
                 sys.exit(1)
             return
         if stop_at is not None and i == stop_at:
