@@ -193,7 +193,7 @@ fn a_job_under_cuda_malloc_async_that_dies_of_an_oom_is_named_from_pytorchs_word
     let block = vramtop_lines(&stderr).join("\n");
     assert!(
         block.contains(
-            "vramtop: OOM under backend:cudaMallocAsync: needed 9.00 GiB; cause: the job's live \
+            "vramtop: OOM 1 under backend:cudaMallocAsync: needed 9.00 GiB; cause: the job's live \
              tensors (3.00 MiB) and the request (9.00 GiB) exceed the limit its memory fraction \
              sets (8.00 GiB) by 1.00 GiB"
         ),
@@ -203,6 +203,35 @@ fn a_job_under_cuda_malloc_async_that_dies_of_an_oom_is_named_from_pytorchs_word
         block.contains("apply to the native allocator only"),
         "{block}"
     );
+}
+
+#[test]
+fn a_job_under_cuda_malloc_async_that_catches_its_ooms_has_each_explained_after_it() {
+    if !python3() {
+        return;
+    }
+    let dir = temp_dir("async-caught");
+    // A batch-size finder's way: each OOM caught, a smaller try next, then the job ends well.
+    let mut commands = format!("import\ninit\nalloc a {}\n", 3 * MIB);
+    for size in [10 * 1024, 9 * 1024] {
+        commands += &format!("oom {}\n", size * MIB);
+    }
+    commands += "exit 0\n";
+    let conf = Path::new("backend:cudaMallocAsync");
+    let (code, stderr) = batch_run(&dir, &[], &[("PYTORCH_CUDA_ALLOC_CONF", conf)], &commands);
+    assert_eq!(code, 0, "{stderr}");
+    let block = vramtop_lines(&stderr).join("\n");
+    for (n, asked) in [(1, "10.00 GiB"), (2, "9.00 GiB")] {
+        assert!(
+            block.contains(&format!(
+                "vramtop: OOM {n} under backend:cudaMallocAsync (caught by the job): needed \
+                 {asked}; cause: the job's live tensors (3.00 MiB) and the request ({asked})"
+            )),
+            "{block}"
+        );
+    }
+    // Why there is no more, once.
+    assert_eq!(block.matches("native allocator only").count(), 1, "{block}");
 }
 
 #[test]

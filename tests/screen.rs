@@ -375,6 +375,7 @@ fn an_attached_job_shows_its_segments_and_its_oom() {
                   144.00 MiB is allocated by PyTorch, and 96.00 MiB is reserved by PyTorch \
                   but unallocated."
             .into(),
+        ..ErrorReport::default()
     });
     let mut app = idle_app();
     app.focus_pid = Some(4242);
@@ -419,7 +420,7 @@ fn an_attached_job_shows_its_segments_and_its_oom() {
 fn a_job_under_cuda_malloc_async_shows_its_totals_and_why_there_is_no_map() {
     use std::sync::Arc;
     use vramtop::attach::job::{AttachedJob, JobFrame};
-    use vramtop::attach::protocol::{ErrorReport, Hello, JobState, TorchStats};
+    use vramtop::attach::protocol::{ErrorReport, Hello, JobState, TorchStats, UntrackedOom};
     use vramtop::attach::AttachedJobs;
 
     const GIB: u64 = 1 << 30;
@@ -473,21 +474,54 @@ fn a_job_under_cuda_malloc_async_shows_its_totals_and_why_there_is_no_map() {
     );
     assert!(!line.contains("largest free"), "{line}");
 
-    // It dies of an OOM: PyTorch's message (H200, PyTorch 2.11) is all this backend gives.
-    job.on_error(ErrorReport {
-        time_s: 2.0,
-        kind: "OutOfMemoryError".into(),
-        message: "Allocation on device 0 would exceed allowed memory. (out of memory)\n\
-                  Currently allocated     : 6.00 GiB\nRequested               : 1024.00 MiB\n\
-                  Device limit            : 139.80 GiB\nFree (according to CUDA): 122.17 GiB\n\
-                  PyTorch limit (set by user-supplied memory fraction)\n                        : \
-                  6.99 GiB"
-            .into(),
+    // PyTorch's message (H200, PyTorch 2.11): all this backend gives at an OOM.
+    let words = |asked: &str| {
+        format!(
+            "Allocation on device 0 would exceed allowed memory. (out of memory)\n\
+             Currently allocated     : 6.00 GiB\nRequested               : {asked}\n\
+             Device limit            : 139.80 GiB\nFree (according to CUDA): 122.17 GiB\n\
+             PyTorch limit (set by user-supplied memory fraction)\n                        : \
+             6.99 GiB"
+        )
+    };
+    // An OOM the job catches (hook 1.11 sees it as PyTorch makes it): numbered, its figures;
+    // not called caught while the job runs (it may still be unwinding to its end).
+    job.on_untracked_oom(UntrackedOom {
+        time_s: 1.5,
+        number: 1,
+        message: words("2.00 GiB"),
     });
     app.apply_attached(Arc::new(AttachedJobs {
         jobs: vec![job.view.clone()],
         scan_error: None,
         scans: 2,
+    }));
+    let screen = render(&app, 120, 40);
+    assert!(
+        screen
+            .contains("OOM 1: needed 2.00 GiB · cause: the job's live tensors (6.00 GiB) and the"),
+        "{screen}"
+    );
+    assert!(
+        screen.contains("PyTorch: Allocation on device 0"),
+        "{screen}"
+    );
+    // It dies of the next one: that one is shown, as PyTorch's error, with no number.
+    job.on_untracked_oom(UntrackedOom {
+        time_s: 2.0,
+        number: 2,
+        message: words("1024.00 MiB"),
+    });
+    job.on_error(ErrorReport {
+        time_s: 2.0,
+        kind: "OutOfMemoryError".into(),
+        message: words("1024.00 MiB"),
+        oom_number: Some(2),
+    });
+    app.apply_attached(Arc::new(AttachedJobs {
+        jobs: vec![job.view.clone()],
+        scan_error: None,
+        scans: 3,
     }));
     let screen = render(&app, 120, 40);
     assert!(
@@ -502,6 +536,36 @@ fn a_job_under_cuda_malloc_async_shows_its_totals_and_why_there_is_no_map() {
     let line = vramtop::attach::summary::job_line(&views[0], &views, vramtop::advice::line_with);
     assert!(
         line.contains("OOM (cudaMallocAsync): needed 1.00 GiB; cause: the job's live tensors"),
+        "{line}"
+    );
+
+    // A job that caught its OOM and ended well: that one, said to be caught.
+    let mut caught = AttachedJob::new(5152, 1.0);
+    caught.on_hello(job.view.hello.clone().expect("hello"));
+    caught.on_untracked_oom(UntrackedOom {
+        time_s: 1.5,
+        number: 1,
+        message: words("2.00 GiB"),
+    });
+    caught.on_bye(vramtop::attach::protocol::Bye {
+        time_s: 3.0,
+        exit_code: Some(0),
+    });
+    app.focus_pid = Some(5152);
+    app.apply_attached(Arc::new(AttachedJobs {
+        jobs: vec![caught.view.clone()],
+        scan_error: None,
+        scans: 4,
+    }));
+    let screen = render(&app, 120, 40);
+    assert!(
+        screen.contains("OOM 1 (the job caught it): needed 2.00 GiB · cause: the job's live"),
+        "{screen}"
+    );
+    let views = [caught.view.clone()];
+    let line = vramtop::attach::summary::job_line(&views[0], &views, vramtop::advice::line_with);
+    assert!(
+        line.contains("OOM (cudaMallocAsync 1, caught by the job): needed 2.00 GiB"),
         "{line}"
     );
 }

@@ -210,7 +210,9 @@ fn explain_kept_ooms(keeping: &OomKeeping, which: impl Fn(u32) -> bool) {
             eprintln!("vramtop: {line}");
         }
     }
-    // A job under cudaMallocAsync (or a pluggable allocator) leaves no state: its words.
+    // A job under cudaMallocAsync (or a pluggable allocator) leaves no state: its words,
+    // and why there is no more, once.
+    let mut said_why = false;
     for path in keeping.untracked_files().into_iter().filter(taken) {
         let lines = match std::fs::read_to_string(&path)
             .map_err(|e| e.to_string())
@@ -225,6 +227,12 @@ fn explain_kept_ooms(keeping: &OomKeeping, which: impl Fn(u32) -> bool) {
             )],
         };
         for line in lines {
+            if line == vramtop_attach::async_oom::UNTRACKED_WHY {
+                if said_why {
+                    continue;
+                }
+                said_why = true;
+            }
             eprintln!("vramtop: {line}");
         }
     }

@@ -153,17 +153,37 @@ fn untracked_lines(job: &JobView, width: u16) -> Vec<(Line<'static>, u16)> {
         Style::new().dark_gray(),
     ));
     let mut lines = vec![(totals, 1)];
-    // Its OOM: PyTorch's exception is all this backend leaves (no observer, no blocks).
+    // Its OOM: PyTorch's exception is all this backend leaves (no observer, no blocks):
+    // the one it died of, else the latest it went on from (a batch-size finder's, say).
+    let went_on = job.untracked_oom_went_on();
+    let which = match went_on {
+        Some((oom, true)) => format!(" {} (the job caught it)", oom.number),
+        Some((oom, false)) => format!(" {}", oom.number),
+        None => String::new(),
+    };
     if let Some(oom) = job.async_oom() {
         let line = Line::from(Span::styled(
-            format!(" OOM: needed {} · cause: {}", oom.needed(), oom.cause()),
+            format!(
+                " OOM{which}: needed {} · cause: {}",
+                oom.needed(),
+                oom.cause()
+            ),
             Style::new().bold().red(),
         ));
         let rows = wrapped_rows(&line, width, WRAPPED_ROWS);
         lines.push((line, rows));
+    } else if went_on.is_some() {
+        // A pluggable allocator's words give no figures: which OOM, and PyTorch's words.
+        let line = Line::from(Span::styled(
+            format!(" OOM{which}"),
+            Style::new().bold().red(),
+        ));
+        lines.push((line, 1));
     }
-    if let Some(error) = &job.error {
-        lines.push(pytorch_line(&error.message, width));
+    match (&job.error, went_on) {
+        (Some(error), None) => lines.push(pytorch_line(&error.message, width)),
+        (_, Some((oom, _))) => lines.push(pytorch_line(&oom.message, width)),
+        (None, None) => {}
     }
     let rows = wrapped_rows(&why, width, WRAPPED_ROWS);
     lines.push((why, rows));

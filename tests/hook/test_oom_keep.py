@@ -256,6 +256,50 @@ class OomKeepTest(unittest.TestCase):
         self.assertIn("ValueError: not memory", crashed.finish()[2])
         self.assertEqual(len(marks()), 2, marks())
 
+    def test_under_cuda_malloc_async_every_oom_is_seen_as_pytorch_makes_it_caught_or_not(self):
+        # That backend calls no OOM observer: the hook wraps OutOfMemoryError's __init__,
+        # which PyTorch calls for each OOM (PyErr_SetString). Caught ones are told and kept,
+        # numbered; the one the job dies of is marked uncaught, and its error names it.
+        untracked = lambda: sorted(n for n in os.listdir(self.oom_dir) if n.endswith("-untracked.json"))  # noqa: E731
+        job = self.ready_job(VRAMTOP_OOM_TAG="run5", PYTORCH_CUDA_ALLOC_CONF="backend:cudaMallocAsync")
+        viewer = Viewer(job.socket_path)
+        viewer.ready_hello()
+        for size in (100, 200, 300, 400, 500):
+            self.assertEqual(job.do("oom %d" % (size * MiB)), "ok caught OutOfMemoryError")
+            told = viewer.recv_type("untracked_oom")
+            self.assertIn("Requested               : %d.00 MiB" % size, told["message"])
+        self.assertEqual(told["number"], 5)
+        # The first three and the latest, as the native allocator's states are kept.
+        prefix = "vramtop-oom-run5-%d-" % job.proc.pid
+        self.assertEqual(untracked(), [prefix + rest for rest in
+                                       ("1-untracked.json", "2-untracked.json", "3-untracked.json",
+                                        "last-untracked.json")])
+        with open(os.path.join(self.oom_dir, prefix + "last-untracked.json")) as f:
+            last = json.load(f)
+        self.assertEqual((last["backend"], last["number"], last.get("uncaught")), ("cudaMallocAsync", 5, None))
+        self.assertIn("500.00 MiB", last["message"])
+        self.assertEqual(self.kept(), [])  # no state under this backend, no pickle
+        # A viewer that comes later is told the latest.
+        late = Viewer(job.socket_path)
+        self.assertEqual(late.recv_type("untracked_oom")["number"], 5)
+        # The one it dies of: told, kept as `last`, marked, and named by the error.
+        job.proc.stdin.write("oom_uncaught %d\n" % (2048 * MiB))
+        job.proc.stdin.flush()
+        self.assertEqual(viewer.recv_type("untracked_oom")["number"], 6)
+        error = viewer.recv_type("error")
+        self.assertEqual((error["kind"], error["oom_number"]), ("OutOfMemoryError", 6))
+        rc, _, err = job.finish()
+        self.assertEqual(rc, 1)
+        self.assertNotIn("vramtop hook:", err)
+        with open(os.path.join(self.oom_dir, prefix + "last-untracked.json")) as f:
+            last = json.load(f)
+        self.assertEqual((last["number"], last["uncaught"]), (6, True))
+        self.assertIn("2.00 GiB", last["message"])
+        # The native allocator's jobs are left alone: their observer sees every OOM.
+        native = self.ready_job(VRAMTOP_OOM_TAG="run5")
+        self.assertEqual(native.do("oom %d" % MiB), "ok caught OutOfMemoryError")
+        self.assertEqual(len(untracked()), 4)
+
     def test_a_job_that_dies_of_the_last_oom_of_a_burst_keeps_that_one(self):
         job = self.ready_job()
         for size in (100, 200, 300, 400):

@@ -131,20 +131,35 @@ pub const UNTRACKED_WHY: &str = "PyTorch tracks no blocks or segments under this
      expandable_segments, max_split_size_mb, garbage_collection_threshold and \
      roundup_power2_divisions apply to the native allocator only";
 
-/// What the hook keeps when a job under a backend that tracks no blocks dies of an OOM
-/// (`vramtop-oom-[TAG-]PID-untracked.json`): the backend and PyTorch's exception.
-#[derive(Clone, Debug, serde::Deserialize)]
+/// What the hook keeps at each OOM of a job under a backend that tracks no blocks
+/// (`vramtop-oom-[TAG-]PID-N-untracked.json`, N = 1 to 3 then `last`; before hook 1.11
+/// only the OOM it died of, `...-PID-untracked.json`): the backend and PyTorch's
+/// exception.
+#[derive(Clone, Debug, Default, serde::Deserialize)]
 pub struct KeptUntracked {
     pub backend: String,
     pub kind: String,
     pub message: String,
+    /// The OOM's number in the process (hook 1.11).
+    #[serde(default)]
+    pub number: Option<u64>,
+    /// The process died of it (hook 1.11 marks it so at the uncaught exception).
+    #[serde(default)]
+    pub uncaught: bool,
 }
 
 impl KeptUntracked {
     /// The lines `vramtop run` prints after a batch job: the OOM named where PyTorch's
     /// message gives its figures (cudaMallocAsync), else what it said and why no more.
     pub fn explain(&self) -> Vec<String> {
-        let head = format!("OOM under backend:{}", self.backend);
+        let head = match self.number {
+            // Kept as PyTorch made it and never marked as the one the process died of.
+            Some(n) if !self.uncaught => {
+                format!("OOM {n} under backend:{} (caught by the job)", self.backend)
+            }
+            Some(n) => format!("OOM {n} under backend:{}", self.backend),
+            None => format!("OOM under backend:{}", self.backend),
+        };
         let mut lines = match AsyncOom::parse(&self.message) {
             Some(oom) => vec![format!(
                 "{head}: needed {}; cause: {}",
@@ -313,10 +328,27 @@ mod tests {
             backend: "pluggable".into(),
             kind: "OutOfMemoryError".into(),
             message: "RMM failure: out of memory\nmore".into(),
+            ..KeptUntracked::default()
         };
         assert_eq!(
             other.explain()[0],
             "OOM under backend:pluggable: PyTorch said \"RMM failure: out of memory\""
+        );
+        // Hook 1.11 numbers each OOM as PyTorch makes it, and marks the one the process
+        // died of: the others the job caught.
+        let numbered = |uncaught| KeptUntracked {
+            number: Some(4),
+            uncaught,
+            ..other.clone()
+        };
+        assert!(
+            numbered(false).explain()[0]
+                .starts_with("OOM 4 under backend:pluggable (caught by the job): PyTorch said"),
+            "{:?}",
+            numbered(false).explain()
+        );
+        assert!(
+            numbered(true).explain()[0].starts_with("OOM 4 under backend:pluggable: PyTorch said")
         );
     }
 

@@ -14,7 +14,7 @@ use std::time::Duration;
 use super::job::{JobFrame, OomExplained};
 use super::protocol::{
     decode, read_frame, write_frame, Bye, Decoded, ErrorReport, Hello, HookMessage, HookSegment,
-    OomState, ProtocolError, Subscribe, PROTOCOL_VERSION,
+    OomState, ProtocolError, Subscribe, UntrackedOom, PROTOCOL_VERSION,
 };
 
 /// A peer that sends no `hello` this long after connecting is dropped.
@@ -29,6 +29,7 @@ pub enum PeerEvent {
     Frame(Box<JobFrame>),
     Oom(Box<OomExplained>),
     Error(ErrorReport),
+    UntrackedOom(UntrackedOom),
     Bye(Bye),
     /// A message skipped for a bad field; the connection goes on.
     Skipped(String),
@@ -159,6 +160,7 @@ fn converse(
                     continue;
                 }
                 HookMessage::Error(error) => PeerEvent::Error(error),
+                HookMessage::UntrackedOom(oom) => PeerEvent::UntrackedOom(oom),
                 HookMessage::Bye(bye) => {
                     // The job's last OOM is told before its end.
                     judge.finish();

@@ -10,6 +10,7 @@ pub use vramtop_alloc::remedy::{expandable_would_fit, Answer, ExpandableVerdict}
 
 use super::protocol::{
     AllocatorSettings, Bye, ErrorReport, Hello, HookSegment, JobState, OomState, TorchStats,
+    UntrackedOom,
 };
 use vramtop_alloc::leaks::{DetectorConfig, LeakDetector, SiteTrend, Suspect};
 use vramtop_alloc::metrics::layout_stats;
@@ -510,6 +511,9 @@ pub struct JobView {
     pub frame: Option<Arc<JobFrame>>,
     pub oom: Option<Arc<OomExplained>>,
     pub error: Option<ErrorReport>,
+    /// The job's latest OOM under a backend that tracks no blocks (hook 1.11), caught
+    /// or not.
+    pub untracked_oom: Option<UntrackedOom>,
     pub suspects: Vec<Suspect>,
     pub sites: Vec<SiteTrend>,
     /// States taken in.
@@ -541,13 +545,30 @@ impl JobView {
             .is_some_and(|backend| backend != NATIVE_BACKEND)
     }
 
-    /// The OOM that ended a job under `backend:cudaMallocAsync`, read from PyTorch's
-    /// message (the hook has no observer there); `None` for any other job or error.
+    /// The OOM of a job under `backend:cudaMallocAsync`, read from PyTorch's message (the
+    /// hook has no observer there): the one it died of, else its latest (hook 1.11 sees
+    /// those it catches); `None` for any other job or error.
     pub fn async_oom(&self) -> Option<crate::async_oom::AsyncOom> {
         if !self.blocks_untracked() {
             return None;
         }
-        crate::async_oom::AsyncOom::parse(&self.error.as_ref()?.message)
+        let parse = crate::async_oom::AsyncOom::parse;
+        self.error
+            .as_ref()
+            .and_then(|e| parse(&e.message))
+            .or_else(|| parse(&self.untracked_oom.as_ref()?.message))
+    }
+
+    /// The latest OOM under a backend that tracks no blocks, where it is not the one the
+    /// job died of: PyTorch's words and its number in the process. `caught` only once
+    /// the job has ended without dying of it (while it runs, the exception may still be
+    /// unwinding towards the job's end).
+    pub fn untracked_oom_went_on(&self) -> Option<(&UntrackedOom, bool)> {
+        let oom = self.untracked_oom.as_ref()?;
+        let died_of_it = self.error.as_ref().is_some_and(|e| {
+            e.oom_number == Some(oom.number) || (e.oom_number.is_none() && e.message == oom.message)
+        });
+        (!died_of_it).then_some((oom, self.ended))
     }
 
     /// PyTorch's own totals (allocated, reserved) from the last state, as shown: "?" where
@@ -697,6 +718,10 @@ impl AttachedJob {
 
     pub fn on_error(&mut self, error: ErrorReport) {
         self.view.error = Some(error);
+    }
+
+    pub fn on_untracked_oom(&mut self, oom: UntrackedOom) {
+        self.view.untracked_oom = Some(oom);
     }
 
     pub fn on_bye(&mut self, bye: Bye) {

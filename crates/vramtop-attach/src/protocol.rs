@@ -123,6 +123,7 @@ pub enum HookMessage {
     State(JobState),
     Oom(OomState),
     Error(ErrorReport),
+    UntrackedOom(UntrackedOom),
     Bye(Bye),
     /// A type from a newer hook: ignored.
     #[serde(other)]
@@ -314,12 +315,27 @@ pub struct RingAtOom {
 }
 
 /// An exception text PyTorch raised (the OOM message, say).
-#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
 pub struct ErrorReport {
     #[serde(default)]
     pub time_s: f64,
     #[serde(default)]
     pub kind: String,
+    pub message: String,
+    /// The `untracked_oom` (its number) this error is, or was raised from (hook 1.11).
+    #[serde(default)]
+    pub oom_number: Option<u64>,
+}
+
+/// An OOM under a backend that tracks no blocks (cudaMallocAsync, a pluggable allocator),
+/// seen as PyTorch made its exception (hook 1.11), whether the job catches it or dies of
+/// it: PyTorch's words, numbered within the process from 1.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+pub struct UntrackedOom {
+    #[serde(default)]
+    pub time_s: f64,
+    #[serde(default)]
+    pub number: u64,
     pub message: String,
 }
 
@@ -439,5 +455,27 @@ mod tests {
             matches!(hello, Decoded::Message(m) if matches!(*m, HookMessage::Hello(ref h) if h.pid == 7))
         );
         assert_eq!(frame(b"{}").len(), 6);
+    }
+
+    #[test]
+    fn an_untracked_oom_and_the_error_it_became_are_read() {
+        let told = decode(br#"{"type":"untracked_oom","time_s":2.5,"number":3,"message":"m"}"#);
+        let expected = UntrackedOom {
+            time_s: 2.5,
+            number: 3,
+            message: "m".into(),
+        };
+        assert_eq!(
+            told,
+            Ok(Decoded::Message(Box::new(HookMessage::UntrackedOom(
+                expected
+            ))))
+        );
+        let error =
+            decode(br#"{"type":"error","kind":"OutOfMemoryError","message":"m","oom_number":3}"#);
+        assert!(
+            matches!(&error, Ok(Decoded::Message(m)) if matches!(**m, HookMessage::Error(ref e) if e.oom_number == Some(3))),
+            "{error:?}"
+        );
     }
 }

@@ -4,7 +4,7 @@
 use serde::Serialize;
 
 use super::job::{ExpandableVerdict, JobView};
-use super::protocol::{AllocatorSettings, ErrorReport, TorchStats};
+use super::protocol::{AllocatorSettings, ErrorReport, TorchStats, UntrackedOom};
 use vramtop_alloc::leaks::Suspect;
 use vramtop_alloc::remedy::{RemedyVerdict, WhatWouldFit};
 use vramtop_trace::cause::CauseReport;
@@ -59,6 +59,8 @@ pub struct JobReport {
     pub truncated: bool,
     pub last_oom: Option<OomJson>,
     pub last_error: Option<ErrorReport>,
+    /// The latest OOM under a backend that tracks no blocks, caught or not (hook 1.11).
+    pub last_untracked_oom: Option<UntrackedOom>,
     pub leak_suspects: Vec<Suspect>,
     /// The sites holding most now (with history), largest first.
     pub top_sites: Vec<SiteJson>,
@@ -183,6 +185,7 @@ impl JobReport {
                 knobs: o.knobs_line(),
             }),
             last_error: view.error.clone(),
+            last_untracked_oom: view.untracked_oom.clone(),
             leak_suspects: view.suspects.clone(),
             top_sites: view
                 .sites

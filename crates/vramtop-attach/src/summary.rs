@@ -96,8 +96,13 @@ pub fn job_line(
         });
     }
     if let Some(oom) = job.async_oom() {
+        let which = match job.untracked_oom_went_on() {
+            Some((went_on, true)) => format!(" {}, caught by the job", went_on.number),
+            Some((went_on, false)) => format!(" {}", went_on.number),
+            None => String::new(),
+        };
         parts.push(format!(
-            "OOM (cudaMallocAsync): needed {}; cause: {}",
+            "OOM (cudaMallocAsync{which}): needed {}; cause: {}",
             oom.needed(),
             oom.cause()
         ));

@@ -285,6 +285,7 @@ impl State {
             PeerEvent::Frame(frame) => job.on_frame(*frame),
             PeerEvent::Oom(oom) => job.on_oom(*oom),
             PeerEvent::Error(error) => job.on_error(error),
+            PeerEvent::UntrackedOom(oom) => job.on_untracked_oom(oom),
             PeerEvent::Bye(bye) => job.on_bye(bye),
             PeerEvent::Skipped(why) => job.on_skipped(why),
             PeerEvent::Dropped(reason) => {

@@ -513,6 +513,9 @@ def report_uncaught(kind, value):
         oom = oom_of(value)
         if oom is not None:
             keep_untracked_oom(hook, oom)
+            # Which `untracked_oom` the job dies of (the viewer then says no "went on").
+            if getattr(oom, "_vramtop_number", None) is not None:
+                message["oom_number"] = oom._vramtop_number
         if main and oom is not None:
             # Last: `vramtop run` explains a marked process from its kept files.
             mark_dying_of_oom(message)
@@ -567,13 +570,87 @@ def mark_dying_of_oom(message):
 def keep_untracked_oom(hook, oom):
     """An OOM the job dies of (`oom`, PyTorch's exception) under a backend that tracks no
     blocks (cudaMallocAsync): no observer saw it and there is no state to keep, so
-    PyTorch's words are kept instead, as `vramtop-oom-[TAG-]PID-untracked.json`, for
-    `vramtop run` to explain after a batch job. Never raises."""
+    PyTorch's words are kept instead, for `vramtop run` to explain after a batch job. The
+    file `watch_untracked_ooms` kept when the exception was made is marked `uncaught`;
+    where none was (the class could not be wrapped), `vramtop-oom-[TAG-]PID-untracked.json`
+    is written now. Never raises."""
     try:
         alloc = hook.alloc
         if alloc is None or not alloc.blocks_untracked():
             return
-        write_beside_kept("untracked.json", {"backend": alloc.backend, "kind": type(oom).__name__,
-                                             "message": str(oom)[:65536]})
+        number = getattr(oom, "_vramtop_number", None)
+        fields = untracked_fields(alloc, oom, number)
+        fields["uncaught"] = True
+        write_beside_kept(untracked_rest(number), fields)
     except Exception:
         pass
+
+
+# Counts the OOMs `watch_untracked_ooms` sees; two threads can run out at once.
+_untracked_lock = threading.Lock()
+
+
+def watch_untracked_ooms(hook):
+    """Under a backend that tracks no blocks (cudaMallocAsync, a pluggable allocator)
+    PyTorch calls no OOM observer, so an OOM the job catches (a batch-size finder's, a
+    retry with a smaller batch) would pass unseen. PyTorch makes its OutOfMemoryError from
+    C++ by calling the class (PyErr_SetString), so the class's __init__ runs once for each
+    OOM, caught or not, and only then (seen on the H200 under both backends, PyTorch
+    2.11): wrapped here, it keeps PyTorch's words and tells viewers
+    (`untracked_oom_seen`). Nothing else the job does meets it. Returns whether it is
+    wrapped; never raises."""
+    try:
+        torch = hook.torch
+        cls = getattr(torch, "OutOfMemoryError", None) or getattr(getattr(torch, "cuda", None),
+                                                                 "OutOfMemoryError", None)
+        if cls is None:
+            return False
+        if getattr(cls.__init__, "_vramtop_watch", False):
+            return True
+        original = cls.__init__
+
+        def __init__(self, *args, **kwargs):
+            original(self, *args, **kwargs)
+            untracked_oom_seen(hook, self)
+
+        __init__._vramtop_watch = True
+        cls.__init__ = __init__
+        return True
+    except Exception:
+        return False
+
+
+def untracked_oom_seen(hook, oom):
+    """An OutOfMemoryError just made under a backend that tracks no blocks: numbered,
+    its words kept beside the job's other kept files (`vramtop-oom-[TAG-]PID-N-untracked.json`,
+    N = 1 to OOM_FIRST_KEPT, then `last`), and told to viewers as `untracked_oom`. On the
+    job's thread, at its OOM only. Never raises."""
+    try:
+        with _untracked_lock:
+            hook.untracked_ooms += 1
+            number = hook.untracked_ooms
+        oom._vramtop_number = number
+        fields = untracked_fields(hook.alloc, oom, number)
+        write_beside_kept(untracked_rest(number), fields)
+        frame = encode({"type": "untracked_oom", "time_s": time.time(), "number": number,
+                        "message": fields["message"]})
+        hook.kept["untracked_oom"] = frame
+        if hook.listener is not None:
+            hook.broadcast(frame, keep="untracked_oom")
+    except Exception:
+        pass
+
+
+def untracked_fields(alloc, oom, number):
+    fields = {"backend": alloc.backend, "kind": type(oom).__name__, "message": str(oom)[:65536]}
+    if number is not None:
+        fields["number"] = number
+    return fields
+
+
+def untracked_rest(number):
+    """The end of a kept untracked OOM's file name: its number's, else the one per process
+    hooks before 1.11 wrote."""
+    if number is None:
+        return "untracked.json"
+    return "%s-untracked.json" % (number if number <= OOM_FIRST_KEPT else "last")

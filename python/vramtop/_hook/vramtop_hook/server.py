@@ -13,7 +13,7 @@ import threading
 import time
 
 from .history import HistoryDuty, ring_look_period
-from .oom import flush_kept, install_excepthooks, on_oom
+from .oom import flush_kept, install_excepthooks, on_oom, watch_untracked_ooms
 from .settings import (
     FORGIVE_S, HOOK_VERSION, INTERVAL_RANGE, MAX_VIEWERS, MAX_VIEWER_FRAME, POLL_S,
     PROTOCOL_VERSION, RING_ENTRIES, STALL_S, env_int, say_once,
@@ -62,7 +62,8 @@ class Hook:
         self.last_cpu_cost = 0.0  # seconds of CPU the previous read took
         self.forgiven_until = 0.0  # no slow read is forgiven before this (monotonic)
         self.duty = None  # HistoryDuty once history is on
-        self.kept = {}  # "oom"/"error" -> frame replayed to later viewers
+        self.kept = {}  # "oom"/"error"/"untracked_oom" -> frame replayed to later viewers
+        self.untracked_ooms = 0  # OOMs seen under a backend that tracks no blocks
         self.uncaught = False
         self.prepare_lock = threading.Lock()
         self.prepared = False
@@ -263,7 +264,7 @@ class Hook:
             self.viewers.append(viewer)
             self.selector.register(sock, selectors.EVENT_READ, viewer)
             self.offer(viewer, encode(self.hello()))
-            for kind in ("oom", "error"):
+            for kind in ("oom", "untracked_oom", "error"):
                 if kind in self.kept:
                     self.offer(viewer, self.kept[kind], keep=kind)
 
@@ -438,7 +439,10 @@ class Hook:
                 return
             self.prepared = True
             if self.alloc.read_backend():
-                return  # cudaMallocAsync or a pluggable one refuses the observer and the ring
+                # cudaMallocAsync or a pluggable one refuses the observer and the ring: its
+                # OOMs are seen as PyTorch makes their exceptions instead.
+                watch_untracked_ooms(self)
+                return
             self.alloc.attach_oom_observer(on_oom)
             self.alloc.start_ring(RING_ENTRIES)
             if self.history_wanted:
