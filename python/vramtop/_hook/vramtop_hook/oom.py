@@ -611,7 +611,7 @@ def watch_untracked_ooms(hook):
 
         def __init__(self, *args, **kwargs):
             original(self, *args, **kwargs)
-            untracked_oom_seen(hook, self)
+            untracked_oom_seen(self)
 
         __init__._vramtop_watch = True
         cls.__init__ = __init__
@@ -620,12 +620,16 @@ def watch_untracked_ooms(hook):
         return False
 
 
-def untracked_oom_seen(hook, oom):
+def untracked_oom_seen(oom):
     """An OutOfMemoryError just made under a backend that tracks no blocks: numbered,
     its words kept beside the job's other kept files (`vramtop-oom-[TAG-]PID-N-untracked.json`,
     N = 1 to OOM_FIRST_KEPT, then `last`), and told to viewers as `untracked_oom`. On the
-    job's thread, at its OOM only. Never raises."""
+    job's thread, at its OOM only; not in a forked child, whose parent's sockets it holds
+    (its own hook, if it starts one, is another). Never raises."""
     try:
+        hook = running.hook
+        if hook is None or hook.pid != os.getpid() or hook.alloc is None or not hook.alloc.blocks_untracked():
+            return
         with _untracked_lock:
             hook.untracked_ooms += 1
             number = hook.untracked_ooms
