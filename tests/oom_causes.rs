@@ -390,6 +390,35 @@ fn the_roles_at_an_oom_are_the_jobs_own_sums() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// gpt2ddp2's GPT-2 sharded by FSDP2 on two H200s (hook 1.11): its parameters, their
+/// gradients and AdamW's state are DTensors, counted by their local shards. The rank
+/// printed its shards' bytes before training (tests/fixtures/README.md): 258,281,472,
+/// padding and all; AdamW's two moments are made unpadded, 8 KiB less for both.
+#[test]
+fn an_fsdp2_ranks_roles_are_its_shards() {
+    let (dir, path) = unzipped_as_kept(
+        &fixture("history_gpt2fsdp2_cap7g53_hook111.pickle.gz"),
+        "fsdp2",
+    );
+    let trace = trace::load(&path).unwrap();
+    let roles = trace.stats.kept_oom.as_ref().unwrap().roles.unwrap();
+    const SHARDS: u64 = 258_281_472;
+    assert!(
+        (2 * SHARDS - 8192..=2 * SHARDS).contains(&roles.optimizer_state),
+        "{roles:?}"
+    );
+    // The shards, and the root's parameters FSDP2 had gathered for the step (its
+    // embeddings and final norm, 204.3 MiB, kept unsharded through the backward).
+    assert_eq!(roles.parameters - SHARDS, 214_253_568, "{roles:?}");
+    assert_eq!(roles.gradients, 0, "in the forward, after set_to_none");
+    let block = batch_block(&path);
+    assert!(
+        block.contains("  memory: parameters 450.6 MiB · gradients 0 B · optimizer state 492.6 MiB"),
+        "{block}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// The ResNet-50 whose batch and resolution vary (hook 1.8, H100, a 6.5 GiB cap): it died
 /// asking 62 MiB with 268 MiB free in the cache, so the request alone fitted the cap, but
 /// its step did not (PyTorch failed it with every setting). The cause is the cap and the

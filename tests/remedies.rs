@@ -1399,6 +1399,10 @@ fn gpu_kept_histories_of_training_loops_give_pytorchs_outcomes_on_both_paths() {
         // Both ranks on one H200 over gloo (CUDA_VISIBLE_DEVICES=0): no NCCL stream, the
         // all-reduce staged through the host; rank 0 ran out at step 8.
         ("history_gpt2ddp2_gloo_cap8g1_hook110", gpt2ddp, 8, true),
+        // The same job sharded by FSDP2 (fully_shard on each block and the root), 7.53 GiB
+        // a rank: rank 1 ran out at step 26 asking 1000 MiB. PyTorch's outcomes: as
+        // gpt2ddp's (12 of 12 on the two H200s, 2026-11-28).
+        ("history_gpt2fsdp2_cap7g53_hook111", gpt2ddp, 26, true),
     ] {
         let path = fixture(&format!("{name}.pickle.gz"));
         let file = trace::load(&path).unwrap_or_else(|e| panic!("{name}: {e}"));
@@ -1429,10 +1433,14 @@ fn gpu_kept_histories_of_training_loops_give_pytorchs_outcomes_on_both_paths() {
             name.ends_with("_hook17")
                 || name.ends_with("_hook18")
                 || name.ends_with("_hook19")
-                || name.ends_with("_hook110"),
+                || name.ends_with("_hook110")
+                || name.ends_with("_hook111"),
             "{name}: {requests}"
         );
-        if name.ends_with("_hook18") || name.ends_with("_hook19") || name.ends_with("_hook110") {
+        if ["_hook18", "_hook19", "_hook110", "_hook111"]
+            .iter()
+            .any(|hook| name.ends_with(hook))
+        {
             // A ring file has no pieces and so no gaps; a history file must have its pieces.
             let none = if name.starts_with("ring_") {
                 0

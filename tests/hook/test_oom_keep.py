@@ -593,6 +593,46 @@ class RoleWatchUnitTest(unittest.TestCase):
         # At an OOM, on the thread that hit it: read there and then.
         self.assertEqual(watch.at_oom(0)["gradients"], 4096 + 512)
 
+    def test_fsdp2s_sharded_tensors_count_by_their_local_shards(self):
+        # FSDP2 (fully_shard) makes parameters, their gradients and AdamW's state DTensors:
+        # wrappers with no storage of their own, the memory in `_local_tensor`. Left out,
+        # an FSDP2 job on two H200s read "optimizer state 0 B" and "activations and
+        # other" 97 % of live.
+        S, T = self.Storage, self.Tensor
+
+        class DTensor(T):
+            def __init__(self, local):
+                super().__init__(S(0, 0), grad=None)
+                self._local_tensor = local
+
+            def untyped_storage(self):
+                raise RuntimeError("Cannot access storage of DTensor")
+
+        weight = DTensor(T(S(0x1000, 2048)))
+        weight.grad = DTensor(T(S(0x9000, 2048)))
+        unsharded = T(S(0x5000, 4096))  # the block's all-gathered parameters, in its forward
+
+        class Model:
+            def parameters(self):
+                return iter([unsharded])
+
+            def buffers(self):
+                return iter([])
+
+        class Optimizer:
+            param_groups = [{"params": [weight]}]
+            state = {weight: {"exp_avg": DTensor(T(S(0xB000, 2048))), "exp_avg_sq": DTensor(T(S(0xC000, 2048)))}}
+
+        watch = self.hook.roles.RoleWatch(self.fake_torch())
+        model, optimizer = Model(), Optimizer()  # held: the watch's sets are weak
+        watch.models.add(model)
+        watch.optimizers.add(optimizer)
+        watch.after_step()
+        roles = watch.of(0)
+        self.assertEqual(roles["parameters"], 2048 + 4096)
+        self.assertEqual(roles["gradients"], 2048)
+        self.assertEqual(roles["optimizer_state"], 2 * 2048)
+
     def test_without_an_optimizer_parameters_are_read_at_the_state_and_no_gradient(self):
         S, T = self.Storage, self.Tensor
         weight = T(S(0x1000, 4096), grad=T(S(0x9000, 4096)))

@@ -157,6 +157,9 @@ Workloads (each ends with one judged request, caught so the process ends normall
   gpt2fsdp2   gpt2ddp2's job sharded by FSDP2 (`fully_shard` on each block and the root):
               per-block all-gathers on FSDP's stream, gradients reduce-scattered, half
               the optimizer state a rank (WHATIF_GPT2FSDP2_CAP_GIB, per rank).
+  gpt2fsdp1   the same under FSDP's first form (FullyShardedDataParallel, each block
+              auto-wrapped as a FlatParameter unit), as accelerate and the HF Trainer set
+              it up (WHATIF_GPT2FSDP1_CAP_GIB, per rank).
   otherproc   a second process holds a 60 GiB cache on the same GPU (freed tensors,
               not released); this one asks for 30 GiB.
 
@@ -207,7 +210,7 @@ import time
 MiB = 1 << 20
 GiB = 1 << 30
 WORKLOADS = ["checker", "splitcache", "tails", "gpt2var", "kvcache", "gpt2mixed", "llamamix", "resnetvar",
-             "bertaccum", "t5var", "gpt2ckpt", "evalmix", "gpt2keep", "gan", "vitvar", "moemix", "gpt2scaler", "loramix", "gpt2compile", "llamagen", "gpt2stream", "t5beam", "t5beam_steps", "wav2vec", "mambaslow", "hftrainer", "gpt2sgd", "resnetinfer", "lightning", "lightningaccum", "gpt2tutorial", "gpt2fixed", "clipvar", "gpt2fused", "accelaccum", "llamabf16", "unetvar", "graphsteps", "graphsonce", "gpt2graphs", "llamagraphs", "gpt2empties", "gpt2ddp", "gpt2ddp2", "gpt2fsdp2", "otherproc"]
+             "bertaccum", "t5var", "gpt2ckpt", "evalmix", "gpt2keep", "gan", "vitvar", "moemix", "gpt2scaler", "loramix", "gpt2compile", "llamagen", "gpt2stream", "t5beam", "t5beam_steps", "wav2vec", "mambaslow", "hftrainer", "gpt2sgd", "resnetinfer", "lightning", "lightningaccum", "gpt2tutorial", "gpt2fixed", "clipvar", "gpt2fused", "accelaccum", "llamabf16", "unetvar", "graphsteps", "graphsonce", "gpt2graphs", "llamagraphs", "gpt2empties", "gpt2ddp", "gpt2ddp2", "gpt2fsdp2", "gpt2fsdp1", "otherproc"]
 # The cap of each stepped workload that takes one from the environment (`scan` varies it).
 CAP_ENV = {"gpt2mixed": ("WHATIF_GPT2MIXED_CAP_GIB", 15.5), "llamamix": ("WHATIF_LLAMAMIX_CAP_GIB", 10),
            "resnetvar": ("WHATIF_RESNETVAR_CAP_GIB", 6.5), "bertaccum": ("WHATIF_BERTACCUM_CAP_GIB", 8),
@@ -231,13 +234,14 @@ CAP_ENV = {"gpt2mixed": ("WHATIF_GPT2MIXED_CAP_GIB", 15.5), "llamamix": ("WHATIF
            "graphsteps": ("WHATIF_GRAPHSTEPS_CAP_GIB", 10), "graphsonce": ("WHATIF_GRAPHSONCE_CAP_GIB", 10),
            "gpt2graphs": ("WHATIF_GPT2GRAPHS_CAP_GIB", 10), "llamagraphs": ("WHATIF_LLAMAGRAPHS_CAP_GIB", 10),
            "gpt2empties": ("WHATIF_GPT2EMPTIES_CAP_GIB", 14.5), "gpt2ddp": ("WHATIF_GPT2DDP_CAP_GIB", 10),
-           "gpt2ddp2": ("WHATIF_GPT2DDP2_CAP_GIB", 10), "gpt2fsdp2": ("WHATIF_GPT2FSDP2_CAP_GIB", 10)}
+           "gpt2ddp2": ("WHATIF_GPT2DDP2_CAP_GIB", 10), "gpt2fsdp2": ("WHATIF_GPT2FSDP2_CAP_GIB", 10),
+           "gpt2fsdp1": ("WHATIF_GPT2FSDP1_CAP_GIB", 10)}
 HERE = os.path.dirname(os.path.abspath(__file__))
 # What a workload says of where it was when an OOM came (graphsteps, graphsonce: "before
 # the capture", "capture" or "replay").
 STEP_NOTE = {}
 # The workloads that are torchrun jobs, and their ranks: `job` launches them itself.
-RANKS = {"gpt2ddp2": 2, "gpt2fsdp2": 2}
+RANKS = {"gpt2ddp2": 2, "gpt2fsdp2": 2, "gpt2fsdp1": 2}
 STEP_LIMIT = int(os.environ.get("WHATIF_STEP_LIMIT", "400"))
 PROFILE = os.environ.get("WHATIF_PROFILE") == "1"  # each step's peaks, printed (sizing caps)
 # resnetvar's batches scaled (0.5: "half the batch", as vramtop's knobs line offers it).
@@ -612,6 +616,38 @@ def steps(workload, cap, stop_at, judged, before_judged, after_step):
         for block in model.transformer.h:
             fully_shard(block)
         fully_shard(model)
+        # What this rank holds of the parameters (their local shards, padding and all), for
+        # holding vramtop's memory line to: AdamW's state is twice it once stepped.
+        shards = {p._local_tensor.untyped_storage().data_ptr(): p._local_tensor.untyped_storage().nbytes()
+                  for p in model.parameters()}
+        print("fsdp2 rank %d: sharded parameters %d bytes" % (rank, sum(shards.values())), flush=True)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        step = mixed_lm_step(model, opt, 50257, [2, 4, 6, 8, 12, 16], lambda i: 256 + 8 * i, 2048)
+    elif workload == "gpt2fsdp1":
+        import functools
+
+        import torch.distributed as dist
+        from torch.distributed.fsdp import FullyShardedDataParallel
+        from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
+        from transformers import GPT2Config, GPT2LMHeadModel
+        from transformers.models.gpt2.modeling_gpt2 import GPT2Block
+
+        # The same job under FSDP's first form, as accelerate and the HF Trainer still set
+        # it up: each block a FlatParameter unit (auto-wrapped), sharded, its unsharded
+        # parameters freed by resizing their storage to 0 after use; all-gathers on FSDP's
+        # own streams, gradients reduce-scattered.
+        rank, local = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
+        shared = torch.cuda.device_count() < int(os.environ["LOCAL_WORLD_SIZE"])
+        torch.cuda.set_device(0 if shared else local)
+        dist.init_process_group("gloo" if shared else "nccl")
+        cap_from_env(cap, workload)
+        random.seed(1234 + rank)
+        model = GPT2LMHeadModel(GPT2Config(n_layer=6, n_embd=1024, n_head=16, n_positions=2048))
+        model = FullyShardedDataParallel(
+            model, device_id=torch.cuda.current_device(),
+            auto_wrap_policy=functools.partial(transformer_auto_wrap_policy, transformer_layer_cls={GPT2Block}))
+        shards = {p.untyped_storage().data_ptr(): p.untyped_storage().nbytes() for p in model.parameters()}
+        print("fsdp1 rank %d: sharded parameters %d bytes" % (rank, sum(shards.values())), flush=True)
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
         step = mixed_lm_step(model, opt, 50257, [2, 4, 6, 8, 12, 16], lambda i: 256 + 8 * i, 2048)
     elif workload == "gpt2empties":
@@ -1567,7 +1603,7 @@ def under_vramtop(binary, workload, work):
 STEPPED = ("gpt2var", "kvcache", "kvcache_steps", "gpt2mixed", "llamamix", "resnetvar", "bertaccum", "t5var",
            "gpt2ckpt", "evalmix", "gpt2keep", "gan", "vitvar", "moemix", "gpt2scaler",
            "loramix", "gpt2compile", "llamagen", "gpt2stream", "t5beam", "t5beam_steps", "wav2vec", "mambaslow", "hftrainer", "gpt2sgd", "resnetinfer", "gpt2fixed", "clipvar", "lightning", "lightningaccum", "gpt2tutorial", "gpt2fused", "accelaccum",
-           "llamabf16", "unetvar", "graphsteps", "graphsonce", "gpt2graphs", "llamagraphs", "gpt2empties", "gpt2ddp", "gpt2ddp2", "gpt2fsdp2")
+           "llamabf16", "unetvar", "graphsteps", "graphsonce", "gpt2graphs", "llamagraphs", "gpt2empties", "gpt2ddp", "gpt2ddp2", "gpt2fsdp2", "gpt2fsdp1")
 
 
 MAX_SPLIT_TRIED = ["20", "64", "128", "256", "512", "1024", "2048", "4096"]  # MAX_SPLIT_TRIED_MB

@@ -192,15 +192,22 @@ class RoleWatch:
     def read(self, models, optimizers, grads, device=None):
         """{device: figures} over every CUDA device the tensors are on (only `device`'s
         when given: another device's gradients may be written by its autograd thread right
-        now). A tensor whose storage cannot be read (a DTensor's) is left out."""
+        now). A DTensor (FSDP2's sharded parameters, their gradients and optimizer state)
+        counts by its local shard, which holds its memory; a tensor whose storage cannot be
+        read is left out."""
         is_tensor = self.torch.is_tensor
         seen = set()
         out = {}
+
+        def local(tensor):
+            inner = getattr(tensor, "_local_tensor", None)
+            return inner if inner is not None and is_tensor(inner) else tensor
 
         def on_device(tensor):
             return is_tensor(tensor) and tensor.is_cuda and (device is None or tensor.device.index == device)
 
         def add(role, tensor):
+            tensor = local(tensor)
             if not on_device(tensor):
                 return
             try:
@@ -230,7 +237,7 @@ class RoleWatch:
             add("parameters", p)
         if grads:
             for p in params:
-                if not on_device(p):
+                if not on_device(local(p)):
                     continue  # never touch another device's .grad
                 grad = p.grad
                 if grad is not None:
