@@ -1403,6 +1403,11 @@ fn gpu_kept_histories_of_training_loops_give_pytorchs_outcomes_on_both_paths() {
         // a rank: rank 1 ran out at step 26 asking 1000 MiB. PyTorch's outcomes: as
         // gpt2ddp's (12 of 12 on the two H200s, 2026-11-28).
         ("history_gpt2fsdp2_cap7g53_hook111", gpt2ddp, 26, true),
+        // Under FSDP's first form (FullyShardedDataParallel), 7.25 GiB a rank: rank 0 ran
+        // out at step 8 asking 954 MiB. Its checkpoint holds a 2 MiB segment at
+        // 0x41d400000, the rest at 0x7fd1...: the replay's placement once ran out of
+        // address space below it. PyTorch's outcomes: as gpt2ddp's (12 of 12).
+        ("history_gpt2fsdp1_cap7g25_hook111", gpt2ddp, 8, true),
     ] {
         let path = fixture(&format!("{name}.pickle.gz"));
         let file = trace::load(&path).unwrap_or_else(|e| panic!("{name}: {e}"));

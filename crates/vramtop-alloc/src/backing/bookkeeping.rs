@@ -78,9 +78,25 @@ impl BookkeepingBacking {
                 return Ok(addr);
             }
         }
+        // Where the space below runs out, from the top again: the driver reuses what is
+        // freed, where this places each new range below the last. A replay starting
+        // from a checkpoint that held a segment low in the address space (an FSDP rank's
+        // 2 MiB segment at 0x41d400000, the rest at 0x7f77...) would otherwise run out
+        // after 16 GiB of segments made and freed.
+        let addr = self
+            .range_below(below, span)
+            .or_else(|| self.range_below(TOP_ADDR, span))
+            .ok_or_else(exhausted)?;
+        self.top_down = Some(addr);
+        Ok(addr)
+    }
+
+    /// The highest start of a free range of `span` bytes below `below`, on a 32 MiB
+    /// boundary; None where none is left.
+    fn range_below(&self, below: u64, span: u64) -> Option<u64> {
         let unit = CUDA_RANGE.max(self.page_size);
         let aligned = |addr: u64| addr - addr % unit;
-        let mut addr = aligned(below.checked_sub(span).ok_or_else(exhausted)?);
+        let mut addr = aligned(below.checked_sub(span)?);
         loop {
             // Below a segment in the way, and below the reserved ranges, which grow up
             // from BASE_ADDR to `next_addr`. A replay places a checkpoint's segments where
@@ -93,11 +109,11 @@ impl BookkeepingBacking {
                 }
                 None => None,
             };
-            let Some(base) = in_the_way else { break };
-            addr = aligned(base.checked_sub(span).ok_or_else(exhausted)?);
+            let Some(base) = in_the_way else {
+                return Some(addr);
+            };
+            addr = aligned(base.checked_sub(span)?);
         }
-        self.top_down = Some(addr);
-        Ok(addr)
     }
 
     /// The lowest address where `span` bytes fit between segments within one 32 MiB
@@ -317,6 +333,28 @@ mod tests {
             beside + 2 * MIB <= BASE_ADDR,
             "{beside:#x} in a reserved range's span"
         );
+    }
+
+    /// An FSDP rank's kept file (two H200s) held a 2 MiB segment at 0x41d400000 and the
+    /// rest at 0x7f77...: placed first, it took every later range below it, and a remedy's
+    /// replay, making and freeing 80 MiB segments, ran out of address space after 16 GiB.
+    /// Where the space below runs out, placement starts from the top again.
+    #[test]
+    fn segments_like_cuda_start_from_the_top_again_where_the_space_below_runs_out() {
+        let mut b = BookkeepingBacking::new(1 << 30).like_cuda();
+        let low = 0x41d4_0000_0;
+        b.hint_segment(low, 2 * MIB);
+        assert_eq!(b.alloc_segment(2 * MIB).unwrap(), low);
+        let size = 80 * MIB;
+        let mut placed = Vec::new();
+        for _ in 0..1000 {
+            let addr = b.alloc_segment(size).expect("space left");
+            assert!(addr + size <= low || addr >= low + 2 * MIB, "{addr:#x} over the low one");
+            placed.push(addr);
+            b.free_segment(addr, size).unwrap();
+        }
+        // 1,000 segments of 80 MiB made and freed: 78 GiB, far past the 16 GiB below it.
+        assert!(placed.iter().any(|&a| a > low), "never from the top again");
     }
 
     /// CUDA's placement as GPU-kept traces show it: 32 MiB ranges, new ones going down,
