@@ -413,7 +413,8 @@ fn an_fsdp2_ranks_roles_are_its_shards() {
     assert_eq!(roles.gradients, 0, "in the forward, after set_to_none");
     let block = batch_block(&path);
     assert!(
-        block.contains("  memory: parameters 450.6 MiB · gradients 0 B · optimizer state 492.6 MiB"),
+        block
+            .contains("  memory: parameters 450.6 MiB · gradients 0 B · optimizer state 492.6 MiB"),
         "{block}"
     );
     let _ = std::fs::remove_dir_all(&dir);

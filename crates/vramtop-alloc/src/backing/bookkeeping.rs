@@ -349,7 +349,10 @@ mod tests {
         let mut placed = Vec::new();
         for _ in 0..1000 {
             let addr = b.alloc_segment(size).expect("space left");
-            assert!(addr + size <= low || addr >= low + 2 * MIB, "{addr:#x} over the low one");
+            assert!(
+                addr + size <= low || addr >= low + 2 * MIB,
+                "{addr:#x} over the low one"
+            );
             placed.push(addr);
             b.free_segment(addr, size).unwrap();
         }
