@@ -342,7 +342,7 @@ mod tests {
     #[test]
     fn segments_like_cuda_start_from_the_top_again_where_the_space_below_runs_out() {
         let mut b = BookkeepingBacking::new(1 << 30).like_cuda();
-        let low = 0x41d4_0000_0;
+        let low = 0x4_1d40_0000;
         b.hint_segment(low, 2 * MIB);
         assert_eq!(b.alloc_segment(2 * MIB).unwrap(), low);
         let size = 80 * MIB;
