@@ -65,6 +65,21 @@ fn batch_run(dir: &Path, extra: &[&str], env: &[(&str, &Path)], commands: &str) 
     (code, String::from_utf8_lossy(&out.stderr).into_owned())
 }
 
+/// `text` with each "pid 1234" read as "pid N".
+fn strip_pids(text: &str) -> String {
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(at) = rest.find("pid ") {
+        out.push_str(&rest[..at + 4]);
+        let after = &rest[at + 4..];
+        let digits = after.len() - after.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+        out.push_str(if digits > 0 { "N" } else { "" });
+        rest = &after[digits..];
+    }
+    out.push_str(rest);
+    out
+}
+
 fn kept_files(dir: &Path) -> Vec<String> {
     let mut names: Vec<String> = std::fs::read_dir(dir)
         .expect("dir")
@@ -191,11 +206,13 @@ fn a_job_under_cuda_malloc_async_that_dies_of_an_oom_is_named_from_pytorchs_word
     // No state to keep under this backend: no pickle, PyTorch's words instead.
     assert!(kept_files(&dir).is_empty(), "{stderr}");
     let block = vramtop_lines(&stderr).join("\n");
+    // Its pid, as the line of a native allocator's OOM names it.
+    let block = strip_pids(&block);
     assert!(
         block.contains(
-            "vramtop: OOM 1 under backend:cudaMallocAsync: needed 9.00 GiB; cause: the job's live \
-             tensors (3.00 MiB) and the request (9.00 GiB) exceed the limit its memory fraction \
-             sets (8.00 GiB) by 1.00 GiB"
+            "vramtop: OOM 1 of pid N under backend:cudaMallocAsync: needed 9.00 GiB; cause: the \
+             job's live tensors (3.00 MiB) and the request (9.00 GiB) exceed the limit its memory \
+             fraction sets (8.00 GiB) by 1.00 GiB"
         ),
         "{block}"
     );
@@ -220,12 +237,13 @@ fn a_job_under_cuda_malloc_async_that_catches_its_ooms_has_each_explained_after_
     let conf = Path::new("backend:cudaMallocAsync");
     let (code, stderr) = batch_run(&dir, &[], &[("PYTORCH_CUDA_ALLOC_CONF", conf)], &commands);
     assert_eq!(code, 0, "{stderr}");
-    let block = vramtop_lines(&stderr).join("\n");
+    let block = strip_pids(&vramtop_lines(&stderr).join("\n"));
     for (n, asked) in [(1, "10.00 GiB"), (2, "9.00 GiB")] {
         assert!(
             block.contains(&format!(
-                "vramtop: OOM {n} under backend:cudaMallocAsync (caught by the job): needed \
-                 {asked}; cause: the job's live tensors (3.00 MiB) and the request ({asked})"
+                "vramtop: OOM {n} of pid N under backend:cudaMallocAsync (caught by the job): \
+                 needed {asked}; cause: the job's live tensors (3.00 MiB) and the request \
+                 ({asked})"
             )),
             "{block}"
         );

@@ -568,4 +568,37 @@ fn a_job_under_cuda_malloc_async_shows_its_totals_and_why_there_is_no_map() {
         line.contains("OOM (cudaMallocAsync 1, caught by the job): needed 2.00 GiB"),
         "{line}"
     );
+
+    // One that caught OOM 1, then died of another error: that OOM's number and figures
+    // together, not said to be caught (the job failed), and the error it died of too.
+    let mut failed = AttachedJob::new(5153, 1.0);
+    failed.on_hello(job.view.hello.clone().expect("hello"));
+    failed.on_untracked_oom(UntrackedOom {
+        time_s: 1.5,
+        number: 1,
+        message: words("2.00 GiB"),
+    });
+    failed.on_error(ErrorReport {
+        time_s: 2.5,
+        kind: "ValueError".into(),
+        message: "loss is nan".into(),
+        oom_number: None,
+    });
+    failed.on_bye(vramtop::attach::protocol::Bye {
+        time_s: 3.0,
+        exit_code: Some(1),
+    });
+    app.focus_pid = Some(5153);
+    app.apply_attached(Arc::new(AttachedJobs {
+        jobs: vec![failed.view.clone()],
+        scan_error: None,
+        scans: 5,
+    }));
+    let screen = render(&app, 120, 40);
+    assert!(
+        screen.contains("OOM 1: needed 2.00 GiB · cause: the job's live tensors"),
+        "{screen}"
+    );
+    assert!(!screen.contains("caught it"), "{screen}");
+    assert!(screen.contains("PyTorch: loss is nan"), "{screen}");
 }

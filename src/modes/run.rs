@@ -57,7 +57,7 @@ pub fn run(
         keeping.clear_dying();
         let (status, told) = waited?;
         if !quiet {
-            explain_kept_ooms(&keeping, |pid| !told.contains(&pid));
+            explain_kept_ooms(&keeping, |pid| !told.contains(&pid), status.success());
         }
         return Ok(ExitCode::from(launch::exit_code(status)));
     }
@@ -186,7 +186,7 @@ fn wait_telling_the_dying(
                  (a torchrun job's other ranks can wait on a failed one); its OOM now:",
                 waited.as_secs_f64()
             );
-            explain_kept_ooms(keeping, theirs);
+            explain_kept_ooms(keeping, theirs, false);
             told.push(pid);
         }
     }
@@ -195,7 +195,8 @@ fn wait_telling_the_dying(
 /// After a batch job: each OOM its hooks kept (of the pids `which` takes), explained in
 /// a few lines on stderr, each starting `vramtop:` so `grep vramtop job.log` finds them. A
 /// file that cannot be read is one line too; nothing here changes the job's exit code.
-fn explain_kept_ooms(keeping: &OomKeeping, which: impl Fn(u32) -> bool) {
+/// `ended_well`: the job exited 0, so an OOM no process died of was caught.
+fn explain_kept_ooms(keeping: &OomKeeping, which: impl Fn(u32) -> bool, ended_well: bool) {
     let taken = |path: &std::path::PathBuf| keeping.pid_of(path).is_none_or(&which);
     for path in keeping.files().into_iter().filter(taken) {
         let bytes = std::fs::metadata(&path).map_or(0, |m| m.len());
@@ -220,7 +221,7 @@ fn explain_kept_ooms(keeping: &OomKeeping, which: impl Fn(u32) -> bool) {
                 serde_json::from_str::<vramtop_attach::async_oom::KeptUntracked>(&text)
                     .map_err(|e| e.to_string())
             }) {
-            Ok(kept) => kept.explain(),
+            Ok(kept) => kept.explain(keeping.pid_of(&path), ended_well),
             Err(e) => vec![format!(
                 "{}: kept at an OOM, but unreadable: {e}",
                 path.display()

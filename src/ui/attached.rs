@@ -180,10 +180,13 @@ fn untracked_lines(job: &JobView, width: u16) -> Vec<(Line<'static>, u16)> {
         ));
         lines.push((line, 1));
     }
-    match (&job.error, went_on) {
-        (Some(error), None) => lines.push(pytorch_line(&error.message, width)),
-        (_, Some((oom, _))) => lines.push(pytorch_line(&oom.message, width)),
-        (None, None) => {}
+    // PyTorch's words of the OOM shown, and the error the job died of where that is
+    // another (it caught the OOM and then died of something else).
+    if let Some((oom, _)) = went_on {
+        lines.push(pytorch_line(&oom.message, width));
+    }
+    if let Some(error) = &job.error {
+        lines.push(pytorch_line(&error.message, width));
     }
     let rows = wrapped_rows(&why, width, WRAPPED_ROWS);
     lines.push((why, rows));

@@ -73,6 +73,13 @@ def main():
                 torch.cuda.stub_oom(int(args[0]))
             except torch.OutOfMemoryError as err:
                 raise RuntimeError("training step failed") from err
+        elif cmd == "oom_copied_uncaught":  # a copy of a caught OOM raised (as a pool's re-raise)
+            import copy
+
+            try:
+                torch.cuda.stub_oom(int(args[0]))
+            except torch.OutOfMemoryError as err:
+                raise copy.copy(err) from None
         elif cmd == "oom_uncaught":
             torch.cuda.stub_oom(int(args[0]))
         elif cmd == "oom_in_thread":

@@ -290,15 +290,28 @@ class OomKeepTest(unittest.TestCase):
         self.assertEqual((error["kind"], error["oom_number"]), ("OutOfMemoryError", 6))
         rc, _, err = job.finish()
         self.assertEqual(rc, 1)
-        self.assertNotIn("vramtop hook:", err)
+        self.assertEqual([line for line in err.splitlines() if line.startswith("vramtop")], [], err)
         with open(os.path.join(self.oom_dir, prefix + "last-untracked.json")) as f:
             last = json.load(f)
         self.assertEqual((last["number"], last["uncaught"]), (6, True))
         self.assertIn("2.00 GiB", last["message"])
+        # A copy of an OOM (copy.copy, unpickling: from another process too) brings the
+        # original's attribute along: its number is not trusted for the copy.
+        copied = self.ready_job(VRAMTOP_OOM_TAG="run6", PYTORCH_CUDA_ALLOC_CONF="backend:cudaMallocAsync")
+        copied.proc.stdin.write("oom_copied_uncaught %d\n" % (2048 * MiB))
+        copied.proc.stdin.flush()
+        self.assertEqual(copied.finish()[0], 1)
+        with open(os.path.join(self.oom_dir, "vramtop-oom-run6-%d-1-untracked.json" % copied.proc.pid)) as f:
+            first = json.load(f)
+        self.assertNotIn("uncaught", first)  # the copy died, not the first one: not marked
+        # The copy is an OOM made anew (counted: its own number); the words it died of are
+        # kept unnumbered, marked (its number went with the original's attribute).
+        with open(os.path.join(self.oom_dir, "vramtop-oom-run6-%d-untracked.json" % copied.proc.pid)) as f:
+            self.assertTrue(json.load(f)["uncaught"])
         # The native allocator's jobs are left alone: their observer sees every OOM.
         native = self.ready_job(VRAMTOP_OOM_TAG="run5")
         self.assertEqual(native.do("oom %d" % MiB), "ok caught OutOfMemoryError")
-        self.assertEqual(len(untracked()), 4)
+        self.assertEqual(len([n for n in untracked() if n.startswith(prefix)]), 4)
 
     def test_a_job_that_dies_of_the_last_oom_of_a_burst_keeps_that_one(self):
         job = self.ready_job()

@@ -149,17 +149,21 @@ pub struct KeptUntracked {
 }
 
 impl KeptUntracked {
-    /// The lines `vramtop run` prints after a batch job: the OOM named where PyTorch's
-    /// message gives its figures (cudaMallocAsync), else what it said and why no more.
-    pub fn explain(&self) -> Vec<String> {
-        let head = match self.number {
-            // Kept as PyTorch made it and never marked as the one the process died of.
-            Some(n) if !self.uncaught => {
-                format!("OOM {n} under backend:{} (caught by the job)", self.backend)
-            }
-            Some(n) => format!("OOM {n} under backend:{}", self.backend),
-            None => format!("OOM under backend:{}", self.backend),
+    /// The lines `vramtop run` prints after a batch job (of process `pid`, where its file
+    /// names it): the OOM named where PyTorch's message gives its figures
+    /// (cudaMallocAsync), else what it said and why no more. "Caught by the job" only
+    /// where the job ended well (`ended_well`: exit 0) and the process did not die of
+    /// it: a launcher that exits on an exception without Python's excepthook
+    /// (`mp.spawn`'s workers, Hydra) leaves no mark on the OOM it died of.
+    pub fn explain(&self, pid: Option<u32>, ended_well: bool) -> Vec<String> {
+        let number = self.number.map_or_else(String::new, |n| format!(" {n}"));
+        let of = pid.map_or_else(String::new, |p| format!(" of pid {p}"));
+        let caught = if self.number.is_some() && !self.uncaught && ended_well {
+            " (caught by the job)"
+        } else {
+            ""
         };
+        let head = format!("OOM{number}{of} under backend:{}{caught}", self.backend);
         let mut lines = match AsyncOom::parse(&self.message) {
             Some(oom) => vec![format!(
                 "{head}: needed {}; cause: {}",
@@ -315,7 +319,7 @@ mod tests {
             "message": UNDER_A_FRACTION,
         }))
         .expect("kept file");
-        let lines = kept.explain();
+        let lines = kept.explain(None, false);
         assert!(
             lines[0].starts_with(
                 "OOM under backend:cudaMallocAsync: needed 1.00 GiB; cause: the job's live tensors"
@@ -331,25 +335,29 @@ mod tests {
             ..KeptUntracked::default()
         };
         assert_eq!(
-            other.explain()[0],
+            other.explain(None, true)[0],
             "OOM under backend:pluggable: PyTorch said \"RMM failure: out of memory\""
         );
         // Hook 1.11 numbers each OOM as PyTorch makes it, and marks the one the process
-        // died of: the others the job caught.
+        // died of: the others the job caught, where it ended well.
         let numbered = |uncaught| KeptUntracked {
             number: Some(4),
             uncaught,
             ..other.clone()
         };
+        let head = |kept: KeptUntracked, ended_well| kept.explain(Some(77), ended_well)[0].clone();
         assert!(
-            numbered(false).explain()[0]
-                .starts_with("OOM 4 under backend:pluggable (caught by the job): PyTorch said"),
-            "{:?}",
-            numbered(false).explain()
+            head(numbered(false), true).starts_with(
+                "OOM 4 of pid 77 under backend:pluggable (caught by the job): PyTorch said"
+            ),
+            "{}",
+            head(numbered(false), true)
         );
-        assert!(
-            numbered(true).explain()[0].starts_with("OOM 4 under backend:pluggable: PyTorch said")
-        );
+        assert!(head(numbered(true), true)
+            .starts_with("OOM 4 of pid 77 under backend:pluggable: PyTorch said"));
+        // A job that failed may have died of it without the mark (mp.spawn, Hydra).
+        assert!(head(numbered(false), false)
+            .starts_with("OOM 4 of pid 77 under backend:pluggable: PyTorch said"));
     }
 
     #[test]

@@ -553,22 +553,25 @@ impl JobView {
             return None;
         }
         let parse = crate::async_oom::AsyncOom::parse;
-        self.error
-            .as_ref()
-            .and_then(|e| parse(&e.message))
-            .or_else(|| parse(&self.untracked_oom.as_ref()?.message))
+        // The OOM shown: the latest seen, where the job did not die of it (its number and
+        // its figures alike), else the one it died of.
+        match self.untracked_oom_went_on() {
+            Some((oom, _)) => parse(&oom.message),
+            None => parse(&self.error.as_ref()?.message),
+        }
     }
 
     /// The latest OOM under a backend that tracks no blocks, where it is not the one the
-    /// job died of: PyTorch's words and its number in the process. `caught` only once
-    /// the job has ended without dying of it (while it runs, the exception may still be
-    /// unwinding towards the job's end).
+    /// job died of: PyTorch's words and its number in the process, and whether it was
+    /// caught: only once the job has ended with exit code 0 (while it runs, the exception
+    /// may still be unwinding towards the job's end; a launcher that exits on it without
+    /// Python's excepthook, as `mp.spawn`'s workers do, leaves it unmarked).
     pub fn untracked_oom_went_on(&self) -> Option<(&UntrackedOom, bool)> {
         let oom = self.untracked_oom.as_ref()?;
         let died_of_it = self.error.as_ref().is_some_and(|e| {
             e.oom_number == Some(oom.number) || (e.oom_number.is_none() && e.message == oom.message)
         });
-        (!died_of_it).then_some((oom, self.ended))
+        (!died_of_it).then_some((oom, self.ended && self.exit_code == Some(0)))
     }
 
     /// PyTorch's own totals (allocated, reserved) from the last state, as shown: "?" where

@@ -5,8 +5,9 @@
 //! A file is `vramtop-oom-[TAG-]PID-N.pickle` (N = 1, 2, 3, then `last`, rewritten at each
 //! later OOM): a PyTorch memory snapshot, which `vramtop snapshot` and PyTorch's own
 //! `torch.cuda._memory_viz` read alike. Under a backend that tracks no blocks
-//! (cudaMallocAsync) the hook keeps PyTorch's words of the OOM the job dies of instead:
-//! `vramtop-oom-[TAG-]PID-untracked.json` (`async_oom::KeptUntracked`).
+//! (cudaMallocAsync) the hook keeps PyTorch's words of each OOM instead, caught or not:
+//! `vramtop-oom-[TAG-]PID-N-untracked.json`, N as for the pickles (hook 1.11; before,
+//! only the one it died of, `...-PID-untracked.json`; `async_oom::KeptUntracked`).
 //! A process of a `vramtop run` job dying of an OOM (its main thread's uncaught
 //! exception) is marked `vramtop-oom-TAG-PID-dying.json`, so that a job that does not end
 //! after it (a torchrun job waiting on a failed rank) has that OOM explained meanwhile.
@@ -64,8 +65,8 @@ impl OomKeeping {
         self.files_ending(".pickle")
     }
 
-    /// This run's OOMs under a backend that tracks no blocks (`-untracked.json`, one a
-    /// process): PyTorch's words, kept by the hook where there was no state to keep.
+    /// This run's OOMs under a backend that tracks no blocks (`-untracked.json`, up to four
+    /// a process): PyTorch's words, kept by the hook where there was no state to keep.
     pub fn untracked_files(&self) -> Vec<PathBuf> {
         self.files_ending("-untracked.json")
     }

@@ -334,9 +334,10 @@ _excepthooks_installed = False
 def after_fork_in_child():
     """The child's OOMs are its own: numbered from 1, in a keeper of its own (whose writer
     registers its flush anew: a second flush of an idle keeper costs nothing)."""
-    global _oom_keeper, _threading_exit_registered
+    global _oom_keeper, _threading_exit_registered, _untracked_lock
     _oom_keeper = OomKeeper()
     _threading_exit_registered = False
+    _untracked_lock = threading.Lock()  # the parent's may have been held at fork
 
 
 def on_oom(device, alloc_size, limit_bytes, device_free):
@@ -514,8 +515,8 @@ def report_uncaught(kind, value):
         if oom is not None:
             keep_untracked_oom(hook, oom)
             # Which `untracked_oom` the job dies of (the viewer then says no "went on").
-            if getattr(oom, "_vramtop_number", None) is not None:
-                message["oom_number"] = oom._vramtop_number
+            if untracked_number(oom) is not None:
+                message["oom_number"] = untracked_number(oom)
         if main and oom is not None:
             # Last: `vramtop run` explains a marked process from its kept files.
             mark_dying_of_oom(message)
@@ -545,9 +546,16 @@ def write_beside_kept(rest, fields):
     import json
 
     path = _oom_keeper.path_of(rest)
-    with open(path + ".tmp", "w") as f:
-        json.dump(fields, f)
-    os.replace(path + ".tmp", path)
+    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+    # A temporary of this thread's own: two threads may keep the same name at once.
+    temporary = "%s.%d.%d.tmp" % (path, os.getpid(), threading.get_ident())
+    try:
+        with open(temporary, "w") as f:
+            json.dump(fields, f)
+        os.replace(temporary, path)
+    finally:
+        if os.path.exists(temporary):
+            os.remove(temporary)
 
 
 def mark_dying_of_oom(message):
@@ -578,15 +586,29 @@ def keep_untracked_oom(hook, oom):
         alloc = hook.alloc
         if alloc is None or not alloc.blocks_untracked():
             return
-        number = getattr(oom, "_vramtop_number", None)
+        number = untracked_number(oom)
         fields = untracked_fields(alloc, oom, number)
         fields["uncaught"] = True
-        write_beside_kept(untracked_rest(number), fields)
+        with _untracked_lock:
+            # `last` holds a newer OOM by now (another thread's): that one stays.
+            if number is None or number <= OOM_FIRST_KEPT or number == hook.untracked_ooms:
+                write_beside_kept(untracked_rest(number), fields)
     except Exception:
         pass
 
 
-# Counts the OOMs `watch_untracked_ooms` sees; two threads can run out at once.
+def untracked_number(oom):
+    """The number `untracked_oom_seen` gave this very exception in this process; None for
+    one it never saw, or a copy (copy.copy and unpickling carry the attribute over to a
+    new object, from another process too)."""
+    mark = getattr(oom, "_vramtop_oom", None)
+    if isinstance(mark, tuple) and len(mark) == 3 and mark[:2] == (os.getpid(), id(oom)):
+        return mark[2]
+    return None
+
+
+# Numbers the OOMs `watch_untracked_ooms` sees and orders their files: two threads can
+# run out at once. Made anew in a forked child.
 _untracked_lock = threading.Lock()
 
 
@@ -595,10 +617,11 @@ def watch_untracked_ooms(hook):
     PyTorch calls no OOM observer, so an OOM the job catches (a batch-size finder's, a
     retry with a smaller batch) would pass unseen. PyTorch makes its OutOfMemoryError from
     C++ by calling the class (PyErr_SetString), so the class's __init__ runs once for each
-    OOM, caught or not, and only then (seen on the H200 under both backends, PyTorch
-    2.11): wrapped here, it keeps PyTorch's words and tells viewers
-    (`untracked_oom_seen`). Nothing else the job does meets it. Returns whether it is
-    wrapped; never raises."""
+    OOM, caught or not (seen on the H200 under both backends, PyTorch 2.11): wrapped here,
+    it keeps PyTorch's words and tells viewers (`untracked_oom_seen`). An OutOfMemoryError
+    made otherwise counts too (the job's own, a framework's re-raise as a new one, a copy or
+    an unpickled one); no other exception meets it. Returns whether it is wrapped; never
+    raises."""
     try:
         torch = hook.torch
         cls = getattr(torch, "OutOfMemoryError", None) or getattr(getattr(torch, "cuda", None),
@@ -630,17 +653,21 @@ def untracked_oom_seen(oom):
         hook = running.hook
         if hook is None or hook.pid != os.getpid() or hook.alloc is None or not hook.alloc.blocks_untracked():
             return
+        # Numbered, kept and told in order: `last` and a late viewer get the newest.
         with _untracked_lock:
             hook.untracked_ooms += 1
             number = hook.untracked_ooms
-        oom._vramtop_number = number
-        fields = untracked_fields(hook.alloc, oom, number)
-        write_beside_kept(untracked_rest(number), fields)
-        frame = encode({"type": "untracked_oom", "time_s": time.time(), "number": number,
-                        "message": fields["message"]})
-        hook.kept["untracked_oom"] = frame
-        if hook.listener is not None:
-            hook.broadcast(frame, keep="untracked_oom")
+            oom._vramtop_oom = (os.getpid(), id(oom), number)
+            fields = untracked_fields(hook.alloc, oom, number)
+            try:
+                write_beside_kept(untracked_rest(number), fields)
+            except Exception:
+                pass  # a folder that cannot be written: the viewers are still told
+            frame = encode({"type": "untracked_oom", "time_s": time.time(), "number": number,
+                            "message": fields["message"]})
+            hook.kept["untracked_oom"] = frame
+            if hook.listener is not None:  # (the hook's thread never takes this lock)
+                hook.broadcast(frame, keep="untracked_oom")
     except Exception:
         pass
 
