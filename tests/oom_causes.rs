@@ -417,6 +417,12 @@ fn an_fsdp2_ranks_roles_are_its_shards() {
             .contains("  memory: parameters 450.6 MiB · gradients 0 B · optimizer state 492.6 MiB"),
         "{block}"
     );
+    // The request as PyTorch said it ("Tried to allocate 1000.00 MiB", as the live view
+    // reads it), not the trace entry's 998.5 MiB before PyTorch rounded it up.
+    assert!(
+        block.contains("  OOM: needed 1000.0 MiB contiguous; 1.0 GiB free in 75 runs"),
+        "{block}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -53,9 +53,10 @@ pub fn explain(trace: &Trace, path: &Path, file_bytes: u64) -> Vec<String> {
             trace.device
         ),
     });
+    let asked = trace.stats.kept_oom.as_ref().map(|k| k.requested_bytes);
     lines.push(format!(
         "  OOM: {}; PyTorch held {} reserved, {} allocated",
-        oom.explain(),
+        oom.explain_as_asked(asked),
         human_bytes(oom.reserved_bytes),
         human_bytes(oom.allocated_bytes)
     ));

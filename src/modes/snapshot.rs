@@ -72,7 +72,10 @@ pub fn run(path: &Path, once: bool) -> Result<u8> {
     }
     // The screen has one line for it, the OOM's figures (no replay needed for that).
     if let Some(oom) = vramtop_trace::ooms::trace_ooms(&trace).last() {
-        viewer.notices.insert(0, format!("OOM: {}", oom.explain()));
+        let asked = trace.stats.kept_oom.as_ref().map(|k| k.requested_bytes);
+        viewer
+            .notices
+            .insert(0, format!("OOM: {}", oom.explain_as_asked(asked)));
     }
     drop(trace);
     let exit = in_terminal(|terminal| screen::run_blocking(terminal, &mut viewer))?;

@@ -59,6 +59,22 @@ impl TraceOom {
     }
 }
 
+impl TraceOom {
+    /// As `explain`, with the request as PyTorch's message gave it (`asked`, what it passed
+    /// its OOM observers: "Tried to allocate", the size it asked CUDA for, a whole number
+    /// of 2 MiB, or a 2 or 20 MiB segment for a small request) where the OOM's kept
+    /// figures give it: the trace's entry holds the request before that rounding, and the
+    /// live view's line and PyTorch's own then read alike ("needed 1000.0 MiB" beside
+    /// PyTorch's "Tried to allocate 1000.00 MiB", not 998.5 MiB).
+    pub fn explain_as_asked(&self, asked: Option<u64>) -> String {
+        let mut shown = self.clone();
+        if let Some(asked) = asked.filter(|&a| a >= self.requested_bytes) {
+            shown.requested_bytes = asked;
+        }
+        shown.explain()
+    }
+}
+
 /// How the capacity of a replay was chosen.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
