@@ -528,6 +528,9 @@ fn a_job_under_cuda_malloc_async_shows_its_totals_and_why_there_is_no_map() {
         screen.contains("OOM: needed 1.00 GiB · cause: the job's live tensors (6.00 GiB) and the"),
         "{screen}"
     );
+    // Counted as the hook numbered them (the ranks table's column): PyTorch counts none
+    // under this backend.
+    assert_eq!(job.view.figures().expect("figures").ooms, 2);
     assert!(
         screen.contains("PyTorch: Allocation on device 0"),
         "{screen}"

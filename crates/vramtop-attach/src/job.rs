@@ -628,10 +628,13 @@ impl JobView {
             allocated_bytes: torch.allocated_bytes.unwrap_or(stats.allocated_bytes),
             largest_free_bytes: stats.largest_free_bytes,
             external_fragmentation: stats.external_fragmentation,
+            // Under cudaMallocAsync PyTorch counts none (`num_ooms` stays 0): the hook's
+            // numbered OOMs there (hook 1.11).
             ooms: torch
                 .num_ooms
                 .unwrap_or(0)
-                .max(u64::from(self.oom.is_some())),
+                .max(u64::from(self.oom.is_some()))
+                .max(self.untracked_oom.as_ref().map_or(0, |o| o.number)),
             leak_suspects: self.suspects.len(),
         })
     }
