@@ -334,10 +334,11 @@ _excepthooks_installed = False
 def after_fork_in_child():
     """The child's OOMs are its own: numbered from 1, in a keeper of its own (whose writer
     registers its flush anew: a second flush of an idle keeper costs nothing)."""
-    global _oom_keeper, _threading_exit_registered, _untracked_lock
+    global _oom_keeper, _threading_exit_registered, _untracked_lock, _untracked_burst
     _oom_keeper = OomKeeper()
     _threading_exit_registered = False
     _untracked_lock = threading.Lock()  # the parent's may have been held at fork
+    _untracked_burst = UntrackedBurst()  # its timer thread is the parent's
 
 
 def on_oom(device, alloc_size, limit_bytes, device_free):
@@ -432,9 +433,11 @@ def tell(hook, message, kept_path):
 
 
 def flush_kept(ending=True):
-    """A burst's newest OOM kept and told (OomKeeper.flush): before the job ends, or
-    (`ending` False) before a thread's uncaught exception is reported."""
+    """A burst's newest OOM kept and told (OomKeeper.flush), and the newest untracked OOM's
+    words (flush_untracked): before the job ends, or (`ending` False) before a thread's
+    uncaught exception is reported."""
     _oom_keeper.flush(ending=ending)
+    flush_untracked()
 
 
 _threading_exit_registered = False
@@ -592,6 +595,7 @@ def keep_untracked_oom(hook, oom):
         with _untracked_lock:
             # `last` holds a newer OOM by now (another thread's): that one stays.
             if number is None or number <= OOM_FIRST_KEPT or number == hook.untracked_ooms:
+                _untracked_burst.pending = None  # this one, or an older one
                 write_beside_kept(untracked_rest(number), fields)
     except Exception:
         pass
@@ -610,6 +614,56 @@ def untracked_number(oom):
 # Numbers the OOMs `watch_untracked_ooms` sees and orders their files: two threads can
 # run out at once. Made anew in a forked child.
 _untracked_lock = threading.Lock()
+
+
+class UntrackedBurst:
+    """A burst of untracked OOMs (past the first OOM_FIRST_KEPT, each within OOM_BURST_S of
+    the one before: a job that catches an OOM every step) leaves the job's thread free of
+    files, as OomKeeper's writer does for states: the newest one's words wait in `pending`,
+    and a timer thread writes them at most once an OOM_BURST_S; flush_kept writes them
+    before the job ends. An OOM on its own is kept at once, on the job's thread (a small
+    JSON file: 221 us on the 2-core build machine's disk). Read and changed under
+    _untracked_lock."""
+
+    def __init__(self):
+        self.last_at = None  # time.monotonic() of the last OOM
+        self.pending = None  # the fields of the newest OOM not yet written
+        self.timer = None
+
+
+_untracked_burst = UntrackedBurst()
+
+
+def keep_untracked_words(number, fields):
+    """Under _untracked_lock, on the job's thread: the words of OOM `number` written now,
+    or, in a burst, left to the burst's timer."""
+    now = time.monotonic()
+    burst = _untracked_burst
+    in_a_burst = (number > OOM_FIRST_KEPT and burst.last_at is not None
+                  and now - burst.last_at < OOM_BURST_S)
+    burst.last_at = now
+    if not in_a_burst:
+        burst.pending = None
+        write_beside_kept(untracked_rest(number), fields)
+        return
+    burst.pending = fields
+    if burst.timer is None:
+        burst.timer = threading.Timer(OOM_BURST_S, flush_untracked)
+        burst.timer.daemon = True
+        burst.timer.start()
+
+
+def flush_untracked():
+    """The newest untracked OOM a burst left unwritten, written now (the burst's timer, or
+    flush_kept as the job ends). Never raises."""
+    try:
+        with _untracked_lock:
+            burst = _untracked_burst
+            pending, burst.pending, burst.timer = burst.pending, None, None
+            if pending is not None:
+                write_beside_kept(untracked_rest(pending["number"]), pending)
+    except Exception:
+        pass
 
 
 def watch_untracked_ooms(hook):
@@ -660,7 +714,7 @@ def untracked_oom_seen(oom):
             oom._vramtop_oom = (os.getpid(), id(oom), number)
             fields = untracked_fields(hook.alloc, oom, number)
             try:
-                write_beside_kept(untracked_rest(number), fields)
+                keep_untracked_words(number, fields)
             except Exception:
                 pass  # a folder that cannot be written: the viewers are still told
             frame = encode({"type": "untracked_oom", "time_s": time.time(), "number": number,
