@@ -165,22 +165,28 @@ fn wait_telling_the_dying(
         if quiet || tick % 5 != 0 {
             continue;
         }
-        for (pid, marked) in keeping.dying() {
-            let waited = marked.elapsed().unwrap_or_default();
-            if told.contains(&pid) || waited < grace {
+        let due: Vec<(u32, Duration)> = keeping
+            .dying()
+            .into_iter()
+            .map(|(pid, marked)| (pid, marked.elapsed().unwrap_or_default()))
+            .filter(|(pid, waited)| !told.contains(pid) && *waited >= grace)
+            .collect();
+        if due.is_empty() {
+            continue;
+        }
+        // Only once its files are there (a burst's last may still be being written): a
+        // pid told with nothing under it would never be explained. The folder read once.
+        let kept: Vec<u32> = keeping
+            .files()
+            .iter()
+            .chain(&keeping.untracked_files())
+            .filter_map(|p| keeping.pid_of(p))
+            .collect();
+        for (pid, waited) in due {
+            if !kept.contains(&pid) {
                 continue;
             }
-            // Only once its files are there (a burst's last may still be being written):
-            // a pid told with nothing under it would never be explained.
             let theirs = |of| of == pid;
-            if keeping
-                .files()
-                .iter()
-                .chain(&keeping.untracked_files())
-                .all(|p| keeping.pid_of(p) != Some(pid))
-            {
-                continue;
-            }
             eprintln!(
                 "vramtop: pid {pid} died of an OOM {:.0} s ago and the job is still running \
                  (a torchrun job's other ranks can wait on a failed one); its OOM now:",

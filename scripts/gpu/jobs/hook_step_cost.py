@@ -287,20 +287,8 @@ def launch_share(model, optimizer, ids, steps=20):
     (until optimizer.zero_grad returns, before the synchronize) against the median step, in
     %. Near 100, the step is the thread's (what the thread adds shows in full); well under,
     the GPU's, and the thread's extra time hides behind kernels still running."""
-    import torch
-
-    launches, steps_s = [], []
-    for _ in range(steps):
-        torch.cuda.synchronize()
-        started = time.perf_counter()
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = model(input_ids=ids, labels=ids).loss
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        launches.append(time.perf_counter() - started)
-        torch.cuda.synchronize()
-        steps_s.append(time.perf_counter() - started)
+    launches = []
+    steps_s = [train_step(model, optimizer, ids, launches)[1] for _ in range(steps)]
     return round(100 * statistics.median(launches) / statistics.median(steps_s), 1)
 
 

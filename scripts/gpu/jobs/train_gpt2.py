@@ -26,8 +26,10 @@ def build(layers):
     return config, model, optimizer
 
 
-def train_step(model, optimizer, ids):
-    """One step, timed between two synchronizes: (loss, seconds)."""
+def train_step(model, optimizer, ids, launches=None):
+    """One step, timed between two synchronizes: (loss, seconds). With `launches` (a list),
+    also how long the job's thread took to launch the step's work, before the second
+    synchronize, appended to it."""
     torch.cuda.synchronize()
     started = time.perf_counter()
     with torch.autocast("cuda", dtype=torch.bfloat16):
@@ -35,6 +37,8 @@ def train_step(model, optimizer, ids):
     loss.backward()
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
+    if launches is not None:
+        launches.append(time.perf_counter() - started)
     torch.cuda.synchronize()
     return loss, time.perf_counter() - started
 

@@ -648,9 +648,10 @@ def keep_untracked_words(number, fields):
         return
     burst.pending = fields
     if burst.timer is None:
-        burst.timer = threading.Timer(OOM_BURST_S, flush_untracked)
-        burst.timer.daemon = True
-        burst.timer.start()
+        timer = threading.Timer(OOM_BURST_S, flush_untracked)
+        timer.daemon = True
+        timer.start()  # may fail at the interpreter's shutdown: the next OOM tries again
+        burst.timer = timer
 
 
 def flush_untracked():
