@@ -1408,6 +1408,10 @@ fn gpu_kept_histories_of_training_loops_give_pytorchs_outcomes_on_both_paths() {
         // 0x41d400000, the rest at 0x7fd1...: the replay's placement once ran out of
         // address space below it. PyTorch's outcomes: as gpt2ddp's (12 of 12).
         ("history_gpt2fsdp1_cap7g25_hook111", gpt2ddp, 8, true),
+        // gpt2mixed's GPT-2 fed by a DataLoader (4 forked workers, pinned memory,
+        // non_blocking copies), 7.6 GiB: step 8, 954 MiB. PyTorch's outcomes: as
+        // gpt2ddp's (12 of 12 on an H200, 2026-11-28).
+        ("history_gpt2loader_cap7g6_hook112", gpt2ddp, 8, true),
     ] {
         let path = fixture(&format!("{name}.pickle.gz"));
         let file = trace::load(&path).unwrap_or_else(|e| panic!("{name}: {e}"));
@@ -1439,10 +1443,11 @@ fn gpu_kept_histories_of_training_loops_give_pytorchs_outcomes_on_both_paths() {
                 || name.ends_with("_hook18")
                 || name.ends_with("_hook19")
                 || name.ends_with("_hook110")
-                || name.ends_with("_hook111"),
+                || name.ends_with("_hook111")
+                || name.ends_with("_hook112"),
             "{name}: {requests}"
         );
-        if ["_hook18", "_hook19", "_hook110", "_hook111"]
+        if ["_hook18", "_hook19", "_hook110", "_hook111", "_hook112"]
             .iter()
             .any(|hook| name.ends_with(hook))
         {

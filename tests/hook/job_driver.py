@@ -90,6 +90,8 @@ def main():
             reply = "ok %.3f" % pace(int(args[0]))
         elif cmd == "fork":
             reply = "ok %d" % fork_child(torch, args[0])
+        elif cmd == "spawn":  # a child started fresh, as a DataLoader's spawned worker
+            reply = "ok %d" % spawn_child(args[0])
         elif cmd == "start":  # the hook started by hand (VRAMTOP_HOOK=0: no bootstrap)
             import vramtop_hook
 
@@ -124,6 +126,32 @@ def fork_child(torch, mode):
     if mode == "plain":
         os.waitpid(pid, 0)
     return pid
+
+
+SPAWNED = []  # kept, so that multiprocessing does not reap them early
+
+
+def spawn_child(mode):
+    """Start a child by multiprocessing's spawn: a fresh interpreter (the hook's bootstrap
+    runs in it) that imports torch. "plain": never uses CUDA, as a DataLoader's worker;
+    "cuda": initialises (stub) CUDA and allocates, as mp.spawn's ranks do. Each lives
+    CHILD_LIFE_S and is ended with the driver (daemon)."""
+    import multiprocessing
+
+    child = multiprocessing.get_context("spawn").Process(
+        target=spawned_life, args=(mode, float(os.environ.get("CHILD_LIFE_S", "3"))), daemon=True)
+    child.start()
+    SPAWNED.append(child)
+    return child.pid
+
+
+def spawned_life(mode, seconds):
+    import torch
+
+    if mode == "cuda":
+        torch.cuda.init()
+        alloc_named(torch, "child", 4 * 1024 * 1024)
+    time.sleep(seconds)
 
 
 if __name__ == "__main__":

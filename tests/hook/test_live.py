@@ -11,7 +11,7 @@ import struct
 import time
 import unittest
 
-from support import DRIVER, Job, Viewer, wait_for
+from support import DRIVER, HOOK_DIR, Job, Viewer, wait_for
 
 MiB = 1024 * 1024
 
@@ -579,6 +579,41 @@ class ForkTest(unittest.TestCase):
         finally:
             job.kill()
             Viewer.close_all()
+
+    def test_a_spawned_child_serves_only_once_it_uses_cuda(self):
+        # A DataLoader's workers under spawn import torch and never touch CUDA: not a job
+        # a viewer should list. mp.spawn's ranks do use it, and are served.
+        job = Job(CHILD_LIFE_S="20")
+        try:
+            job.do("import")
+            job.wait_socket()
+            plain = int(job.do("spawn plain").split()[1])
+            user = int(job.do("spawn cuda").split()[1])
+            user_path = os.path.join(job.dir, "vramtop-%d.sock" % user)
+            self.assertTrue(wait_for(lambda: os.path.exists(user_path), timeout=10))
+            self.assertEqual(Viewer(user_path).recv_type("hello")["pid"], user)
+            # The plain child started first and has had as long: it is alive, unlisted.
+            os.kill(plain, 0)
+            self.assertFalse(os.path.exists(os.path.join(job.dir, "vramtop-%d.sock" % plain)))
+        finally:
+            job.kill()
+            Viewer.close_all()
+
+
+class StartedByMultiprocessingTest(unittest.TestCase):
+    def test_spawn_and_forkserver_children_are_told_from_a_users_command(self):
+        if HOOK_DIR not in sys.path:
+            sys.path.insert(0, HOOK_DIR)
+        from vramtop_hook.server import started_by_multiprocessing
+
+        spawned = ["/usr/bin/python3", "-c", "from multiprocessing.spawn import spawn_main; "
+                   "spawn_main(tracker_fd=5, pipe_handle=7)", "--multiprocessing-fork"]
+        self.assertTrue(started_by_multiprocessing(spawned))
+        self.assertTrue(started_by_multiprocessing(["-c", "--multiprocessing-fork"]))  # 3.9's sys.argv
+        self.assertTrue(started_by_multiprocessing(
+            ["python3", "-c", "from multiprocessing.forkserver import main; main(3, 4, ['__main__'])"]))
+        self.assertFalse(started_by_multiprocessing(["python3", "train.py", "--lr", "1e-4"]))
+        self.assertFalse(started_by_multiprocessing(["torchrun", "--nproc-per-node", "2", "train.py"]))
 
 
 if __name__ == "__main__":

@@ -160,6 +160,11 @@ Workloads (each ends with one judged request, caught so the process ends normall
   gpt2fsdp1   the same under FSDP's first form (FullyShardedDataParallel, each block
               auto-wrapped as a FlatParameter unit), as accelerate and the HF Trainer set
               it up (WHATIF_GPT2FSDP1_CAP_GIB, per rank).
+  gpt2loader  gpt2mixed's GPT-2 fed as most users feed it: a DataLoader with 4 worker
+              processes (forked; WHATIF_LOADER_START=spawn starts them fresh, each
+              importing torch and the hook of its own), pinned host memory, batches of
+              samples of their own lengths padded to the longest with an attention mask,
+              copied with non_blocking=True (WHATIF_GPT2LOADER_CAP_GIB).
   otherproc   a second process holds a 60 GiB cache on the same GPU (freed tensors,
               not released); this one asks for 30 GiB.
 
@@ -210,7 +215,7 @@ import time
 MiB = 1 << 20
 GiB = 1 << 30
 WORKLOADS = ["checker", "splitcache", "tails", "gpt2var", "kvcache", "gpt2mixed", "llamamix", "resnetvar",
-             "bertaccum", "t5var", "gpt2ckpt", "evalmix", "gpt2keep", "gan", "vitvar", "moemix", "gpt2scaler", "loramix", "gpt2compile", "llamagen", "gpt2stream", "t5beam", "t5beam_steps", "wav2vec", "mambaslow", "hftrainer", "gpt2sgd", "resnetinfer", "lightning", "lightningaccum", "gpt2tutorial", "gpt2fixed", "clipvar", "gpt2fused", "accelaccum", "llamabf16", "unetvar", "graphsteps", "graphsonce", "gpt2graphs", "llamagraphs", "gpt2empties", "gpt2ddp", "gpt2ddp2", "gpt2fsdp2", "gpt2fsdp1", "otherproc"]
+             "bertaccum", "t5var", "gpt2ckpt", "evalmix", "gpt2keep", "gan", "vitvar", "moemix", "gpt2scaler", "loramix", "gpt2compile", "llamagen", "gpt2stream", "t5beam", "t5beam_steps", "wav2vec", "mambaslow", "hftrainer", "gpt2sgd", "resnetinfer", "lightning", "lightningaccum", "gpt2tutorial", "gpt2fixed", "clipvar", "gpt2fused", "accelaccum", "llamabf16", "unetvar", "graphsteps", "graphsonce", "gpt2graphs", "llamagraphs", "gpt2empties", "gpt2ddp", "gpt2ddp2", "gpt2fsdp2", "gpt2fsdp1", "gpt2loader", "otherproc"]
 # The cap of each stepped workload that takes one from the environment (`scan` varies it).
 CAP_ENV = {"gpt2mixed": ("WHATIF_GPT2MIXED_CAP_GIB", 15.5), "llamamix": ("WHATIF_LLAMAMIX_CAP_GIB", 10),
            "resnetvar": ("WHATIF_RESNETVAR_CAP_GIB", 6.5), "bertaccum": ("WHATIF_BERTACCUM_CAP_GIB", 8),
@@ -235,7 +240,8 @@ CAP_ENV = {"gpt2mixed": ("WHATIF_GPT2MIXED_CAP_GIB", 15.5), "llamamix": ("WHATIF
            "gpt2graphs": ("WHATIF_GPT2GRAPHS_CAP_GIB", 10), "llamagraphs": ("WHATIF_LLAMAGRAPHS_CAP_GIB", 10),
            "gpt2empties": ("WHATIF_GPT2EMPTIES_CAP_GIB", 14.5), "gpt2ddp": ("WHATIF_GPT2DDP_CAP_GIB", 10),
            "gpt2ddp2": ("WHATIF_GPT2DDP2_CAP_GIB", 10), "gpt2fsdp2": ("WHATIF_GPT2FSDP2_CAP_GIB", 10),
-           "gpt2fsdp1": ("WHATIF_GPT2FSDP1_CAP_GIB", 10)}
+           "gpt2fsdp1": ("WHATIF_GPT2FSDP1_CAP_GIB", 10),
+           "gpt2loader": ("WHATIF_GPT2LOADER_CAP_GIB", 10)}
 HERE = os.path.dirname(os.path.abspath(__file__))
 # What a workload says of where it was when an OOM came (graphsteps, graphsonce: "before
 # the capture", "capture" or "replay").
@@ -382,6 +388,30 @@ def run_job(workload, remedy, stop_at):
     elif workload in STEPPED:
         after_step = torch.cuda.empty_cache if remedy == "empty_cache_steps" else (lambda: None)
         steps(workload, cap, stop_at, judged, before_judged, after_step)
+
+
+class PaddedBatches:
+    """gpt2loader's dataset, made in the DataLoader's workers: batch k of `plan` (batch,
+    longest) as token ids of samples of their own lengths, padded to the longest, and
+    their attention mask. Seeded by k, so every run gets the same batches. At module level:
+    spawned workers unpickle it by name."""
+
+    def __init__(self, plan):
+        self.plan = plan
+
+    def __len__(self):
+        return len(self.plan)
+
+    def __getitem__(self, k):
+        import torch
+
+        batch, longest = self.plan[k]
+        g = torch.Generator().manual_seed(k)
+        lengths = torch.randint(max(1, longest // 2), longest + 1, (batch,), generator=g)
+        lengths[0] = longest
+        ids = torch.randint(0, 50257, (batch, longest), generator=g)
+        mask = (torch.arange(longest)[None, :] < lengths[:, None]).long()
+        return ids * mask, mask
 
 
 def varying_shape(i):
@@ -565,6 +595,32 @@ def steps(workload, cap, stop_at, judged, before_judged, after_step):
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
 
         step = mixed_lm_step(model, opt, 50257, [2, 4, 6, 8, 12, 16], lambda i: 256 + 8 * i, 2048)
+    elif workload == "gpt2loader":
+        from transformers import GPT2Config, GPT2LMHeadModel
+
+        cap_from_env(cap, workload)
+        model = GPT2LMHeadModel(GPT2Config(n_layer=6, n_embd=1024, n_head=16, n_positions=2048)).cuda()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        # Each batch's shape drawn here, in the job's order, so a seeded run repeats
+        # whichever worker makes it; the workers make the samples themselves.
+        plan = [(random.choice([2, 4, 6, 8, 12, 16]), min(2048, random.randint(64, 256 + 8 * i)))
+                for i in range(STEP_LIMIT)]
+        loader = torch.utils.data.DataLoader(
+            PaddedBatches(plan), batch_size=None, num_workers=4, pin_memory=True,
+            persistent_workers=True, prefetch_factor=4,
+            multiprocessing_context=os.environ.get("WHATIF_LOADER_START") or None)
+        batches = iter(loader)
+
+        def step(i):
+            ids, mask = next(batches)
+            ids = ids.cuda(non_blocking=True)
+            mask = mask.cuda(non_blocking=True)
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = model(input_ids=ids, attention_mask=mask,
+                             labels=ids.masked_fill(mask == 0, -100)).loss
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
     elif workload == "gpt2ddp":
         import tempfile as _tempfile
 
@@ -1605,7 +1661,7 @@ def under_vramtop(binary, workload, work):
 STEPPED = ("gpt2var", "kvcache", "kvcache_steps", "gpt2mixed", "llamamix", "resnetvar", "bertaccum", "t5var",
            "gpt2ckpt", "evalmix", "gpt2keep", "gan", "vitvar", "moemix", "gpt2scaler",
            "loramix", "gpt2compile", "llamagen", "gpt2stream", "t5beam", "t5beam_steps", "wav2vec", "mambaslow", "hftrainer", "gpt2sgd", "resnetinfer", "gpt2fixed", "clipvar", "lightning", "lightningaccum", "gpt2tutorial", "gpt2fused", "accelaccum",
-           "llamabf16", "unetvar", "graphsteps", "graphsonce", "gpt2graphs", "llamagraphs", "gpt2empties", "gpt2ddp", "gpt2ddp2", "gpt2fsdp2", "gpt2fsdp1")
+           "llamabf16", "unetvar", "graphsteps", "graphsonce", "gpt2graphs", "llamagraphs", "gpt2empties", "gpt2ddp", "gpt2ddp2", "gpt2fsdp2", "gpt2fsdp1", "gpt2loader")
 
 
 MAX_SPLIT_TRIED = ["20", "64", "128", "256", "512", "1024", "2048", "4096"]  # MAX_SPLIT_TRIED_MB

@@ -37,6 +37,16 @@ class Viewer:
         self.events = selectors.EVENT_READ  # what the selector watches it for
 
 
+def started_by_multiprocessing(argv=None):
+    """True in a child that multiprocessing started as a fresh interpreter: spawn's (and the
+    forkserver's) run `python -c "from multiprocessing.spawn import spawn_main; ..."
+    --multiprocessing-fork`. sys.orig_argv (3.10+) keeps the -c code; sys.argv keeps the flag."""
+    if argv is None:
+        argv = list(getattr(sys, "orig_argv", None) or []) + list(sys.argv)
+    return "--multiprocessing-fork" in argv or any(
+        "multiprocessing.spawn" in a or "multiprocessing.forkserver" in a for a in argv)
+
+
 class Hook:
     """The server of one process. A forked child gets a fresh one (see _after_fork)."""
 
@@ -82,7 +92,9 @@ class Hook:
             install_excepthooks()
             # A forked child (a DataLoader worker) serves only if it uses CUDA itself. Look
             # only after the other at-fork handlers (torch's marks CUDA unusable) have run.
-            if self.forked:
+            # So does a child multiprocessing started fresh (a DataLoader's workers under
+            # spawn, mp.spawn's ranks): one that never uses CUDA is no job of its own.
+            if self.forked or started_by_multiprocessing():
                 time.sleep(POLL_S)
                 if not self.wait(self.alloc.cuda_initialised):
                     return
