@@ -1325,6 +1325,29 @@ fn gpu_kept_histories_of_training_loops_give_pytorchs_outcomes_on_both_paths() {
         gc: Fits,
         between_steps: Fits,
     })[..];
+    // The commonest OOM: a GPT-2 of one batch shape (12 x 1024, bf16 autocast, AdamW) that
+    // ran out in its second step asking 2.3 GiB, AdamW's state made at the first step's end
+    // (hook 1.12, H200, 2026-11-28), under caps between its allocated and reserved peaks.
+    // Under 15.35 GiB PyTorch fitted expandable, expandable + GC, the cache emptied after
+    // every step and max_split 20, 200 and 1000, and failed roundup 4 and GC 0.6; under
+    // 15.22 GiB it fitted expandable, expandable + GC and max_split 20, and failed the rest.
+    // Every "fits" was once `cannot tell`: the memory rising through the step's forward
+    // pass read as a floor rising, and no earlier marked step said how the step goes on;
+    // the first step, from the job's start, now does (`step_rest::first_step`).
+    let gpt2fixed_15g35 = &stepped(Outcomes {
+        expandable: Fits,
+        max_split: ("max_split_size_mb:2048", Fits),
+        roundup: Fails,
+        gc: Fails,
+        between_steps: Fits,
+    })[..];
+    let gpt2fixed_15g22 = &stepped(Outcomes {
+        expandable: Fits,
+        max_split: ("max_split_size_mb:128", Fits),
+        roundup: Fails,
+        gc: Fails,
+        between_steps: Fails,
+    })[..];
     // The `_hook16` files were kept by hook 1.6 (a 32,768-entry ring checkpointed from a
     // quarter full, each checkpoint's segments read off the GIL), so even these short jobs'
     // histories come stitched from pieces, gaps filled; PyTorch's outcomes were the same.
@@ -1412,6 +1435,8 @@ fn gpu_kept_histories_of_training_loops_give_pytorchs_outcomes_on_both_paths() {
         // non_blocking copies), 7.6 GiB: step 8, 954 MiB. PyTorch's outcomes: as
         // gpt2ddp's (12 of 12 on an H200, 2026-11-28).
         ("history_gpt2loader_cap7g6_hook112", gpt2ddp, 8, true),
+        ("ring_gpt2fixed_cap15g35_hook112", gpt2fixed_15g35, 1, false),
+        ("ring_gpt2fixed_cap15g22_hook112", gpt2fixed_15g22, 1, false),
     ] {
         let path = fixture(&format!("{name}.pickle.gz"));
         let file = trace::load(&path).unwrap_or_else(|e| panic!("{name}: {e}"));
@@ -1489,6 +1514,7 @@ fn gpu_kept_histories_of_training_loops_give_pytorchs_outcomes_on_both_paths() {
                     Some("fits with N = 20, 64, 128, 256, 512, 1024;")
                 }
                 "history_gpt2tutorial_cap10g55_hook18" => Some("fits with N = 64, 128;"),
+                "ring_gpt2fixed_cap15g22_hook112" => Some("fits with N = 20, 64, 128;"),
                 _ => None,
             };
             if let Some(fitting) = fitting.filter(|_| remedy.starts_with("max_split")) {

@@ -345,6 +345,46 @@ impl Trail {
     }
 }
 
+/// Allocations at the start of the step cut short that the job's first step must have
+/// made alike, in order, to stand in for it (`first_step`).
+const FIRST_ALIKE: usize = 8;
+
+/// Where the job's first step began, for a step cut short (begun at `start`) that is the
+/// first one marked: the job ran out in its second step, and its history holds the first
+/// from the job's start (no block live before it), setup and all. That step begins at the
+/// first allocation from which it makes the same allocations as this step did from its
+/// start (FIRST_ALIKE of them, or all of this step's where it made fewer), the model's and
+/// the optimizer's setup before it. A GPT-2 of one batch shape (H200, PyTorch 2.11) ran out
+/// in its second step asking 2.3 GiB; its first step, made alike, told how far the second
+/// would rise. None where no such run is found (its shapes were other) or the history did
+/// not begin with the job.
+fn first_step(trace: &Trace, start: usize, event: usize) -> Option<usize> {
+    if start == 0 || !trace.initial.is_empty() || !trace.initial_segments.is_empty() {
+        return None;
+    }
+    let allocs = |range: std::ops::Range<usize>| {
+        trace.events[range]
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| e.kind == TraceEventKind::Alloc)
+            .map(|(i, e)| (i, e.size))
+            .collect::<Vec<_>>()
+    };
+    let ours: Vec<u64> = allocs(start..event)
+        .into_iter()
+        .take(FIRST_ALIKE)
+        .map(|(_, size)| size)
+        .collect();
+    if ours.is_empty() {
+        return None;
+    }
+    let theirs = allocs(0..start);
+    theirs
+        .windows(ours.len())
+        .find(|w| w.iter().map(|&(_, size)| size).eq(ours.iter().copied()))
+        .map(|w| w[0].0)
+}
+
 /// The rest of the step cut short by the OOM at `event` (its request: the event's size),
 /// from the steps marked before it (`marks`: the event each step begins at); None where no
 /// earlier step matched near the point nor reached as many allocations, or the step had
@@ -361,6 +401,13 @@ pub fn of(trace: &Trace, marks: &[usize], event: usize) -> Option<StepRest> {
         .filter(|e| e.kind == TraceEventKind::Alloc)
         .count();
     let near = point.saturating_sub(band(point))..=point + band(point);
+    // The job's first step stands in where no marked step is done yet (`first_step`): its
+    // allocations counted from where they begin to match this step's.
+    let first = if begun == 0 {
+        first_step(trace, start, event)
+    } else {
+        None
+    };
     let mut in_use = InUse::new(trace);
     let mut done: Vec<Step> = Vec::new();
     let mut step: Option<Step> = None;
@@ -373,6 +420,17 @@ pub fn of(trace: &Trace, marks: &[usize], event: usize) -> Option<StepRest> {
     let mut lead: Lead = [0; LEAD];
     let mut next_mark = 0;
     for (i, e) in trace.events[..event].iter().enumerate() {
+        if first == Some(i) {
+            step = Some(Step {
+                start: i,
+                previous: None,
+                end: event,
+                floor: in_use.bytes,
+                near: Vec::new(),
+            });
+            allocs = 0;
+            lead = [0; LEAD];
+        }
         if marks.get(next_mark) == Some(&i) {
             let previous = step.as_ref().map(|s| s.start);
             if let Some(mut s) = step.take() {
@@ -425,7 +483,10 @@ pub fn of(trace: &Trace, marks: &[usize], event: usize) -> Option<StepRest> {
         .iter()
         .filter_map(|s| s.matching_rise(point, share_now, &lead, request))
         .collect();
-    let identified = matching.len() >= SURE_MATCHING;
+    // The first step standing in alone is one step made alike from the job's start: where
+    // its allocation there matches the request, it is the same operation.
+    let identified =
+        matching.len() >= SURE_MATCHING || (first.is_some() && matching.len() == done.len());
     let counted: Vec<Rise> = if identified {
         matching
     } else {
@@ -995,7 +1056,7 @@ fn this_steps_allocations(trace: &Trace, start: usize, event: usize) -> Vec<(u64
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::TraceEvent;
+    use crate::{LiveAtStart, TraceEvent};
 
     const MIB: u64 = 1 << 20;
 
@@ -1047,6 +1108,53 @@ mod tests {
         assert!((rest.typical_growth - 3.0).abs() < 1e-9, "{rest:?}");
         assert_eq!(rest.floor, 1 << 30);
         assert_eq!(rest.peak, (1 << 30) + 3 * 600 * MIB);
+    }
+
+    /// A job that ran out in its second step: the model and the optimizer's setup, the first
+    /// step unmarked at its start (the hook marks the optimizer's step, at its end), then
+    /// the second, cut at its third activation. Returns the trace, its one mark and the OOM.
+    fn second_step_job(first_scale: u64, live_before: bool) -> (Trace, Vec<usize>, usize) {
+        use TraceEventKind::*;
+        let mut events = vec![
+            event(Alloc, 1 << 40, 1 << 30),
+            event(Alloc, (1 << 40) + (1 << 30), 3 * MIB),
+        ];
+        step(&mut events, 1 << 32, first_scale);
+        let marks = vec![events.len()];
+        for k in 0..2 {
+            events.push(event(Alloc, (99 << 32) + k, 100 * MIB));
+        }
+        let oom = events.len();
+        events.push(event(Oom, 0, 100 * MIB));
+        let initial = if live_before {
+            vec![LiveAtStart {
+                addr: 1 << 44,
+                size: MIB,
+                stream: 0,
+                tag: None,
+            }]
+        } else {
+            Vec::new()
+        };
+        (Trace::bare(initial, events), marks, oom)
+    }
+
+    #[test]
+    fn a_second_step_is_told_by_the_first_made_alike_from_the_jobs_start() {
+        let (trace, marks, oom) = second_step_job(100, false);
+        let rest = of(&trace, &marks, oom).expect("the first step stands in");
+        assert_eq!(rest.steps, 1);
+        assert!(rest.identified, "{rest:?}");
+        // Two activations of 100 MiB worked with, and the step rose to four and a gradient
+        // of 200 MiB: three times.
+        assert!((rest.growth - 3.0).abs() < 1e-9, "{rest:?}");
+        assert_eq!(rest.peak, (1 << 30) + 3 * MIB + 600 * MIB);
+        // A first step of other shapes makes no allocation alike: nothing stands in.
+        let (other, marks, oom) = second_step_job(50, false);
+        assert_eq!(of(&other, &marks, oom), None);
+        // Nor where the history began after the job did (blocks live at its start).
+        let (late, marks, oom) = second_step_job(100, true);
+        assert_eq!(of(&late, &marks, oom), None);
     }
 
     #[test]

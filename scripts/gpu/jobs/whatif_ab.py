@@ -111,6 +111,10 @@ Workloads (each ends with one judged request, caught so the process ends normall
   gpt2fixed   a GPT-2 whose batch never changes, too big for its cap: the first step
               fits, the second (AdamW's state now held) runs out; a batch too big, not
               fragmentation (WHATIF_GPT2FIXED_CAP_GIB).
+  llamafixed  a Llama (8 layers, 1024 wide, random weights, bf16 autocast, AdamW) whose
+              batch (8 x 1024) never changes: as gpt2fixed, the second step runs out
+              where a cap is under the first step's peak plus AdamW's state
+              (WHATIF_LLAMAFIXED_CAP_GIB).
   clipvar     a CLIP (ViT-B/16 and a text tower, random weights) trained contrastively:
               the batch (images and captions of varying length) varies, so the
               similarity matrix and every activation change shape (WHATIF_CLIPVAR_CAP_GIB).
@@ -215,7 +219,7 @@ import time
 MiB = 1 << 20
 GiB = 1 << 30
 WORKLOADS = ["checker", "splitcache", "tails", "gpt2var", "kvcache", "gpt2mixed", "llamamix", "resnetvar",
-             "bertaccum", "t5var", "gpt2ckpt", "evalmix", "gpt2keep", "gan", "vitvar", "moemix", "gpt2scaler", "loramix", "gpt2compile", "llamagen", "gpt2stream", "t5beam", "t5beam_steps", "wav2vec", "mambaslow", "hftrainer", "gpt2sgd", "resnetinfer", "lightning", "lightningaccum", "gpt2tutorial", "gpt2fixed", "clipvar", "gpt2fused", "accelaccum", "llamabf16", "unetvar", "graphsteps", "graphsonce", "gpt2graphs", "llamagraphs", "gpt2empties", "gpt2ddp", "gpt2ddp2", "gpt2fsdp2", "gpt2fsdp1", "gpt2loader", "otherproc"]
+             "bertaccum", "t5var", "gpt2ckpt", "evalmix", "gpt2keep", "gan", "vitvar", "moemix", "gpt2scaler", "loramix", "gpt2compile", "llamagen", "gpt2stream", "t5beam", "t5beam_steps", "wav2vec", "mambaslow", "hftrainer", "gpt2sgd", "resnetinfer", "lightning", "lightningaccum", "gpt2tutorial", "gpt2fixed", "clipvar", "gpt2fused", "accelaccum", "llamabf16", "unetvar", "graphsteps", "graphsonce", "gpt2graphs", "llamagraphs", "gpt2empties", "gpt2ddp", "gpt2ddp2", "gpt2fsdp2", "gpt2fsdp1", "gpt2loader", "llamafixed", "otherproc"]
 # The cap of each stepped workload that takes one from the environment (`scan` varies it).
 CAP_ENV = {"gpt2mixed": ("WHATIF_GPT2MIXED_CAP_GIB", 15.5), "llamamix": ("WHATIF_LLAMAMIX_CAP_GIB", 10),
            "resnetvar": ("WHATIF_RESNETVAR_CAP_GIB", 6.5), "bertaccum": ("WHATIF_BERTACCUM_CAP_GIB", 8),
@@ -241,7 +245,8 @@ CAP_ENV = {"gpt2mixed": ("WHATIF_GPT2MIXED_CAP_GIB", 15.5), "llamamix": ("WHATIF
            "gpt2empties": ("WHATIF_GPT2EMPTIES_CAP_GIB", 14.5), "gpt2ddp": ("WHATIF_GPT2DDP_CAP_GIB", 10),
            "gpt2ddp2": ("WHATIF_GPT2DDP2_CAP_GIB", 10), "gpt2fsdp2": ("WHATIF_GPT2FSDP2_CAP_GIB", 10),
            "gpt2fsdp1": ("WHATIF_GPT2FSDP1_CAP_GIB", 10),
-           "gpt2loader": ("WHATIF_GPT2LOADER_CAP_GIB", 10)}
+           "gpt2loader": ("WHATIF_GPT2LOADER_CAP_GIB", 10),
+           "llamafixed": ("WHATIF_LLAMAFIXED_CAP_GIB", 10)}
 HERE = os.path.dirname(os.path.abspath(__file__))
 # What a workload says of where it was when an OOM came (graphsteps, graphsonce: "before
 # the capture", "capture" or "replay").
@@ -1022,6 +1027,16 @@ def steps(workload, cap, stop_at, judged, before_judged, after_step):
             trainer.optimizer.step()
             trainer.lr_scheduler.step()
             model.zero_grad(set_to_none=True)
+    elif workload == "llamafixed":
+        from transformers import LlamaForCausalLM
+
+        cap_from_env(cap, workload)
+        model = LlamaForCausalLM(llama_config(8)).cuda()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+        def step(i):
+            x = torch.randint(0, 32000, (8, 1024), device="cuda")
+            bf16_update(model, opt, input_ids=x, labels=x)
     elif workload == "gpt2fixed":
         from transformers import GPT2Config, GPT2LMHeadModel
 
@@ -1661,7 +1676,7 @@ def under_vramtop(binary, workload, work):
 STEPPED = ("gpt2var", "kvcache", "kvcache_steps", "gpt2mixed", "llamamix", "resnetvar", "bertaccum", "t5var",
            "gpt2ckpt", "evalmix", "gpt2keep", "gan", "vitvar", "moemix", "gpt2scaler",
            "loramix", "gpt2compile", "llamagen", "gpt2stream", "t5beam", "t5beam_steps", "wav2vec", "mambaslow", "hftrainer", "gpt2sgd", "resnetinfer", "gpt2fixed", "clipvar", "lightning", "lightningaccum", "gpt2tutorial", "gpt2fused", "accelaccum",
-           "llamabf16", "unetvar", "graphsteps", "graphsonce", "gpt2graphs", "llamagraphs", "gpt2empties", "gpt2ddp", "gpt2ddp2", "gpt2fsdp2", "gpt2fsdp1", "gpt2loader")
+           "llamabf16", "unetvar", "graphsteps", "graphsonce", "gpt2graphs", "llamagraphs", "gpt2empties", "gpt2ddp", "gpt2ddp2", "gpt2fsdp2", "gpt2fsdp1", "gpt2loader", "llamafixed")
 
 
 MAX_SPLIT_TRIED = ["20", "64", "128", "256", "512", "1024", "2048", "4096"]  # MAX_SPLIT_TRIED_MB

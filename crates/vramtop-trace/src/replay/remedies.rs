@@ -819,7 +819,13 @@ impl Judge<'_> {
         step: Option<&StepRest>,
         remedies: Vec<RemedyVerdict>,
     ) -> Vec<RemedyVerdict> {
-        let remedies = self.past_a_rising_floor(oom, needed, remedies);
+        // A job in its first steps (they are known) has its memory rise through them, not
+        // between them: where an earlier step tells how this one goes on, that decides.
+        let remedies = if step.is_some() && floor::too_few_steps(self.step_marks, oom.event) {
+            remedies
+        } else {
+            self.past_a_rising_floor(oom, needed, remedies)
+        };
         match step {
             Some(rest) => self.through_the_step(rest, remedies),
             None => remedies,

@@ -22,6 +22,20 @@ pub(super) struct RisingFloor {
 /// Fewer allocations than this say nothing about a trend.
 const MIN_ALLOCS: usize = 500;
 
+/// Steps the history must hold before the OOM, where the job's steps are known, for a
+/// tenth of it to span one: in a shorter one the floor rises within a step, as memory does
+/// through every forward pass, and through a job's first steps (the model loaded, the
+/// optimizer's state made). A GPT-2 of one batch shape (H200, PyTorch 2.11) ran out in its
+/// second step; its floor "rose" in each of the last three tenths, all of them inside that
+/// step's forward pass, and every remedy PyTorch fitted with was left open for it.
+const MIN_STEPS: usize = 10;
+
+/// Whether the history holds too few of the job's steps (`steps`: each one's first event)
+/// before `event` for its floor's rise to be one between steps (`rising`).
+pub(super) fn too_few_steps(steps: &[usize], event: usize) -> bool {
+    steps.iter().filter(|&&at| at < event).count() < MIN_STEPS
+}
+
 /// The floor's rise over the last tenth of the allocations before `event`, where it rose in
 /// each of the last three tenths by at least 1 % of itself (a floor that stays put moves by
 /// a few small blocks); None otherwise.
@@ -95,5 +109,32 @@ mod tests {
         // Too short a history says nothing.
         let short = job(20, 8 << 20);
         assert_eq!(rising(&short, short.events.len()), None);
+    }
+
+    /// A job one step in: memory rises through its second step's forward pass, which reads
+    /// as a floor rising; with its steps known, too few for that to be a trend.
+    #[test]
+    fn a_floor_rising_inside_a_jobs_first_steps_is_told_by_its_steps() {
+        // The model (1 GiB), one step of scratch freed at its end, then the second step's
+        // forward: 600 activations kept, each 8 MiB, up to the OOM.
+        let mut events = vec![event(TraceEventKind::Alloc, 1 << 40, 1 << 30)];
+        for k in 0..600u64 {
+            events.push(event(TraceEventKind::Alloc, k << 24, 8 << 20));
+        }
+        for k in 0..600u64 {
+            events.push(event(TraceEventKind::FreeCompleted, k << 24, 8 << 20));
+        }
+        let second = events.len();
+        for k in 0..600u64 {
+            events.push(event(TraceEventKind::Alloc, k << 24, 8 << 20));
+        }
+        let trace = Trace::bare(Vec::new(), events);
+        let end = trace.events.len();
+        assert!(rising(&trace, end).is_some());
+        assert!(too_few_steps(&[1, second], end));
+        // A hundred steps in, a tenth spans ten of them.
+        let many: Vec<usize> = (0..100).map(|s| s * 41).collect();
+        assert!(!too_few_steps(&many, 100 * 41));
+        assert!(too_few_steps(&many, 9 * 41));
     }
 }
