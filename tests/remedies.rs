@@ -1348,6 +1348,26 @@ fn gpu_kept_histories_of_training_loops_give_pytorchs_outcomes_on_both_paths() {
         gc: Fails,
         between_steps: Fails,
     })[..];
+    // A Llama of one batch shape (8 x 1024) that ran out in its second step asking 1000 MiB
+    // (hook 1.12, H200, 2026-11-28). Its first step made cuBLAS's workspace among the
+    // allocations both steps began with, and is still taken to stand in. Under 8.66 GiB
+    // PyTorch fitted every setting but roundup 4 (max_split 20, 200 and 1000); under 8.59
+    // GiB the same but max_split 20, which failed, as 200 and 1000 fitted: the replay, the
+    // step carried on, may run out with N = 20 and 64, and leaves max_split open.
+    let llamafixed_8g66 = &stepped(Outcomes {
+        expandable: Fits,
+        max_split: ("max_split_size_mb:512", Fits),
+        roundup: Fails,
+        gc: Fits,
+        between_steps: Fits,
+    })[..];
+    let llamafixed_8g59 = &stepped(Outcomes {
+        expandable: Fits,
+        max_split: ("max_split_size_mb", CannotTell),
+        roundup: Fails,
+        gc: Fits,
+        between_steps: Fits,
+    })[..];
     // The `_hook16` files were kept by hook 1.6 (a 32,768-entry ring checkpointed from a
     // quarter full, each checkpoint's segments read off the GIL), so even these short jobs'
     // histories come stitched from pieces, gaps filled; PyTorch's outcomes were the same.
@@ -1437,6 +1457,8 @@ fn gpu_kept_histories_of_training_loops_give_pytorchs_outcomes_on_both_paths() {
         ("history_gpt2loader_cap7g6_hook112", gpt2ddp, 8, true),
         ("ring_gpt2fixed_cap15g35_hook112", gpt2fixed_15g35, 1, false),
         ("ring_gpt2fixed_cap15g22_hook112", gpt2fixed_15g22, 1, false),
+        ("ring_llamafixed_cap8g66_hook112", llamafixed_8g66, 1, false),
+        ("ring_llamafixed_cap8g59_hook112", llamafixed_8g59, 1, false),
     ] {
         let path = fixture(&format!("{name}.pickle.gz"));
         let file = trace::load(&path).unwrap_or_else(|e| panic!("{name}: {e}"));
@@ -1515,6 +1537,7 @@ fn gpu_kept_histories_of_training_loops_give_pytorchs_outcomes_on_both_paths() {
                 }
                 "history_gpt2tutorial_cap10g55_hook18" => Some("fits with N = 64, 128;"),
                 "ring_gpt2fixed_cap15g22_hook112" => Some("fits with N = 20, 64, 128;"),
+                "ring_llamafixed_cap8g66_hook112" => Some("fits with N = 20, 64, 128, 256, 512;"),
                 _ => None,
             };
             if let Some(fitting) = fitting.filter(|_| remedy.starts_with("max_split")) {
@@ -1529,6 +1552,8 @@ fn gpu_kept_histories_of_training_loops_give_pytorchs_outcomes_on_both_paths() {
                     "CUDA graph pool(s)"
                 } else if name.contains("gpt2graphs") {
                     "whether it gets through this step is not in its history"
+                } else if name.contains("llamafixed") {
+                    "may run out before the step's end"
                 } else if name.contains("gpt2tutorial_cap10g55") || name.contains("gpt2fused") {
                     "too close to call"
                 } else if name.contains("gpt2tutorial") {

@@ -349,25 +349,32 @@ impl Trail {
 /// made alike, in order, to stand in for it (`first_step`).
 const FIRST_ALIKE: usize = 8;
 
+/// Allocations of other sizes the first step may make among those FIRST_ALIKE: what a job
+/// allocates once, at its first use, in its first step. A Llama's first step (H200,
+/// PyTorch 2.11) made cuBLAS's 32 MiB workspace at its first matrix product, between the
+/// sixth and the seventh of the allocations its second step began with.
+const FIRST_EXTRA: usize = 2;
+
 /// Where the job's first step began, for a step cut short (begun at `start`) that is the
 /// first one marked: the job ran out in its second step, and its history holds the first
 /// from the job's start (no block live before it), setup and all. That step begins at the
-/// first allocation from which it makes the same allocations as this step did from its
-/// start (FIRST_ALIKE of them, or all of this step's where it made fewer), the model's and
-/// the optimizer's setup before it. A GPT-2 of one batch shape (H200, PyTorch 2.11) ran out
-/// in its second step asking 2.3 GiB; its first step, made alike, told how far the second
-/// would rise. None where no such run is found (its shapes were other) or the history did
-/// not begin with the job.
+/// first allocation from which it makes the allocations this step began with (FIRST_ALIKE
+/// of them, or all of this step's where it made fewer), in order, with at most FIRST_EXTRA
+/// others among them; the model's and the optimizer's setup come before it. A GPT-2 of one
+/// batch shape (H200, PyTorch 2.11) ran out in its second step asking 2.3 GiB; its first
+/// step, made alike, told how far the second would rise. None where no such run is found
+/// (its shapes were other) or the history did not begin with the job.
 fn first_step(trace: &Trace, start: usize, event: usize) -> Option<usize> {
     if start == 0 || !trace.initial.is_empty() || !trace.initial_segments.is_empty() {
         return None;
     }
     let allocs = |range: std::ops::Range<usize>| {
+        let from = range.start;
         trace.events[range]
             .iter()
             .enumerate()
             .filter(|(_, e)| e.kind == TraceEventKind::Alloc)
-            .map(|(i, e)| (i, e.size))
+            .map(move |(i, e)| (from + i, e.size))
             .collect::<Vec<_>>()
     };
     let ours: Vec<u64> = allocs(start..event)
@@ -378,11 +385,29 @@ fn first_step(trace: &Trace, start: usize, event: usize) -> Option<usize> {
     if ours.is_empty() {
         return None;
     }
-    let theirs = allocs(0..start);
-    theirs
-        .windows(ours.len())
-        .find(|w| w.iter().map(|&(_, size)| size).eq(ours.iter().copied()))
-        .map(|w| w[0].0)
+    let theirs: Vec<u64> = allocs(0..start).iter().map(|&(_, size)| size).collect();
+    let at = (0..theirs.len()).find(|&j| begins_alike(&theirs[j..], &ours))?;
+    Some(allocs(0..start)[at].0)
+}
+
+/// Whether `theirs` begins with `ours` in order, its first the same, with at most
+/// FIRST_EXTRA other allocations among them.
+fn begins_alike(theirs: &[u64], ours: &[u64]) -> bool {
+    if theirs.first() != ours.first() {
+        return false;
+    }
+    let mut theirs = theirs.iter();
+    let mut extra = 0;
+    for &size in ours {
+        loop {
+            match theirs.next() {
+                Some(&t) if t == size => break,
+                Some(_) if extra < FIRST_EXTRA => extra += 1,
+                _ => return false,
+            }
+        }
+    }
+    true
 }
 
 /// The rest of the step cut short by the OOM at `event` (its request: the event's size),
@@ -1137,6 +1162,20 @@ mod tests {
             Vec::new()
         };
         (Trace::bare(initial, events), marks, oom)
+    }
+
+    #[test]
+    fn a_first_step_begins_alike_across_what_a_job_allocates_once() {
+        // cuBLAS's workspace (32) made at the first step's first matrix product.
+        assert!(begins_alike(
+            &[64, 32, 8, 8, 32, 256, 256],
+            &[64, 32, 8, 8, 256, 256]
+        ));
+        assert!(begins_alike(&[64, 32, 8], &[64, 32, 8]));
+        // Not the same first allocation; too many others among them; cut short.
+        assert!(!begins_alike(&[32, 64, 32, 8], &[64, 32, 8]));
+        assert!(!begins_alike(&[64, 1, 2, 3, 32], &[64, 32]));
+        assert!(!begins_alike(&[64, 32], &[64, 32, 8]));
     }
 
     #[test]
