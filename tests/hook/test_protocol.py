@@ -590,6 +590,9 @@ class CheckpointTest(unittest.TestCase):
             kept = {}
             listener = None
 
+            def keep_and_tell(self, kind, frame):  # no viewers: kept only
+                self.kept[kind] = frame
+
         Hook.alloc = alloc
         alloc.checkpoint_lock.acquire()  # a checkpoint under way
 

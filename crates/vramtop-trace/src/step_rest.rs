@@ -385,9 +385,10 @@ fn first_step(trace: &Trace, start: usize, event: usize) -> Option<usize> {
     if ours.is_empty() {
         return None;
     }
-    let theirs: Vec<u64> = allocs(0..start).iter().map(|&(_, size)| size).collect();
+    let before = allocs(0..start);
+    let theirs: Vec<u64> = before.iter().map(|&(_, size)| size).collect();
     let at = (0..theirs.len()).find(|&j| begins_alike(&theirs[j..], &ours))?;
-    Some(allocs(0..start)[at].0)
+    Some(before[at].0)
 }
 
 /// Whether `theirs` begins with `ours` in order, its first the same, with at most
@@ -509,9 +510,12 @@ pub fn of(trace: &Trace, marks: &[usize], event: usize) -> Option<StepRest> {
         .filter_map(|s| s.matching_rise(point, share_now, &lead, request))
         .collect();
     // The first step standing in alone is one step made alike from the job's start: where
-    // its allocation there matches the request, it is the same operation.
-    let identified =
-        matching.len() >= SURE_MATCHING || (first.is_some() && matching.len() == done.len());
+    // its allocation there matches the request, it is the same operation; where none does,
+    // it says nothing (its count may be off by its setup), and the step is not told.
+    if first.is_some() && matching.len() < done.len() {
+        return None;
+    }
+    let identified = matching.len() >= SURE_MATCHING || first.is_some();
     let counted: Vec<Rise> = if identified {
         matching
     } else {
@@ -1191,6 +1195,19 @@ mod tests {
         // A first step of other shapes makes no allocation alike: nothing stands in.
         let (other, marks, oom) = second_step_job(50, false);
         assert_eq!(of(&other, &marks, oom), None);
+        // Nor one made alike at its start whose allocation at the point is another size
+        // (here a first step of three activations then the gradient).
+        let (short, marks, oom) = {
+            use TraceEventKind::*;
+            let (mut trace, marks, oom) = second_step_job(100, false);
+            // The first step's third activation (event 4) made the size of a gradient, and
+            // freed as one (event 9).
+            trace.events[4].size = 200 * MIB;
+            trace.events[9].size = 200 * MIB;
+            assert_eq!(trace.events[9].kind, FreeCompleted);
+            (trace, marks, oom)
+        };
+        assert_eq!(of(&short, &marks, oom), None);
         // Nor where the history began after the job did (blocks live at its start).
         let (late, marks, oom) = second_step_job(100, true);
         assert_eq!(of(&late, &marks, oom), None);

@@ -115,6 +115,8 @@ Workloads (each ends with one judged request, caught so the process ends normall
               batch (8 x 1024) never changes: as gpt2fixed, the second step runs out
               where a cap is under the first step's peak plus AdamW's state
               (WHATIF_LLAMAFIXED_CAP_GIB).
+  vitfixed    a ViT-Base (bf16 autocast, AdamW) on one batch shape, 128 images of 224 x
+              224: as gpt2fixed, an image model's second step (WHATIF_VITFIXED_CAP_GIB).
   clipvar     a CLIP (ViT-B/16 and a text tower, random weights) trained contrastively:
               the batch (images and captions of varying length) varies, so the
               similarity matrix and every activation change shape (WHATIF_CLIPVAR_CAP_GIB).
@@ -219,7 +221,7 @@ import time
 MiB = 1 << 20
 GiB = 1 << 30
 WORKLOADS = ["checker", "splitcache", "tails", "gpt2var", "kvcache", "gpt2mixed", "llamamix", "resnetvar",
-             "bertaccum", "t5var", "gpt2ckpt", "evalmix", "gpt2keep", "gan", "vitvar", "moemix", "gpt2scaler", "loramix", "gpt2compile", "llamagen", "gpt2stream", "t5beam", "t5beam_steps", "wav2vec", "mambaslow", "hftrainer", "gpt2sgd", "resnetinfer", "lightning", "lightningaccum", "gpt2tutorial", "gpt2fixed", "clipvar", "gpt2fused", "accelaccum", "llamabf16", "unetvar", "graphsteps", "graphsonce", "gpt2graphs", "llamagraphs", "gpt2empties", "gpt2ddp", "gpt2ddp2", "gpt2fsdp2", "gpt2fsdp1", "gpt2loader", "llamafixed", "otherproc"]
+             "bertaccum", "t5var", "gpt2ckpt", "evalmix", "gpt2keep", "gan", "vitvar", "moemix", "gpt2scaler", "loramix", "gpt2compile", "llamagen", "gpt2stream", "t5beam", "t5beam_steps", "wav2vec", "mambaslow", "hftrainer", "gpt2sgd", "resnetinfer", "lightning", "lightningaccum", "gpt2tutorial", "gpt2fixed", "clipvar", "gpt2fused", "accelaccum", "llamabf16", "unetvar", "graphsteps", "graphsonce", "gpt2graphs", "llamagraphs", "gpt2empties", "gpt2ddp", "gpt2ddp2", "gpt2fsdp2", "gpt2fsdp1", "gpt2loader", "llamafixed", "vitfixed", "otherproc"]
 # The cap of each stepped workload that takes one from the environment (`scan` varies it).
 CAP_ENV = {"gpt2mixed": ("WHATIF_GPT2MIXED_CAP_GIB", 15.5), "llamamix": ("WHATIF_LLAMAMIX_CAP_GIB", 10),
            "resnetvar": ("WHATIF_RESNETVAR_CAP_GIB", 6.5), "bertaccum": ("WHATIF_BERTACCUM_CAP_GIB", 8),
@@ -246,7 +248,8 @@ CAP_ENV = {"gpt2mixed": ("WHATIF_GPT2MIXED_CAP_GIB", 15.5), "llamamix": ("WHATIF
            "gpt2ddp2": ("WHATIF_GPT2DDP2_CAP_GIB", 10), "gpt2fsdp2": ("WHATIF_GPT2FSDP2_CAP_GIB", 10),
            "gpt2fsdp1": ("WHATIF_GPT2FSDP1_CAP_GIB", 10),
            "gpt2loader": ("WHATIF_GPT2LOADER_CAP_GIB", 10),
-           "llamafixed": ("WHATIF_LLAMAFIXED_CAP_GIB", 10)}
+           "llamafixed": ("WHATIF_LLAMAFIXED_CAP_GIB", 10),
+           "vitfixed": ("WHATIF_VITFIXED_CAP_GIB", 10)}
 HERE = os.path.dirname(os.path.abspath(__file__))
 # What a workload says of where it was when an OOM came (graphsteps, graphsonce: "before
 # the capture", "capture" or "replay").
@@ -1272,6 +1275,13 @@ def steps(workload, cap, stop_at, judged, before_judged, after_step):
         # interpolated), the largest resolution growing: tokens grow as its square.
         step = image_step(model, opt, [16, 32, 48, 64], 16, lambda i: min(28, 8 + i // 4), 8,
                           bf16=True, interpolate_pos_encoding=True)
+    elif workload == "vitfixed":
+        from transformers import ViTConfig, ViTForImageClassification
+
+        cap_from_env(cap, workload)
+        model = ViTForImageClassification(ViTConfig(image_size=224, num_labels=1000)).cuda()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        step = image_step(model, opt, [128], 16, lambda i: 14, 14, bf16=True)
     elif workload == "resnetvar":
         from transformers import ResNetConfig, ResNetForImageClassification
 
@@ -1676,7 +1686,7 @@ def under_vramtop(binary, workload, work):
 STEPPED = ("gpt2var", "kvcache", "kvcache_steps", "gpt2mixed", "llamamix", "resnetvar", "bertaccum", "t5var",
            "gpt2ckpt", "evalmix", "gpt2keep", "gan", "vitvar", "moemix", "gpt2scaler",
            "loramix", "gpt2compile", "llamagen", "gpt2stream", "t5beam", "t5beam_steps", "wav2vec", "mambaslow", "hftrainer", "gpt2sgd", "resnetinfer", "gpt2fixed", "clipvar", "lightning", "lightningaccum", "gpt2tutorial", "gpt2fused", "accelaccum",
-           "llamabf16", "unetvar", "graphsteps", "graphsonce", "gpt2graphs", "llamagraphs", "gpt2empties", "gpt2ddp", "gpt2ddp2", "gpt2fsdp2", "gpt2fsdp1", "gpt2loader", "llamafixed")
+           "llamabf16", "unetvar", "graphsteps", "graphsonce", "gpt2graphs", "llamagraphs", "gpt2empties", "gpt2ddp", "gpt2ddp2", "gpt2fsdp2", "gpt2fsdp1", "gpt2loader", "llamafixed", "vitfixed")
 
 
 MAX_SPLIT_TRIED = ["20", "64", "128", "256", "512", "1024", "2048", "4096"]  # MAX_SPLIT_TRIED_MB

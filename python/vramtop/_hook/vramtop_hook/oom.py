@@ -425,9 +425,7 @@ def tell(hook, message, kept_path):
         frame = encode_fitting(message)
         if frame is None:
             return
-        hook.kept["oom"] = frame  # kept even before we listen: the first viewer gets it
-        if hook.listener is not None:
-            hook.broadcast(frame, keep="oom")
+        hook.keep_and_tell("oom", frame)  # kept even before we listen: the first viewer gets it
     except Exception:
         pass
 
@@ -524,9 +522,7 @@ def report_uncaught(kind, value):
             # Last: `vramtop run` explains a marked process from its kept files.
             mark_dying_of_oom(message)
         frame = encode(message)
-        hook.kept["error"] = frame
-        if hook.listener is not None:
-            hook.broadcast(frame, keep="error")
+        hook.keep_and_tell("error", frame)
     except Exception:
         pass
 
@@ -720,9 +716,7 @@ def untracked_oom_seen(oom):
                 pass  # a folder that cannot be written: the viewers are still told
             frame = encode({"type": "untracked_oom", "time_s": time.time(), "number": number,
                             "message": fields["message"]})
-            hook.kept["untracked_oom"] = frame
-            if hook.listener is not None:  # (the hook's thread never takes this lock)
-                hook.broadcast(frame, keep="untracked_oom")
+            hook.keep_and_tell("untracked_oom", frame)
     except Exception:
         pass
 

@@ -397,6 +397,19 @@ class Hook:
                 self.offer(viewer, frame, keep=keep)
         self.wake()
 
+    def keep_and_tell(self, kind, frame):
+        """Keep `frame` as the latest of `kind` (an OOM, an error: what a viewer that comes
+        later is sent first) and send it to the viewers now, under one lock: a viewer
+        accepted between the two would otherwise get it twice, kept and told."""
+        with self.lock:
+            self.kept[kind] = frame
+            listening = self.listener is not None
+            if listening:
+                for viewer in list(self.viewers):
+                    self.offer(viewer, frame, keep=kind)
+        if listening:
+            self.wake()
+
     # ----- messages ----------------------------------------------------------------------
 
     def hello(self):
