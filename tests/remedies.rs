@@ -1368,6 +1368,19 @@ fn gpu_kept_histories_of_training_loops_give_pytorchs_outcomes_on_both_paths() {
         gc: Fits,
         between_steps: Fits,
     })[..];
+    // A ViT-Base of one batch shape (128 x 224 x 224) that ran out in its second step
+    // asking 148 MiB under 10.44 GiB, 30 MiB over its allocated peak (hook 1.12, H200,
+    // 2026-11-28): PyTorch fitted expandable and expandable + GC and failed the rest. The
+    // first step stands in, but its rest makes AdamW's state, which the second step holds
+    // already: carried on, the step runs out, and with one step no least says it fails.
+    // Open, not wrong.
+    let vitfixed = &stepped(Outcomes {
+        expandable: CannotTell,
+        max_split: ("max_split_size_mb", CannotTell),
+        roundup: Fails,
+        gc: CannotTell,
+        between_steps: CannotTell,
+    })[..];
     // The `_hook16` files were kept by hook 1.6 (a 32,768-entry ring checkpointed from a
     // quarter full, each checkpoint's segments read off the GIL), so even these short jobs'
     // histories come stitched from pieces, gaps filled; PyTorch's outcomes were the same.
@@ -1459,6 +1472,7 @@ fn gpu_kept_histories_of_training_loops_give_pytorchs_outcomes_on_both_paths() {
         ("ring_gpt2fixed_cap15g22_hook112", gpt2fixed_15g22, 1, false),
         ("ring_llamafixed_cap8g66_hook112", llamafixed_8g66, 1, false),
         ("ring_llamafixed_cap8g59_hook112", llamafixed_8g59, 1, false),
+        ("ring_vitfixed_cap10g44_hook112", vitfixed, 1, false),
     ] {
         let path = fixture(&format!("{name}.pickle.gz"));
         let file = trace::load(&path).unwrap_or_else(|e| panic!("{name}: {e}"));
@@ -1554,6 +1568,8 @@ fn gpu_kept_histories_of_training_loops_give_pytorchs_outcomes_on_both_paths() {
                     "whether it gets through this step is not in its history"
                 } else if name.contains("llamafixed") {
                     "may run out before the step's end"
+                } else if name.contains("vitfixed") {
+                    "runs out of memory before the step's end"
                 } else if name.contains("gpt2tutorial_cap10g55") || name.contains("gpt2fused") {
                     "too close to call"
                 } else if name.contains("gpt2tutorial") {
