@@ -1281,6 +1281,7 @@ mod tests {
             unscaled_peak: 7 * GIB,
             steps: 10,
             identified: true,
+            first_step: false,
             proportional: false,
             working: 6 * GIB,
             floor: GIB / 2,

@@ -72,6 +72,11 @@ pub struct StepRest {
     /// Enough earlier steps matched at the point (`SURE_MATCHING`) that the least of them
     /// says what the step needs at least.
     pub identified: bool,
+    /// The job's first step stood in (`first_step`): its rest also made what a job makes
+    /// once (the optimizer's state, at its first step's end), which this step holds
+    /// already, so it may say more than this step needs, never less; it keeps a "fits"
+    /// that gets through it, and never alone says a step cannot end (`passes`).
+    pub first_step: bool,
     /// The matching steps grew alike (within GROWN_ALIKE) over working memories SPAN or more
     /// apart: none of their rise is fixed, so the least growth scaled to this step is a
     /// bound without the unscaled one (`passes`). A ResNet-50 classifying batches (no
@@ -123,7 +128,10 @@ impl StepRest {
     /// scaled and the largest matching step's rise unscaled (part of a rise, such as
     /// gradients made anew, does not grow with the shapes) passing the cap.
     pub fn passes(&self, cap: u64) -> bool {
-        self.identified && self.peak > cap && (self.unscaled_peak > cap || self.proportional)
+        self.identified
+            && !self.first_step
+            && self.peak > cap
+            && (self.unscaled_peak > cap || self.proportional)
     }
 }
 
@@ -558,6 +566,7 @@ pub fn of(trace: &Trace, marks: &[usize], event: usize) -> Option<StepRest> {
         unscaled_peak,
         steps: growths.len(),
         identified,
+        first_step: first.is_some(),
         proportional,
         working: working as u64,
         floor,
@@ -1187,7 +1196,10 @@ mod tests {
         let (trace, marks, oom) = second_step_job(100, false);
         let rest = of(&trace, &marks, oom).expect("the first step stands in");
         assert_eq!(rest.steps, 1);
-        assert!(rest.identified, "{rest:?}");
+        assert!(rest.identified && rest.first_step, "{rest:?}");
+        // It may say more than the step needs (the optimizer's state made again), so it
+        // never alone says the step cannot end, however low the cap.
+        assert!(!rest.passes(0), "{rest:?}");
         // Two activations of 100 MiB worked with, and the step rose to four and a gradient
         // of 200 MiB: three times.
         assert!((rest.growth - 3.0).abs() < 1e-9, "{rest:?}");
