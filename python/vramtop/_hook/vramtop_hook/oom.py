@@ -716,6 +716,8 @@ def untracked_oom_seen(oom):
                 pass  # a folder that cannot be written: the viewers are still told
             frame = encode({"type": "untracked_oom", "time_s": time.time(), "number": number,
                             "message": fields["message"]})
+            # The server's lock is taken inside this one, never the other way round: the
+            # hook's thread never takes _untracked_lock, the burst's timer no server lock.
             hook.keep_and_tell("untracked_oom", frame)
     except Exception:
         pass
