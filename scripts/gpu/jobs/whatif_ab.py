@@ -117,6 +117,18 @@ Workloads (each ends with one judged request, caught so the process ends normall
               (WHATIF_LLAMAFIXED_CAP_GIB).
   vitfixed    a ViT-Base (bf16 autocast, AdamW) on one batch shape, 128 images of 224 x
               224: as gpt2fixed, an image model's second step (WHATIF_VITFIXED_CAP_GIB).
+  resnetfixed a ResNet-50 (channels_last, cuDNN's benchmark on, fp16 autocast with a
+              GradScaler, SGD with momentum and weight decay) on one batch shape, 192
+              images of 224 x 224: the momentum is made at the first step the scaler
+              lets through, and cuDNN tries its algorithms in the first step
+              (WHATIF_RESNETFIXED_CAP_GIB).
+  bertfixed   a BERT-Base masked LM on one batch shape (32 x 512) in the Hugging Face
+              examples' order: backward, clipping, AdamW's step, a linear schedule's
+              step, then zero_grad() (WHATIF_BERTFIXED_CAP_GIB).
+  llamatune   a Llama of about 0.85 billion parameters (16 layers, 2048 wide) fine-tuned
+              on one batch shape (8 x 1024, bf16 autocast, AdamW): its optimizer's state
+              (6.8 GB) outweighs a step's activations, as in a user's fine-tuning, so the
+              second step holds far more than the first (WHATIF_LLAMATUNE_CAP_GIB).
   clipvar     a CLIP (ViT-B/16 and a text tower, random weights) trained contrastively:
               the batch (images and captions of varying length) varies, so the
               similarity matrix and every activation change shape (WHATIF_CLIPVAR_CAP_GIB).
@@ -221,7 +233,7 @@ import time
 MiB = 1 << 20
 GiB = 1 << 30
 WORKLOADS = ["checker", "splitcache", "tails", "gpt2var", "kvcache", "gpt2mixed", "llamamix", "resnetvar",
-             "bertaccum", "t5var", "gpt2ckpt", "evalmix", "gpt2keep", "gan", "vitvar", "moemix", "gpt2scaler", "loramix", "gpt2compile", "llamagen", "gpt2stream", "t5beam", "t5beam_steps", "wav2vec", "mambaslow", "hftrainer", "gpt2sgd", "resnetinfer", "lightning", "lightningaccum", "gpt2tutorial", "gpt2fixed", "clipvar", "gpt2fused", "accelaccum", "llamabf16", "unetvar", "graphsteps", "graphsonce", "gpt2graphs", "llamagraphs", "gpt2empties", "gpt2ddp", "gpt2ddp2", "gpt2fsdp2", "gpt2fsdp1", "gpt2loader", "llamafixed", "vitfixed", "otherproc"]
+             "bertaccum", "t5var", "gpt2ckpt", "evalmix", "gpt2keep", "gan", "vitvar", "moemix", "gpt2scaler", "loramix", "gpt2compile", "llamagen", "gpt2stream", "t5beam", "t5beam_steps", "wav2vec", "mambaslow", "hftrainer", "gpt2sgd", "resnetinfer", "lightning", "lightningaccum", "gpt2tutorial", "gpt2fixed", "clipvar", "gpt2fused", "accelaccum", "llamabf16", "unetvar", "graphsteps", "graphsonce", "gpt2graphs", "llamagraphs", "gpt2empties", "gpt2ddp", "gpt2ddp2", "gpt2fsdp2", "gpt2fsdp1", "gpt2loader", "llamafixed", "vitfixed", "resnetfixed", "bertfixed", "llamatune", "otherproc"]
 # The cap of each stepped workload that takes one from the environment (`scan` varies it).
 CAP_ENV = {"gpt2mixed": ("WHATIF_GPT2MIXED_CAP_GIB", 15.5), "llamamix": ("WHATIF_LLAMAMIX_CAP_GIB", 10),
            "resnetvar": ("WHATIF_RESNETVAR_CAP_GIB", 6.5), "bertaccum": ("WHATIF_BERTACCUM_CAP_GIB", 8),
@@ -249,7 +261,10 @@ CAP_ENV = {"gpt2mixed": ("WHATIF_GPT2MIXED_CAP_GIB", 15.5), "llamamix": ("WHATIF
            "gpt2fsdp1": ("WHATIF_GPT2FSDP1_CAP_GIB", 10),
            "gpt2loader": ("WHATIF_GPT2LOADER_CAP_GIB", 10),
            "llamafixed": ("WHATIF_LLAMAFIXED_CAP_GIB", 10),
-           "vitfixed": ("WHATIF_VITFIXED_CAP_GIB", 10)}
+           "vitfixed": ("WHATIF_VITFIXED_CAP_GIB", 10),
+           "resnetfixed": ("WHATIF_RESNETFIXED_CAP_GIB", 12),
+           "bertfixed": ("WHATIF_BERTFIXED_CAP_GIB", 12),
+           "llamatune": ("WHATIF_LLAMATUNE_CAP_GIB", 20)}
 HERE = os.path.dirname(os.path.abspath(__file__))
 # What a workload says of where it was when an OOM came (graphsteps, graphsonce: "before
 # the capture", "capture" or "replay").
@@ -1040,6 +1055,19 @@ def steps(workload, cap, stop_at, judged, before_judged, after_step):
         def step(i):
             x = torch.randint(0, 32000, (8, 1024), device="cuda")
             bf16_update(model, opt, input_ids=x, labels=x)
+    elif workload == "llamatune":
+        from transformers import LlamaConfig, LlamaForCausalLM
+
+        cap_from_env(cap, workload)
+        config = LlamaConfig(hidden_size=2048, intermediate_size=5632, num_hidden_layers=16,
+                             num_attention_heads=16, num_key_value_heads=4, vocab_size=32000,
+                             max_position_embeddings=4096)
+        model = LlamaForCausalLM(config).cuda()
+        opt = torch.optim.AdamW(model.parameters(), lr=2e-5)
+
+        def step(i):
+            x = torch.randint(0, 32000, (8, 1024), device="cuda")
+            bf16_update(model, opt, input_ids=x, labels=x)
     elif workload == "gpt2fixed":
         from transformers import GPT2Config, GPT2LMHeadModel
 
@@ -1282,6 +1310,43 @@ def steps(workload, cap, stop_at, judged, before_judged, after_step):
         model = ViTForImageClassification(ViTConfig(image_size=224, num_labels=1000)).cuda()
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
         step = image_step(model, opt, [128], 16, lambda i: 14, 14, bf16=True)
+    elif workload == "resnetfixed":
+        from transformers import ResNetConfig, ResNetForImageClassification
+
+        cap_from_env(cap, workload)
+        torch.backends.cudnn.benchmark = True
+        model = ResNetForImageClassification(ResNetConfig(num_labels=1000)).cuda()
+        model = model.to(memory_format=torch.channels_last)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4)
+        scaler = torch.amp.GradScaler("cuda")
+
+        def step(i):
+            x = torch.randn(192, 3, 224, 224, device="cuda").to(memory_format=torch.channels_last)
+            y = torch.randint(0, 1000, (192,), device="cuda")
+            with torch.autocast("cuda", dtype=torch.float16):
+                loss = model(pixel_values=x, labels=y).loss
+            scaler.scale(loss).backward()
+            scaler.step(opt)  # skipped where the scaled gradients overflowed: no mark
+            scaler.update()
+            opt.zero_grad(set_to_none=True)
+    elif workload == "bertfixed":
+        from transformers import BertConfig, BertForMaskedLM, get_linear_schedule_with_warmup
+
+        cap_from_env(cap, workload)
+        model = BertForMaskedLM(BertConfig()).cuda()  # BERT-Base, random weights
+        opt = torch.optim.AdamW(model.parameters(), lr=5e-5, weight_decay=0.01)
+        schedule = get_linear_schedule_with_warmup(opt, 10, 1000)
+
+        def step(i):
+            x = torch.randint(0, 30522, (32, 512), device="cuda")
+            labels = torch.where(torch.rand(32, 512, device="cuda") < 0.15, x, -100)
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = model(input_ids=x, labels=labels).loss
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            schedule.step()
+            opt.zero_grad()
     elif workload == "resnetvar":
         from transformers import ResNetConfig, ResNetForImageClassification
 
@@ -1686,7 +1751,7 @@ def under_vramtop(binary, workload, work):
 STEPPED = ("gpt2var", "kvcache", "kvcache_steps", "gpt2mixed", "llamamix", "resnetvar", "bertaccum", "t5var",
            "gpt2ckpt", "evalmix", "gpt2keep", "gan", "vitvar", "moemix", "gpt2scaler",
            "loramix", "gpt2compile", "llamagen", "gpt2stream", "t5beam", "t5beam_steps", "wav2vec", "mambaslow", "hftrainer", "gpt2sgd", "resnetinfer", "gpt2fixed", "clipvar", "lightning", "lightningaccum", "gpt2tutorial", "gpt2fused", "accelaccum",
-           "llamabf16", "unetvar", "graphsteps", "graphsonce", "gpt2graphs", "llamagraphs", "gpt2empties", "gpt2ddp", "gpt2ddp2", "gpt2fsdp2", "gpt2fsdp1", "gpt2loader", "llamafixed", "vitfixed")
+           "llamabf16", "unetvar", "graphsteps", "graphsonce", "gpt2graphs", "llamagraphs", "gpt2empties", "gpt2ddp", "gpt2ddp2", "gpt2fsdp2", "gpt2fsdp1", "gpt2loader", "llamafixed", "vitfixed", "resnetfixed", "bertfixed", "llamatune")
 
 
 MAX_SPLIT_TRIED = ["20", "64", "128", "256", "512", "1024", "2048", "4096"]  # MAX_SPLIT_TRIED_MB
