@@ -888,11 +888,21 @@ impl Judge<'_> {
             "that reached as many allocations (too few allocated as much there to tell which \
              operation the request was)"
         };
-        let grew = format!(
-            "{STEP_GOES_ON}: the {} earlier step(s) {which} grew past it to {:.2} to {:.2} \
-             times the memory they worked with there",
-            rest.steps, rest.growth, rest.most_growth
-        );
+        let grew = if rest.first_step {
+            // The first marked step: the job's first, from its start, stands in.
+            format!(
+                "{STEP_GOES_ON}: the job's first step, which allocated as much at the same \
+                 point (this is its second), grew past it to {:.2} times the memory it \
+                 worked with there ({:.2} with what it made and freed at once)",
+                rest.growth, rest.most_growth
+            )
+        } else {
+            format!(
+                "{STEP_GOES_ON}: the {} earlier step(s) {which} grew past it to {:.2} to {:.2} \
+                 times the memory they worked with there",
+                rest.steps, rest.growth, rest.most_growth
+            )
+        };
         let at = |growth: f64, peak: u64, cap: u64| {
             format!(
                 "{} held at the step's start plus {growth:.2} times the {} it worked with at \
@@ -913,7 +923,12 @@ impl Judge<'_> {
         if rest.passes(self.high) {
             let bound = if rest.unscaled_peak > self.high {
                 format!(
-                    "and the largest of them's rise in bytes, unscaled, {} in use",
+                    "and {} rise in bytes, unscaled, {} in use",
+                    if rest.first_step {
+                        "its"
+                    } else {
+                        "the largest of them's"
+                    },
                     human_bytes(rest.unscaled_peak)
                 )
             } else {
