@@ -1405,6 +1405,26 @@ fn gpu_kept_histories_of_training_loops_give_pytorchs_outcomes_on_both_paths() {
         gc: Fails,
         between_steps: Fits,
     })[..];
+    // The same BERT under 11.85 GiB, between its first and second steps' allocated peaks:
+    // PyTorch failed every setting, and its first step says the second reaches 12.2 GiB
+    // at least (PyTorch's own peak there: 12.28 GiB).
+    let bertfixed_11g85 = &stepped(Outcomes {
+        expandable: Fails,
+        max_split: ("max_split_size_mb", Fails),
+        roundup: Fails,
+        gc: Fails,
+        between_steps: Fails,
+    })[..];
+    // gpt2fixed compiled (torch.compile, default mode) under 9.21 GiB: its second step ran
+    // out asking 1.15 GiB; PyTorch fitted expandable and max_split 1024 (the one N run)
+    // and failed GC 0.6, roundup 4 and the cache emptied after every step.
+    let gpt2compilefixed = &stepped(Outcomes {
+        expandable: Fits,
+        max_split: ("max_split_size_mb:1024", Fits),
+        roundup: Fails,
+        gc: Fails,
+        between_steps: Fails,
+    })[..];
     let vitfixed = &stepped(Outcomes {
         expandable: CannotTell,
         max_split: ("max_split_size_mb", CannotTell),
@@ -1507,6 +1527,13 @@ fn gpu_kept_histories_of_training_loops_give_pytorchs_outcomes_on_both_paths() {
         ("ring_llamatune_cap24g3_hook112", llamatune_24g3, 1, false),
         ("ring_llamatune_cap28g9_hook112", llamatune_28g9, 1, false),
         ("ring_bertfixed_cap13g3_hook112", bertfixed, 1, false),
+        ("ring_bertfixed_cap11g85_hook112", bertfixed_11g85, 1, false),
+        (
+            "ring_gpt2compilefixed_cap9g21_hook112",
+            gpt2compilefixed,
+            1,
+            false,
+        ),
     ] {
         let path = fixture(&format!("{name}.pickle.gz"));
         let file = trace::load(&path).unwrap_or_else(|e| panic!("{name}: {e}"));
