@@ -1425,6 +1425,17 @@ fn gpu_kept_histories_of_training_loops_give_pytorchs_outcomes_on_both_paths() {
         gc: Fails,
         between_steps: Fails,
     })[..];
+    // The same under 8.13 GiB, kept by hook 1.13: it ran out in its first step (the
+    // compiled first step, capped, runs out before the second), and PyTorch, emptying the
+    // cache after every step, ran out there too: the hook saw the job still in its first
+    // pass through its model, so no step had ended (`Roles::first_pass`).
+    let gpt2compilefixed_8g13 = &stepped(Outcomes {
+        expandable: Fits,
+        max_split: ("max_split_size_mb:1024", Fits),
+        roundup: Fails,
+        gc: Fails,
+        between_steps: Fails,
+    })[..];
     let vitfixed = &stepped(Outcomes {
         expandable: CannotTell,
         max_split: ("max_split_size_mb", CannotTell),
@@ -1534,6 +1545,12 @@ fn gpu_kept_histories_of_training_loops_give_pytorchs_outcomes_on_both_paths() {
             1,
             false,
         ),
+        (
+            "ring_gpt2compilefixed_cap8g13_hook113",
+            gpt2compilefixed_8g13,
+            0,
+            false,
+        ),
     ] {
         let path = fixture(&format!("{name}.pickle.gz"));
         let file = trace::load(&path).unwrap_or_else(|e| panic!("{name}: {e}"));
@@ -1566,12 +1583,15 @@ fn gpu_kept_histories_of_training_loops_give_pytorchs_outcomes_on_both_paths() {
                 || name.ends_with("_hook19")
                 || name.ends_with("_hook110")
                 || name.ends_with("_hook111")
-                || name.ends_with("_hook112"),
+                || name.ends_with("_hook112")
+                || name.ends_with("_hook113"),
             "{name}: {requests}"
         );
-        if ["_hook18", "_hook19", "_hook110", "_hook111", "_hook112"]
-            .iter()
-            .any(|hook| name.ends_with(hook))
+        if [
+            "_hook18", "_hook19", "_hook110", "_hook111", "_hook112", "_hook113",
+        ]
+        .iter()
+        .any(|hook| name.ends_with(hook))
         {
             // A ring file has no pieces and so no gaps; a history file must have its pieces.
             let none = if name.starts_with("ring_") {
@@ -1656,6 +1676,26 @@ fn gpu_kept_histories_of_training_loops_give_pytorchs_outcomes_on_both_paths() {
         let live = live_view_of(&path, name, &kept);
         assert_eq!(live.remedies, at.remedies, "{name}");
     }
+}
+
+/// An OOM in the job's first step: `empty_cache() between steps` fails only where the hook
+/// saw the job still in its first pass through its model (hook 1.13); the same file
+/// without that word leaves it open, as before.
+#[test]
+fn the_cache_emptied_between_steps_fails_where_no_step_had_ended() {
+    let name = "ring_gpt2compilefixed_cap8g13_hook113";
+    let mut file = trace::load(&fixture(&format!("{name}.pickle.gz"))).unwrap();
+    let between = |file: &Trace| {
+        let at = at_last_oom(name, file);
+        verdict_of(name, &at, "empty_cache() between steps").clone()
+    };
+    let told = between(&file);
+    assert_eq!(told.verdict, Verdict::Fails, "{told:?}");
+    assert!(told.reason.contains("first pass"), "{told:?}");
+    let kept = file.stats.kept_oom.as_mut().unwrap();
+    kept.roles.as_mut().unwrap().first_pass = false;
+    let untold = between(&file);
+    assert_eq!(untold.verdict, Verdict::CannotTell, "{untold:?}");
 }
 
 /// wav2vec (a Wav2Vec2, random weights, CTC on clips of varying batch and length) under

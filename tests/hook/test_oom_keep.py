@@ -729,10 +729,18 @@ class RoleWatchUnitTest(unittest.TestCase):
                 fn(module, (), None)
 
         gen, disc, layer = Module(), Module(), Module()
+        self.assertFalse(watch.in_first_pass())  # no forward yet: nothing known
         forward(gen, [layer])  # step 1: two root models, one inner layer
         forward(disc)
         self.assertEqual(set(watch.models), {gen, disc})
         self.assertEqual(len(hooks["pre"]), 1)
+        # An OOM now comes in the job's first pass: no step has ended...
+        self.assertTrue(watch.in_first_pass())
+        # ...unless the watch has run out (a first step longer than MODELS_WATCH_S).
+        until = watch.watch_until
+        watch.watch_until = until - 2 * watch.MODELS_WATCH_S
+        self.assertFalse(watch.in_first_pass())
+        watch.watch_until = until
         import warnings
 
         # While they live, torch.compile's warning about global hooks (ours) is ignored...
@@ -744,6 +752,7 @@ class RoleWatchUnitTest(unittest.TestCase):
         self.assertEqual(seen, [])
         forward(gen, [layer])  # step 2: a root again: every model is known, hooks removed
         self.assertEqual(hooks, {"pre": [], "post": []})
+        self.assertFalse(watch.in_first_pass())  # a pass has ended
         self.assertEqual(set(watch.models), {gen, disc})
         # ...and the filter goes with them.
         self.assertNotIn(watch.warning_filter, warnings.filters)

@@ -35,6 +35,10 @@ pub struct Roles {
     pub allocated: Option<u64>,
     #[serde(default)]
     pub reserved: Option<u64>,
+    /// At an OOM (hook 1.13): the job was still in its first pass through its models, no
+    /// root module's forward run twice, so no step or batch had ended before it.
+    #[serde(default)]
+    pub first_pass: bool,
 }
 
 /// The roles beside the allocator's figures at the same moment.

@@ -1041,6 +1041,15 @@ impl Judge<'_> {
         if !at.replay_fails_there || at.beyond.is_some() {
             return remedy::empty_cache_between_steps(at.beyond.clone());
         }
+        if steps == 0 && self.before_any_step() {
+            return RemedyVerdict::new(
+                Remedy::EmptyCacheBetweenSteps,
+                Verdict::Fails,
+                "the job ran out in its first pass through its model (the hook saw no \
+                 optimizer step and no model's forward run twice before the OOM): no step \
+                 had ended where the cache would be emptied, so the job runs as it did",
+            );
+        }
         if steps == 0 {
             return RemedyVerdict::new(
                 Remedy::EmptyCacheBetweenSteps,
@@ -1057,6 +1066,19 @@ impl Judge<'_> {
         };
         let verdict = verdicts::between_steps(self.runs.verdict(at.event, run), steps, self.marked);
         self.sourced(at, verdict, &[run])
+    }
+
+    /// Whether the job died before any step of its ended: the hook marked no optimizer
+    /// step, and the job was still in its first pass through its models (`Roles::
+    /// first_pass`: no root module's forward had run twice). Emptying the cache after each
+    /// step then changes nothing before the OOM. A compiled GPT-2 of one batch shape under
+    /// 8.13 GiB ran out in its first step (H200, PyTorch 2.11), and PyTorch, run emptying
+    /// the cache after every step, ran out there too; vramtop had told the user to mark
+    /// steps with `vramtop.step()`, which would have settled nothing.
+    fn before_any_step(&self) -> bool {
+        self.trace.stats.kept_oom.as_ref().is_some_and(|kept| {
+            kept.steps_us.is_empty() && kept.roles.as_ref().is_some_and(|r| r.first_pass)
+        })
     }
 
     /// A replayed verdict with where it came from: a checkpoint, and for one left open,

@@ -43,6 +43,7 @@ class RoleWatch:
         self.handles = []
         self.local = threading.local()
         self.watch_until = None
+        self.came_round = False  # a root module's forward ran again: a pass has ended
         self.wanted = False  # a state asked; the next step reads them
         self.at_step = None  # {device: figures} read just after the last step that read
         self.at_step_time = None
@@ -74,6 +75,7 @@ class RoleWatch:
                 if watch.watch_until is None:
                     watch.watch_until = now + watch.MODELS_WATCH_S
                 if module in watch.models:
+                    watch.came_round = True
                     watch.stop_watching()
                 else:
                     watch.models.add(module)
@@ -187,7 +189,17 @@ class RoleWatch:
             return None
         if not own:
             figures["gradients"] = ((self.at_step or {}).get(device) or {}).get("gradients", 0)
+        if self.in_first_pass():
+            figures["first_pass"] = True
         return dict(figures, time_s=time.time())
+
+    def in_first_pass(self):
+        """Whether the job is still in its first pass through its models: a root module's
+        forward has run, none has come round again, and the watch is still on (it ends
+        MODELS_WATCH_S after the first). An OOM then came before any step or batch ended,
+        so nothing done between steps (emptying the cache) would have come before it."""
+        until = self.watch_until
+        return bool(self.models) and not self.came_round and until is not None and time.monotonic() <= until
 
     def read(self, models, optimizers, grads, device=None):
         """{device: figures} over every CUDA device the tensors are on (only `device`'s
