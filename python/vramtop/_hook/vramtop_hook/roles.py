@@ -198,8 +198,11 @@ class RoleWatch:
         forward has run, none has come round again, and the watch is still on (it ends
         MODELS_WATCH_S after the first). An OOM then came before any step or batch ended,
         so nothing done between steps (emptying the cache) would have come before it."""
-        until = self.watch_until
-        return bool(self.models) and not self.came_round and until is not None and time.monotonic() <= until
+        try:
+            until = self.watch_until
+            return bool(self.models) and not self.came_round and until is not None and time.monotonic() <= until
+        except Exception:
+            return False
 
     def read(self, models, optimizers, grads, device=None):
         """{device: figures} over every CUDA device the tensors are on (only `device`'s
