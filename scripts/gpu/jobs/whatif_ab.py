@@ -132,6 +132,10 @@ Workloads (each ends with one judged request, caught so the process ends normall
   gpt2compilefixed  gpt2fixed compiled (torch.compile, default mode): the first step
               compiles the forward and the backward, Triton's autotuning allocating as
               it goes (WHATIF_GPT2COMPILEFIXED_CAP_GIB).
+  gpt2scalerfixed  gpt2fixed in fp16 autocast with a GradScaler whose scale starts
+              high (2**40): the gradients overflow and the scaler skips the optimizer's
+              step (no mark, no AdamW state) until its scale has halved enough, 19
+              steps on an H200 (at 2**20 it skipped none) (WHATIF_GPT2SCALERFIXED_CAP_GIB).
   clipvar     a CLIP (ViT-B/16 and a text tower, random weights) trained contrastively:
               the batch (images and captions of varying length) varies, so the
               similarity matrix and every activation change shape (WHATIF_CLIPVAR_CAP_GIB).
@@ -236,7 +240,7 @@ import time
 MiB = 1 << 20
 GiB = 1 << 30
 WORKLOADS = ["checker", "splitcache", "tails", "gpt2var", "kvcache", "gpt2mixed", "llamamix", "resnetvar",
-             "bertaccum", "t5var", "gpt2ckpt", "evalmix", "gpt2keep", "gan", "vitvar", "moemix", "gpt2scaler", "loramix", "gpt2compile", "llamagen", "gpt2stream", "t5beam", "t5beam_steps", "wav2vec", "mambaslow", "hftrainer", "gpt2sgd", "resnetinfer", "lightning", "lightningaccum", "gpt2tutorial", "gpt2fixed", "clipvar", "gpt2fused", "accelaccum", "llamabf16", "unetvar", "graphsteps", "graphsonce", "gpt2graphs", "llamagraphs", "gpt2empties", "gpt2ddp", "gpt2ddp2", "gpt2fsdp2", "gpt2fsdp1", "gpt2loader", "llamafixed", "vitfixed", "resnetfixed", "bertfixed", "llamatune", "gpt2compilefixed", "otherproc"]
+             "bertaccum", "t5var", "gpt2ckpt", "evalmix", "gpt2keep", "gan", "vitvar", "moemix", "gpt2scaler", "loramix", "gpt2compile", "llamagen", "gpt2stream", "t5beam", "t5beam_steps", "wav2vec", "mambaslow", "hftrainer", "gpt2sgd", "resnetinfer", "lightning", "lightningaccum", "gpt2tutorial", "gpt2fixed", "clipvar", "gpt2fused", "accelaccum", "llamabf16", "unetvar", "graphsteps", "graphsonce", "gpt2graphs", "llamagraphs", "gpt2empties", "gpt2ddp", "gpt2ddp2", "gpt2fsdp2", "gpt2fsdp1", "gpt2loader", "llamafixed", "vitfixed", "resnetfixed", "bertfixed", "llamatune", "gpt2compilefixed", "gpt2scalerfixed", "otherproc"]
 # The cap of each stepped workload that takes one from the environment (`scan` varies it).
 CAP_ENV = {"gpt2mixed": ("WHATIF_GPT2MIXED_CAP_GIB", 15.5), "llamamix": ("WHATIF_LLAMAMIX_CAP_GIB", 10),
            "resnetvar": ("WHATIF_RESNETVAR_CAP_GIB", 6.5), "bertaccum": ("WHATIF_BERTACCUM_CAP_GIB", 8),
@@ -268,7 +272,8 @@ CAP_ENV = {"gpt2mixed": ("WHATIF_GPT2MIXED_CAP_GIB", 15.5), "llamamix": ("WHATIF
            "resnetfixed": ("WHATIF_RESNETFIXED_CAP_GIB", 12),
            "bertfixed": ("WHATIF_BERTFIXED_CAP_GIB", 12),
            "llamatune": ("WHATIF_LLAMATUNE_CAP_GIB", 20),
-           "gpt2compilefixed": ("WHATIF_GPT2COMPILEFIXED_CAP_GIB", 15)}
+           "gpt2compilefixed": ("WHATIF_GPT2COMPILEFIXED_CAP_GIB", 15),
+           "gpt2scalerfixed": ("WHATIF_GPT2SCALERFIXED_CAP_GIB", 15)}
 HERE = os.path.dirname(os.path.abspath(__file__))
 # What a workload says of where it was when an OOM came (graphsteps, graphsonce: "before
 # the capture", "capture" or "replay").
@@ -1095,6 +1100,24 @@ def steps(workload, cap, stop_at, judged, before_judged, after_step):
         def step(i):
             x = torch.randint(0, 50257, (12, 1024), device="cuda")
             bf16_update(compiled, opt, input_ids=x, labels=x)
+    elif workload == "gpt2scalerfixed":
+        from transformers import GPT2Config, GPT2LMHeadModel
+
+        cap_from_env(cap, workload)
+        model = GPT2LMHeadModel(GPT2Config(n_layer=6, n_embd=1024, n_head=16, n_positions=1024)).cuda()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        scaler = torch.amp.GradScaler("cuda", init_scale=2.0 ** 40)
+
+        def step(i):
+            x = torch.randint(0, 50257, (12, 1024), device="cuda")
+            with torch.autocast("cuda", dtype=torch.float16):
+                loss = model(input_ids=x, labels=x).loss
+            scaler.scale(loss).backward()
+            scaler.step(opt)  # skipped while the scaled gradients overflow
+            scaler.update()
+            opt.zero_grad(set_to_none=True)
+            if PROFILE:
+                print(f"profile: step {i} scale {scaler.get_scale()}", flush=True)
     elif workload == "clipvar":
         from transformers import CLIPConfig, CLIPModel
 
@@ -1766,7 +1789,7 @@ def under_vramtop(binary, workload, work):
 STEPPED = ("gpt2var", "kvcache", "kvcache_steps", "gpt2mixed", "llamamix", "resnetvar", "bertaccum", "t5var",
            "gpt2ckpt", "evalmix", "gpt2keep", "gan", "vitvar", "moemix", "gpt2scaler",
            "loramix", "gpt2compile", "llamagen", "gpt2stream", "t5beam", "t5beam_steps", "wav2vec", "mambaslow", "hftrainer", "gpt2sgd", "resnetinfer", "gpt2fixed", "clipvar", "lightning", "lightningaccum", "gpt2tutorial", "gpt2fused", "accelaccum",
-           "llamabf16", "unetvar", "graphsteps", "graphsonce", "gpt2graphs", "llamagraphs", "gpt2empties", "gpt2ddp", "gpt2ddp2", "gpt2fsdp2", "gpt2fsdp1", "gpt2loader", "llamafixed", "vitfixed", "resnetfixed", "bertfixed", "llamatune", "gpt2compilefixed")
+           "llamabf16", "unetvar", "graphsteps", "graphsonce", "gpt2graphs", "llamagraphs", "gpt2empties", "gpt2ddp", "gpt2ddp2", "gpt2fsdp2", "gpt2fsdp1", "gpt2loader", "llamafixed", "vitfixed", "resnetfixed", "bertfixed", "llamatune", "gpt2compilefixed", "gpt2scalerfixed")
 
 
 MAX_SPLIT_TRIED = ["20", "64", "128", "256", "512", "1024", "2048", "4096"]  # MAX_SPLIT_TRIED_MB
