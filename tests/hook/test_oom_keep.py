@@ -690,6 +690,27 @@ class RoleWatchUnitTest(unittest.TestCase):
         watch.models.add(broken)
         self.assertIsNone(watch.of(0))
 
+    def test_first_pass_is_told_only_inside_the_first_forward_or_its_backward(self):
+        S, T = self.Storage, self.Tensor
+        weight = T(S(0x1000, 4096))
+
+        class Model:
+            def parameters(self):
+                return iter([weight])
+
+            def buffers(self):
+                return iter([])
+
+        watch = self.hook.roles.RoleWatch(self.fake_torch())
+        model = Model()  # held: the watch holds its models weakly
+        watch.models.add(model)
+        watch.watch_until = __import__("time").monotonic() + 60
+        watch.local.depth = 1  # inside the first pass's forward
+        self.assertTrue(watch.at_oom(0).get("first_pass"))
+        # On the job's thread outside any forward (the optimizer's update, the next batch
+        # copied in): a step may have ended there, so it is not told.
+        self.assertNotIn("first_pass", watch.at_oom(0))
+
     def test_roots_are_noted_until_one_comes_round_again_then_the_hooks_go(self):
         import sys
         import types

@@ -500,8 +500,8 @@ fn what_needs(step: &Option<StepRest>) -> String {
     match step {
         None => "the live tensors with this request".to_string(),
         Some(rest) if rest.first_step => format!(
-            "the step in progress, the job's second (the request fits, but in its first step, \
-             at the same point, the memory the step worked with rose on to {:.2} times what it \
+            "the step in progress (the request fits, but in the job's first step, from its \
+             start, at the same point, the memory the step worked with rose on to {:.2} times what it \
              was: {} in use) would",
             rest.growth,
             human_bytes(rest.peak),

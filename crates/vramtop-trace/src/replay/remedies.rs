@@ -891,10 +891,18 @@ impl Judge<'_> {
         let grew = if rest.first_step {
             // The first marked step: the job's first, from its start, stands in.
             format!(
-                "{STEP_GOES_ON}: the job's first step, which allocated as much at the same \
-                 point (this is its second), grew past it to {:.2} times the memory it \
-                 worked with there ({:.2} with what it made and freed at once)",
-                rest.growth, rest.most_growth
+                "{STEP_GOES_ON}: the job's first step, from its start, which allocated as \
+                 much at the same point, grew past it to {:.2} times the memory it worked \
+                 with there{}",
+                rest.growth,
+                if rest.most_growth > rest.growth {
+                    format!(
+                        " ({:.2} with what it made and freed at once)",
+                        rest.most_growth
+                    )
+                } else {
+                    String::new()
+                }
             )
         } else {
             format!(
@@ -1076,9 +1084,12 @@ impl Judge<'_> {
     /// the cache after every step, ran out there too; vramtop had told the user to mark
     /// steps with `vramtop.step()`, which would have settled nothing.
     fn before_any_step(&self) -> bool {
-        self.trace.stats.kept_oom.as_ref().is_some_and(|kept| {
-            kept.steps_us.is_empty() && kept.roles.as_ref().is_some_and(|r| r.first_pass)
-        })
+        // The history from the job's start: a hook started later saw a later pass first.
+        let from_start = self.live_at_start == 0 && self.checkpoint.is_none();
+        from_start
+            && self.trace.stats.kept_oom.as_ref().is_some_and(|kept| {
+                kept.steps_us.is_empty() && kept.roles.as_ref().is_some_and(|r| r.first_pass)
+            })
     }
 
     /// A replayed verdict with where it came from: a checkpoint, and for one left open,

@@ -175,12 +175,14 @@ class RoleWatch:
         models, optimizers = list(self.models), list(self.optimizers)
         if not models and not optimizers:
             return None
+        in_forward = getattr(self.local, "depth", 0) > 0
         self.local.depth = 0  # a forward that ran out of memory never came back
         # The main thread, or a thread Python did not start (the autograd engine's, which
         # alone writes this device's gradients), may read them; another Python thread (a
         # prefetcher) may run beside a backward: it takes the last step's reading of them.
         current = threading.current_thread()
-        own = current is threading.main_thread() or isinstance(current, getattr(threading, "_DummyThread", ()))
+        in_backward = isinstance(current, getattr(threading, "_DummyThread", ()))
+        own = current is threading.main_thread() or in_backward
         try:
             figures = self.read(models, optimizers, grads=own, device=device).get(device)
         except Exception:
@@ -189,7 +191,10 @@ class RoleWatch:
             return None
         if not own:
             figures["gradients"] = ((self.at_step or {}).get(device) or {}).get("gradients", 0)
-        if self.in_first_pass():
+        # Only inside the first pass's forward or its backward: after them (the optimizer's
+        # own update, the next batch copied in before the next forward) a step may have
+        # ended without a root module's forward running again.
+        if (in_forward or in_backward) and self.in_first_pass():
             figures["first_pass"] = True
         return dict(figures, time_s=time.time())
 
