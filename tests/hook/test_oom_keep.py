@@ -566,6 +566,19 @@ class RoleWatchUnitTest(unittest.TestCase):
         def untyped_storage(self):
             return self.storage
 
+    @staticmethod
+    def model_of(*weights):
+        """A model whose parameters are `weights`, with no buffers."""
+
+        class Model:
+            def parameters(self):
+                return iter(weights)
+
+            def buffers(self):
+                return iter([])
+
+        return Model()
+
     def fake_torch(self):
         Tensor = self.Tensor
         return type("Torch", (), {"is_tensor": staticmethod(lambda t: isinstance(t, Tensor))})()
@@ -664,16 +677,8 @@ class RoleWatchUnitTest(unittest.TestCase):
     def test_without_an_optimizer_parameters_are_read_at_the_state_and_no_gradient(self):
         S, T = self.Storage, self.Tensor
         weight = T(S(0x1000, 4096), grad=T(S(0x9000, 4096)))
-
-        class Model:
-            def parameters(self):
-                return iter([weight])
-
-            def buffers(self):
-                return iter([])
-
         watch = self.hook.roles.RoleWatch(self.fake_torch())
-        model = Model()
+        model = self.model_of(weight)
         watch.models.add(model)
         roles = watch.of(0)
         self.assertEqual((roles["parameters"], roles["gradients"]), (4096, 0))
@@ -692,17 +697,8 @@ class RoleWatchUnitTest(unittest.TestCase):
 
     def test_first_pass_is_told_only_inside_the_first_forward_or_its_backward(self):
         S, T = self.Storage, self.Tensor
-        weight = T(S(0x1000, 4096))
-
-        class Model:
-            def parameters(self):
-                return iter([weight])
-
-            def buffers(self):
-                return iter([])
-
         watch = self.hook.roles.RoleWatch(self.fake_torch())
-        model = Model()  # held: the watch holds its models weakly
+        model = self.model_of(T(S(0x1000, 4096)))  # held: the watch holds its models weakly
         watch.models.add(model)
         watch.watch_until = __import__("time").monotonic() + 60
         watch.local.depth = 1  # inside the first pass's forward

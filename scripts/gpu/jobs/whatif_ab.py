@@ -520,6 +520,17 @@ def bf16_update(model, opt, **inputs):
     opt.zero_grad(set_to_none=True)
 
 
+def gpt2_fixed():
+    """gpt2fixed's GPT-2 (6 layers, 1024 wide, random weights) with AdamW, and a draw of its
+    one batch shape (12 x 1024): the same job under the fixed-batch workloads' variations."""
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    model = GPT2LMHeadModel(GPT2Config(n_layer=6, n_embd=1024, n_head=16, n_positions=1024)).cuda()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    return model, opt, lambda: torch.randint(0, 50257, (12, 1024), device="cuda")
+
+
 def llama_config(layers):
     """The harness's Llama: 1024 wide, grouped-query attention (16 heads, 4 for keys and
     values), a 32,000-token vocabulary, random weights."""
@@ -1078,38 +1089,29 @@ def steps(workload, cap, stop_at, judged, before_judged, after_step):
             x = torch.randint(0, 32000, (8, 1024), device="cuda")
             bf16_update(model, opt, input_ids=x, labels=x)
     elif workload == "gpt2fixed":
-        from transformers import GPT2Config, GPT2LMHeadModel
-
         cap_from_env(cap, workload)
-        model = GPT2LMHeadModel(GPT2Config(n_layer=6, n_embd=1024, n_head=16, n_positions=1024)).cuda()
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        model, opt, batch = gpt2_fixed()
 
         def step(i):
             # Every batch the same shape: what fits once fits again, unless the memory
             # the first step leaves behind (AdamW's state) is what the batch lacked.
-            x = torch.randint(0, 50257, (12, 1024), device="cuda")
+            x = batch()
             bf16_update(model, opt, input_ids=x, labels=x)
     elif workload == "gpt2compilefixed":
-        from transformers import GPT2Config, GPT2LMHeadModel
-
         cap_from_env(cap, workload)
-        model = GPT2LMHeadModel(GPT2Config(n_layer=6, n_embd=1024, n_head=16, n_positions=1024)).cuda()
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        model, opt, batch = gpt2_fixed()
         compiled = torch.compile(model)
 
         def step(i):
-            x = torch.randint(0, 50257, (12, 1024), device="cuda")
+            x = batch()
             bf16_update(compiled, opt, input_ids=x, labels=x)
     elif workload == "gpt2scalerfixed":
-        from transformers import GPT2Config, GPT2LMHeadModel
-
         cap_from_env(cap, workload)
-        model = GPT2LMHeadModel(GPT2Config(n_layer=6, n_embd=1024, n_head=16, n_positions=1024)).cuda()
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        model, opt, batch = gpt2_fixed()
         scaler = torch.amp.GradScaler("cuda", init_scale=2.0 ** 40)
 
         def step(i):
-            x = torch.randint(0, 50257, (12, 1024), device="cuda")
+            x = batch()
             with torch.autocast("cuda", dtype=torch.float16):
                 loss = model(input_ids=x, labels=x).loss
             scaler.scale(loss).backward()
