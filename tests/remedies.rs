@@ -1436,6 +1436,19 @@ fn gpu_kept_histories_of_training_loops_give_pytorchs_outcomes_on_both_paths() {
         gc: Fails,
         between_steps: Fails,
     })[..];
+    // gpt2fixed in fp16 with a GradScaler starting at 2**40: the scaler skipped the
+    // optimizer's step in steps 0 to 18, so no step was marked, and the job ran out in its
+    // second step asking 2.3 GiB under 15.3 GiB (hook 1.14, H200, 2026-11-29). Hook 1.14
+    // marked the second pass's start (`passes`), so the first step stands in. PyTorch
+    // fitted expandable, expandable + GC, the cache emptied after every step and max_split
+    // 2048, and failed GC 0.6 and roundup 4.
+    let gpt2scalerfixed = &stepped(Outcomes {
+        expandable: Fits,
+        max_split: ("max_split_size_mb:2048", Fits),
+        roundup: Fails,
+        gc: Fails,
+        between_steps: Fits,
+    })[..];
     let vitfixed = &stepped(Outcomes {
         expandable: CannotTell,
         max_split: ("max_split_size_mb", CannotTell),
@@ -1551,6 +1564,19 @@ fn gpu_kept_histories_of_training_loops_give_pytorchs_outcomes_on_both_paths() {
             0,
             false,
         ),
+        // No optimizer step marked in these three: their passes stand for their steps.
+        (
+            "ring_gpt2scalerfixed_cap15g3_hook114",
+            gpt2scalerfixed,
+            0,
+            false,
+        ),
+        // gpt2scaler's GPT-2 (shapes varying) with its scale at 2**40: steps 0 to 7
+        // skipped, none marked; it ran out in step 8 asking 954 MiB under 6.6 GiB. And
+        // gpt2sgd (a hand-written update, never marked) under 6.93 GiB, the same step and
+        // request. PyTorch's outcomes: as gpt2ddp's (12 of 12 each, H200, 2026-11-29).
+        ("history_gpt2scalerskip_cap6g6_hook114", gpt2ddp, 0, true),
+        ("history_gpt2sgd_cap6g93_hook114", gpt2ddp, 0, true),
     ] {
         let path = fixture(&format!("{name}.pickle.gz"));
         let file = trace::load(&path).unwrap_or_else(|e| panic!("{name}: {e}"));
@@ -1584,11 +1610,12 @@ fn gpu_kept_histories_of_training_loops_give_pytorchs_outcomes_on_both_paths() {
                 || name.ends_with("_hook110")
                 || name.ends_with("_hook111")
                 || name.ends_with("_hook112")
-                || name.ends_with("_hook113"),
+                || name.ends_with("_hook113")
+                || name.ends_with("_hook114"),
             "{name}: {requests}"
         );
         if [
-            "_hook18", "_hook19", "_hook110", "_hook111", "_hook112", "_hook113",
+            "_hook18", "_hook19", "_hook110", "_hook111", "_hook112", "_hook113", "_hook114",
         ]
         .iter()
         .any(|hook| name.ends_with(hook))
@@ -1696,6 +1723,33 @@ fn the_cache_emptied_between_steps_fails_where_no_step_had_ended() {
     kept.roles.as_mut().unwrap().first_pass = false;
     let untold = between(&file);
     assert_eq!(untold.verdict, Verdict::CannotTell, "{untold:?}");
+}
+
+/// A job that marked no step (a GradScaler skipping the optimizer's first steps): the passes
+/// hook 1.14 marked stand for its steps, and decide what its history alone left open. The
+/// same file without them is judged as before hook 1.14 (on the GPU: 4 equal, 12 open).
+#[test]
+fn the_passes_stand_for_the_steps_a_scaler_skipped() {
+    use vramtop::trace::replay::{steps, StepsBy};
+    let name = "ring_gpt2scalerfixed_cap15g3_hook114";
+    let mut file = trace::load(&fixture(&format!("{name}.pickle.gz"))).unwrap();
+    let kept = file.stats.kept_oom.as_ref().unwrap();
+    assert!(kept.steps_us.is_empty(), "no optimizer step was marked");
+    assert_eq!(kept.passes_us.len(), 1, "the second pass's start");
+    assert_eq!(steps(&file).by, StepsBy::Passes);
+    let at = at_last_oom(name, &file);
+    let between = verdict_of(name, &at, "empty_cache() between steps");
+    assert_eq!(between.verdict, Verdict::Fits, "{between:?}");
+    assert!(
+        between.reason.contains("model's next forward"),
+        "{between:?}"
+    );
+    file.stats.kept_oom.as_mut().unwrap().passes_us.clear();
+    let unmarked = at_last_oom(name, &file);
+    for remedy in ["expandable_segments:True", "empty_cache() between steps"] {
+        let open = verdict_of(name, &unmarked, remedy);
+        assert_eq!(open.verdict, Verdict::CannotTell, "{remedy}: {open:?}");
+    }
 }
 
 /// wav2vec (a Wav2Vec2, random weights, CTC on clips of varying batch and length) under
@@ -1856,7 +1910,7 @@ fn the_rounds_of_training_loops_fall_at_their_optimizer_steps() {
         let marks = step_boundaries(&file);
         assert!(marks.len() > 40, "{name}: {} marks", marks.len());
         let rounds = steps(&unmarked(&file));
-        assert!(!rounds.marked, "{name}");
+        assert!(!rounds.marked(), "{name}");
         assert_eq!(rounds.at, marks, "{name}");
     }
     let name = "history_hftrainer_hook18";

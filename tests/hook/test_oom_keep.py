@@ -774,3 +774,79 @@ class RoleWatchUnitTest(unittest.TestCase):
         # ...and the filter goes with them.
         self.assertNotIn(watch.warning_filter, warnings.filters)
         self.assertFalse(any(f[1] is not None and "global hooks" in f[1].pattern for f in warnings.filters))
+
+    def test_passes_mark_a_step_only_after_a_backward_with_the_gradients_released(self):
+        import collections
+
+        class Node:  # a grad_fn: its prehooks run as a backward reaches it
+            def __init__(self):
+                self.hooks = []
+
+            def register_prehook(self, fn):
+                self.hooks.append(fn)
+
+            def backward(self):
+                for fn in self.hooks:
+                    fn(())
+
+        class Param:
+            requires_grad, grad = True, None
+
+        class Handle:
+            def __init__(self, hooks, fn):
+                self.hooks, self.fn = hooks, fn
+
+            def remove(self):
+                self.hooks.remove(self.fn)
+
+        class Model:
+            def __init__(self):
+                self.weight, self.pre, self.post = Param(), [], []
+
+            def parameters(self):
+                return iter([self.weight])
+
+            def register_forward_pre_hook(self, fn):
+                self.pre.append(fn)
+                return Handle(self.pre, fn)
+
+            def register_forward_hook(self, fn):
+                self.post.append(fn)
+                return Handle(self.post, fn)
+
+            def __call__(self):  # what Module.__call__ does with its own hooks
+                for fn in list(self.pre):
+                    fn(self, ())
+                out = type("Out", (), {"grad_fn": Node()})()
+                for fn in list(self.post):
+                    fn(self, (), {"loss": out, "logits": [out]})
+                return out
+
+        torch = type("Torch", (), {"is_tensor": staticmethod(lambda t: hasattr(t, "grad_fn"))})()
+        marks, steps = collections.deque(), []
+        passes = self.hook.roles.PassMarks(torch, marks, lambda: bool(steps))
+        frozen, model = Model(), Model()
+        frozen.weight.requires_grad = False  # a frozen encoder run first: not followed
+        passes.follow(frozen)
+        passes.follow(model)
+        passes.follow(Model())  # only the first trained root is followed
+        self.assertEqual((len(frozen.pre), len(model.pre)), (0, 1))
+        out = model()  # the first pass: nothing before it
+        self.assertEqual(len(marks), 0)
+        model()  # called again before any backward (a Siamese loss): no step
+        self.assertEqual(len(marks), 0)
+        out.grad_fn.backward()
+        model.weight.grad = object()  # a micro-batch: its gradients kept for the next
+        out = model()
+        self.assertEqual(len(marks), 0)
+        out.grad_fn.backward()
+        model.weight.grad = None  # zero_grad(): the step is over
+        out = model()
+        self.assertEqual(len(marks), 1)
+        model()  # no backward since: no step
+        self.assertEqual(len(marks), 1)
+        out.grad_fn.backward()
+        steps.append(1.0)  # an optimizer step marked at last: its marks say where steps are
+        model()
+        self.assertEqual(len(marks), 1)
+        self.assertEqual((model.pre, model.post), ([], []))

@@ -275,6 +275,10 @@ pub struct KeptOom {
     /// Hook 1.3: when the job's optimizers stepped, in the trace's clock (microseconds
     /// since the epoch), the last few thousand (`vramtop_oom.steps`).
     pub steps_us: Vec<i64>,
+    /// Hook 1.14: where the job marked no step, when its passes through its first model
+    /// began, in the same clock (`vramtop_oom.passes`; the hook's `PassMarks`): a forward
+    /// after a backward whose gradients were released since. They stand for its steps.
+    pub passes_us: Vec<i64>,
     /// Hook 1.4: the device's own total (`device_total_bytes` is the cap when one is set).
     pub physical_total_bytes: Option<u64>,
     /// Hook 1.4: the job's allocated bytes over its life, sampled in time and just after

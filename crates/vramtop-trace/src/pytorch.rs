@@ -938,19 +938,8 @@ fn kept_oom(value: &Value) -> Option<KeptOom> {
             .and_then(Value::as_bool)
             == Some(true),
         checkpoint: None, // set by `import`, which reads its segments
-        steps_us: value
-            .get("steps")
-            .and_then(Value::as_seq)
-            .map(|steps| {
-                steps
-                    .iter()
-                    .filter_map(|t| match t {
-                        Value::Float(s) if s.is_finite() && *s > 0.0 => Some((*s * 1e6) as i64),
-                        _ => None,
-                    })
-                    .collect()
-            })
-            .unwrap_or_default(),
+        steps_us: times_us(value.get("steps")),
+        passes_us: times_us(value.get("passes")),
         physical_total_bytes: uint("physical_total_bytes"),
         series: value.get("series").and_then(allocated_series),
         step_series: value.get("step_series").and_then(allocated_series),
@@ -963,6 +952,22 @@ fn kept_oom(value: &Value) -> Option<KeptOom> {
 
 /// The hook's `{"period_s": .., "rows": [[time_s, low, high], ..]}`; rows that are not
 /// three numbers are skipped.
+/// `time.time()` marks (`steps`, `passes`) in microseconds; none where absent.
+fn times_us(value: Option<&Value>) -> Vec<i64> {
+    value
+        .and_then(Value::as_seq)
+        .map(|times| {
+            times
+                .iter()
+                .filter_map(|t| match t {
+                    Value::Float(s) if s.is_finite() && *s > 0.0 => Some((*s * 1e6) as i64),
+                    _ => None,
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 fn allocated_series(value: &Value) -> Option<AllocatedSeries> {
     let number = |v: &Value| match v {
         Value::Float(f) if f.is_finite() => Some(*f),

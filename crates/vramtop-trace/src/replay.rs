@@ -108,44 +108,79 @@ impl Default for ReplayOptions {
 pub struct Steps {
     /// Each step's first event (`step_boundaries`), sorted, each once.
     pub at: Vec<usize>,
-    /// The hook marked them (the job's optimizer steps, or `vramtop.step()`); else they
-    /// are the rounds its memory in use went in (`rounds::inferred`).
-    pub marked: bool,
+    pub by: StepsBy,
 }
 
-/// The job's steps: those the hook marked within the history where there are any, else the
-/// rounds its memory in use went in, where it went in enough of them.
+/// How a job's steps were found (`Steps::by`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum StepsBy {
+    /// The hook marked them: the job's optimizer steps, or `vramtop.step()`.
+    Marks,
+    /// The hook saw no step and marked the job's passes through its first model that
+    /// follow a backward and released gradients (`KeptOom::passes_us`).
+    Passes,
+    /// Neither: the rounds the job's memory in use went in (`rounds::inferred`).
+    #[default]
+    Rounds,
+}
+
+impl Steps {
+    /// The hook said where they are (marks or passes), rather than the memory's rounds.
+    pub fn marked(&self) -> bool {
+        self.by != StepsBy::Rounds
+    }
+}
+
+/// The job's steps: those the hook marked within the history where there are any, else
+/// the passes it marked, else the rounds its memory in use went in, where it went in
+/// enough of them.
 pub fn steps(trace: &Trace) -> Steps {
-    let marked = step_boundaries(trace);
-    if !marked.is_empty() {
+    let marks = step_boundaries(trace);
+    if !marks.is_empty() {
         return Steps {
-            at: marked,
-            marked: true,
+            at: marks,
+            by: StepsBy::Marks,
+        };
+    }
+    let passes = trace
+        .stats
+        .kept_oom
+        .as_ref()
+        .map(|k| boundaries_at(trace, &k.passes_us))
+        .unwrap_or_default();
+    if !passes.is_empty() {
+        return Steps {
+            at: passes,
+            by: StepsBy::Passes,
         };
     }
     Steps {
         at: crate::rounds::inferred(trace),
-        marked: false,
+        by: StepsBy::Rounds,
     }
 }
 
-/// Where the job's optimizer steps fall in its events: for each step the hook marked, the
-/// first request after it, served or refused (a loop frees its gradients between the step
-/// and the next batch, so "after the step" is that first request). Sorted, each once.
+/// Where the job's marked steps (`KeptOom::steps_us`) fall in its events
+/// (`boundaries_at`).
 pub fn step_boundaries(trace: &Trace) -> Vec<usize> {
-    let Some(kept) = trace.stats.kept_oom.as_ref() else {
-        return Vec::new();
-    };
+    trace
+        .stats
+        .kept_oom
+        .as_ref()
+        .map(|k| boundaries_at(trace, &k.steps_us))
+        .unwrap_or_default()
+}
+
+/// Where the marks `times` (microseconds, the trace's clock) fall in the job's events: for
+/// each, the first request after it, served or refused (a loop frees its gradients
+/// between the step and the next batch, so "after the step" is that first request).
+/// Sorted, each once.
+fn boundaries_at(trace: &Trace, times: &[i64]) -> Vec<usize> {
     let events = &trace.events;
     let Some(first) = events.iter().find_map(|e| e.time_us) else {
         return Vec::new(); // no times to place the steps by
     };
-    let mut steps: Vec<i64> = kept
-        .steps_us
-        .iter()
-        .copied()
-        .filter(|&s| s >= first)
-        .collect();
+    let mut steps: Vec<i64> = times.iter().copied().filter(|&s| s >= first).collect();
     steps.sort_unstable();
     // One pass: events without a time, or a time a little behind the one before (PyTorch's
     // timestamps are approximate), never move a step back.
@@ -1041,6 +1076,39 @@ mod tests {
             ..Default::default()
         });
         assert_eq!(step_boundaries(&t), vec![2]);
+    }
+
+    #[test]
+    fn the_passes_stand_for_steps_only_where_none_is_marked() {
+        use TraceEventKind::*;
+        let timed = |kind, addr, t: i64| TraceEvent {
+            time_us: Some(t),
+            ..event(kind, addr, MIB)
+        };
+        let mut t = trace(
+            Vec::new(),
+            vec![
+                timed(Alloc, 1, 100),
+                timed(FreeCompleted, 1, 200),
+                timed(Alloc, 2, 300),
+                timed(FreeCompleted, 2, 400),
+                timed(Alloc, 3, 500),
+            ],
+        );
+        t.stats.kept_oom = Some(crate::KeptOom {
+            passes_us: vec![250, 450],
+            ..Default::default()
+        });
+        let found = steps(&t);
+        assert_eq!(
+            (found.at.as_slice(), found.by),
+            (&[2, 4][..], StepsBy::Passes)
+        );
+        assert!(found.marked());
+        // One optimizer step marked in the history: the marks alone say where steps are.
+        t.stats.kept_oom.as_mut().unwrap().steps_us = vec![450];
+        let found = steps(&t);
+        assert_eq!((found.at.as_slice(), found.by), (&[4][..], StepsBy::Marks));
     }
 
     #[test]

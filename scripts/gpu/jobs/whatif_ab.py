@@ -136,6 +136,9 @@ Workloads (each ends with one judged request, caught so the process ends normall
               high (2**40): the gradients overflow and the scaler skips the optimizer's
               step (no mark, no AdamW state) until its scale has halved enough, 19
               steps on an H200 (at 2**20 it skipped none) (WHATIF_GPT2SCALERFIXED_CAP_GIB).
+  gpt2scalerskip  gpt2scaler with its scale starting at 2**40: its shapes vary and
+              it skips its first optimizer steps, none marked, so the hook's marks of
+              the model's passes stand for them (WHATIF_GPT2SCALERSKIP_CAP_GIB).
   clipvar     a CLIP (ViT-B/16 and a text tower, random weights) trained contrastively:
               the batch (images and captions of varying length) varies, so the
               similarity matrix and every activation change shape (WHATIF_CLIPVAR_CAP_GIB).
@@ -240,7 +243,7 @@ import time
 MiB = 1 << 20
 GiB = 1 << 30
 WORKLOADS = ["checker", "splitcache", "tails", "gpt2var", "kvcache", "gpt2mixed", "llamamix", "resnetvar",
-             "bertaccum", "t5var", "gpt2ckpt", "evalmix", "gpt2keep", "gan", "vitvar", "moemix", "gpt2scaler", "loramix", "gpt2compile", "llamagen", "gpt2stream", "t5beam", "t5beam_steps", "wav2vec", "mambaslow", "hftrainer", "gpt2sgd", "resnetinfer", "lightning", "lightningaccum", "gpt2tutorial", "gpt2fixed", "clipvar", "gpt2fused", "accelaccum", "llamabf16", "unetvar", "graphsteps", "graphsonce", "gpt2graphs", "llamagraphs", "gpt2empties", "gpt2ddp", "gpt2ddp2", "gpt2fsdp2", "gpt2fsdp1", "gpt2loader", "llamafixed", "vitfixed", "resnetfixed", "bertfixed", "llamatune", "gpt2compilefixed", "gpt2scalerfixed", "otherproc"]
+             "bertaccum", "t5var", "gpt2ckpt", "evalmix", "gpt2keep", "gan", "vitvar", "moemix", "gpt2scaler", "loramix", "gpt2compile", "llamagen", "gpt2stream", "t5beam", "t5beam_steps", "wav2vec", "mambaslow", "hftrainer", "gpt2sgd", "resnetinfer", "lightning", "lightningaccum", "gpt2tutorial", "gpt2fixed", "clipvar", "gpt2fused", "accelaccum", "llamabf16", "unetvar", "graphsteps", "graphsonce", "gpt2graphs", "llamagraphs", "gpt2empties", "gpt2ddp", "gpt2ddp2", "gpt2fsdp2", "gpt2fsdp1", "gpt2loader", "llamafixed", "vitfixed", "resnetfixed", "bertfixed", "llamatune", "gpt2compilefixed", "gpt2scalerfixed", "gpt2scalerskip", "otherproc"]
 # The cap of each stepped workload that takes one from the environment (`scan` varies it).
 CAP_ENV = {"gpt2mixed": ("WHATIF_GPT2MIXED_CAP_GIB", 15.5), "llamamix": ("WHATIF_LLAMAMIX_CAP_GIB", 10),
            "resnetvar": ("WHATIF_RESNETVAR_CAP_GIB", 6.5), "bertaccum": ("WHATIF_BERTACCUM_CAP_GIB", 8),
@@ -273,7 +276,8 @@ CAP_ENV = {"gpt2mixed": ("WHATIF_GPT2MIXED_CAP_GIB", 15.5), "llamamix": ("WHATIF
            "bertfixed": ("WHATIF_BERTFIXED_CAP_GIB", 12),
            "llamatune": ("WHATIF_LLAMATUNE_CAP_GIB", 20),
            "gpt2compilefixed": ("WHATIF_GPT2COMPILEFIXED_CAP_GIB", 15),
-           "gpt2scalerfixed": ("WHATIF_GPT2SCALERFIXED_CAP_GIB", 15)}
+           "gpt2scalerfixed": ("WHATIF_GPT2SCALERFIXED_CAP_GIB", 15),
+           "gpt2scalerskip": ("WHATIF_GPT2SCALERSKIP_CAP_GIB", 7)}
 HERE = os.path.dirname(os.path.abspath(__file__))
 # What a workload says of where it was when an OOM came (graphsteps, graphsonce: "before
 # the capture", "capture" or "replay").
@@ -889,7 +893,7 @@ def steps(workload, cap, stop_at, judged, before_judged, after_step):
         # A sparse mixture of experts: how many tokens each expert gets is the router's
         # choice, so the sizes inside a step vary even between steps of one shape.
         step = mixed_lm_step(model, opt, 32000, [2, 4, 6, 8], lambda i: 256 + 16 * i, 4096)
-    elif workload == "gpt2scaler":
+    elif workload in ("gpt2scaler", "gpt2scalerskip"):
         from transformers import GPT2Config, GPT2LMHeadModel
 
         cap_from_env(cap, workload)
@@ -897,7 +901,10 @@ def steps(workload, cap, stop_at, judged, before_judged, after_step):
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
         # fp16 needs loss scaling; a scale grown every 8 clean steps overflows now and then,
         # and GradScaler then skips the optimizer's step: no step is marked for it.
-        scaler = torch.amp.GradScaler("cuda", init_scale=2.0 ** 16, growth_interval=8)
+        # gpt2scalerskip: the scale starts at 2**40, so the first steps overflow and are all
+        # skipped, none marked.
+        init = 2.0 ** (40 if workload == "gpt2scalerskip" else 16)
+        scaler = torch.amp.GradScaler("cuda", init_scale=init, growth_interval=8)
 
         def step(i):
             batch, length = varying_shape(i)
@@ -1791,7 +1798,7 @@ def under_vramtop(binary, workload, work):
 STEPPED = ("gpt2var", "kvcache", "kvcache_steps", "gpt2mixed", "llamamix", "resnetvar", "bertaccum", "t5var",
            "gpt2ckpt", "evalmix", "gpt2keep", "gan", "vitvar", "moemix", "gpt2scaler",
            "loramix", "gpt2compile", "llamagen", "gpt2stream", "t5beam", "t5beam_steps", "wav2vec", "mambaslow", "hftrainer", "gpt2sgd", "resnetinfer", "gpt2fixed", "clipvar", "lightning", "lightningaccum", "gpt2tutorial", "gpt2fused", "accelaccum",
-           "llamabf16", "unetvar", "graphsteps", "graphsonce", "gpt2graphs", "llamagraphs", "gpt2empties", "gpt2ddp", "gpt2ddp2", "gpt2fsdp2", "gpt2fsdp1", "gpt2loader", "llamafixed", "vitfixed", "resnetfixed", "bertfixed", "llamatune", "gpt2compilefixed", "gpt2scalerfixed")
+           "llamabf16", "unetvar", "graphsteps", "graphsonce", "gpt2graphs", "llamagraphs", "gpt2empties", "gpt2ddp", "gpt2ddp2", "gpt2fsdp2", "gpt2fsdp1", "gpt2loader", "llamafixed", "vitfixed", "resnetfixed", "bertfixed", "llamatune", "gpt2compilefixed", "gpt2scalerfixed", "gpt2scalerskip")
 
 
 MAX_SPLIT_TRIED = ["20", "64", "128", "256", "512", "1024", "2048", "4096"]  # MAX_SPLIT_TRIED_MB

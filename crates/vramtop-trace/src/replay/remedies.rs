@@ -23,7 +23,7 @@ mod gap;
 mod runs;
 mod verdicts;
 
-use super::ReplayError;
+use super::{ReplayError, StepsBy};
 use crate::ooms::{CapacitySource, TraceOom};
 use crate::step_rest::{self, StepRest};
 use crate::{snapshot, Checkpoint, Trace, TraceEventKind};
@@ -256,9 +256,9 @@ fn through_the_rest(
         })
     };
     let (carried, on, rest) = match likest {
-        Some(carried) if steps.marked => (Some(carried), LIKEST, last.step),
+        Some(carried) if steps.marked() => (Some(carried), LIKEST, last.step),
         Some(carried) => (Some(carried), LIKEST_ROUND, last.step),
-        None if steps.marked => (None, LIKEST, last.step),
+        None if steps.marked() => (None, LIKEST, last.step),
         None => {
             let repeated = step_rest::repeated(trace, last.event);
             if repeated.is_none() {
@@ -706,7 +706,7 @@ fn judged(
         own_gc,
         gc_cap,
         step_marks: &steps.at,
-        marked: steps.marked,
+        steps_by: steps.by,
         carried: carried.is_some(),
     };
     Ok(ooms.iter().map(|oom| judge.oom(oom)).collect())
@@ -729,8 +729,8 @@ struct Judge<'a> {
     gc_cap: Option<u64>,
     /// Where the job's steps fall in the events.
     step_marks: &'a [usize],
-    /// The hook marked them; else they are the job's rounds (`rounds::inferred`).
-    marked: bool,
+    /// How they were found: marked, the model's passes, or the job's rounds.
+    steps_by: StepsBy,
     /// The trace carries the step on past its OOM (`through_the_rest`): its verdicts are
     /// the replays', not measured against the step's rest again.
     carried: bool,
@@ -1072,7 +1072,8 @@ impl Judge<'_> {
             empty_steps: true,
             ..self.plain
         };
-        let verdict = verdicts::between_steps(self.runs.verdict(at.event, run), steps, self.marked);
+        let verdict =
+            verdicts::between_steps(self.runs.verdict(at.event, run), steps, self.steps_by);
         self.sourced(at, verdict, &[run])
     }
 

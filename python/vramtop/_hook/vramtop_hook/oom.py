@@ -282,6 +282,8 @@ class OomKeeper:
             # When the job's optimizers stepped (time.time(); the trace's time_us is the same
             # clock in microseconds): `empty_cache()` between steps is replayed there.
             "steps": oom.get("steps") or [],
+            # Hook 1.14: where no step was marked, where the job's passes began (PassMarks).
+            "passes": oom.get("passes") or [],
             # The job's allocated bytes from its start ([time_s, low, high] rows), the
             # GPU's own total, and every process NVML listed on it (hook 1.4).
             "series": oom.get("series"),
@@ -391,6 +393,7 @@ def on_oom(device, alloc_size, limit_bytes, device_free):
             "checkpoint": checkpoint,
             "history": history,
             "steps": list(hook.alloc.steps),
+            "passes": list(hook.alloc.passes),
             "series": hook.alloc.series.of(int(device)),
             "step_series": hook.alloc.step_series.of(int(device)),
             "roles": hook.alloc.roles.at_oom(int(device)),
@@ -422,6 +425,7 @@ def tell(hook, message, kept_path):
         message.pop("checkpoint", None)
         message.pop("history", None)
         message.pop("steps", None)
+        message.pop("passes", None)
         frame = encode_fitting(message)
         if frame is None:
             return

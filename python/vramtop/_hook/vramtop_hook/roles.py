@@ -47,6 +47,7 @@ class RoleWatch:
         self.wanted = False  # a state asked; the next step reads them
         self.at_step = None  # {device: figures} read just after the last step that read
         self.at_step_time = None
+        self.passes = None  # a PassMarks, told each new root module (`follow`)
 
     def watch_models(self):
         module = sys.modules.get("torch.nn.modules.module")
@@ -78,6 +79,8 @@ class RoleWatch:
                     watch.came_round = True
                     watch.stop_watching()
                 else:
+                    if watch.passes is not None:
+                        watch.passes.follow(module)
                     watch.models.add(module)
             except Exception:
                 pass
@@ -271,6 +274,117 @@ class RoleWatch:
             if totals is not None:
                 figures["allocated"], figures["reserved"] = totals
         return out
+
+
+class PassMarks:
+    """Where the job's steps begin when no step of its is marked: a GradScaler skipping its
+    first steps (fp16: its scale too high, the optimizer's step not run, so not marked), a
+    hand-written update, an optimizer outside torch.optim. A GPT-2 in fp16 whose scaler
+    skipped its first 19 steps (H200, PyTorch 2.11, a 15.3 GiB cap) ran out in its second,
+    and with no mark its first could not tell how far the second would rise.
+
+    A step begins at a forward of the first root module the job ran with a trainable
+    parameter (`follow`) that comes after a backward through that module's output and after its gradients were released
+    (`.grad` None on its first trainable parameter, as `zero_grad()` leaves it). A
+    micro-batch of gradient accumulation keeps its gradients, so it begins no step; nor does
+    a model called twice before its backward (a Siamese loss), nor an inference pass. A loop
+    that zeroes its gradients in place (`set_to_none=False`) is not marked.
+
+    Module-local hooks on that one module: two calls a pass, and a hook on its output's
+    grad_fn. They go at the job's first marked step (`stepped`): its marks say then where
+    steps are. Never raises into the job."""
+
+    def __init__(self, torch, marks, stepped):
+        self.torch = torch
+        self.marks = marks  # time.time() of each step's start, appended
+        self.stepped = stepped  # () -> whether a step was marked (optimizer or vramtop.step())
+        self.handles = []
+        self.followed = False
+        self.param = None  # weakref to the followed module's first trainable parameter
+        self.backward_ran = False
+
+    def follow(self, module):
+        """Told each new root module: the first with a trainable parameter is followed (a
+        frozen encoder run before the trained model is not)."""
+        if self.followed:
+            return
+        try:
+            param = next((p for p in module.parameters() if p.requires_grad), None)
+            if param is None:
+                return  # nothing trained in it
+            self.followed = True
+            if self.stepped():
+                return  # steps marked already
+            self.param = weakref.ref(param)
+            compiling = getattr(getattr(self.torch, "compiler", None), "is_compiling", None) or (lambda: False)
+            marks = self
+
+            def _vramtop_pass_pre(module, args):
+                if compiling():
+                    return None
+                try:
+                    if marks.stepped():
+                        marks.stop()
+                        return None
+                    if marks.backward_ran:
+                        marks.backward_ran = False
+                        param = marks.param()
+                        if param is not None and param.grad is None:
+                            marks.marks.append(time.time())
+                except Exception:
+                    pass
+                return None
+
+            def _vramtop_backward_ran(grad_outputs):
+                marks.backward_ran = True
+                return None
+
+            def _vramtop_pass_post(module, args, output):
+                if compiling():
+                    return None
+                try:
+                    for tensor in tensors_of(output, self.torch.is_tensor):
+                        node = getattr(tensor, "grad_fn", None)
+                        if node is not None:
+                            node.register_prehook(_vramtop_backward_ran)
+                except Exception:
+                    pass
+                return None
+
+            self.handles = [
+                module.register_forward_pre_hook(_vramtop_pass_pre),
+                module.register_forward_hook(_vramtop_pass_post),
+            ]
+        except Exception:
+            self.stop()
+
+    def stop(self):
+        handles, self.handles = self.handles, []
+        for handle in handles:
+            try:
+                handle.remove()
+            except Exception:
+                pass
+
+
+def tensors_of(output, is_tensor, limit=8):
+    """The first `limit` tensors of a module's output: a tensor, or one in a tuple, a list
+    or a dict (a Hugging Face ModelOutput is one), two levels deep at most."""
+    found = []
+    level = [output]
+    for _ in range(3):
+        nested = []
+        for item in level:
+            if is_tensor(item):
+                found.append(item)
+                if len(found) >= limit:
+                    return found
+            elif isinstance(item, dict):
+                nested.extend(item.values())
+            elif isinstance(item, (tuple, list)):
+                nested.extend(item)
+        level = nested
+    return found
 
 
 class AllocatedSeries:

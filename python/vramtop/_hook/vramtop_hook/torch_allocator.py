@@ -12,7 +12,7 @@ import threading
 import time
 
 from .history import History, PickledSnapshot, cpu_clock_of_this_thread, wait_for_the_copy
-from .roles import AllocatedSeries, RoleWatch
+from .roles import AllocatedSeries, PassMarks, RoleWatch
 from .settings import (
     ENTRIES_PER_ALLOCATION, ENTRIES_PER_ALLOCATION_SKIPPING, HISTORY_MAX_MB, READ_RING_MAX, RING_CHECKPOINT_SHARE,
     RING_COPY_CPU_S, RING_COPY_S_PER_ENTRY, RING_READ_MIN_BYTES_PER_ENTRY, SKIPPED_ACTIONS, STEP_MARKS,
@@ -136,8 +136,13 @@ class TorchAllocator:
         # When the job's optimizers stepped (time.time()), the last STEP_MARKS of them: a
         # replay empties the cache there to judge `empty_cache()` between steps.
         self.steps = collections.deque(maxlen=STEP_MARKS)
+        # Where no step is marked, where the job's passes through its first model began
+        # (`PassMarks`): a replay takes them for its steps.
+        self.passes = collections.deque(maxlen=STEP_MARKS)
         self.series = AllocatedSeries()
         self.roles = RoleWatch(torch, self.allocated_reserved)
+        steps = self.steps
+        self.roles.passes = PassMarks(torch, self.passes, lambda: bool(steps))
         # The same, sampled just after an optimizer step (at most one step a period): the
         # step's activations are gone then, so the samples are the job's floor itself.
         self.step_series = AllocatedSeries()

@@ -2,21 +2,26 @@
 //! its runs agree on (`Runs::verdict`) to the line users read.
 
 use super::runs::ROUNDUP_TRIED;
+use super::StepsBy;
 use super::MAX_SPLIT_TRIED_MB;
 use vramtop_alloc::remedy::{Missing, Remedy, RemedyVerdict, Verdict, GC_THRESHOLD_TRIED};
 
 /// `empty_cache()` between steps, from the history replayed with the cache emptied after
 /// each of the `steps` optimizer steps the hook marked before the OOM, or where none is
-/// marked, after each of the job's rounds (`marked` false: `rounds::inferred`).
-pub(super) fn between_steps(verdict: Verdict, steps: usize, marked: bool) -> RemedyVerdict {
-    // A job that marked no steps is emptied between its rounds (`rounds::inferred`).
-    let each = if marked {
-        format!("each of its {steps} optimizer steps")
-    } else {
-        format!(
+/// marked, after each of the passes it marked or else of the job's rounds (`by`).
+pub(super) fn between_steps(verdict: Verdict, steps: usize, by: StepsBy) -> RemedyVerdict {
+    // A job that marked no steps is emptied between its passes, else its rounds.
+    let each = match by {
+        StepsBy::Marks => format!("each of its {steps} optimizer steps"),
+        StepsBy::Passes => format!(
+            "each of its {steps} steps, before its model's next forward (no optimizer step \
+             is marked in its history; a step ends where the model's forward runs again \
+             after a backward, its gradients released)"
+        ),
+        StepsBy::Rounds => format!(
             "each of its {steps} rounds (no step is marked in its history; a round ends where \
              its memory in use came back down to what it keeps)"
-        )
+        ),
     };
     let reason = match verdict {
         Verdict::Fits => {
