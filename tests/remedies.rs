@@ -1449,6 +1449,18 @@ fn gpu_kept_histories_of_training_loops_give_pytorchs_outcomes_on_both_paths() {
         gc: Fails,
         between_steps: Fits,
     })[..];
+    // gpt2fixed's GPT-2 accumulating 8 micro-batches of 2 to 9 sequences of 1024 tokens
+    // before AdamW's step, under 8.15 GiB: it ran out in the fifth micro-batch of its first
+    // step asking 1.15 GiB (hook 1.14, H200, 2026-11-29). PyTorch failed every setting, the
+    // later micro-batches larger still; served, the request leaves the fits open (hook
+    // 1.14's `accumulating`), where they were "fits" (6 wrong).
+    let gpt2accumfirst = &stepped(Outcomes {
+        expandable: CannotTell,
+        max_split: ("max_split_size_mb", CannotTell),
+        roundup: Fails,
+        gc: Fails,
+        between_steps: CannotTell,
+    })[..];
     let vitfixed = &stepped(Outcomes {
         expandable: CannotTell,
         max_split: ("max_split_size_mb", CannotTell),
@@ -1577,6 +1589,12 @@ fn gpu_kept_histories_of_training_loops_give_pytorchs_outcomes_on_both_paths() {
         // request. PyTorch's outcomes: as gpt2ddp's (12 of 12 each, H200, 2026-11-29).
         ("history_gpt2scalerskip_cap6g6_hook114", gpt2ddp, 0, true),
         ("history_gpt2sgd_cap6g93_hook114", gpt2ddp, 0, true),
+        (
+            "ring_gpt2accumfirst_cap8g15_hook114",
+            gpt2accumfirst,
+            0,
+            false,
+        ),
     ] {
         let path = fixture(&format!("{name}.pickle.gz"));
         let file = trace::load(&path).unwrap_or_else(|e| panic!("{name}: {e}"));
@@ -1750,6 +1768,27 @@ fn the_passes_stand_for_the_steps_a_scaler_skipped() {
         let open = verdict_of(name, &unmarked, remedy);
         assert_eq!(open.verdict, Verdict::CannotTell, "{remedy}: {open:?}");
     }
+}
+
+/// An OOM inside a job's first step while it accumulated gradients: the fits are left open
+/// (hook 1.14's `accumulating`), as the micro-batches still to come are not in the
+/// history. Without that word the same file says "fits", which PyTorch, run with each
+/// setting, did not bear out: a later, larger micro-batch ran out.
+#[test]
+fn the_fits_inside_an_accumulating_first_step_are_left_open() {
+    let name = "ring_gpt2accumfirst_cap8g15_hook114";
+    let mut file = trace::load(&fixture(&format!("{name}.pickle.gz"))).unwrap();
+    let expandable = |file: &Trace| {
+        let at = at_last_oom(name, file);
+        verdict_of(name, &at, "expandable_segments:True").clone()
+    };
+    let open = expandable(&file);
+    assert_eq!(open.verdict, Verdict::CannotTell, "{open:?}");
+    assert!(open.reason.contains("accumulating"), "{open:?}");
+    let kept = file.stats.kept_oom.as_mut().unwrap();
+    assert_eq!(kept.roles.as_ref().map(|r| r.accumulating), Some(4));
+    kept.roles.as_mut().unwrap().accumulating = 0;
+    assert_eq!(expandable(&file).verdict, Verdict::Fits);
 }
 
 /// wav2vec (a Wav2Vec2, random weights, CTC on clips of varying batch and length) under

@@ -839,10 +839,12 @@ class RoleWatchUnitTest(unittest.TestCase):
         model.weight.grad = object()  # a micro-batch: its gradients kept for the next
         out = model()
         self.assertEqual(len(marks), 0)
+        self.assertEqual(passes.accumulating(), 1)  # an OOM now: inside the first step
         out.grad_fn.backward()
         model.weight.grad = None  # zero_grad(): the step is over
         out = model()
         self.assertEqual(len(marks), 1)
+        self.assertEqual(passes.accumulating(), 0)  # a step has ended since
         model()  # no backward since: no step
         self.assertEqual(len(marks), 1)
         out.grad_fn.backward()

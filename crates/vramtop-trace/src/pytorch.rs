@@ -1004,6 +1004,7 @@ fn roles(value: &Value) -> Option<Roles> {
         allocated: uint("allocated"),
         reserved: uint("reserved"),
         first_pass: matches!(value.get("first_pass"), Some(Value::Bool(true))),
+        accumulating: uint("accumulating").unwrap_or(0),
     })
 }
 

@@ -139,6 +139,12 @@ Workloads (each ends with one judged request, caught so the process ends normall
   gpt2scalerskip  gpt2scaler with its scale starting at 2**40: its shapes vary and
               it skips its first optimizer steps, none marked, so the hook's marks of
               the model's passes stand for them (WHATIF_GPT2SCALERSKIP_CAP_GIB).
+  hftrainerskip  hftrainer in fp16, accelerate's GradScaler starting at 2**40: the
+              Trainer's step with its first optimizer steps skipped, none marked
+              (WHATIF_HFTRAINERSKIP_CAP_GIB).
+  gpt2accumfirst  gpt2fixed's GPT-2 with its gradients accumulated over 8 micro-batches of
+              1024 tokens, 2 to 9 sequences, each larger than the last, before AdamW's
+              step: capped to run out inside the first step (WHATIF_GPT2ACCUMFIRST_CAP_GIB).
   clipvar     a CLIP (ViT-B/16 and a text tower, random weights) trained contrastively:
               the batch (images and captions of varying length) varies, so the
               similarity matrix and every activation change shape (WHATIF_CLIPVAR_CAP_GIB).
@@ -243,7 +249,7 @@ import time
 MiB = 1 << 20
 GiB = 1 << 30
 WORKLOADS = ["checker", "splitcache", "tails", "gpt2var", "kvcache", "gpt2mixed", "llamamix", "resnetvar",
-             "bertaccum", "t5var", "gpt2ckpt", "evalmix", "gpt2keep", "gan", "vitvar", "moemix", "gpt2scaler", "loramix", "gpt2compile", "llamagen", "gpt2stream", "t5beam", "t5beam_steps", "wav2vec", "mambaslow", "hftrainer", "gpt2sgd", "resnetinfer", "lightning", "lightningaccum", "gpt2tutorial", "gpt2fixed", "clipvar", "gpt2fused", "accelaccum", "llamabf16", "unetvar", "graphsteps", "graphsonce", "gpt2graphs", "llamagraphs", "gpt2empties", "gpt2ddp", "gpt2ddp2", "gpt2fsdp2", "gpt2fsdp1", "gpt2loader", "llamafixed", "vitfixed", "resnetfixed", "bertfixed", "llamatune", "gpt2compilefixed", "gpt2scalerfixed", "gpt2scalerskip", "otherproc"]
+             "bertaccum", "t5var", "gpt2ckpt", "evalmix", "gpt2keep", "gan", "vitvar", "moemix", "gpt2scaler", "loramix", "gpt2compile", "llamagen", "gpt2stream", "t5beam", "t5beam_steps", "wav2vec", "mambaslow", "hftrainer", "gpt2sgd", "resnetinfer", "lightning", "lightningaccum", "gpt2tutorial", "gpt2fixed", "clipvar", "gpt2fused", "accelaccum", "llamabf16", "unetvar", "graphsteps", "graphsonce", "gpt2graphs", "llamagraphs", "gpt2empties", "gpt2ddp", "gpt2ddp2", "gpt2fsdp2", "gpt2fsdp1", "gpt2loader", "llamafixed", "vitfixed", "resnetfixed", "bertfixed", "llamatune", "gpt2compilefixed", "gpt2scalerfixed", "gpt2scalerskip", "hftrainerskip", "gpt2accumfirst", "otherproc"]
 # The cap of each stepped workload that takes one from the environment (`scan` varies it).
 CAP_ENV = {"gpt2mixed": ("WHATIF_GPT2MIXED_CAP_GIB", 15.5), "llamamix": ("WHATIF_LLAMAMIX_CAP_GIB", 10),
            "resnetvar": ("WHATIF_RESNETVAR_CAP_GIB", 6.5), "bertaccum": ("WHATIF_BERTACCUM_CAP_GIB", 8),
@@ -277,7 +283,9 @@ CAP_ENV = {"gpt2mixed": ("WHATIF_GPT2MIXED_CAP_GIB", 15.5), "llamamix": ("WHATIF
            "llamatune": ("WHATIF_LLAMATUNE_CAP_GIB", 20),
            "gpt2compilefixed": ("WHATIF_GPT2COMPILEFIXED_CAP_GIB", 15),
            "gpt2scalerfixed": ("WHATIF_GPT2SCALERFIXED_CAP_GIB", 15),
-           "gpt2scalerskip": ("WHATIF_GPT2SCALERSKIP_CAP_GIB", 7)}
+           "gpt2scalerskip": ("WHATIF_GPT2SCALERSKIP_CAP_GIB", 7),
+           "hftrainerskip": ("WHATIF_HFTRAINERSKIP_CAP_GIB", 7),
+           "gpt2accumfirst": ("WHATIF_GPT2ACCUMFIRST_CAP_GIB", 7)}
 HERE = os.path.dirname(os.path.abspath(__file__))
 # What a workload says of where it was when an OOM came (graphsteps, graphsonce: "before
 # the capture", "capture" or "replay").
@@ -1043,17 +1051,23 @@ def steps(workload, cap, stop_at, judged, before_judged, after_step):
         # transformers' slow path (no mamba-ssm here) runs the selective scan token by
         # token in Python: a few small allocations per token and layer, both ways.
         step = mixed_lm_step(model, opt, 32000, [2, 4, 8, 12], lambda i: 64 + 4 * i, 512)
-    elif workload == "hftrainer":
+    elif workload in ("hftrainer", "hftrainerskip"):
         import tempfile
 
         from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
 
         cap_from_env(cap, workload)
+        skip = workload == "hftrainerskip"
         model = GPT2LMHeadModel(GPT2Config(n_layer=6, n_embd=1024, n_head=16, n_positions=2048)).cuda()
         trainer = Trainer(model=model, args=TrainingArguments(
-            output_dir=tempfile.mkdtemp(prefix="whatif-trainer-"), bf16=True, max_grad_norm=1.0,
-            learning_rate=1e-4, report_to=[], save_strategy="no", logging_strategy="no"))
+            output_dir=tempfile.mkdtemp(prefix="whatif-trainer-"), bf16=not skip, fp16=skip,
+            max_grad_norm=1.0, learning_rate=1e-4, report_to=[], save_strategy="no",
+            logging_strategy="no"))
         trainer.create_optimizer_and_scheduler(num_training_steps=STEP_LIMIT)
+        if skip:
+            # hftrainerskip: fp16, accelerate's GradScaler starting at 2**40, so its first
+            # steps overflow and are skipped (taken by the optimizer's wrapper at prepare).
+            trainer.accelerator.scaler = torch.amp.GradScaler("cuda", init_scale=2.0 ** 40)
         # As Trainer's inner loop does: accelerate wraps the model's forward in bf16
         # autocast and the optimizer in its AcceleratedOptimizer.
         model, trainer.optimizer = trainer.accelerator.prepare(model, trainer.optimizer)
@@ -1127,6 +1141,25 @@ def steps(workload, cap, stop_at, judged, before_judged, after_step):
             opt.zero_grad(set_to_none=True)
             if PROFILE:
                 print(f"profile: step {i} scale {scaler.get_scale()}", flush=True)
+    elif workload == "gpt2accumfirst":
+        cap_from_env(cap, workload)
+        model, opt, _ = gpt2_fixed()
+        micro = [2, 3, 4, 5, 6, 7, 8, 9]
+
+        def step(i):
+            # Gradients accumulated over 8 micro-batches, each larger than the last, before
+            # AdamW's step: capped to run out inside the first step, no step has ended.
+            for j, b in enumerate(micro):
+                x = torch.randint(0, 50257, (b, 1024), device="cuda")
+                with torch.autocast("cuda", dtype=torch.bfloat16):
+                    loss = model(input_ids=x, labels=x).loss / len(micro)
+                loss.backward()
+                if PROFILE:
+                    print(f"profile: micro {i}.{j} peak_allocated {torch.cuda.max_memory_allocated()} "
+                          f"peak_reserved {torch.cuda.max_memory_reserved()}", flush=True)
+                    torch.cuda.reset_peak_memory_stats()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
     elif workload == "clipvar":
         from transformers import CLIPConfig, CLIPModel
 
@@ -1798,7 +1831,7 @@ def under_vramtop(binary, workload, work):
 STEPPED = ("gpt2var", "kvcache", "kvcache_steps", "gpt2mixed", "llamamix", "resnetvar", "bertaccum", "t5var",
            "gpt2ckpt", "evalmix", "gpt2keep", "gan", "vitvar", "moemix", "gpt2scaler",
            "loramix", "gpt2compile", "llamagen", "gpt2stream", "t5beam", "t5beam_steps", "wav2vec", "mambaslow", "hftrainer", "gpt2sgd", "resnetinfer", "gpt2fixed", "clipvar", "lightning", "lightningaccum", "gpt2tutorial", "gpt2fused", "accelaccum",
-           "llamabf16", "unetvar", "graphsteps", "graphsonce", "gpt2graphs", "llamagraphs", "gpt2empties", "gpt2ddp", "gpt2ddp2", "gpt2fsdp2", "gpt2fsdp1", "gpt2loader", "llamafixed", "vitfixed", "resnetfixed", "bertfixed", "llamatune", "gpt2compilefixed", "gpt2scalerfixed", "gpt2scalerskip")
+           "llamabf16", "unetvar", "graphsteps", "graphsonce", "gpt2graphs", "llamagraphs", "gpt2empties", "gpt2ddp", "gpt2ddp2", "gpt2fsdp2", "gpt2fsdp1", "gpt2loader", "llamafixed", "vitfixed", "resnetfixed", "bertfixed", "llamatune", "gpt2compilefixed", "gpt2scalerfixed", "gpt2scalerskip", "hftrainerskip", "gpt2accumfirst")
 
 
 MAX_SPLIT_TRIED = ["20", "64", "128", "256", "512", "1024", "2048", "4096"]  # MAX_SPLIT_TRIED_MB

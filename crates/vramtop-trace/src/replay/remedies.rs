@@ -172,7 +172,68 @@ pub fn remedies(
     };
     // Last, the fits that are left, through the rest of the step.
     let answers = through_the_rest(trace, answers, bounds, &steps)?;
+    let answers = inside_an_accumulating_first_step(trace, answers, &steps);
     Ok(split_open_under_graphs(trace, answers))
+}
+
+/// The verdicts at the OOM the hook kept, where it saw the job inside its first step,
+/// accumulating gradients (`Roles::accumulating`: its model's forward ran again after a
+/// backward with the gradients kept, and no step or pass was marked). A "fits" serves the
+/// request and may get through this micro-batch, but the micro-batches still to come in the
+/// step are not in the history, nor their sizes: it is left open. A GPT-2 accumulating 8
+/// micro-batches of 2 to 9 sequences (H200, PyTorch 2.11, an 8.15 GiB cap) ran out in the
+/// fifth; the replay served the request with expandable segments and max_split 20 to 256,
+/// carried on as the fourth went on, and PyTorch, run with each, ran out in a later one.
+/// `empty_cache() between steps`: where the job accumulates, no step had ended and the job
+/// runs as it did; a loop that zeroes its gradients in place and marks no step looks the
+/// same, its steps ended unseen, so the rounds' verdict is not given either.
+fn inside_an_accumulating_first_step(
+    trace: &Trace,
+    mut answers: Vec<OomRemedies>,
+    steps: &super::Steps,
+) -> Vec<OomRemedies> {
+    let kept = trace.stats.kept_oom.as_ref();
+    let micro = kept
+        .and_then(|k| k.roles.as_ref())
+        .map_or(0, |r| r.accumulating);
+    if micro == 0 || steps.marked() {
+        return answers;
+    }
+    let Some(last) = answers.last_mut() else {
+        return answers;
+    };
+    let why = format!(
+        "it serves this request, but the job was inside its first step, accumulating \
+         gradients (its model's forward ran {micro} more time(s) after a backward with the \
+         gradients kept, and no optimizer step had run): how many more micro-batches the step \
+         has, and how large, is not in its history"
+    );
+    let remedies = overturn(
+        std::mem::take(&mut last.remedies),
+        &[Verdict::Fits],
+        Verdict::CannotTell,
+        &why,
+    );
+    last.remedies = remedies
+        .into_iter()
+        .map(|r| {
+            if r.remedy != Remedy::EmptyCacheBetweenSteps || r.verdict == Verdict::Fails {
+                return r;
+            }
+            RemedyVerdict::new(
+                Remedy::EmptyCacheBetweenSteps,
+                Verdict::CannotTell,
+                format!(
+                    "no step was marked before the OOM, and the job's model ran its forward \
+                     {micro} more time(s) after a backward with its gradients kept: where it \
+                     was accumulating them, no step had ended and the job runs as it did; a \
+                     loop that zeroes them in place looks the same to the hook, and its steps \
+                     may have ended"
+                ),
+            )
+        })
+        .collect();
+    answers
 }
 
 /// Where the job holds CUDA graphs' private pools, a `max_split_size_mb` that fits is left

@@ -199,6 +199,9 @@ class RoleWatch:
         # ended without a root module's forward running again.
         if (in_forward or in_backward) and self.in_first_pass():
             figures["first_pass"] = True
+        kept = self.passes.accumulating() if self.passes is not None else 0
+        if kept:
+            figures["accumulating"] = kept
         return dict(figures, time_s=time.time())
 
     def in_first_pass(self):
@@ -284,11 +287,12 @@ class PassMarks:
     and with no mark its first could not tell how far the second would rise.
 
     A step begins at a forward of the first root module the job ran with a trainable
-    parameter (`follow`) that comes after a backward through that module's output and after its gradients were released
-    (`.grad` None on its first trainable parameter, as `zero_grad()` leaves it). A
-    micro-batch of gradient accumulation keeps its gradients, so it begins no step; nor does
-    a model called twice before its backward (a Siamese loss), nor an inference pass. A loop
-    that zeroes its gradients in place (`set_to_none=False`) is not marked.
+    parameter (`follow`) that comes after a backward through that module's output and after
+    its gradients were released (`.grad` None on its first trainable parameter, as
+    `zero_grad()` leaves it). A micro-batch of gradient accumulation keeps its gradients,
+    so it begins no step (it is counted: `accumulating`); nor does a model called twice
+    before its backward (a Siamese loss), nor an inference pass. A loop that zeroes its
+    gradients in place (`set_to_none=False`) is not marked.
 
     Module-local hooks on that one module: two calls a pass, and a hook on its output's
     grad_fn. They go at the job's first marked step (`stepped`): its marks say then where
@@ -302,6 +306,20 @@ class PassMarks:
         self.followed = False
         self.param = None  # weakref to the followed module's first trainable parameter
         self.backward_ran = False
+        # Forwards begun after a backward with the gradients kept (`accumulating`).
+        self.kept = 0
+
+    def accumulating(self):
+        """At an OOM: how many times the followed model's forward ran again after a
+        backward with its gradients kept, where no step or pass was marked: the job was
+        accumulating gradients in its first step (or zeroes them in place, which looks the
+        same), and the rest of that step is not in its history. 0 otherwise."""
+        try:
+            if self.kept and not self.marks and not self.stepped():
+                return self.kept
+        except Exception:
+            pass
+        return 0
 
     def follow(self, module):
         """Told each new root module: the first with a trainable parameter is followed (a
@@ -331,6 +349,8 @@ class PassMarks:
                         param = marks.param()
                         if param is not None and param.grad is None:
                             marks.marks.append(time.time())
+                        elif param is not None:
+                            marks.kept += 1
                 except Exception:
                     pass
                 return None
