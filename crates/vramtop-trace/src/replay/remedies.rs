@@ -226,9 +226,9 @@ fn inside_an_accumulating_first_step(
                 format!(
                     "no step was marked before the OOM, and the job's model ran its forward \
                      {micro} more time(s) after a backward with its gradients kept: where it \
-                     was accumulating them, no step had ended and the job runs as it did; a \
-                     loop that zeroes them in place looks the same to the hook, and its steps \
-                     may have ended"
+                     was accumulating gradients, no step had ended and the job runs as it did; \
+                     a loop that zeroes them in place looks the same to the hook, and its \
+                     steps may have ended"
                 ),
             )
         })
