@@ -145,6 +145,9 @@ Workloads (each ends with one judged request, caught so the process ends normall
   gpt2accumfirst  gpt2fixed's GPT-2 with its gradients accumulated over 8 micro-batches of
               1024 tokens, 2 to 9 sequences, each larger than the last, before AdamW's
               step: capped to run out inside the first step (WHATIF_GPT2ACCUMFIRST_CAP_GIB).
+  gpt2accumskip  gpt2scalerskip with two micro-batches of varying shape accumulated a
+              step: its first optimizer steps skipped, none marked, the passes marked
+              only after zero_grad() (WHATIF_GPT2ACCUMSKIP_CAP_GIB).
   clipvar     a CLIP (ViT-B/16 and a text tower, random weights) trained contrastively:
               the batch (images and captions of varying length) varies, so the
               similarity matrix and every activation change shape (WHATIF_CLIPVAR_CAP_GIB).
@@ -249,7 +252,7 @@ import time
 MiB = 1 << 20
 GiB = 1 << 30
 WORKLOADS = ["checker", "splitcache", "tails", "gpt2var", "kvcache", "gpt2mixed", "llamamix", "resnetvar",
-             "bertaccum", "t5var", "gpt2ckpt", "evalmix", "gpt2keep", "gan", "vitvar", "moemix", "gpt2scaler", "loramix", "gpt2compile", "llamagen", "gpt2stream", "t5beam", "t5beam_steps", "wav2vec", "mambaslow", "hftrainer", "gpt2sgd", "resnetinfer", "lightning", "lightningaccum", "gpt2tutorial", "gpt2fixed", "clipvar", "gpt2fused", "accelaccum", "llamabf16", "unetvar", "graphsteps", "graphsonce", "gpt2graphs", "llamagraphs", "gpt2empties", "gpt2ddp", "gpt2ddp2", "gpt2fsdp2", "gpt2fsdp1", "gpt2loader", "llamafixed", "vitfixed", "resnetfixed", "bertfixed", "llamatune", "gpt2compilefixed", "gpt2scalerfixed", "gpt2scalerskip", "hftrainerskip", "gpt2accumfirst", "otherproc"]
+             "bertaccum", "t5var", "gpt2ckpt", "evalmix", "gpt2keep", "gan", "vitvar", "moemix", "gpt2scaler", "loramix", "gpt2compile", "llamagen", "gpt2stream", "t5beam", "t5beam_steps", "wav2vec", "mambaslow", "hftrainer", "gpt2sgd", "resnetinfer", "lightning", "lightningaccum", "gpt2tutorial", "gpt2fixed", "clipvar", "gpt2fused", "accelaccum", "llamabf16", "unetvar", "graphsteps", "graphsonce", "gpt2graphs", "llamagraphs", "gpt2empties", "gpt2ddp", "gpt2ddp2", "gpt2fsdp2", "gpt2fsdp1", "gpt2loader", "llamafixed", "vitfixed", "resnetfixed", "bertfixed", "llamatune", "gpt2compilefixed", "gpt2scalerfixed", "gpt2scalerskip", "hftrainerskip", "gpt2accumfirst", "gpt2accumskip", "otherproc"]
 # The cap of each stepped workload that takes one from the environment (`scan` varies it).
 CAP_ENV = {"gpt2mixed": ("WHATIF_GPT2MIXED_CAP_GIB", 15.5), "llamamix": ("WHATIF_LLAMAMIX_CAP_GIB", 10),
            "resnetvar": ("WHATIF_RESNETVAR_CAP_GIB", 6.5), "bertaccum": ("WHATIF_BERTACCUM_CAP_GIB", 8),
@@ -285,7 +288,8 @@ CAP_ENV = {"gpt2mixed": ("WHATIF_GPT2MIXED_CAP_GIB", 15.5), "llamamix": ("WHATIF
            "gpt2scalerfixed": ("WHATIF_GPT2SCALERFIXED_CAP_GIB", 15),
            "gpt2scalerskip": ("WHATIF_GPT2SCALERSKIP_CAP_GIB", 7),
            "hftrainerskip": ("WHATIF_HFTRAINERSKIP_CAP_GIB", 7),
-           "gpt2accumfirst": ("WHATIF_GPT2ACCUMFIRST_CAP_GIB", 7)}
+           "gpt2accumfirst": ("WHATIF_GPT2ACCUMFIRST_CAP_GIB", 7),
+           "gpt2accumskip": ("WHATIF_GPT2ACCUMSKIP_CAP_GIB", 7)}
 HERE = os.path.dirname(os.path.abspath(__file__))
 # What a workload says of where it was when an OOM came (graphsteps, graphsonce: "before
 # the capture", "capture" or "replay").
@@ -1141,6 +1145,26 @@ def steps(workload, cap, stop_at, judged, before_judged, after_step):
             opt.zero_grad(set_to_none=True)
             if PROFILE:
                 print(f"profile: step {i} scale {scaler.get_scale()}", flush=True)
+    elif workload == "gpt2accumskip":
+        from transformers import GPT2Config, GPT2LMHeadModel
+
+        cap_from_env(cap, workload)
+        model = GPT2LMHeadModel(GPT2Config(n_layer=6, n_embd=1024, n_head=16, n_positions=2048)).cuda()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        scaler = torch.amp.GradScaler("cuda", init_scale=2.0 ** 40)
+
+        def step(i):
+            # Two micro-batches of varying shape a step, fp16, the scaler skipping the first
+            # optimizer steps (none marked): the hook marks the passes after zero_grad().
+            for j in range(2):
+                batch, length = varying_shape(2 * i + j)
+                x = torch.randint(0, 50257, (batch, length), device="cuda")
+                with torch.autocast("cuda", dtype=torch.float16):
+                    loss = model(x, labels=x).loss / 2
+                scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+            opt.zero_grad(set_to_none=True)
     elif workload == "gpt2accumfirst":
         cap_from_env(cap, workload)
         model, opt, _ = gpt2_fixed()
@@ -1831,7 +1855,7 @@ def under_vramtop(binary, workload, work):
 STEPPED = ("gpt2var", "kvcache", "kvcache_steps", "gpt2mixed", "llamamix", "resnetvar", "bertaccum", "t5var",
            "gpt2ckpt", "evalmix", "gpt2keep", "gan", "vitvar", "moemix", "gpt2scaler",
            "loramix", "gpt2compile", "llamagen", "gpt2stream", "t5beam", "t5beam_steps", "wav2vec", "mambaslow", "hftrainer", "gpt2sgd", "resnetinfer", "gpt2fixed", "clipvar", "lightning", "lightningaccum", "gpt2tutorial", "gpt2fused", "accelaccum",
-           "llamabf16", "unetvar", "graphsteps", "graphsonce", "gpt2graphs", "llamagraphs", "gpt2empties", "gpt2ddp", "gpt2ddp2", "gpt2fsdp2", "gpt2fsdp1", "gpt2loader", "llamafixed", "vitfixed", "resnetfixed", "bertfixed", "llamatune", "gpt2compilefixed", "gpt2scalerfixed", "gpt2scalerskip", "hftrainerskip", "gpt2accumfirst")
+           "llamabf16", "unetvar", "graphsteps", "graphsonce", "gpt2graphs", "llamagraphs", "gpt2empties", "gpt2ddp", "gpt2ddp2", "gpt2fsdp2", "gpt2fsdp1", "gpt2loader", "llamafixed", "vitfixed", "resnetfixed", "bertfixed", "llamatune", "gpt2compilefixed", "gpt2scalerfixed", "gpt2scalerskip", "hftrainerskip", "gpt2accumfirst", "gpt2accumskip")
 
 
 MAX_SPLIT_TRIED = ["20", "64", "128", "256", "512", "1024", "2048", "4096"]  # MAX_SPLIT_TRIED_MB
