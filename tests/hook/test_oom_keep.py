@@ -775,6 +775,58 @@ class RoleWatchUnitTest(unittest.TestCase):
         self.assertNotIn(watch.warning_filter, warnings.filters)
         self.assertFalse(any(f[1] is not None and "global hooks" in f[1].pattern for f in warnings.filters))
 
+    def test_the_global_hooks_stay_idle_where_dynamo_compiled_a_graph(self):
+        import sys
+        import types
+
+        hooks = {"pre": [], "post": []}
+
+        class Handle:
+            def __init__(self, kind, fn):
+                self.kind, self.fn = kind, fn
+
+            def remove(self):
+                hooks[self.kind].remove(self.fn)
+
+        fake = types.ModuleType("torch.nn.modules.module")
+        fake.register_module_forward_pre_hook = lambda fn: (hooks["pre"].append(fn), Handle("pre", fn))[1]
+        fake.register_module_forward_hook = lambda fn: (hooks["post"].append(fn), Handle("post", fn))[1]
+        dynamo = types.ModuleType("torch._dynamo.utils")
+        dynamo.counters = {"stats": {"unique_graphs": 2}}  # torch.compile ran
+        saved = {name: sys.modules.get(name) for name in ("torch.nn.modules.module", "torch._dynamo.utils")}
+        sys.modules["torch.nn.modules.module"] = fake
+        sys.modules["torch._dynamo.utils"] = dynamo
+        try:
+            watch = self.hook.roles.RoleWatch(self.fake_torch())
+            self.assertTrue(watch.watch_models())
+
+            class Module:
+                pass
+
+            def forward(module):
+                for fn in list(hooks["pre"]):
+                    fn(module, ())
+                for fn in list(hooks["post"]):
+                    fn(module, (), None)
+
+            model, other = Module(), Module()
+            forward(model)
+            forward(model)  # came round: done watching, but Dynamo guards on the hooks
+            self.assertTrue(watch.came_round and watch.idle)
+            self.assertEqual((len(hooks["pre"]), len(hooks["post"])), (1, 1))
+            forward(other)  # idle: nothing noted
+            self.assertEqual(set(watch.models), {model})
+            del dynamo.counters["stats"]  # no graph compiled: they go
+            watch.stop_watching()
+            self.assertEqual(hooks, {"pre": [], "post": []})
+        finally:
+            for name, module in saved.items():
+                if module is None:
+                    sys.modules.pop(name, None)
+                else:
+                    sys.modules[name] = module
+            watch.stop_watching()
+
     def test_passes_mark_a_step_only_after_a_backward_with_the_gradients_released(self):
         import collections
 

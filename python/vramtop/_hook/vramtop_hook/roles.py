@@ -48,6 +48,7 @@ class RoleWatch:
         self.at_step = None  # {device: figures} read just after the last step that read
         self.at_step_time = None
         self.passes = None  # a PassMarks, told each new root module (`follow`)
+        self.idle = False  # done watching, its global hooks left in (`stop_watching`)
 
     def watch_models(self):
         module = sys.modules.get("torch.nn.modules.module")
@@ -62,7 +63,7 @@ class RoleWatch:
         compiling = getattr(getattr(self.torch, "compiler", None), "is_compiling", None) or (lambda: False)
 
         def _vramtop_root_pre(module, args):
-            if compiling():
+            if compiling() or watch.idle:
                 return None
             try:
                 now = time.monotonic()
@@ -87,7 +88,7 @@ class RoleWatch:
             return None
 
         def _vramtop_root_post(module, args, output):
-            if compiling():
+            if compiling() or watch.idle:
                 return None
             try:
                 watch.local.depth = max(getattr(watch.local, "depth", 1) - 1, 0)
@@ -124,6 +125,13 @@ class RoleWatch:
             self.warning_filter = None
 
     def stop_watching(self):
+        """The global hooks go, and the compile warning's filter with them; where Dynamo has
+        compiled a graph they stay, idle (`idle`): it traced them in, and guards on how many
+        global hooks there are, so taking them out recompiled a GPT-2's forward under
+        torch.compile(model) at its second step (H200, PyTorch 2.11)."""
+        if self.handles and dynamo_compiled():
+            self.idle = True
+            return
         handles, self.handles = self.handles, []
         for handle in handles:
             try:
@@ -277,6 +285,17 @@ class RoleWatch:
             if totals is not None:
                 figures["allocated"], figures["reserved"] = totals
         return out
+
+
+def dynamo_compiled():
+    """Whether torch.compile has compiled any graph in this process (Dynamo's own counters;
+    False where Dynamo was never imported). Never raises."""
+    try:
+        utils = sys.modules.get("torch._dynamo.utils")
+        stats = getattr(utils, "counters", {}).get("stats") if utils is not None else None
+        return bool(stats) and stats.get("unique_graphs", 0) > 0
+    except Exception:
+        return False
 
 
 class PassMarks:
