@@ -1474,6 +1474,17 @@ fn gpu_kept_histories_of_training_loops_give_pytorchs_outcomes_on_both_paths() {
         gc: CannotTell,
         between_steps: CannotTell,
     })[..];
+    // gpt2sgd zeroing its gradients in place (`p.grad.zero_()`), under 6.93 GiB: it ran out
+    // in step 8 asking 954 MiB, its gradients held across steps (hook 1.14, H200,
+    // 2026-11-29); the hook told its steps by the gradients changed in place (8 passes).
+    // PyTorch failed every setting.
+    let gpt2sgdzero = &stepped(Outcomes {
+        expandable: Fails,
+        max_split: ("max_split_size_mb", Fails),
+        roundup: Fails,
+        gc: Fails,
+        between_steps: Fails,
+    })[..];
     let vitfixed = &stepped(Outcomes {
         expandable: CannotTell,
         max_split: ("max_split_size_mb", CannotTell),
@@ -1614,6 +1625,7 @@ fn gpu_kept_histories_of_training_loops_give_pytorchs_outcomes_on_both_paths() {
             0,
             true,
         ),
+        ("history_gpt2sgdzero_cap6g93_hook114", gpt2sgdzero, 0, true),
     ] {
         let path = fixture(&format!("{name}.pickle.gz"));
         let file = trace::load(&path).unwrap_or_else(|e| panic!("{name}: {e}"));
@@ -1789,6 +1801,12 @@ fn the_passes_stand_for_the_steps_a_scaler_skipped() {
     let accum_file = trace::load(&fixture(&format!("{accum}.pickle.gz"))).unwrap();
     let kept = accum_file.stats.kept_oom.as_ref().unwrap();
     assert_eq!((kept.steps_us.len(), kept.passes_us.len()), (0, 4));
+    // Gradients zeroed in place by a hand-written update: a pass a step all the same, told
+    // by the gradient changed since the backward left it, and nothing accumulating.
+    let zero = "history_gpt2sgdzero_cap6g93_hook114";
+    let zero_file = trace::load(&fixture(&format!("{zero}.pickle.gz"))).unwrap();
+    let kept = zero_file.stats.kept_oom.as_ref().unwrap();
+    assert_eq!((kept.passes_us.len(), kept.accumulating), (8, 0));
     file.stats.kept_oom.as_mut().unwrap().passes_us.clear();
     let unmarked = at_last_oom(name, &file);
     for remedy in ["expandable_segments:True", "empty_cache() between steps"] {
@@ -1799,7 +1817,7 @@ fn the_passes_stand_for_the_steps_a_scaler_skipped() {
 
 /// An OOM inside a job's first step while it accumulated gradients: the fits are left open
 /// (hook 1.14's `accumulating`), as the micro-batches still to come are not in the
-/// history. Without that word the same file says "fits", which PyTorch, run with each
+/// history; so on the live view's one-state path too. Without that word the same file says "fits", which PyTorch, run with each
 /// setting, did not bear out: a later, larger micro-batch ran out.
 #[test]
 fn the_fits_inside_an_accumulating_first_step_are_left_open() {
@@ -1813,8 +1831,8 @@ fn the_fits_inside_an_accumulating_first_step_are_left_open() {
     assert_eq!(open.verdict, Verdict::CannotTell, "{open:?}");
     assert!(open.reason.contains("accumulating"), "{open:?}");
     let kept = file.stats.kept_oom.as_mut().unwrap();
-    assert_eq!(kept.roles.as_ref().map(|r| r.accumulating), Some(4));
-    kept.roles.as_mut().unwrap().accumulating = 0;
+    assert_eq!(kept.accumulating, 4);
+    kept.accumulating = 0;
     assert_eq!(expandable(&file).verdict, Verdict::Fits);
 }
 

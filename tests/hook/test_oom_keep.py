@@ -810,13 +810,14 @@ class RoleWatchUnitTest(unittest.TestCase):
                     fn(module, (), None)
 
             model, other = Module(), Module()
+            model._compiled_call_impl = object()  # Module.compile()
             forward(model)
             forward(model)  # came round: done watching, but Dynamo guards on the hooks
             self.assertTrue(watch.came_round and watch.idle)
             self.assertEqual((len(hooks["pre"]), len(hooks["post"])), (1, 1))
             forward(other)  # idle: nothing noted
             self.assertEqual(set(watch.models), {model})
-            del dynamo.counters["stats"]  # no graph compiled: they go
+            model._compiled_call_impl = None  # no model compiled (a loss function was): they go
             watch.stop_watching()
             self.assertEqual(hooks, {"pre": [], "post": []})
         finally:
@@ -827,19 +828,42 @@ class RoleWatchUnitTest(unittest.TestCase):
                     sys.modules[name] = module
             watch.stop_watching()
 
-    def test_passes_mark_a_step_only_after_a_backward_with_the_gradients_released(self):
+    def passes_world(self):
+        """A fake torch whose autograd engine runs the callbacks queued in a backward at its
+        end, and a Model whose own hooks run as Module.__call__ runs them."""
         import collections
 
-        class Node:  # a grad_fn: its prehooks run as a backward reaches it
+        queued = []
+
+        class Engine:
+            def queue_callback(self, fn):
+                queued.append(fn)
+
+        class Grad:
             def __init__(self):
-                self.hooks = []
+                self._version = 0
+
+            def zero_(self):
+                self._version += 1
+
+        class Node:  # a grad_fn: its prehooks run as a backward reaches it
+            def __init__(self, model):
+                self.hooks, self.model = [], model
 
             def register_prehook(self, fn):
                 self.hooks.append(fn)
 
-            def backward(self):
+            def backward(self, gives=True):
                 for fn in self.hooks:
                     fn(())
+                if gives:  # AccumulateGrad: made, or added to in place
+                    w = self.model.weight
+                    if w.grad is None:
+                        w.grad = Grad()
+                    else:
+                        w.grad._version += 1
+                while queued:
+                    queued.pop(0)()
 
         class Param:
             requires_grad, grad = True, None
@@ -852,6 +876,8 @@ class RoleWatchUnitTest(unittest.TestCase):
                 self.hooks.remove(self.fn)
 
         class Model:
+            training = True
+
             def __init__(self):
                 self.weight, self.pre, self.post = Param(), [], []
 
@@ -869,14 +895,22 @@ class RoleWatchUnitTest(unittest.TestCase):
             def __call__(self):  # what Module.__call__ does with its own hooks
                 for fn in list(self.pre):
                     fn(self, ())
-                out = type("Out", (), {"grad_fn": Node()})()
+                out = type("Out", (), {"grad_fn": Node(self)})()
                 for fn in list(self.post):
                     fn(self, (), {"loss": out, "logits": [out]})
                 return out
 
-        torch = type("Torch", (), {"is_tensor": staticmethod(lambda t: hasattr(t, "grad_fn"))})()
+        grad_on = [True]
+        autograd = type("Autograd", (), {"Variable": type("Variable", (), {"_execution_engine": Engine()})})
+        torch = type("Torch", (), {"is_tensor": staticmethod(lambda t: hasattr(t, "grad_fn")),
+                                   "is_grad_enabled": staticmethod(lambda: grad_on[0]),
+                                   "autograd": autograd})()
         marks, steps = collections.deque(), []
         passes = self.hook.roles.PassMarks(torch, marks, lambda: bool(steps))
+        return passes, marks, steps, Model, grad_on
+
+    def test_passes_mark_a_step_only_after_a_backward_with_the_gradients_released(self):
+        passes, marks, steps, Model, _ = self.passes_world()
         frozen, model = Model(), Model()
         frozen.weight.requires_grad = False  # a frozen encoder run first: not followed
         passes.follow(frozen)
@@ -888,8 +922,7 @@ class RoleWatchUnitTest(unittest.TestCase):
         model()  # called again before any backward (a Siamese loss): no step
         self.assertEqual(len(marks), 0)
         out.grad_fn.backward()
-        model.weight.grad = object()  # a micro-batch: its gradients kept for the next
-        out = model()
+        out = model()  # a micro-batch: its gradients kept, untouched, for the next
         self.assertEqual(len(marks), 0)
         self.assertEqual(passes.accumulating(), 1)  # an OOM now: inside the first step
         out.grad_fn.backward()
@@ -903,4 +936,32 @@ class RoleWatchUnitTest(unittest.TestCase):
         steps.append(1.0)  # an optimizer step marked at last: its marks say where steps are
         model()
         self.assertEqual(len(marks), 1)
+        self.assertEqual((model.pre, model.post), ([], []))
+
+    def test_passes_mark_gradients_zeroed_in_place_and_skip_evaluation(self):
+        passes, marks, steps, Model, grad_on = self.passes_world()
+        model = Model()
+        passes.follow(model)
+        out = model()
+        out.grad_fn.backward()
+        model.weight.grad.zero_()  # a hand-written update zeroing in place: a step ended
+        out = model()
+        self.assertEqual((len(marks), passes.kept), (1, 0))
+        out.grad_fn.backward()
+        grad_on[0] = False  # an evaluation pass under no_grad before zero_grad()
+        model()
+        grad_on[0] = True
+        self.assertEqual(len(marks), 1)
+        model.weight.grad.zero_()
+        model()  # the next training pass still sees the backward
+        self.assertEqual(len(marks), 2)
+
+    def test_passes_stop_where_no_parameter_holds_a_gradient_after_the_backward(self):
+        passes, marks, steps, Model, _ = self.passes_world()
+        model = Model()
+        passes.follow(model)
+        out = model()
+        out.grad_fn.backward(gives=False)  # ZeRO: the gradients go to the engine's own buffers
+        model()
+        self.assertEqual((len(marks), passes.kept), (0, 0))
         self.assertEqual((model.pre, model.post), ([], []))

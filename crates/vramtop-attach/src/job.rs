@@ -16,7 +16,7 @@ use vramtop_alloc::leaks::{DetectorConfig, LeakDetector, SiteTrend, Suspect};
 use vramtop_alloc::metrics::layout_stats;
 use vramtop_alloc::{human_bytes, round_size, BlockState, MapView, OomReport, Pool, Stats};
 use vramtop_trace::cause::{self, Cause, OomFacts};
-use vramtop_trace::replay::remedies::OomRemedies;
+use vramtop_trace::replay::remedies::{open_inside_accumulating, OomRemedies};
 use vramtop_trace::roles::RoleBreakdown;
 use vramtop_trace::{snapshot, SnapshotBlock, SnapshotSegment};
 
@@ -261,7 +261,16 @@ impl OomExplained {
         // The step cut short, as the replay measured it for the verdicts (`step_rest`).
         let (remedies, history_events, step) = match whole_history.and_then(history_remedies) {
             Some((at, events)) => (at.remedies, Some(events), at.step),
-            None => (remedy::one_state(&scene, &expandable), None, None),
+            None => {
+                // Inside a first step accumulating gradients, as the replay leaves it.
+                let micro = kept
+                    .as_ref()
+                    .and_then(|t| t.stats.kept_oom.as_ref())
+                    .filter(|k| k.steps_us.is_empty() && k.passes_us.is_empty())
+                    .map_or(0, |k| k.accumulating);
+                let one = remedy::one_state(&scene, &expandable);
+                (open_inside_accumulating(one, micro), None, None)
+            }
         };
         let remedy_that_fits = remedies
             .iter()

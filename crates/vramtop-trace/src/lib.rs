@@ -279,6 +279,11 @@ pub struct KeptOom {
     /// began, in the same clock (`vramtop_oom.passes`; the hook's `PassMarks`): a forward
     /// after a backward whose gradients were released since. They stand for its steps.
     pub passes_us: Vec<i64>,
+    /// Hook 1.14: how many times the job's model ran its forward again after a backward
+    /// whose gradients it left untouched, where no step or pass was marked: the job was
+    /// accumulating gradients inside its first step (`vramtop_oom.accumulating`). 0
+    /// otherwise.
+    pub accumulating: u64,
     /// Hook 1.4: the device's own total (`device_total_bytes` is the cap when one is set).
     pub physical_total_bytes: Option<u64>,
     /// Hook 1.4: the job's allocated bytes over its life, sampled in time and just after

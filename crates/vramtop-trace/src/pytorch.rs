@@ -940,6 +940,7 @@ fn kept_oom(value: &Value) -> Option<KeptOom> {
         checkpoint: None, // set by `import`, which reads its segments
         steps_us: times_us(value.get("steps")),
         passes_us: times_us(value.get("passes")),
+        accumulating: uint("accumulating").unwrap_or(0),
         physical_total_bytes: uint("physical_total_bytes"),
         series: value.get("series").and_then(allocated_series),
         step_series: value.get("step_series").and_then(allocated_series),
@@ -950,8 +951,6 @@ fn kept_oom(value: &Value) -> Option<KeptOom> {
     })
 }
 
-/// The hook's `{"period_s": .., "rows": [[time_s, low, high], ..]}`; rows that are not
-/// three numbers are skipped.
 /// `time.time()` marks (`steps`, `passes`) in microseconds; none where absent.
 fn times_us(value: Option<&Value>) -> Vec<i64> {
     value
@@ -968,6 +967,8 @@ fn times_us(value: Option<&Value>) -> Vec<i64> {
         .unwrap_or_default()
 }
 
+/// The hook's `{"period_s": .., "rows": [[time_s, low, high], ..]}`; rows that are not
+/// three numbers are skipped.
 fn allocated_series(value: &Value) -> Option<AllocatedSeries> {
     let number = |v: &Value| match v {
         Value::Float(f) if f.is_finite() => Some(*f),
@@ -1004,7 +1005,6 @@ fn roles(value: &Value) -> Option<Roles> {
         allocated: uint("allocated"),
         reserved: uint("reserved"),
         first_pass: matches!(value.get("first_pass"), Some(Value::Bool(true))),
-        accumulating: uint("accumulating").unwrap_or(0),
     })
 }
 

@@ -39,12 +39,6 @@ pub struct Roles {
     /// root module's forward run twice, so no step or batch had ended before it.
     #[serde(default)]
     pub first_pass: bool,
-    /// At an OOM (hook 1.14): how many times the job's model ran its forward again after a
-    /// backward with its gradients kept, where no step or pass was marked: it was
-    /// accumulating gradients in its first step (or zeroes them in place, which looks the
-    /// same). 0 otherwise.
-    #[serde(default)]
-    pub accumulating: u64,
 }
 
 /// The roles beside the allocator's figures at the same moment.

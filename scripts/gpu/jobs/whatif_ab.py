@@ -297,6 +297,8 @@ STEP_NOTE = {}
 # The workloads that are torchrun jobs, and their ranks: `job` launches them itself.
 RANKS = {"gpt2ddp2": 2, "gpt2fsdp2": 2, "gpt2fsdp1": 2}
 STEP_LIMIT = int(os.environ.get("WHATIF_STEP_LIMIT", "400"))
+# gpt2sgd: its gradients zeroed in place (p.grad.zero_()) instead of dropped.
+ZERO_IN_PLACE = os.environ.get("WHATIF_SGD_ZERO_IN_PLACE") == "1"
 PROFILE = os.environ.get("WHATIF_PROFILE") == "1"  # each step's peaks, printed (sizing caps)
 # resnetvar's batches scaled (0.5: "half the batch", as vramtop's knobs line offers it).
 BATCH_SCALE = float(os.environ.get("WHATIF_BATCH_SCALE", "1"))
@@ -802,7 +804,10 @@ def steps(workload, cap, stop_at, judged, before_judged, after_step):
                         momentum[p] = buf = torch.zeros_like(p)
                     buf.mul_(0.9).add_(p.grad)
                     p.add_(buf, alpha=-1e-4)
-                    p.grad = None
+                    if ZERO_IN_PLACE:
+                        p.grad.zero_()  # as older hand-written loops do
+                    else:
+                        p.grad = None
     elif workload == "llamamix":
         cap_from_env(cap, workload)
         _, step = llama_mix()

@@ -177,44 +177,44 @@ pub fn remedies(
 }
 
 /// The verdicts at the OOM the hook kept, where it saw the job inside its first step,
-/// accumulating gradients (`Roles::accumulating`: its model's forward ran again after a
-/// backward with the gradients kept, and no step or pass was marked). A "fits" serves the
-/// request and may get through this micro-batch, but the micro-batches still to come in the
-/// step are not in the history, nor their sizes: it is left open. A GPT-2 accumulating 8
-/// micro-batches of 2 to 9 sequences (H200, PyTorch 2.11, an 8.15 GiB cap) ran out in the
-/// fifth; the replay served the request with expandable segments and max_split 20 to 256,
-/// carried on as the fourth went on, and PyTorch, run with each, ran out in a later one.
-/// `empty_cache() between steps`: where the job accumulates, no step had ended and the job
-/// runs as it did; a loop that zeroes its gradients in place and marks no step looks the
-/// same, its steps ended unseen, so the rounds' verdict is not given either.
+/// accumulating gradients (`KeptOom::accumulating`), with nothing marked
+/// (`open_inside_accumulating`).
 fn inside_an_accumulating_first_step(
     trace: &Trace,
     mut answers: Vec<OomRemedies>,
     steps: &super::Steps,
 ) -> Vec<OomRemedies> {
-    let kept = trace.stats.kept_oom.as_ref();
-    let micro = kept
-        .and_then(|k| k.roles.as_ref())
-        .map_or(0, |r| r.accumulating);
+    let micro = trace.stats.kept_oom.as_ref().map_or(0, |k| k.accumulating);
     if micro == 0 || steps.marked() {
         return answers;
     }
-    let Some(last) = answers.last_mut() else {
-        return answers;
-    };
+    if let Some(last) = answers.last_mut() {
+        last.remedies = open_inside_accumulating(std::mem::take(&mut last.remedies), micro);
+    }
+    answers
+}
+
+/// Verdicts at an OOM where the hook saw the job inside its first step, accumulating
+/// gradients: its model's forward ran `micro` more times after a backward whose gradients
+/// it left untouched, and no step was marked. A "fits" serves the request and may get
+/// through this micro-batch, but the micro-batches still to come in the step are not in
+/// the history, nor their sizes: it is left open. A GPT-2 accumulating 8 micro-batches of
+/// 2 to 9 sequences (H200, PyTorch 2.11, an 8.15 GiB cap) ran out in the fifth; the replay
+/// served the request with expandable segments and max_split 20 to 256, carried on as the
+/// fourth went on, and PyTorch, run with each, ran out in a later one. `empty_cache()
+/// between steps`: no step had ended, so the job would run as it did, but a "fails" from
+/// that alone would rest on the hook's reading of the gradients, so it is left open too.
+pub fn open_inside_accumulating(remedies: Vec<RemedyVerdict>, micro: u64) -> Vec<RemedyVerdict> {
+    if micro == 0 {
+        return remedies;
+    }
     let why = format!(
-        "it serves this request, but the job was inside its first step, accumulating \
-         gradients (its model's forward ran {micro} more time(s) after a backward with the \
-         gradients kept, and no optimizer step had run): how many more micro-batches the step \
-         has, and how large, is not in its history"
+        "it serves this request, but the hook saw the job inside its first step, \
+         accumulating gradients (its model's forward ran {micro} more time(s) after a \
+         backward whose gradients it left untouched, and no optimizer step was marked): how \
+         many more micro-batches the step has, and how large, is not in its history"
     );
-    let remedies = overturn(
-        std::mem::take(&mut last.remedies),
-        &[Verdict::Fits],
-        Verdict::CannotTell,
-        &why,
-    );
-    last.remedies = remedies
+    overturn(remedies, &[Verdict::Fits], Verdict::CannotTell, &why)
         .into_iter()
         .map(|r| {
             if r.remedy != Remedy::EmptyCacheBetweenSteps || r.verdict == Verdict::Fails {
@@ -224,16 +224,15 @@ fn inside_an_accumulating_first_step(
                 Remedy::EmptyCacheBetweenSteps,
                 Verdict::CannotTell,
                 format!(
-                    "no step was marked before the OOM, and the job's model ran its forward \
-                     {micro} more time(s) after a backward with its gradients kept: where it \
-                     was accumulating gradients, no step had ended and the job runs as it did; \
-                     a loop that zeroes them in place looks the same to the hook, and its \
-                     steps may have ended"
+                    "no step was marked before the OOM, and the hook saw the job's model run \
+                     its forward {micro} more time(s) after a backward whose gradients it \
+                     left untouched: accumulating gradients, no step had ended, and the job \
+                     would run as it did; the hook's reading of the gradients is all that \
+                     says so"
                 ),
             )
         })
-        .collect();
-    answers
+        .collect()
 }
 
 /// Where the job holds CUDA graphs' private pools, a `max_split_size_mb` that fits is left
@@ -334,7 +333,7 @@ fn through_the_rest(
                         .stats
                         .kept_oom
                         .as_ref()
-                        .is_some_and(|k| !k.steps_us.is_empty());
+                        .is_some_and(|k| !k.steps_us.is_empty() || !k.passes_us.is_empty());
                     last.remedies =
                         unmarked_loop(std::mem::take(&mut last.remedies), allocations, marked);
                 }

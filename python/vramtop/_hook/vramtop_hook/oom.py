@@ -284,6 +284,7 @@ class OomKeeper:
             "steps": oom.get("steps") or [],
             # Hook 1.14: where no step was marked, where the job's passes began (PassMarks).
             "passes": oom.get("passes") or [],
+            "accumulating": oom.get("accumulating") or 0,
             # The job's allocated bytes from its start ([time_s, low, high] rows), the
             # GPU's own total, and every process NVML listed on it (hook 1.4).
             "series": oom.get("series"),
@@ -394,6 +395,8 @@ def on_oom(device, alloc_size, limit_bytes, device_free):
             "history": history,
             "steps": list(hook.alloc.steps),
             "passes": list(hook.alloc.passes),
+            # Inside a first step accumulating gradients (PassMarks.accumulating), else 0.
+            "accumulating": hook.alloc.roles.passes.accumulating() if hook.alloc.roles.passes is not None else 0,
             "series": hook.alloc.series.of(int(device)),
             "step_series": hook.alloc.step_series.of(int(device)),
             "roles": hook.alloc.roles.at_oom(int(device)),
@@ -426,6 +429,7 @@ def tell(hook, message, kept_path):
         message.pop("history", None)
         message.pop("steps", None)
         message.pop("passes", None)
+        message.pop("accumulating", None)
         frame = encode_fitting(message)
         if frame is None:
             return

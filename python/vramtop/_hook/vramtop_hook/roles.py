@@ -126,10 +126,11 @@ class RoleWatch:
 
     def stop_watching(self):
         """The global hooks go, and the compile warning's filter with them; where Dynamo has
-        compiled a graph they stay, idle (`idle`): it traced them in, and guards on how many
-        global hooks there are, so taking them out recompiled a GPT-2's forward under
-        torch.compile(model) at its second step (H200, PyTorch 2.11)."""
-        if self.handles and dynamo_compiled():
+        compiled a graph and a noted model is compiled they stay, idle (`idle`): it traced
+        them in, and guards on how many global hooks there are, so taking them out
+        recompiled a GPT-2's forward under torch.compile(model) at its second step (H200,
+        PyTorch 2.11)."""
+        if self.handles and dynamo_compiled() and self.compiled_model():
             self.idle = True
             return
         handles, self.handles = self.handles, []
@@ -147,6 +148,16 @@ class RoleWatch:
                 warnings._filters_mutated()
             except Exception:
                 pass
+
+    def compiled_model(self):
+        """Whether a model the watch noted is compiled (torch.compile's OptimizedModule, or
+        Module.compile()'s): a job that compiles only a loss function takes its global
+        hooks out, not leaving every eager module call to pay for them."""
+        try:
+            return any(type(m).__name__ == "OptimizedModule" or getattr(m, "_compiled_call_impl", None) is not None
+                       for m in list(self.models))
+        except Exception:
+            return False
 
     def after_step(self):
         """On the job's thread, just after an optimizer step: read the roles if a state
@@ -207,9 +218,6 @@ class RoleWatch:
         # ended without a root module's forward running again.
         if (in_forward or in_backward) and self.in_first_pass():
             figures["first_pass"] = True
-        kept = self.passes.accumulating() if self.passes is not None else 0
-        if kept:
-            figures["accumulating"] = kept
         return dict(figures, time_s=time.time())
 
     def in_first_pass(self):
@@ -306,16 +314,18 @@ class PassMarks:
     and with no mark its first could not tell how far the second would rise.
 
     A step begins at a forward of the first root module the job ran with a trainable
-    parameter (`follow`) that comes after a backward through that module's output and after
-    its gradients were released (`.grad` None on its first trainable parameter, as
-    `zero_grad()` leaves it). A micro-batch of gradient accumulation keeps its gradients,
-    so it begins no step (it is counted: `accumulating`); nor does a model called twice
-    before its backward (a Siamese loss), nor an inference pass. A loop that zeroes its
-    gradients in place (`set_to_none=False`) is not marked.
+    parameter (`follow`), in training with gradients on, that comes after a backward
+    through that module's output, where the gradient the backward left on a parameter of
+    the module (`after_backward`) was since released (`zero_grad()`), replaced or changed
+    in place (a hand-written update, zeroing in place). Where it is untouched the job is
+    accumulating gradients over micro-batches: no step has ended (counted: `accumulating`).
+    A model called twice before its backward (a Siamese loss), an inference or evaluation
+    pass, and a module none of whose parameters holds a gradient after its backward
+    (DeepSpeed's ZeRO keeps them in its own buffers) mark nothing.
 
-    Module-local hooks on that one module: two calls a pass, and a hook on its output's
-    grad_fn. They go at the job's first marked step (`stepped`): its marks say then where
-    steps are. Never raises into the job."""
+    Module-local hooks on that one module: two calls a pass, a hook on its output's grad_fn
+    and one callback at the backward's end. They go at the job's first marked step
+    (`stepped`): its marks say then where steps are. Never raises into the job."""
 
     def __init__(self, torch, marks, stepped):
         self.torch = torch
@@ -323,22 +333,61 @@ class PassMarks:
         self.stepped = stepped  # () -> whether a step was marked (optimizer or vramtop.step())
         self.handles = []
         self.followed = False
-        self.param = None  # weakref to the followed module's first trainable parameter
+        self.module = None  # weakref to the followed module
+        self.param = None  # weakref to a parameter of it that its backward gives a gradient
         self.backward_ran = False
+        # The followed parameter's gradient as the last backward left it: (id, _version),
+        # or None where that was not seen (the check at the backward's end did not run).
+        self.left = None
+        self.blind = False  # no parameter of the module holds a gradient after a backward
         # Forwards begun after a backward with the gradients kept (`accumulating`).
         self.kept = 0
 
     def accumulating(self):
         """At an OOM: how many times the followed model's forward ran again after a
-        backward with its gradients kept, where no step or pass was marked: the job was
-        accumulating gradients in its first step (or zeroes them in place, which looks the
-        same), and the rest of that step is not in its history. 0 otherwise."""
+        backward with its gradients untouched, where no step or pass was marked: the job was
+        accumulating gradients in its first step, and the rest of that step is not in its
+        history. 0 otherwise."""
         try:
             if self.kept and not self.marks and not self.stepped():
                 return self.kept
         except Exception:
             pass
         return 0
+
+    def after_backward(self):
+        """At the end of a backward through the followed module (the autograd engine's
+        final callback; the job's thread waits in backward()): which gradient it left.
+        Never raises."""
+        try:
+            param = self.param() if self.param is not None else None
+            grad = getattr(param, "grad", None)
+            if grad is None:
+                # That parameter got none (unused, or not in this rank's shard): another.
+                module = self.module() if self.module is not None else None
+                found = [p for p in module.parameters() if p.requires_grad and p.grad is not None] if module is not None else []
+                if not found:
+                    self.blind = True
+                    return
+                param, grad = found[0], found[0].grad
+                self.param = weakref.ref(param)
+            self.left = (id(grad), grad._version)
+        except Exception:
+            self.left = None
+
+    def step_began(self):
+        """At a forward after a backward: whether the gradient that backward left is gone,
+        replaced or changed since (a step ended), else None where it is untouched (the job
+        accumulates), or where the backward's end was not seen, kept (not None)."""
+        param = self.param() if self.param is not None else None
+        if param is None:
+            return None
+        grad = param.grad
+        if grad is None:
+            return True
+        if self.left is None:
+            return False
+        return (id(grad), grad._version) != self.left
 
     def follow(self, module):
         """Told each new root module: the first with a trainable parameter is followed (a
@@ -352,37 +401,50 @@ class PassMarks:
             self.followed = True
             if self.stepped():
                 return  # steps marked already
+            self.module = weakref.ref(module)
             self.param = weakref.ref(param)
-            compiling = getattr(getattr(self.torch, "compiler", None), "is_compiling", None) or (lambda: False)
+            torch = self.torch
+            compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None) or (lambda: False)
+            grad_enabled = getattr(torch, "is_grad_enabled", None) or (lambda: True)
+            engine = getattr(getattr(getattr(torch, "autograd", None), "Variable", None), "_execution_engine", None)
             marks = self
 
             def _vramtop_pass_pre(module, args):
                 if compiling():
                     return None
                 try:
-                    if marks.stepped():
+                    if marks.stepped() or marks.blind:
                         marks.stop()
                         return None
+                    if not (grad_enabled() and getattr(module, "training", True)):
+                        return None  # an evaluation pass: not the next step's
                     if marks.backward_ran:
                         marks.backward_ran = False
-                        param = marks.param()
-                        if param is not None and param.grad is None:
+                        began = marks.step_began()
+                        if began:
                             marks.marks.append(time.time())
-                        elif param is not None:
+                        elif began is not None:
                             marks.kept += 1
+                        marks.left = None
                 except Exception:
                     pass
                 return None
 
             def _vramtop_backward_ran(grad_outputs):
-                marks.backward_ran = True
+                # Once a backward (each output's node may call it): check its end.
+                if not marks.backward_ran:
+                    marks.backward_ran = True
+                    try:
+                        engine.queue_callback(marks.after_backward)
+                    except Exception:
+                        pass
                 return None
 
             def _vramtop_pass_post(module, args, output):
                 if compiling():
                     return None
                 try:
-                    for tensor in tensors_of(output, self.torch.is_tensor):
+                    for tensor in tensors_of(output, torch.is_tensor):
                         node = getattr(tensor, "grad_fn", None)
                         if node is not None:
                             node.register_prehook(_vramtop_backward_ran)
