@@ -1323,6 +1323,39 @@ mod tests {
     }
 
     #[test]
+    fn inside_an_accumulating_first_step_only_the_fits_and_the_emptied_cache_are_opened() {
+        let at_the_oom = vec![
+            RemedyVerdict::new(Remedy::ExpandableSegments, Verdict::Fits, "serves it"),
+            RemedyVerdict::new(Remedy::MaxSplitSizeMb(Some(512)), Verdict::Fits, "N = 512"),
+            RemedyVerdict::new(Remedy::RoundupPower2Divisions(4), Verdict::Fails, "fails"),
+            RemedyVerdict::new(
+                Remedy::EmptyCacheBetweenSteps,
+                Verdict::CannotTell,
+                "rounds",
+            ),
+        ];
+        // Nothing counted: as they were (the live view's one-state path passes 0 too).
+        assert_eq!(open_inside_accumulating(at_the_oom.clone(), 0), at_the_oom);
+        let opened = open_inside_accumulating(at_the_oom, 3);
+        let verdicts: Vec<_> = opened.iter().map(|r| (&r.remedy, r.verdict)).collect();
+        assert_eq!(
+            verdicts,
+            vec![
+                (&Remedy::ExpandableSegments, Verdict::CannotTell),
+                (&Remedy::MaxSplitSizeMb(None), Verdict::CannotTell),
+                (&Remedy::RoundupPower2Divisions(4), Verdict::Fails),
+                (&Remedy::EmptyCacheBetweenSteps, Verdict::CannotTell),
+            ]
+        );
+        assert!(
+            opened[0].reason.contains("ran 3 more time(s)"),
+            "{:?}",
+            opened[0]
+        );
+        assert!(opened[3].reason.contains("accumulating"), "{:?}", opened[3]);
+    }
+
+    #[test]
     fn a_fit_that_runs_out_in_the_carried_step_fails_only_where_the_least_runs_out_too() {
         let fits = |remedy: Remedy| RemedyVerdict::new(remedy, Verdict::Fits, "serves it");
         let at_the_oom = vec![
