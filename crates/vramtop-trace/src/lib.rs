@@ -277,7 +277,8 @@ pub struct KeptOom {
     pub steps_us: Vec<i64>,
     /// Hook 1.14: where the job marked no step, when its passes through its first model
     /// began, in the same clock (`vramtop_oom.passes`; the hook's `PassMarks`): a forward
-    /// after a backward whose gradients were released since. They stand for its steps.
+    /// after a backward whose gradients were since released, replaced or changed in place.
+    /// They stand for its steps.
     pub passes_us: Vec<i64>,
     /// Hook 1.14: how many times the job's model ran its forward again after a backward
     /// whose gradients it left untouched, where no step or pass was marked: the job was

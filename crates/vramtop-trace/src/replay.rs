@@ -117,7 +117,8 @@ pub enum StepsBy {
     /// The hook marked them: the job's optimizer steps, or `vramtop.step()`.
     Marks,
     /// The hook saw no step and marked the job's passes through its first model that
-    /// follow a backward and released gradients (`KeptOom::passes_us`).
+    /// follow a backward whose gradients were since released or changed
+    /// (`KeptOom::passes_us`).
     Passes,
     /// Neither: the rounds the job's memory in use went in (`rounds::inferred`).
     #[default]

@@ -132,6 +132,7 @@ class RoleWatch:
         PyTorch 2.11)."""
         if self.handles and dynamo_compiled() and self.compiled_model():
             self.idle = True
+            self.local.depth = 0  # no longer followed: the idle post-hook counts nothing
             return
         handles, self.handles = self.handles, []
         for handle in handles:
@@ -376,9 +377,10 @@ class PassMarks:
             self.left = None
 
     def step_began(self):
-        """At a forward after a backward: whether the gradient that backward left is gone,
-        replaced or changed since (a step ended), else None where it is untouched (the job
-        accumulates), or where the backward's end was not seen, kept (not None)."""
+        """At a forward after a backward: True where the gradient that backward left is
+        gone, replaced or changed since (a step ended); False where it is untouched (the job
+        accumulates), or is there and the backward's end was not seen; None where the
+        followed parameter is gone."""
         param = self.param() if self.param is not None else None
         if param is None:
             return None

@@ -16,7 +16,7 @@ pub(super) fn between_steps(verdict: Verdict, steps: usize, by: StepsBy) -> Reme
         StepsBy::Passes => format!(
             "each of its {steps} steps, before its model's next forward (no optimizer step \
              is marked in its history; a step ends where the model's forward runs again \
-             after a backward, its gradients released)"
+             after a backward whose gradients were since released or changed)"
         ),
         StepsBy::Rounds => format!(
             "each of its {steps} rounds (no step is marked in its history; a round ends where \
