@@ -853,7 +853,7 @@ class RoleWatchUnitTest(unittest.TestCase):
             def register_prehook(self, fn):
                 self.hooks.append(fn)
 
-            def backward(self, gives=True):
+            def backward(self, gives=True, ddp=False):
                 for fn in self.hooks:
                     fn(())
                 if gives:  # AccumulateGrad: made, or added to in place
@@ -862,6 +862,8 @@ class RoleWatchUnitTest(unittest.TestCase):
                         w.grad = Grad()
                     else:
                         w.grad._version += 1
+                if ddp:  # DDP's reducer: the reduced gradient copied back in place, queued last
+                    queued.append(lambda: setattr(self.model.weight.grad, "_version", self.model.weight.grad._version + 1))
                 while queued:
                     queued.pop(0)()
 
@@ -955,6 +957,19 @@ class RoleWatchUnitTest(unittest.TestCase):
         model.weight.grad.zero_()
         model()  # the next training pass still sees the backward
         self.assertEqual(len(marks), 2)
+
+    def test_a_gradient_is_read_after_the_callbacks_the_backward_queued(self):
+        passes, marks, steps, Model, _ = self.passes_world()
+        model = Model()
+        passes.follow(model)
+        out = model()
+        out.grad_fn.backward(ddp=True)
+        out = model()  # DDP's copy came after ours was queued: still untouched since
+        self.assertEqual((len(marks), passes.kept), (0, 1))
+        out.grad_fn.backward(ddp=True)
+        out.grad_fn.backward(ddp=True)  # a second backward of the same forward: read again
+        model()
+        self.assertEqual((len(marks), passes.kept), (0, 2))
 
     def test_passes_stop_where_no_parameter_holds_a_gradient_after_the_backward(self):
         passes, marks, steps, Model, _ = self.passes_world()

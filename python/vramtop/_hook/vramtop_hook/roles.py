@@ -321,8 +321,10 @@ class PassMarks:
     in place (a hand-written update, zeroing in place). Where it is untouched the job is
     accumulating gradients over micro-batches: no step has ended (counted: `accumulating`).
     A model called twice before its backward (a Siamese loss), an inference or evaluation
-    pass, and a module none of whose parameters holds a gradient after its backward
-    (DeepSpeed's ZeRO keeps them in its own buffers) mark nothing.
+    pass, a forward run inside a backward (a checkpointed recompute), and a module none of
+    whose parameters holds a gradient after its backward (DeepSpeed's ZeRO keeps them in
+    its own buffers) mark nothing. The gradient is read after every callback the backward
+    queued (DDP's reducer copies the reduced gradients back in one), each backward.
 
     Module-local hooks on that one module: two calls a pass, a hook on its output's grad_fn
     and one callback at the backward's end. They go at the job's first marked step
@@ -337,8 +339,9 @@ class PassMarks:
         self.module = None  # weakref to the followed module
         self.param = None  # weakref to a parameter of it that its backward gives a gradient
         self.backward_ran = False
-        # The followed parameter's gradient as the last backward left it: (id, _version),
-        # or None where that was not seen (the check at the backward's end did not run).
+        self.pending = False  # a check queued for the end of the running backward
+        # The followed parameter's gradient as the last backward left it: (weakref to it,
+        # its _version), or None where that was not seen (the check did not run).
         self.left = None
         self.blind = False  # no parameter of the module holds a gradient after a backward
         # Forwards begun after a backward with the gradients kept (`accumulating`).
@@ -372,15 +375,17 @@ class PassMarks:
                     return
                 param, grad = found[0], found[0].grad
                 self.param = weakref.ref(param)
-            self.left = (id(grad), grad._version)
+            self.left = (weakref.ref(grad), grad._version)
         except Exception:
             self.left = None
+        finally:
+            self.pending = False
 
     def step_began(self):
         """At a forward after a backward: True where the gradient that backward left is
         gone, replaced or changed since (a step ended); False where it is untouched (the job
-        accumulates), or is there and the backward's end was not seen; None where the
-        followed parameter is gone."""
+        accumulates); None where that cannot be told (the followed parameter gone, or a
+        gradient there and the backward's end not seen)."""
         param = self.param() if self.param is not None else None
         if param is None:
             return None
@@ -388,8 +393,9 @@ class PassMarks:
         if grad is None:
             return True
         if self.left is None:
-            return False
-        return (id(grad), grad._version) != self.left
+            return None
+        made, version = self.left
+        return made() is not grad or grad._version != version
 
     def follow(self, module):
         """Told each new root module: the first with a trainable parameter is followed (a
@@ -409,7 +415,19 @@ class PassMarks:
             compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None) or (lambda: False)
             grad_enabled = getattr(torch, "is_grad_enabled", None) or (lambda: True)
             engine = getattr(getattr(getattr(torch, "autograd", None), "Variable", None), "_execution_engine", None)
+            # -1 outside any backward: a forward run inside one (a checkpointed recompute)
+            # begins no step.
+            graph_task = getattr(getattr(torch, "_C", None), "_current_graph_task_id", None) or (lambda: -1)
             marks = self
+
+            def _vramtop_after_the_others():
+                # DDP's reducer queues its own end-of-backward callback (which copies the
+                # reduced gradients in place) after ours: queued again from here, ours runs
+                # after every callback the backward queued.
+                try:
+                    engine.queue_callback(marks.after_backward)
+                except Exception:
+                    marks.pending = False
 
             def _vramtop_pass_pre(module, args):
                 if compiling():
@@ -418,8 +436,9 @@ class PassMarks:
                     if marks.stepped() or marks.blind:
                         marks.stop()
                         return None
-                    if not (grad_enabled() and getattr(module, "training", True)):
-                        return None  # an evaluation pass: not the next step's
+                    if not (grad_enabled() and getattr(module, "training", True)) or graph_task() != -1:
+                        return None  # an evaluation pass, or a recompute in a backward
+                    marks.pending = False  # no backward runs: a check not run never will
                     if marks.backward_ran:
                         marks.backward_ran = False
                         began = marks.step_began()
@@ -433,13 +452,17 @@ class PassMarks:
                 return None
 
             def _vramtop_backward_ran(grad_outputs):
-                # Once a backward (each output's node may call it): check its end.
-                if not marks.backward_ran:
-                    marks.backward_ran = True
+                if compiling():
+                    return None
+                # Once a backward (each output's node may call it; a second backward of the
+                # same forward is checked again): check its end.
+                marks.backward_ran = True
+                if not marks.pending:
+                    marks.pending = True
                     try:
-                        engine.queue_callback(marks.after_backward)
+                        engine.queue_callback(_vramtop_after_the_others)
                     except Exception:
-                        pass
+                        marks.pending = False
                 return None
 
             def _vramtop_pass_post(module, args, output):
