@@ -707,8 +707,9 @@ class RoleWatchUnitTest(unittest.TestCase):
         # copied in): a step may have ended there, so it is not told.
         self.assertNotIn("first_pass", watch.at_oom(0))
 
-    def test_roots_are_noted_until_one_comes_round_again_then_the_hooks_go(self):
-        import sys
+    @staticmethod
+    def global_hooks_module():
+        """A torch.nn.modules.module whose global forward hooks go in `hooks` (pre, post)."""
         import types
 
         hooks = {"pre": [], "post": []}
@@ -723,6 +724,12 @@ class RoleWatchUnitTest(unittest.TestCase):
         fake = types.ModuleType("torch.nn.modules.module")
         fake.register_module_forward_pre_hook = lambda fn: (hooks["pre"].append(fn), Handle("pre", fn))[1]
         fake.register_module_forward_hook = lambda fn: (hooks["post"].append(fn), Handle("post", fn))[1]
+        return fake, hooks
+
+    def test_roots_are_noted_until_one_comes_round_again_then_the_hooks_go(self):
+        import sys
+
+        fake, hooks = self.global_hooks_module()
         saved = sys.modules.get("torch.nn.modules.module")
         sys.modules["torch.nn.modules.module"] = fake
         try:
@@ -779,18 +786,7 @@ class RoleWatchUnitTest(unittest.TestCase):
         import sys
         import types
 
-        hooks = {"pre": [], "post": []}
-
-        class Handle:
-            def __init__(self, kind, fn):
-                self.kind, self.fn = kind, fn
-
-            def remove(self):
-                hooks[self.kind].remove(self.fn)
-
-        fake = types.ModuleType("torch.nn.modules.module")
-        fake.register_module_forward_pre_hook = lambda fn: (hooks["pre"].append(fn), Handle("pre", fn))[1]
-        fake.register_module_forward_hook = lambda fn: (hooks["post"].append(fn), Handle("post", fn))[1]
+        fake, hooks = self.global_hooks_module()
         dynamo = types.ModuleType("torch._dynamo.utils")
         dynamo.counters = {"stats": {"unique_graphs": 2}}  # torch.compile ran
         saved = {name: sys.modules.get(name) for name in ("torch.nn.modules.module", "torch._dynamo.utils")}

@@ -135,11 +135,7 @@ class RoleWatch:
             self.local.depth = 0  # no longer followed: the idle post-hook counts nothing
             return
         handles, self.handles = self.handles, []
-        for handle in handles:
-            try:
-                handle.remove()
-            except Exception:
-                pass
+        remove_all(handles)
         entry, self.warning_filter = getattr(self, "warning_filter", None), None
         if entry is not None:
             try:
@@ -486,11 +482,16 @@ class PassMarks:
 
     def stop(self):
         handles, self.handles = self.handles, []
-        for handle in handles:
-            try:
-                handle.remove()
-            except Exception:
-                pass
+        remove_all(handles)
+
+
+def remove_all(handles):
+    """Takes out each hook's handle; never raises."""
+    for handle in handles:
+        try:
+            handle.remove()
+        except Exception:
+            pass
 
 
 def tensors_of(output, is_tensor, limit=8):
