@@ -910,7 +910,7 @@ def steps(workload, cap, stop_at, judged, before_judged, after_step):
         # A sparse mixture of experts: how many tokens each expert gets is the router's
         # choice, so the sizes inside a step vary even between steps of one shape.
         step = mixed_lm_step(model, opt, 32000, [2, 4, 6, 8], lambda i: 256 + 16 * i, 4096)
-    elif workload in ("gpt2scaler", "gpt2scalerskip"):
+    elif workload in ("gpt2scaler", "gpt2scalerskip", "gpt2accumskip"):
         from transformers import GPT2Config, GPT2LMHeadModel
 
         cap_from_env(cap, workload)
@@ -918,17 +918,20 @@ def steps(workload, cap, stop_at, judged, before_judged, after_step):
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
         # fp16 needs loss scaling; a scale grown every 8 clean steps overflows now and then,
         # and GradScaler then skips the optimizer's step: no step is marked for it.
-        # gpt2scalerskip: the scale starts at 2**40, so the first steps overflow and are all
-        # skipped, none marked.
-        init = 2.0 ** (40 if workload == "gpt2scalerskip" else 16)
+        # gpt2scalerskip and gpt2accumskip: the scale starts at 2**40, so the first steps
+        # overflow and are all skipped, none marked; gpt2accumskip accumulates two
+        # micro-batches of varying shape a step (the hook marks the passes after zero_grad()).
+        init = 2.0 ** (16 if workload == "gpt2scaler" else 40)
         scaler = torch.amp.GradScaler("cuda", init_scale=init, growth_interval=8)
+        micro = 2 if workload == "gpt2accumskip" else 1
 
         def step(i):
-            batch, length = varying_shape(i)
-            x = torch.randint(0, 50257, (batch, length), device="cuda")
-            with torch.autocast("cuda", dtype=torch.float16):
-                loss = model(x, labels=x).loss
-            scaler.scale(loss).backward()
+            for j in range(micro):
+                batch, length = varying_shape(micro * i + j)
+                x = torch.randint(0, 50257, (batch, length), device="cuda")
+                with torch.autocast("cuda", dtype=torch.float16):
+                    loss = model(x, labels=x).loss / micro
+                scaler.scale(loss).backward()
             scaler.step(opt)
             scaler.update()
             opt.zero_grad(set_to_none=True)
@@ -1154,26 +1157,6 @@ def steps(workload, cap, stop_at, judged, before_judged, after_step):
             opt.zero_grad(set_to_none=True)
             if PROFILE:
                 print(f"profile: step {i} scale {scaler.get_scale()}", flush=True)
-    elif workload == "gpt2accumskip":
-        from transformers import GPT2Config, GPT2LMHeadModel
-
-        cap_from_env(cap, workload)
-        model = GPT2LMHeadModel(GPT2Config(n_layer=6, n_embd=1024, n_head=16, n_positions=2048)).cuda()
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-        scaler = torch.amp.GradScaler("cuda", init_scale=2.0 ** 40)
-
-        def step(i):
-            # Two micro-batches of varying shape a step, fp16, the scaler skipping the first
-            # optimizer steps (none marked): the hook marks the passes after zero_grad().
-            for j in range(2):
-                batch, length = varying_shape(2 * i + j)
-                x = torch.randint(0, 50257, (batch, length), device="cuda")
-                with torch.autocast("cuda", dtype=torch.float16):
-                    loss = model(x, labels=x).loss / 2
-                scaler.scale(loss).backward()
-            scaler.step(opt)
-            scaler.update()
-            opt.zero_grad(set_to_none=True)
     elif workload == "gpt2accumfirst":
         cap_from_env(cap, workload)
         model, opt, _ = gpt2_fixed()
