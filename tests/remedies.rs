@@ -570,6 +570,13 @@ fn gpu_kept_files_of_stepped_jobs_give_pytorchs_outcomes_on_both_paths() {
                     "{name}: {ours:?}"
                 );
             }
+            if name.contains("_gpu") && remedy.starts_with("garbage_collection_threshold") {
+                // No fraction: PyTorch never runs its collection, whatever the history.
+                assert!(
+                    ours.reason.contains("only under set_per_process_memory_fraction"),
+                    "{name}: {ours:?}"
+                );
+            }
             if name.contains("resnetvar") && remedy.starts_with("expandable_segments") {
                 // Served in the replay, failed by the step's own size.
                 assert!(ours.reason.contains("the step goes on"), "{name}: {ours:?}");
@@ -1341,6 +1348,13 @@ fn gpu_kept_histories_of_training_loops_give_pytorchs_outcomes_on_both_paths() {
         gc: Fails,
         between_steps: Fits,
     })[..];
+    let gpt2sgd_gpu = &stepped(Outcomes {
+        expandable: Fits,
+        max_split: ("max_split_size_mb:512", Fits),
+        roundup: Fails,
+        gc: Fails,
+        between_steps: Fits,
+    })[..];
     let gpt2fixed_15g22 = &stepped(Outcomes {
         expandable: Fits,
         max_split: ("max_split_size_mb:128", Fits),
@@ -1626,6 +1640,12 @@ fn gpu_kept_histories_of_training_loops_give_pytorchs_outcomes_on_both_paths() {
             true,
         ),
         ("history_gpt2sgdzero_cap6g93_hook114", gpt2sgdzero, 0, true),
+        // gpt2sgd on a smaller GPU, with no memory fraction: all but 7,500 MiB of the H200
+        // taken through the driver first (WHATIF_GPU_FREE_MIB), so CUDA itself refused the
+        // segment. It ran out in step 8 asking 954 MiB; PyTorch fitted expandable,
+        // expandable + GC, the emptied cache and max_split 512, and failed GC 0.6 (which
+        // PyTorch applies under a fraction only) and roundup 4 (12 of 12, H200, 2026-11-29).
+        ("history_gpt2sgd_gpu7500mib_hook114", gpt2sgd_gpu, 0, true),
     ] {
         let path = fixture(&format!("{name}.pickle.gz"));
         let file = trace::load(&path).unwrap_or_else(|e| panic!("{name}: {e}"));

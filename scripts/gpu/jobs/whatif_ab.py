@@ -234,6 +234,12 @@ other_empty_cache (otherproc: the other process calls it before the judged reque
 gc_collect, expandable, max_split:N, gc_threshold:0.6, roundup:4, expandable_gc
 (PYTORCH_CUDA_ALLOC_CONF).
 
+WHATIF_GPU_FREE_MIB runs the job as on a smaller GPU, with no memory fraction: each process
+first takes through the CUDA driver all but that much of what the device has free, and no
+cap is set (the workload's CAP_ENV is ignored), so the job runs out where CUDA itself
+refuses a segment, as on a card of that size. Processes then share the device's free
+memory: run them one at a time (WHATIF_JOBS=1).
+
 WHATIF_BASE_CONF is the job's own PYTORCH_CUDA_ALLOC_CONF (say "expandable_segments:True",
 as many users already set): the run under vramtop, the control and every remedy run keep
 it, and a remedy's setting goes into that line, as a user puts the setting vramtop names
@@ -343,7 +349,8 @@ def nudge_address_space():
     nothing else: a remedy whose outcome in PyTorch changes with it turns on something no
     PyTorch history holds."""
     megabytes = int(os.environ.get("WHATIF_VA_NUDGE_MB", "0") or 0)
-    if megabytes <= 0:
+    left = int(os.environ.get("WHATIF_GPU_FREE_MIB", "0") or 0)
+    if megabytes <= 0 and left <= 0:
         return
     import ctypes
 
@@ -354,10 +361,21 @@ def nudge_address_space():
     device, context, pointer = ctypes.c_int(), ctypes.c_void_p(), ctypes.c_uint64()
     for rc in (cu.cuInit(0), cu.cuDeviceGet(ctypes.byref(device), 0),
                cu.cuDevicePrimaryCtxRetain(ctypes.byref(context), device), cu.cuCtxSetCurrent(context),
-               cu.cuMemAlloc_v2(ctypes.byref(pointer), ctypes.c_size_t(megabytes << 20))):
+               ):
         if rc != 0:
             sys.exit(f"nudge: CUDA driver call failed ({rc})")
-    print(f"nudge: {megabytes} MiB at {pointer.value:#x}", flush=True)
+    if left > 0:
+        # A smaller GPU: all but `left` of what is free now (the context made above) taken.
+        free, total = ctypes.c_size_t(), ctypes.c_size_t()
+        if cu.cuMemGetInfo_v2(ctypes.byref(free), ctypes.byref(total)) != 0:
+            sys.exit("gpu free: cuMemGetInfo failed")
+        megabytes = (free.value >> 20) - left
+        if megabytes <= 0:
+            sys.exit(f"gpu free: only {free.value >> 20} MiB free, asked to leave {left}")
+    rc = cu.cuMemAlloc_v2(ctypes.byref(pointer), ctypes.c_size_t(megabytes << 20))
+    if rc != 0:
+        sys.exit(f"nudge: cuMemAlloc of {megabytes} MiB failed ({rc})")
+    print(f"nudge: {megabytes} MiB at {pointer.value:#x}" + (f", {left} MiB left free" if left > 0 else ""), flush=True)
 
 
 def run_job(workload, remedy, stop_at):
@@ -373,6 +391,8 @@ def run_job(workload, remedy, stop_at):
             gc.collect()
 
     def cap(nbytes):
+        if int(os.environ.get("WHATIF_GPU_FREE_MIB", "0") or 0) > 0:
+            return  # a smaller GPU stands for the cap (nudge_address_space)
         # The current device's: a rank of gpt2ddp2 runs on its own.
         total = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
         torch.cuda.set_per_process_memory_fraction(nbytes / total)
