@@ -1355,6 +1355,13 @@ fn gpu_kept_histories_of_training_loops_give_pytorchs_outcomes_on_both_paths() {
         gc: Fails,
         between_steps: Fits,
     })[..];
+    let gpt2ddpaccumskip = &stepped(Outcomes {
+        expandable: Fits,
+        max_split: ("max_split_size_mb:512", Fits),
+        roundup: Fails,
+        gc: Fails,
+        between_steps: Fails,
+    })[..];
     let gpt2fixed_15g22 = &stepped(Outcomes {
         expandable: Fits,
         max_split: ("max_split_size_mb:128", Fits),
@@ -1646,6 +1653,17 @@ fn gpu_kept_histories_of_training_loops_give_pytorchs_outcomes_on_both_paths() {
         // expandable + GC, the emptied cache and max_split 512, and failed GC 0.6 (which
         // PyTorch applies under a fraction only) and roundup 4 (12 of 12, H200, 2026-11-29).
         ("history_gpt2sgd_gpu7500mib_hook114", gpt2sgd_gpu, 0, true),
+        // gpt2accumskip in DistributedDataParallel (one rank over NCCL), every micro-batch
+        // all-reduced and copied back in place by DDP's own end-of-backward callback, under
+        // 7 GiB: step 4 asking 694 MiB, 4 passes for 8 micro-batches. PyTorch fitted
+        // expandable, expandable + GC and max_split 512 and failed the rest (12 of 12,
+        // H200, 2026-11-29).
+        (
+            "history_gpt2ddpaccumskip_cap7_hook114",
+            gpt2ddpaccumskip,
+            0,
+            true,
+        ),
     ] {
         let path = fixture(&format!("{name}.pickle.gz"));
         let file = trace::load(&path).unwrap_or_else(|e| panic!("{name}: {e}"));
@@ -1821,6 +1839,16 @@ fn the_passes_stand_for_the_steps_a_scaler_skipped() {
     let accum_file = trace::load(&fixture(&format!("{accum}.pickle.gz"))).unwrap();
     let kept = accum_file.stats.kept_oom.as_ref().unwrap();
     assert_eq!((kept.steps_us.len(), kept.passes_us.len()), (0, 4));
+    // The same in DistributedDataParallel, each micro-batch all-reduced: DDP copies the
+    // reduced gradients back in place at each backward's end, after the hook's first
+    // callback, and still no micro-batch reads as a step (on the GPU, hook 1.14).
+    let ddp = "history_gpt2ddpaccumskip_cap7_hook114";
+    let ddp_file = trace::load(&fixture(&format!("{ddp}.pickle.gz"))).unwrap();
+    let kept = ddp_file.stats.kept_oom.as_ref().unwrap();
+    assert_eq!(
+        (kept.steps_us.len(), kept.passes_us.len(), kept.accumulating),
+        (0, 4, 0)
+    );
     // Gradients zeroed in place by a hand-written update: a pass a step all the same, told
     // by the gradient changed since the backward left it, and nothing accumulating.
     let zero = "history_gpt2sgdzero_cap6g93_hook114";

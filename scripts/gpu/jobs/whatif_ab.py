@@ -148,6 +148,10 @@ Workloads (each ends with one judged request, caught so the process ends normall
   gpt2accumskip  gpt2scalerskip with two micro-batches of varying shape accumulated a
               step: its first optimizer steps skipped, none marked, the passes marked
               only after zero_grad() (WHATIF_GPT2ACCUMSKIP_CAP_GIB).
+  gpt2ddpaccumskip  gpt2accumskip in DistributedDataParallel (gpt2ddp's one rank over
+              NCCL): each micro-batch's backward all-reduced, and the reduced gradients
+              copied back in place by DDP's own end-of-backward callback, so the passes
+              must be told after it (WHATIF_GPT2DDPACCUMSKIP_CAP_GIB).
   clipvar     a CLIP (ViT-B/16 and a text tower, random weights) trained contrastively:
               the batch (images and captions of varying length) varies, so the
               similarity matrix and every activation change shape (WHATIF_CLIPVAR_CAP_GIB).
@@ -258,7 +262,7 @@ import time
 MiB = 1 << 20
 GiB = 1 << 30
 WORKLOADS = ["checker", "splitcache", "tails", "gpt2var", "kvcache", "gpt2mixed", "llamamix", "resnetvar",
-             "bertaccum", "t5var", "gpt2ckpt", "evalmix", "gpt2keep", "gan", "vitvar", "moemix", "gpt2scaler", "loramix", "gpt2compile", "llamagen", "gpt2stream", "t5beam", "t5beam_steps", "wav2vec", "mambaslow", "hftrainer", "gpt2sgd", "resnetinfer", "lightning", "lightningaccum", "gpt2tutorial", "gpt2fixed", "clipvar", "gpt2fused", "accelaccum", "llamabf16", "unetvar", "graphsteps", "graphsonce", "gpt2graphs", "llamagraphs", "gpt2empties", "gpt2ddp", "gpt2ddp2", "gpt2fsdp2", "gpt2fsdp1", "gpt2loader", "llamafixed", "vitfixed", "resnetfixed", "bertfixed", "llamatune", "gpt2compilefixed", "gpt2scalerfixed", "gpt2scalerskip", "hftrainerskip", "gpt2accumfirst", "gpt2accumskip", "otherproc"]
+             "bertaccum", "t5var", "gpt2ckpt", "evalmix", "gpt2keep", "gan", "vitvar", "moemix", "gpt2scaler", "loramix", "gpt2compile", "llamagen", "gpt2stream", "t5beam", "t5beam_steps", "wav2vec", "mambaslow", "hftrainer", "gpt2sgd", "resnetinfer", "lightning", "lightningaccum", "gpt2tutorial", "gpt2fixed", "clipvar", "gpt2fused", "accelaccum", "llamabf16", "unetvar", "graphsteps", "graphsonce", "gpt2graphs", "llamagraphs", "gpt2empties", "gpt2ddp", "gpt2ddp2", "gpt2fsdp2", "gpt2fsdp1", "gpt2loader", "llamafixed", "vitfixed", "resnetfixed", "bertfixed", "llamatune", "gpt2compilefixed", "gpt2scalerfixed", "gpt2scalerskip", "hftrainerskip", "gpt2accumfirst", "gpt2accumskip", "gpt2ddpaccumskip", "otherproc"]
 # The cap of each stepped workload that takes one from the environment (`scan` varies it).
 CAP_ENV = {"gpt2mixed": ("WHATIF_GPT2MIXED_CAP_GIB", 15.5), "llamamix": ("WHATIF_LLAMAMIX_CAP_GIB", 10),
            "resnetvar": ("WHATIF_RESNETVAR_CAP_GIB", 6.5), "bertaccum": ("WHATIF_BERTACCUM_CAP_GIB", 8),
@@ -295,7 +299,8 @@ CAP_ENV = {"gpt2mixed": ("WHATIF_GPT2MIXED_CAP_GIB", 15.5), "llamamix": ("WHATIF
            "gpt2scalerskip": ("WHATIF_GPT2SCALERSKIP_CAP_GIB", 7),
            "hftrainerskip": ("WHATIF_HFTRAINERSKIP_CAP_GIB", 7),
            "gpt2accumfirst": ("WHATIF_GPT2ACCUMFIRST_CAP_GIB", 7),
-           "gpt2accumskip": ("WHATIF_GPT2ACCUMSKIP_CAP_GIB", 7)}
+           "gpt2accumskip": ("WHATIF_GPT2ACCUMSKIP_CAP_GIB", 7),
+           "gpt2ddpaccumskip": ("WHATIF_GPT2DDPACCUMSKIP_CAP_GIB", 7.5)}
 HERE = os.path.dirname(os.path.abspath(__file__))
 # What a workload says of where it was when an OOM came (graphsteps, graphsonce: "before
 # the capture", "capture" or "replay").
@@ -930,11 +935,23 @@ def steps(workload, cap, stop_at, judged, before_judged, after_step):
         # A sparse mixture of experts: how many tokens each expert gets is the router's
         # choice, so the sizes inside a step vary even between steps of one shape.
         step = mixed_lm_step(model, opt, 32000, [2, 4, 6, 8], lambda i: 256 + 16 * i, 4096)
-    elif workload in ("gpt2scaler", "gpt2scalerskip", "gpt2accumskip"):
+    elif workload in ("gpt2scaler", "gpt2scalerskip", "gpt2accumskip", "gpt2ddpaccumskip"):
         from transformers import GPT2Config, GPT2LMHeadModel
 
         cap_from_env(cap, workload)
         model = GPT2LMHeadModel(GPT2Config(n_layer=6, n_embd=1024, n_head=16, n_positions=2048)).cuda()
+        if workload == "gpt2ddpaccumskip":
+            import atexit
+            import tempfile as _tempfile
+
+            import torch.distributed as dist
+            from torch.nn.parallel import DistributedDataParallel
+
+            # gpt2ddp's one rank; no no_sync(): every micro-batch is all-reduced.
+            store = dist.FileStore(_tempfile.mkstemp(prefix="whatif-ddp-")[1], 1)
+            dist.init_process_group("nccl", store=store, rank=0, world_size=1)
+            atexit.register(dist.destroy_process_group)
+            model = DistributedDataParallel(model, device_ids=[0])
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
         # fp16 needs loss scaling; a scale grown every 8 clean steps overflows now and then,
         # and GradScaler then skips the optimizer's step: no step is marked for it.
@@ -943,7 +960,7 @@ def steps(workload, cap, stop_at, judged, before_judged, after_step):
         # micro-batches of varying shape a step (the hook marks the passes after zero_grad()).
         init = 2.0 ** (16 if workload == "gpt2scaler" else 40)
         scaler = torch.amp.GradScaler("cuda", init_scale=init, growth_interval=8)
-        micro = 2 if workload == "gpt2accumskip" else 1
+        micro = 2 if workload in ("gpt2accumskip", "gpt2ddpaccumskip") else 1
 
         def step(i):
             for j in range(micro):
@@ -1867,7 +1884,7 @@ def under_vramtop(binary, workload, work):
 STEPPED = ("gpt2var", "kvcache", "kvcache_steps", "gpt2mixed", "llamamix", "resnetvar", "bertaccum", "t5var",
            "gpt2ckpt", "evalmix", "gpt2keep", "gan", "vitvar", "moemix", "gpt2scaler",
            "loramix", "gpt2compile", "llamagen", "gpt2stream", "t5beam", "t5beam_steps", "wav2vec", "mambaslow", "hftrainer", "gpt2sgd", "resnetinfer", "gpt2fixed", "clipvar", "lightning", "lightningaccum", "gpt2tutorial", "gpt2fused", "accelaccum",
-           "llamabf16", "unetvar", "graphsteps", "graphsonce", "gpt2graphs", "llamagraphs", "gpt2empties", "gpt2ddp", "gpt2ddp2", "gpt2fsdp2", "gpt2fsdp1", "gpt2loader", "llamafixed", "vitfixed", "resnetfixed", "bertfixed", "llamatune", "gpt2compilefixed", "gpt2scalerfixed", "gpt2scalerskip", "hftrainerskip", "gpt2accumfirst", "gpt2accumskip")
+           "llamabf16", "unetvar", "graphsteps", "graphsonce", "gpt2graphs", "llamagraphs", "gpt2empties", "gpt2ddp", "gpt2ddp2", "gpt2fsdp2", "gpt2fsdp1", "gpt2loader", "llamafixed", "vitfixed", "resnetfixed", "bertfixed", "llamatune", "gpt2compilefixed", "gpt2scalerfixed", "gpt2scalerskip", "hftrainerskip", "gpt2accumfirst", "gpt2accumskip", "gpt2ddpaccumskip")
 
 
 MAX_SPLIT_TRIED = ["20", "64", "128", "256", "512", "1024", "2048", "4096"]  # MAX_SPLIT_TRIED_MB
