@@ -180,6 +180,56 @@ fn states() -> Vec<(&'static str, OomState)> {
     ]
 }
 
+/// The live view's one-state path (no whole history came with the OOM) leaves open the
+/// "fits" inside a first step that accumulates gradients, as the replay's path does
+/// (`open_inside_accumulating`): the split cache with room, whose one state says that
+/// expandable segments fit, with a kept file beside it whose hook counted 4 forwards over
+/// untouched gradients and marked no step (hook 1.14's `accumulating`), and with 0.
+#[test]
+fn the_live_view_leaves_open_the_fits_inside_an_accumulating_first_step() {
+    use trace_support::{dict, event, pickle, snapshot, P};
+    let (_, state) = states().swap_remove(2);
+    let dir = std::env::temp_dir().join(format!("vramtop-accumulating-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let live = |accumulating: i64| {
+        // PyTorch's `oom` entry alone: its `addr` is the device's free bytes.
+        let oom_entry = event("oom", 70 << 30, state.requested_bytes as i64, vec![]);
+        let mut file = snapshot(vec![], vec![vec![oom_entry]]);
+        let kept = dict(vec![
+            ("number", P::Int(1)),
+            ("pid", P::Int(4242)),
+            ("time_s", P::Float(state.time_s)),
+            ("device", P::Int(0)),
+            ("requested_bytes", P::Int(state.requested_bytes as i64)),
+            ("accumulating", P::Int(accumulating)),
+        ]);
+        if let P::Dict(pairs) = &mut file {
+            pairs.push((P::Str("vramtop_oom".into()), kept));
+        }
+        let path = dir.join(format!(
+            "vramtop-oom-accumulating-4242-{accumulating}.pickle"
+        ));
+        std::fs::write(&path, pickle(&file)).unwrap();
+        let oom = OomState {
+            ring: Some(vramtop::attach::protocol::RingAtOom {
+                max_entries: 8192,
+                entries: 8192,
+                complete: false,
+            }),
+            kept_path: Some(path.to_string_lossy().into_owned()),
+            ..state.clone()
+        };
+        OomExplained::from_oom(&oom).remedies
+    };
+    let (decided, open) = (live(0), live(4));
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(decided[0].verdict, Verdict::Fits, "{decided:?}");
+    assert_eq!(open[0].verdict, Verdict::CannotTell, "{open:?}");
+    assert!(open[0].reason.contains("accumulating"), "{open:?}");
+    // What one state rules out stays ruled out: empty_cache() at the OOM.
+    assert_eq!(open[3].verdict, Verdict::Fails, "{open:?}");
+}
+
 #[test]
 fn the_live_view_and_a_kept_file_give_the_same_verdicts() {
     for (name, state) in states() {
@@ -573,7 +623,8 @@ fn gpu_kept_files_of_stepped_jobs_give_pytorchs_outcomes_on_both_paths() {
             if name.contains("_gpu") && remedy.starts_with("garbage_collection_threshold") {
                 // No fraction: PyTorch never runs its collection, whatever the history.
                 assert!(
-                    ours.reason.contains("only under set_per_process_memory_fraction"),
+                    ours.reason
+                        .contains("only under set_per_process_memory_fraction"),
                     "{name}: {ours:?}"
                 );
             }
