@@ -139,6 +139,32 @@ fn expected() -> Vec<(&'static str, &'static str, Vec<&'static str>)> {
             "another process",
             vec!["30.5 GiB", "CuPy", "free_all_blocks()"],
         ),
+        // The same libraries inside the job's own process (H200, 2026-11-29): PyTorch then
+        // fitted the same 40 GiB with JAX started with XLA_PYTHON_CLIENT_PREALLOCATE=false,
+        // and after CuPy's free_all_blocks(). Before, each read "too big for this GPU".
+        (
+            "inproc_jax",
+            "outside PyTorch in the job's process",
+            vec![
+                "the job's own process held 104.4 GiB of this GPU outside PyTorch's allocator",
+                "JAX/XLA is loaded in it",
+                "XLA_PYTHON_CLIENT_PREALLOCATE=false",
+            ],
+        ),
+        (
+            "inproc_cupy",
+            "outside PyTorch in the job's process",
+            vec!["109.5 GiB", "CuPy is loaded in it", "free_all_blocks()"],
+        ),
+        // 110 GiB taken through the CUDA driver, as a CUDA extension would: no framework.
+        (
+            "inproc_raw",
+            "outside PyTorch in the job's process",
+            vec![
+                "109.5 GiB",
+                "another library in the job allocates on the GPU itself",
+            ],
+        ),
         (
             "cap",
             "the job's own cap",
@@ -282,6 +308,7 @@ fn replay_json_of_every_kept_file_is_documented() {
     let names = [
         "jax",
         "cupy",
+        "inproc_jax",
         "cap",
         "toobig",
         "leak",

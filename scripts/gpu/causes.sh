@@ -8,7 +8,7 @@
 set -uo pipefail
 BIN=$(readlink -f "${1:?usage: causes.sh PATH/TO/vramtop [CASE...]}")
 shift
-CASES=${*:-jax cupy cap leak toobig}
+CASES=${*:-jax inproc cupy cap leak toobig}
 want() { [[ " $CASES " == *" $1 "* ]]; }
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
 OUT=${OUT:-$PWD/gpu-cause-out}
@@ -109,6 +109,16 @@ stop_holder
 holder jax_fraction XLA_PYTHON_CLIENT_MEM_FRACTION=.25 python3 "$JOB" jax_hold 60
 ab jax_fraction -- big 40
 stop_holder
+fi
+
+# 1b. Another library in the job's own process: JAX's preallocation, CuPy's pool, memory
+# taken through the driver; then each one's switch, in the same process.
+if want inproc; then
+case_run inproc_jax -- inproc jax 40
+ab inproc_jax_noprealloc -- inproc jax 40 fixed
+case_run inproc_cupy -- inproc cupy 40
+ab inproc_cupy_freed -- inproc cupy 40 fixed
+case_run inproc_raw -- inproc raw 40
 fi
 
 # 2. Another process: CuPy's pool holding what it freed.

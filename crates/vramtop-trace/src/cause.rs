@@ -154,6 +154,21 @@ pub enum Cause {
         /// big even alone (then this is not the cause to fix first).
         enough_alone: bool,
     },
+    /// The job's own process held this much of the GPU outside PyTorch's allocator, more
+    /// than a CUDA context and its libraries take (another library in the job's process:
+    /// JAX, CuPy, TensorFlow, a CUDA extension), and the request would have had more room
+    /// without it.
+    InProcess {
+        /// What the process held beyond PyTorch's reserved bytes and a context's allowance
+        /// (`CONTEXT_ALLOWANCE`).
+        outside_bytes: u64,
+        /// The frameworks other than PyTorch whose libraries the process had mapped (empty:
+        /// none found; None: its maps could not be read).
+        frameworks: Option<Vec<String>>,
+        /// The request would have fit had the process held no more than a context outside
+        /// PyTorch; false where the job is too big even so.
+        enough_alone: bool,
+    },
     /// `set_per_process_memory_fraction` stopped the job short of what it needed.
     Cap {
         cap_bytes: u64,
@@ -234,6 +249,15 @@ impl CauseReport {
 /// Held outside the job below this is noise (drivers and contexts), not a cause.
 const OUTSIDE_MIN: u64 = 256 << 20;
 
+/// What the job's own process may hold outside PyTorch's cache for its CUDA context and
+/// libraries (cuBLAS, cuDNN, NCCL's buffers, kernels loaded): about 0.5 GiB on an H200 with
+/// PyTorch 2.11 alone.
+const CONTEXT_ALLOWANCE: u64 = 1 << 30;
+
+/// Held outside PyTorch in the job's own process from this much on, more than a context
+/// and its libraries would: another allocator in the process, named as a cause.
+const IN_PROCESS_MIN: u64 = 2 << 30;
+
 /// How many bytes a job was short: at least `least`; `most` where a step in progress
 /// grew as the job's earlier steps grew at most (equal where nothing is estimated). Advice
 /// is sized by `most`: under a 6.5 GiB cap the ResNet's step was 150 MiB short at least and
@@ -261,6 +285,7 @@ impl Cause {
     pub fn bytes(&self) -> u64 {
         match self {
             Cause::OtherProcesses { bytes, .. } => *bytes,
+            Cause::InProcess { outside_bytes, .. } => *outside_bytes,
             Cause::Cap {
                 shortfall_bytes, ..
             }
@@ -320,6 +345,7 @@ impl Cause {
     pub fn name(&self) -> &'static str {
         match self {
             Cause::OtherProcesses { .. } => "another process",
+            Cause::InProcess { .. } => "outside PyTorch in the job's process",
             Cause::Cap { .. } => "the job's own cap",
             Cause::Leak { .. } => "a leak",
             Cause::TooBig { .. } => "too big",
@@ -365,6 +391,40 @@ impl Cause {
                         "; {} by processes vramtop cannot see (another container or PID namespace)",
                         human_bytes(*unseen_bytes)
                     ));
+                }
+                text
+            }
+            Cause::InProcess {
+                outside_bytes,
+                frameworks,
+                enough_alone,
+            } => {
+                let named: Vec<Framework> = frameworks
+                    .iter()
+                    .flatten()
+                    .filter_map(|name| Framework::from_name(name))
+                    .filter(|f| *f != Framework::PyTorch)
+                    .collect();
+                let mut text = format!(
+                    "the job's own process held {} of this GPU outside PyTorch's allocator, \
+                     beyond what a CUDA context takes",
+                    human_bytes(*outside_bytes)
+                );
+                match named.first() {
+                    // The framework's own switch, as for another process holding it.
+                    Some(f) => text.push_str(&format!(
+                        ": {} is loaded in it; {}",
+                        vramtop_alloc::framework::label(&named),
+                        f.switch()
+                    )),
+                    None => text.push_str(
+                        ": another library in the job allocates on the GPU itself (CuPy, JAX, \
+                         TensorFlow, a CUDA extension); free it there, or run it in a process \
+                         of its own",
+                    ),
+                }
+                if !*enough_alone {
+                    text.push_str(" (not enough on its own: the job is too big even without it)");
                 }
                 text
             }
@@ -606,6 +666,14 @@ pub fn causes(facts: &OomFacts) -> Vec<Cause> {
     let own = own_process.and_then(|x| x.bytes);
     // The job's memory outside PyTorch's cache (its CUDA context, libraries' workspaces).
     let overhead = own.map_or(0, |o| o.saturating_sub(facts.reserved_bytes));
+    // Past what a context and its libraries take: another allocator in the job's process
+    // (JAX, CuPy, a CUDA extension), which the job could do without. A job too big for the
+    // GPU is too big with a context's allowance outside PyTorch, not with all of that.
+    let in_process = if overhead >= IN_PROCESS_MIN {
+        overhead - CONTEXT_ALLOWANCE
+    } else {
+        0
+    };
     let cap = match (limit, total) {
         // PyTorch passes the cap only when a fraction is set; a total a MiB short of the
         // device's is the same device (rounding).
@@ -637,14 +705,22 @@ pub fn causes(facts: &OomFacts) -> Vec<Cause> {
                 step,
             });
         }
-        if cap.is_none() && needed > room_alone {
+        let room_without = room_alone.saturating_add(in_process);
+        if cap.is_none() && needed > room_without {
             found.push(Cause::TooBig {
-                shortfall_bytes: needed - room_alone,
-                room_bytes: room_alone,
+                shortfall_bytes: needed - room_without,
+                room_bytes: room_without,
                 needed_bytes: needed,
             });
         }
         let cap_stopped = cap.is_some_and(|c| needed > c);
+        if in_process > 0 && needed > room_alone && !cap_stopped {
+            found.push(Cause::InProcess {
+                outside_bytes: in_process,
+                frameworks: own_process.and_then(|p| p.frameworks.clone()),
+                enough_alone: needed <= room_without,
+            });
+        }
         if outside >= OUTSIDE_MIN && needed > room_shared && !cap_stopped {
             found.push(other_processes(
                 facts.processes,
@@ -690,7 +766,9 @@ pub fn causes(facts: &OomFacts) -> Vec<Cause> {
         .any(|c| matches!(c, Cause::Cap { .. } | Cause::TooBig { .. }));
     found.sort_by_key(|c| {
         let second = match c {
-            Cause::OtherProcesses { enough_alone, .. } => !enough_alone,
+            Cause::OtherProcesses { enough_alone, .. } | Cause::InProcess { enough_alone, .. } => {
+                !enough_alone
+            }
             Cause::Leak { at_steps, .. } => !at_steps && settled,
             _ => false,
         };
@@ -1148,6 +1226,75 @@ mod tests {
         // cache, so the tensors' room is 80 GiB less that, and 81 GiB were needed.
         assert_eq!(found[0].bytes(), GIB + 524 * MIB);
         assert!(found[0].line().starts_with("too big for this GPU"));
+    }
+
+    /// JAX imported into the training job's own process: XLA's preallocation is NVML's
+    /// figure for the job, beside PyTorch's reserved bytes. Not "too big": the tensors and
+    /// the request would fit on the GPU without it, so that is the cause, with JAX's switch.
+    #[test]
+    fn memory_another_library_holds_in_the_jobs_process_is_its_cause_not_the_jobs_size() {
+        let in_process = |frameworks: &[&str], requested: u64| {
+            let listed = GpuProcesses {
+                processes: vec![process(7, 139 * GIB, true, frameworks)],
+                own_pid_listed: true,
+            };
+            let facts = OomFacts {
+                requested_bytes: requested,
+                allocated_bytes: 18 * GIB,
+                reserved_bytes: 20 * GIB,
+                device_free_bytes: Some(GIB),
+                limit_bytes: Some(140 * GIB),
+                physical_total_bytes: Some(140 * GIB),
+                processes: Some(&listed),
+                ..Default::default()
+            };
+            causes(&facts)
+        };
+        // 119 GiB outside PyTorch's 20 GiB, 1 GiB of it a context's allowance.
+        let found = in_process(&["JAX/XLA", "PyTorch"], 30 * GIB);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(
+            matches!(found[0], Cause::InProcess { outside_bytes, enough_alone: true, .. } if outside_bytes == 118 * GIB),
+            "{found:?}"
+        );
+        let line = found[0].line();
+        assert!(
+            line.starts_with(
+                "the job's own process held 118.0 GiB of this GPU outside PyTorch's allocator"
+            ),
+            "{line}"
+        );
+        assert!(line.contains("JAX/XLA is loaded in it"), "{line}");
+        assert!(
+            line.contains("XLA_PYTHON_CLIENT_PREALLOCATE=false"),
+            "{line}"
+        );
+        // Memory a library took through the driver, no framework's own libraries mapped.
+        let found = in_process(&["PyTorch"], 30 * GIB);
+        let line = found[0].line();
+        assert!(
+            line.contains("another library in the job allocates on the GPU itself"),
+            "{line}"
+        );
+        // Too big even with only a context outside PyTorch: that first, this second.
+        let found = in_process(&["PyTorch"], 130 * GIB);
+        assert!(
+            matches!(found[0], Cause::TooBig { room_bytes, .. } if room_bytes == 139 * GIB),
+            "{found:?}"
+        );
+        assert!(
+            matches!(
+                found[1],
+                Cause::InProcess {
+                    enough_alone: false,
+                    ..
+                }
+            ),
+            "{found:?}"
+        );
+        assert!(found[1]
+            .line()
+            .ends_with("(not enough on its own: the job is too big even without it)"));
     }
 
     #[test]

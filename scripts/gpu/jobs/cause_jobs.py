@@ -13,6 +13,11 @@ outcome (`"oom": true/false`, its message) and exits 1 on an OOM, 0 when it fit.
                      7.9 GiB cap (fraction 0.1 on an H100), one optimizer step each
   leak_loop          the same without a model or optimizer: keeps 8 MiB a pass
   toobig             a GPT-2 (transformers, random weights) whose batch doubles each step
+  inproc KIND GIB [fixed]  the same process holds the GPU before PyTorch asks for GIB:
+                     `jax` (XLA's preallocation; `fixed`: XLA_PYTHON_CLIENT_PREALLOCATE=false,
+                     as the cause line says), `cupy` (110 GiB allocated and freed, kept in its
+                     pool; `fixed`: then free_all_blocks()), `raw` (110 GiB through the CUDA
+                     driver, as a CUDA extension would)
 """
 
 import json
@@ -120,6 +125,40 @@ def toobig():
     torch_oom(body)
 
 
+def inproc(kind, gib, fixed=""):
+    import os
+
+    held = None
+    if kind == "jax":
+        if fixed == "fixed":
+            os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
+        import jax.numpy as jnp
+
+        held = jnp.ones((1024,)).block_until_ready()
+    elif kind == "cupy":
+        import cupy
+
+        a = cupy.empty(110 * GiB, dtype=cupy.uint8)
+        del a  # back to CuPy's pool, not to the driver
+        held = cupy.get_default_memory_pool()
+        if fixed == "fixed":
+            held.free_all_blocks()
+    elif kind == "raw":
+        import ctypes
+
+        cu = ctypes.CDLL("libcuda.so.1")
+        device, context, pointer = ctypes.c_int(), ctypes.c_void_p(), ctypes.c_uint64()
+        for rc in (cu.cuInit(0), cu.cuDeviceGet(ctypes.byref(device), 0),
+                   cu.cuDevicePrimaryCtxRetain(ctypes.byref(context), device), cu.cuCtxSetCurrent(context),
+                   cu.cuMemAlloc_v2(ctypes.byref(pointer), ctypes.c_size_t(110 * GiB))):
+            if rc != 0:
+                sys.exit(f"raw: CUDA driver call failed ({rc})")
+        held = pointer
+    print(json.dumps({"holding": kind, "fixed": fixed == "fixed"}), flush=True)
+    big(gib)
+    del held
+
+
 if __name__ == "__main__":
     what, args = sys.argv[1], sys.argv[2:]
     jobs = {
@@ -130,5 +169,6 @@ if __name__ == "__main__":
         "leak": lambda: leak(True),
         "leak_loop": lambda: leak(False),
         "toobig": toobig,
+        "inproc": inproc,
     }
     jobs[what](*args)
