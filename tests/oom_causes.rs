@@ -156,6 +156,15 @@ fn expected() -> Vec<(&'static str, &'static str, Vec<&'static str>)> {
             "outside PyTorch in the job's process",
             vec!["109.5 GiB", "CuPy is loaded in it", "free_all_blocks()"],
         ),
+        // A GPT-2 trained beside JAX at XLA_PYTHON_CLIENT_MEM_FRACTION=.9: the tensors and
+        // the request (13.26 GiB) just fit the 13.28 GiB JAX left, packed tight, but the
+        // device refused the request's segment with 25 MiB free in the cache; PyTorch
+        // trained the same steps with JAX not preallocating. Read "fragmentation" before.
+        (
+            "inproc_jax_train",
+            "outside PyTorch in the job's process",
+            vec!["held 125.5 GiB", "JAX/XLA is loaded in it"],
+        ),
         // 110 GiB taken through the CUDA driver, as a CUDA extension would: no framework.
         (
             "inproc_raw",

@@ -119,6 +119,8 @@ ab inproc_jax_noprealloc -- inproc jax 40 fixed
 case_run inproc_cupy -- inproc cupy 40
 ab inproc_cupy_freed -- inproc cupy 40 fixed
 case_run inproc_raw -- inproc raw 40
+case_run inproc_jax_train -- inproc jax train
+ab inproc_jax_train_noprealloc -- inproc jax train fixed
 fi
 
 # 2. Another process: CuPy's pool holding what it freed.

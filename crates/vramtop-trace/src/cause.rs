@@ -714,7 +714,13 @@ pub fn causes(facts: &OomFacts) -> Vec<Cause> {
             });
         }
         let cap_stopped = cap.is_some_and(|c| needed > c);
-        if in_process > 0 && needed > room_alone && !cap_stopped {
+        // The device refused the request's new segment, and with what the other library
+        // holds it would have had room: that memory is a cause even where the job's
+        // tensors and the request would just fit beside it packed tight (JAX at 90 % of an
+        // H200: 13.26 GiB needed of 13.28 GiB left, 25 MiB free in PyTorch's cache).
+        let segment = vramtop_alloc::segment_size_for(facts.requested_bytes);
+        let device_refused = free < segment && free.saturating_add(in_process) >= segment;
+        if in_process > 0 && (needed > room_alone || device_refused) && !cap_stopped {
             found.push(Cause::InProcess {
                 outside_bytes: in_process,
                 frameworks: own_process.and_then(|p| p.frameworks.clone()),

@@ -18,6 +18,10 @@ outcome (`"oom": true/false`, its message) and exits 1 on an OOM, 0 when it fit.
                      as the cause line says), `cupy` (110 GiB allocated and freed, kept in its
                      pool; `fixed`: then free_all_blocks()), `raw` (110 GiB through the CUDA
                      driver, as a CUDA extension would)
+  inproc jax train [fixed]  JAX in the process with XLA_PYTHON_CLIENT_MEM_FRACTION=.9
+                     (unless `fixed`: XLA_PYTHON_CLIENT_PREALLOCATE=false), then a GPT-2
+                     (6 layers, 1024 wide, random weights, bf16 autocast, AdamW) trained on
+                     batches of 32 x 1024 for 3 steps
 """
 
 import json
@@ -132,6 +136,8 @@ def inproc(kind, gib, fixed=""):
     if kind == "jax":
         if fixed == "fixed":
             os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
+        elif gib == "train":
+            os.environ["XLA_PYTHON_CLIENT_MEM_FRACTION"] = ".9"
         import jax.numpy as jnp
 
         held = jnp.ones((1024,)).block_until_ready()
@@ -155,8 +161,29 @@ def inproc(kind, gib, fixed=""):
                 sys.exit(f"raw: CUDA driver call failed ({rc})")
         held = pointer
     print(json.dumps({"holding": kind, "fixed": fixed == "fixed"}), flush=True)
-    big(gib)
+    if gib == "train":
+        train_gpt2(32, 3)
+    else:
+        big(gib)
     del held
+
+
+def train_gpt2(batch, steps):
+    def body(torch):
+        from transformers import GPT2Config, GPT2LMHeadModel
+
+        model = GPT2LMHeadModel(GPT2Config(n_layer=6, n_embd=1024, n_head=16, n_positions=1024)).cuda()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        for step in range(steps):
+            ids = torch.randint(0, 50257, (batch, 1024), device="cuda")
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = model(ids, labels=ids).loss
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            print(json.dumps({"step": step, "reserved": torch.cuda.memory_reserved()}), flush=True)
+
+    torch_oom(body)
 
 
 if __name__ == "__main__":
