@@ -146,7 +146,7 @@ fn expected() -> Vec<(&'static str, &'static str, Vec<&'static str>)> {
             "inproc_jax",
             "outside PyTorch in the job's process",
             vec![
-                "the job's own process held 104.4 GiB of this GPU outside PyTorch's allocator",
+                "the job's own process held 105.4 GiB of this GPU outside PyTorch's allocator",
                 "JAX/XLA is loaded in it",
                 "XLA_PYTHON_CLIENT_PREALLOCATE=false",
             ],
@@ -154,7 +154,7 @@ fn expected() -> Vec<(&'static str, &'static str, Vec<&'static str>)> {
         (
             "inproc_cupy",
             "outside PyTorch in the job's process",
-            vec!["109.5 GiB", "CuPy is loaded in it", "free_all_blocks()"],
+            vec!["110.5 GiB", "CuPy is loaded in it", "free_all_blocks()"],
         ),
         // A GPT-2 trained beside JAX at XLA_PYTHON_CLIENT_MEM_FRACTION=.9: the tensors and
         // the request (13.26 GiB) just fit the 13.28 GiB JAX left, packed tight, but the
@@ -163,14 +163,14 @@ fn expected() -> Vec<(&'static str, &'static str, Vec<&'static str>)> {
         (
             "inproc_jax_train",
             "outside PyTorch in the job's process",
-            vec!["held 125.5 GiB", "JAX/XLA is loaded in it"],
+            vec!["held 126.5 GiB", "JAX/XLA is loaded in it"],
         ),
         // 110 GiB taken through the CUDA driver, as a CUDA extension would: no framework.
         (
             "inproc_raw",
             "outside PyTorch in the job's process",
             vec![
-                "109.5 GiB",
+                "110.5 GiB",
                 "another library in the job allocates on the GPU itself",
             ],
         ),

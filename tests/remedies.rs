@@ -191,7 +191,7 @@ fn the_live_view_leaves_open_the_fits_inside_an_accumulating_first_step() {
     let (_, state) = states().swap_remove(2);
     let dir = std::env::temp_dir().join(format!("vramtop-accumulating-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let live = |accumulating: i64| {
+    let live = |accumulating: i64, passes: Vec<P>| {
         // PyTorch's `oom` entry alone: its `addr` is the device's free bytes.
         let oom_entry = event("oom", 70 << 30, state.requested_bytes as i64, vec![]);
         let mut file = snapshot(vec![], vec![vec![oom_entry]]);
@@ -202,6 +202,7 @@ fn the_live_view_leaves_open_the_fits_inside_an_accumulating_first_step() {
             ("device", P::Int(0)),
             ("requested_bytes", P::Int(state.requested_bytes as i64)),
             ("accumulating", P::Int(accumulating)),
+            ("passes", P::List(passes)),
         ]);
         if let P::Dict(pairs) = &mut file {
             pairs.push((P::Str("vramtop_oom".into()), kept));
@@ -221,13 +222,27 @@ fn the_live_view_leaves_open_the_fits_inside_an_accumulating_first_step() {
         };
         OomExplained::from_oom(&oom).remedies
     };
-    let (decided, open) = (live(0), live(4));
-    let _ = std::fs::remove_dir_all(&dir);
-    assert_eq!(decided[0].verdict, Verdict::Fits, "{decided:?}");
-    assert_eq!(open[0].verdict, Verdict::CannotTell, "{open:?}");
-    assert!(open[0].reason.contains("accumulating"), "{open:?}");
+    let of = |all: &[RemedyVerdict], remedy: Remedy| {
+        all.iter().find(|r| r.remedy == remedy).unwrap().clone()
+    };
+    let decided = live(0, vec![]);
+    let expandable = of(&decided, Remedy::ExpandableSegments);
+    assert_eq!(expandable.verdict, Verdict::Fits, "{decided:?}");
+    let open = live(4, vec![]);
+    let expandable = of(&open, Remedy::ExpandableSegments);
+    assert_eq!(expandable.verdict, Verdict::CannotTell, "{open:?}");
+    assert!(expandable.reason.contains("accumulating"), "{open:?}");
     // What one state rules out stays ruled out: empty_cache() at the OOM.
-    assert_eq!(open[3].verdict, Verdict::Fails, "{open:?}");
+    assert_eq!(
+        of(&open, Remedy::EmptyCache).verdict,
+        Verdict::Fails,
+        "{open:?}"
+    );
+    // A pass marked: a step had ended, so the count no longer says the first step goes on.
+    let stepped = live(4, vec![P::Float(state.time_s - 0.5)]);
+    let expandable = of(&stepped, Remedy::ExpandableSegments);
+    assert_eq!(expandable.verdict, Verdict::Fits, "{stepped:?}");
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

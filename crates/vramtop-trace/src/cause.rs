@@ -151,23 +151,31 @@ pub enum Cause {
         /// processes held the memory is not known, and nothing is called unseen.
         listed: bool,
         /// The request would have fit had they held nothing; false where the job is too
-        /// big even alone (then this is not the cause to fix first).
+        /// big even alone (then this is not the cause to fix first), or the job's own
+        /// process holds too much beside them (`InProcess`).
         enough_alone: bool,
+        /// The job is too big for the GPU even alone (the line says so).
+        #[serde(skip)]
+        too_big: bool,
     },
     /// The job's own process held this much of the GPU outside PyTorch's allocator, more
-    /// than a CUDA context and its libraries take (another library in the job's process:
-    /// JAX, CuPy, TensorFlow, a CUDA extension), and the request would have had more room
-    /// without it.
+    /// than a CUDA context, its libraries and NCCL's buffers take (another library in the
+    /// job's process: JAX, CuPy, TensorFlow, a CUDA extension), and the request would have
+    /// had more room without it.
     InProcess {
-        /// What the process held beyond PyTorch's reserved bytes and a context's allowance
-        /// (`CONTEXT_ALLOWANCE`).
+        /// What the process held beyond PyTorch's reserved bytes (NVML's figure for it less
+        /// PyTorch's), its context's share among them.
         outside_bytes: u64,
-        /// The frameworks other than PyTorch whose libraries the process had mapped (empty:
-        /// none found; None: its maps could not be read).
+        /// The frameworks whose libraries the process had mapped, PyTorch among them
+        /// (empty: none found; None: its maps could not be read).
         frameworks: Option<Vec<String>>,
-        /// The request would have fit had the process held no more than a context outside
-        /// PyTorch; false where the job is too big even so.
+        /// The request would have fit had the process held no more than a context's
+        /// allowance outside PyTorch (`CONTEXT_ALLOWANCE`), all else as it was.
         enough_alone: bool,
+        /// The job is too big for the GPU even with nothing but a context outside PyTorch
+        /// and no other process on it (the line says so; JSON has `too_big` for it).
+        #[serde(skip)]
+        too_big: bool,
     },
     /// `set_per_process_memory_fraction` stopped the job short of what it needed.
     Cap {
@@ -250,13 +258,13 @@ impl CauseReport {
 const OUTSIDE_MIN: u64 = 256 << 20;
 
 /// What the job's own process may hold outside PyTorch's cache for its CUDA context and
-/// libraries (cuBLAS, cuDNN, NCCL's buffers, kernels loaded): about 0.5 GiB on an H200 with
-/// PyTorch 2.11 alone.
-const CONTEXT_ALLOWANCE: u64 = 1 << 30;
+/// libraries (cuBLAS, cuDNN, kernels loaded: about 0.5 GiB on an H200 with PyTorch 2.11
+/// alone) and NCCL's buffers (about 2.25 GiB a GPU with NVLS on eight H100s).
+const CONTEXT_ALLOWANCE: u64 = 3 << 30;
 
-/// Held outside PyTorch in the job's own process from this much on, more than a context
-/// and its libraries would: another allocator in the process, named as a cause.
-const IN_PROCESS_MIN: u64 = 2 << 30;
+/// Held outside PyTorch in the job's own process from this much on, more than a context,
+/// its libraries and NCCL would: another allocator in the process, named as a cause.
+const IN_PROCESS_MIN: u64 = 4 << 30;
 
 /// How many bytes a job was short: at least `least`; `most` where a step in progress
 /// grew as the job's earlier steps grew at most (equal where nothing is estimated). Advice
@@ -364,6 +372,7 @@ impl Cause {
                 approximate,
                 listed,
                 enough_alone,
+                too_big,
             } => {
                 let mut text = format!(
                     "another process held {} of this GPU{}",
@@ -379,8 +388,10 @@ impl Cause {
                     text.push_str(": ");
                     text.push_str(&named.join("; "));
                 }
-                if !*enough_alone {
+                if *too_big {
                     text.push_str(" (not enough on its own: the job is too big even alone)");
+                } else if !*enough_alone {
+                    text.push_str(" (not enough on its own)");
                 }
                 if !*listed {
                     text.push_str(
@@ -398,6 +409,7 @@ impl Cause {
                 outside_bytes,
                 frameworks,
                 enough_alone,
+                too_big,
             } => {
                 let named: Vec<Framework> = frameworks
                     .iter()
@@ -407,7 +419,7 @@ impl Cause {
                     .collect();
                 let mut text = format!(
                     "the job's own process held {} of this GPU outside PyTorch's allocator, \
-                     beyond what a CUDA context takes",
+                     more than a CUDA context and its libraries take",
                     human_bytes(*outside_bytes)
                 );
                 match named.first() {
@@ -423,8 +435,10 @@ impl Cause {
                          of its own",
                     ),
                 }
-                if !*enough_alone {
+                if *too_big {
                     text.push_str(" (not enough on its own: the job is too big even without it)");
+                } else if !*enough_alone {
+                    text.push_str(" (not enough on its own)");
                 }
                 text
             }
@@ -669,7 +683,7 @@ pub fn causes(facts: &OomFacts) -> Vec<Cause> {
     // Past what a context and its libraries take: another allocator in the job's process
     // (JAX, CuPy, a CUDA extension), which the job could do without. A job too big for the
     // GPU is too big with a context's allowance outside PyTorch, not with all of that.
-    let in_process = if overhead >= IN_PROCESS_MIN {
+    let surplus = if overhead >= IN_PROCESS_MIN {
         overhead - CONTEXT_ALLOWANCE
     } else {
         0
@@ -705,8 +719,9 @@ pub fn causes(facts: &OomFacts) -> Vec<Cause> {
                 step,
             });
         }
-        let room_without = room_alone.saturating_add(in_process);
-        if cap.is_none() && needed > room_without {
+        let room_without = room_alone.saturating_add(surplus);
+        let too_big = needed > room_without;
+        if cap.is_none() && too_big {
             found.push(Cause::TooBig {
                 shortfall_bytes: needed - room_without,
                 room_bytes: room_without,
@@ -718,13 +733,16 @@ pub fn causes(facts: &OomFacts) -> Vec<Cause> {
         // holds it would have had room: that memory is a cause even where the job's
         // tensors and the request would just fit beside it packed tight (JAX at 90 % of an
         // H200: 13.26 GiB needed of 13.28 GiB left, 25 MiB free in PyTorch's cache).
+        // Where it leaves the live tensors and the request no room, it is a cause whatever
+        // a cap also did: raising the fraction cannot give what the process holds.
         let segment = vramtop_alloc::segment_size_for(facts.requested_bytes);
-        let device_refused = free < segment && free.saturating_add(in_process) >= segment;
-        if in_process > 0 && (needed > room_alone || device_refused) && !cap_stopped {
+        let device_refused = free < segment && free.saturating_add(surplus) >= segment;
+        if surplus > 0 && (needed > room_alone || (device_refused && !cap_stopped)) {
             found.push(Cause::InProcess {
-                outside_bytes: in_process,
+                outside_bytes: overhead,
                 frameworks: own_process.and_then(|p| p.frameworks.clone()),
-                enough_alone: needed <= room_without,
+                enough_alone: needed <= room_shared.saturating_add(surplus) && !cap_stopped,
+                too_big,
             });
         }
         if outside >= OUTSIDE_MIN && needed > room_shared && !cap_stopped {
@@ -734,6 +752,7 @@ pub fn causes(facts: &OomFacts) -> Vec<Cause> {
                 outside,
                 own.is_none(),
                 needed <= room_alone,
+                too_big,
             ));
         }
         let room = cap.unwrap_or(u64::MAX).min(room_shared);
@@ -812,6 +831,7 @@ fn other_processes(
     outside: u64,
     approximate: bool,
     enough_alone: bool,
+    too_big: bool,
 ) -> Cause {
     let mut holders: Vec<Holder> = match listed {
         Some(p) => p
@@ -840,6 +860,7 @@ fn other_processes(
         approximate,
         listed: listed.is_some(),
         enough_alone,
+        too_big,
     }
 }
 
@@ -1256,17 +1277,17 @@ mod tests {
             };
             causes(&facts)
         };
-        // 119 GiB outside PyTorch's 20 GiB, 1 GiB of it a context's allowance.
+        // 119 GiB outside PyTorch's 20 GiB, 3 GiB of it a context's allowance.
         let found = in_process(&["JAX/XLA", "PyTorch"], 30 * GIB);
         assert_eq!(found.len(), 1, "{found:?}");
         assert!(
-            matches!(found[0], Cause::InProcess { outside_bytes, enough_alone: true, .. } if outside_bytes == 118 * GIB),
+            matches!(found[0], Cause::InProcess { outside_bytes, enough_alone: true, .. } if outside_bytes == 119 * GIB),
             "{found:?}"
         );
         let line = found[0].line();
         assert!(
             line.starts_with(
-                "the job's own process held 118.0 GiB of this GPU outside PyTorch's allocator"
+                "the job's own process held 119.0 GiB of this GPU outside PyTorch's allocator"
             ),
             "{line}"
         );
@@ -1285,7 +1306,7 @@ mod tests {
         // Too big even with only a context outside PyTorch: that first, this second.
         let found = in_process(&["PyTorch"], 130 * GIB);
         assert!(
-            matches!(found[0], Cause::TooBig { room_bytes, .. } if room_bytes == 139 * GIB),
+            matches!(found[0], Cause::TooBig { room_bytes, .. } if room_bytes == 137 * GIB),
             "{found:?}"
         );
         assert!(
@@ -1301,6 +1322,84 @@ mod tests {
         assert!(found[1]
             .line()
             .ends_with("(not enough on its own: the job is too big even without it)"));
+    }
+
+    /// Another process and a library in the job's own process, each not enough freed on
+    /// its own, the job not too big: neither line says it is. And a cap that also stopped
+    /// the job: what the process holds is said beside it, as raising the fraction cannot
+    /// give that room.
+    #[test]
+    fn memory_held_in_the_jobs_process_beside_others_and_a_cap_is_named_without_blaming_the_job() {
+        let listed = GpuProcesses {
+            processes: vec![
+                process(7, 20 * GIB + 500 * MIB, true, &["CuPy", "PyTorch"]),
+                process(8, 50 * GIB, false, &["PyTorch"]),
+            ],
+            own_pid_listed: true,
+        };
+        let facts = OomFacts {
+            requested_bytes: 124 * GIB,
+            allocated_bytes: GIB,
+            reserved_bytes: GIB,
+            device_free_bytes: Some(69 * GIB + 500 * MIB),
+            limit_bytes: Some(140 * GIB),
+            physical_total_bytes: Some(140 * GIB),
+            processes: Some(&listed),
+            ..Default::default()
+        };
+        let found = causes(&facts);
+        assert!(
+            !found.iter().any(|c| matches!(c, Cause::TooBig { .. })),
+            "{found:?}"
+        );
+        for cause in &found {
+            assert!(!cause.line().contains("too big"), "{found:?}");
+        }
+        let inside = found
+            .iter()
+            .find(|c| matches!(c, Cause::InProcess { .. }))
+            .unwrap();
+        assert!(matches!(
+            inside,
+            Cause::InProcess {
+                enough_alone: false,
+                ..
+            }
+        ));
+        assert!(
+            inside.line().ends_with("(not enough on its own)"),
+            "{inside:?}"
+        );
+        // A 100 GiB fraction, CuPy holding 60 GiB in the process, 105 GiB needed.
+        let listed = GpuProcesses {
+            processes: vec![process(7, 61 * GIB, true, &["CuPy", "PyTorch"])],
+            own_pid_listed: true,
+        };
+        let facts = OomFacts {
+            requested_bytes: 104 * GIB,
+            allocated_bytes: GIB,
+            reserved_bytes: GIB,
+            device_free_bytes: Some(79 * GIB),
+            limit_bytes: Some(100 * GIB),
+            physical_total_bytes: Some(140 * GIB),
+            processes: Some(&listed),
+            ..Default::default()
+        };
+        let found = causes(&facts);
+        assert!(
+            found.iter().any(|c| matches!(c, Cause::Cap { .. })),
+            "{found:?}"
+        );
+        assert!(
+            found.iter().any(|c| matches!(
+                c,
+                Cause::InProcess {
+                    enough_alone: false,
+                    ..
+                }
+            )),
+            "{found:?}"
+        );
     }
 
     #[test]
@@ -1512,6 +1611,7 @@ mod tests {
             approximate: false,
             listed: true,
             enough_alone: true,
+            too_big: false,
         }];
         let text = serde_json::to_string(&CauseReport::of_all(&other)).unwrap();
         assert_eq!(text.matches("\"bytes\"").count(), 1, "{text}");

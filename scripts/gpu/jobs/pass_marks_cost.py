@@ -9,7 +9,7 @@ Blocks of steps alternate between the marks following the model (each pass marke
 gradients are released between steps, the path that reads them) and the marks taken out,
 with nothing else of the hook loaded (PassMarks is imported from the repository's hook
 directory; no `vramtop run`, no ring). Two loops:
-  micro  a 2-layer MLP of width 64 (a step of about 0.2 ms, all launch): the cost of one
+  micro  a 2-layer MLP of width 64 (a step of about 0.7 ms, all launch): the cost of one
          pass in microseconds stands well above the noise here;
   gpt2   GPT-2 (8 layers, 768 wide, batch 8 x 384, bf16 autocast, AdamW), a step bound by
          the job's thread, where any CPU cost shows most: the cost in % of its step.
@@ -31,7 +31,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "..", "..", "python", "vramtop", "_h
 sys.path.insert(0, HERE)
 
 from vramtop_hook.roles import PassMarks  # noqa: E402  (the repository's hook)
-from hook_read_cost import on_minus_off  # noqa: E402
+from hook_read_cost import on_minus_off, spread  # noqa: E402
 from train_gpt2 import build, train_step  # noqa: E402
 
 
@@ -154,11 +154,8 @@ def micro_parts(rounds, block_steps):
         for i, (m, s) in enumerate(timed):
             if m == part:
                 pairs.append(1e6 * (s - (timed[i - 1][1] + timed[i + 1][1]) / 2))
-        n = len(pairs)
-        mean = sum(pairs) / n
-        std = (sum((p - mean) ** 2 for p in pairs) / (n - 1)) ** 0.5
-        half = 1.96 * std / n ** 0.5
-        out[part] = {"per_step_us": round(mean, 2), "ci95": [round(mean - half, 2), round(mean + half, 2)], "n": n}
+        d = spread(pairs)  # Student's t for the few pairs
+        out[part] = {"per_step_us": d["mean"], "ci95": d["ci95"], "n": d["n"]}
     out["off_step_us"] = round(off_us, 2)
     return out
 
