@@ -104,8 +104,9 @@ class Part:
             h.remove()
 
 
-def micro_parts(rounds, block_steps):
-    """Blocks alternating 'off' and each part in turn: {part: on_minus_off}."""
+def warmed_mlp():
+    """The micro loop's MLP after 200 steps, and its step (a hand-written update that
+    releases the gradients, so each pass is marked): (model, step)."""
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64)).cuda()
     x = torch.randn(32, 64, device="cuda")
@@ -121,6 +122,12 @@ def micro_parts(rounds, block_steps):
 
     for _ in range(200):
         step()
+    return model, step
+
+
+def micro_parts(rounds, block_steps):
+    """Blocks alternating 'off' and each part in turn: {part: its difference in us}."""
+    model, step = warmed_mlp()
     parts = ["hooks", "prehook", "callback", "requeue", "passmarks"]
     seq = []
     for _ in range(rounds):
@@ -161,21 +168,7 @@ def micro_parts(rounds, block_steps):
 
 
 def micro(blocks, block_steps):
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64)).cuda()
-    x = torch.randn(32, 64, device="cuda")
-    params = list(model.parameters())
-
-    def step():
-        loss = model(x).square().mean()
-        loss.backward()
-        with torch.no_grad():
-            for p in params:
-                p.add_(p.grad, alpha=-1e-3)
-                p.grad = None
-
-    for _ in range(200):
-        step()
+    model, step = warmed_mlp()
     return alternate(model, step, blocks, block_steps)
 
 
