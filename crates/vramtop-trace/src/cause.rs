@@ -173,7 +173,8 @@ pub enum Cause {
         /// allowance outside PyTorch (`CONTEXT_ALLOWANCE`), all else as it was.
         enough_alone: bool,
         /// The job is too big for the GPU even with nothing but a context outside PyTorch
-        /// and no other process on it (the line says so; JSON has `too_big` for it).
+        /// and no other process on it (the line says so; in JSON a `too_big` cause beside
+        /// this one says it, where no cap stopped the job first).
         #[serde(skip)]
         too_big: bool,
     },
