@@ -1414,13 +1414,6 @@ fn gpu_kept_histories_of_training_loops_give_pytorchs_outcomes_on_both_paths() {
         gc: Fails,
         between_steps: Fits,
     })[..];
-    let gpt2sgd_gpu = &stepped(Outcomes {
-        expandable: Fits,
-        max_split: ("max_split_size_mb:512", Fits),
-        roundup: Fails,
-        gc: Fails,
-        between_steps: Fits,
-    })[..];
     let gpt2ddpaccumskip = &stepped(Outcomes {
         expandable: Fits,
         max_split: ("max_split_size_mb:512", Fits),
@@ -1717,8 +1710,9 @@ fn gpu_kept_histories_of_training_loops_give_pytorchs_outcomes_on_both_paths() {
         // taken through the driver first (WHATIF_GPU_FREE_MIB), so CUDA itself refused the
         // segment. It ran out in step 8 asking 954 MiB; PyTorch fitted expandable,
         // expandable + GC, the emptied cache and max_split 512, and failed GC 0.6 (which
-        // PyTorch applies under a fraction only) and roundup 4 (12 of 12, H200, 2026-11-29).
-        ("history_gpt2sgd_gpu7500mib_hook114", gpt2sgd_gpu, 0, true),
+        // PyTorch applies under a fraction only) and roundup 4 (12 of 12, H200, 2026-11-29):
+        // as lightning's.
+        ("history_gpt2sgd_gpu7500mib_hook114", lightning, 0, true),
         // gpt2accumskip in DistributedDataParallel (one rank over NCCL), every micro-batch
         // all-reduced and copied back in place by DDP's own end-of-backward callback, under
         // 7 GiB: step 4 asking 694 MiB, 4 passes for 8 micro-batches. PyTorch fitted

@@ -365,11 +365,12 @@ class PassMarks:
             if grad is None:
                 # That parameter got none (unused, or not in this rank's shard): another.
                 module = self.module() if self.module is not None else None
-                found = [p for p in module.parameters() if p.requires_grad and p.grad is not None] if module is not None else []
-                if not found:
+                param = next((p for p in module.parameters() if p.requires_grad and p.grad is not None),
+                             None) if module is not None else None
+                if param is None:
                     self.blind = True
                     return
-                param, grad = found[0], found[0].grad
+                grad = param.grad
                 self.param = weakref.ref(param)
             self.left = (weakref.ref(grad), grad._version)
         except Exception:
