@@ -52,8 +52,9 @@ pub enum Remedy {
     ExpandableSegments,
     /// `max_split_size_mb:N`: `Some(mib)`, the value that fits; `None`, no one value named.
     MaxSplitSizeMb(Option<u64>),
-    /// `roundup_power2_divisions:N`, the same N for every size interval.
-    RoundupPower2Divisions(u32),
+    /// `roundup_power2_divisions:N`, the same N for every size interval: `Some(n)`, the
+    /// value that fits; `None`, no one value named.
+    RoundupPower2Divisions(Option<u32>),
     /// `garbage_collection_threshold:X`
     GarbageCollectionThreshold(f64),
     /// `expandable_segments:True,garbage_collection_threshold:X`
@@ -72,7 +73,8 @@ impl std::fmt::Display for Remedy {
             Remedy::ExpandableSegments => f.write_str("expandable_segments:True"),
             Remedy::MaxSplitSizeMb(Some(mb)) => write!(f, "max_split_size_mb:{mb}"),
             Remedy::MaxSplitSizeMb(None) => f.write_str("max_split_size_mb:N"),
-            Remedy::RoundupPower2Divisions(n) => write!(f, "roundup_power2_divisions:{n}"),
+            Remedy::RoundupPower2Divisions(Some(n)) => write!(f, "roundup_power2_divisions:{n}"),
+            Remedy::RoundupPower2Divisions(None) => f.write_str("roundup_power2_divisions:N"),
             Remedy::GarbageCollectionThreshold(x) => write!(f, "garbage_collection_threshold:{x}"),
             Remedy::ExpandableWithGc(x) => {
                 write!(
@@ -86,6 +88,26 @@ impl std::fmt::Display for Remedy {
                 write!(f, "empty_cache() in pid {pid} ({command})")
             }
         }
+    }
+}
+
+impl Remedy {
+    /// The same remedy with no value named: a setting tried at several values
+    /// (`max_split_size_mb`, `roundup_power2_divisions`) names one only beside "fits".
+    pub fn unnamed(self) -> Remedy {
+        match self {
+            Remedy::MaxSplitSizeMb(_) => Remedy::MaxSplitSizeMb(None),
+            Remedy::RoundupPower2Divisions(_) => Remedy::RoundupPower2Divisions(None),
+            other => other,
+        }
+    }
+
+    /// Whether this remedy names one of several values tried (its verdict is "fits").
+    pub fn names_a_value(&self) -> bool {
+        matches!(
+            self,
+            Remedy::MaxSplitSizeMb(Some(_)) | Remedy::RoundupPower2Divisions(Some(_))
+        )
     }
 }
 
@@ -756,8 +778,12 @@ mod tests {
             (Remedy::MaxSplitSizeMb(Some(512)), "max_split_size_mb:512"),
             (Remedy::MaxSplitSizeMb(None), "max_split_size_mb:N"),
             (
-                Remedy::RoundupPower2Divisions(4),
+                Remedy::RoundupPower2Divisions(Some(4)),
                 "roundup_power2_divisions:4",
+            ),
+            (
+                Remedy::RoundupPower2Divisions(None),
+                "roundup_power2_divisions:N",
             ),
             (
                 Remedy::GarbageCollectionThreshold(GC_THRESHOLD_TRIED),

@@ -235,8 +235,10 @@ Remedies: none, empty_cache (torch.cuda.empty_cache() before the judged request,
 the stepped workloads before the judged step), empty_cache_steps (stepped workloads:
 torch.cuda.empty_cache() after every step, judged by `empty_cache() between steps`),
 other_empty_cache (otherproc: the other process calls it before the judged request),
-gc_collect, expandable, max_split:N, gc_threshold:0.6, roundup:4, expandable_gc
-(PYTORCH_CUDA_ALLOC_CONF).
+gc_collect, expandable, max_split:N, gc_threshold:0.6, roundup:N, expandable_gc
+(PYTORCH_CUDA_ALLOC_CONF). roundup is run at every N vramtop tries (2, 4, 8, 16).
+WHATIF_REMEDIES=roundup (a comma-separated list of name prefixes) runs only those, and the
+control.
 
 WHATIF_GPU_FREE_MIB runs the job as on a smaller GPU, with no memory fraction: each process
 first takes through the CUDA driver all but that much of what the device has free, and no
@@ -1888,6 +1890,10 @@ STEPPED = ("gpt2var", "kvcache", "kvcache_steps", "gpt2mixed", "llamamix", "resn
 
 
 MAX_SPLIT_TRIED = ["20", "64", "128", "256", "512", "1024", "2048", "4096"]  # MAX_SPLIT_TRIED_MB
+ROUNDUP_TRIED = ["2", "4", "8", "16"]  # ROUNDUP_TRIED in crates/vramtop-trace/src/replay/remedies/runs.rs
+# WHATIF_REMEDIES=roundup,expandable: only the remedies whose names begin so are run (and
+# the control); the others' verdicts are not judged in that call.
+ONLY = [p for p in os.environ.get("WHATIF_REMEDIES", "").split(",") if p]
 
 
 def remedy_runs(verdicts, workload="", reasons=None):
@@ -1904,7 +1910,6 @@ def remedy_runs(verdicts, workload="", reasons=None):
     runs = {
         "expandable": verdicts.get("expandable_segments:True"),
         "gc_threshold:0.6": verdicts.get("garbage_collection_threshold:0.6"),
-        "roundup:4": verdicts.get("roundup_power2_divisions:4"),
         "expandable_gc": verdicts.get("expandable_segments:True,garbage_collection_threshold:0.6"),
     }
     if workload in STEPPED:
@@ -1915,6 +1920,18 @@ def remedy_runs(verdicts, workload="", reasons=None):
     if workload == "otherproc":
         runs["other_empty_cache"] = next(
             (v for k, v in verdicts.items() if k.startswith("empty_cache() in pid")), None)
+    # roundup_power2_divisions: every N tried is run; a "fits" lists those it trusts
+    # ("fits with N = 4, 8"), the others are `not_listed`; any other verdict holds for all.
+    for name, verdict in verdicts.items():
+        if not name.startswith("roundup_power2_divisions:"):
+            continue
+        listed = re.search(r"fits with N = ([0-9, ]+)", (reasons or {}).get(name, ""))
+        fitting = {v.strip() for v in listed.group(1).split(",")} if listed else set()
+        for tried in ROUNDUP_TRIED:
+            if verdict == "fits" and listed:
+                runs["roundup:" + tried] = "fits" if tried in fitting else "not_listed"
+            else:
+                runs["roundup:" + tried] = verdict
     split = [(k, v) for k, v in verdicts.items() if k.startswith("max_split_size_mb:")]
     every = os.environ.get("WHATIF_EVERY_SPLIT") == "1"
     for name, verdict in split:
@@ -1959,7 +1976,8 @@ def ab_main(binary, out):
             judged_runs = {"none": None}
             for source, reasons in ((live_v, live_r), (hist_v, hist_r)):
                 for remedy, _ in remedy_runs(source, workload, reasons).items():
-                    judged_runs.setdefault(remedy, None)
+                    if not ONLY or any(remedy.startswith(p) for p in ONLY):
+                        judged_runs.setdefault(remedy, None)
             judged_runs = fresh_all(workload, judged_runs, stop_at, out)
             control = judged_runs.pop("none")
             reproduced = (plain is not None and control is not None and plain["ok"] is False

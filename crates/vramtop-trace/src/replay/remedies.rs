@@ -27,7 +27,7 @@ use super::{ReplayError, StepsBy};
 use crate::ooms::{CapacitySource, TraceOom};
 use crate::step_rest::{self, StepRest};
 use crate::{snapshot, Checkpoint, Trace, TraceEventKind};
-use runs::{Disagreement, Run, Runs, Starts, ROUNDUP_TRIED};
+use runs::{roundup_room, Disagreement, Run, Runs, Starts, ROUNDUP_TRIED};
 use vramtop_alloc::remedy::{
     self, beyond_any_setting, empty_cache_verdict, gc_threshold_verdict, JobSettings, OomScene,
     Remedy, RemedyVerdict, Verdict, WhatWouldFit, GC_THRESHOLD_TRIED,
@@ -56,6 +56,11 @@ pub struct OomRemedies {
     /// for the verdicts and the cause alike.
     #[serde(skip)]
     pub step: Option<StepRest>,
+    /// The `roundup_power2_divisions` that serve the request here with too little to spare
+    /// (`runs::roundup_room`): a "fits" left naming one, once the rest of the step has
+    /// been judged, is open (`roundup_with_room`).
+    #[serde(skip)]
+    pub roundup_close: Vec<u32>,
 }
 
 impl OomRemedies {
@@ -172,8 +177,25 @@ pub fn remedies(
     };
     // Last, the fits that are left, through the rest of the step.
     let answers = through_the_rest(trace, answers, bounds, &steps)?;
+    let answers = roundup_with_room(answers);
     let answers = inside_an_accumulating_first_step(trace, answers, &steps);
     Ok(split_open_under_graphs(trace, answers))
+}
+
+/// Each `roundup_power2_divisions` "fits" left once the rest of the step has been judged,
+/// open where the N it names served the request with too little to spare (a "fails" the
+/// rest of the step gave stands: the close N got through the request only).
+fn roundup_with_room(mut answers: Vec<OomRemedies>) -> Vec<OomRemedies> {
+    for oom in &mut answers {
+        for r in &mut oom.remedies {
+            if let Remedy::RoundupPower2Divisions(Some(n)) = r.remedy {
+                if r.verdict == Verdict::Fits && oom.roundup_close.contains(&n) {
+                    *r = verdicts::too_close(n);
+                }
+            }
+        }
+    }
+    answers
 }
 
 /// The verdicts at the OOM the hook kept, where it saw the job inside its first step,
@@ -606,10 +628,9 @@ fn unmarked_loop(
     remedies
         .into_iter()
         .map(|r| match (r.verdict, r.remedy) {
-            (Verdict::Fits, Remedy::MaxSplitSizeMb(_)) => {
-                RemedyVerdict::new(Remedy::MaxSplitSizeMb(None), Verdict::CannotTell, &why)
+            (Verdict::Fits, remedy) => {
+                RemedyVerdict::new(remedy.unnamed(), Verdict::CannotTell, &why)
             }
-            (Verdict::Fits, remedy) => RemedyVerdict::new(remedy, Verdict::CannotTell, &why),
             (verdict, remedy) => RemedyVerdict {
                 verdict,
                 remedy,
@@ -653,22 +674,16 @@ fn carried_through(
                     return r;
                 }
             } else if t.verdict == Verdict::Fits {
-                // max_split: the values that get through the step, not only the request.
-                let kept = if matches!(r.remedy, Remedy::MaxSplitSizeMb(_)) {
-                    t
-                } else {
-                    &r
-                };
+                // A setting tried at several values: those that get through the step, not
+                // only the request.
+                let kept = if r.remedy.names_a_value() { t } else { &r };
                 return RemedyVerdict::new(
                     kept.remedy.clone(),
                     Verdict::Fits,
                     format!("{}; so does the job {on}", kept.reason),
                 );
             }
-            let remedy = match r.remedy {
-                Remedy::MaxSplitSizeMb(_) => Remedy::MaxSplitSizeMb(None),
-                other => other,
-            };
+            let remedy = r.remedy.unnamed();
             if t.verdict == Verdict::Fails && least.fails.iter().any(|l| same_kind(l, &remedy)) {
                 let why = format!(
                     "it serves this request, but {on} ({events} more events), the job runs out \
@@ -856,6 +871,7 @@ impl Judge<'_> {
                 from_history: true,
                 what_would_fit: None,
                 step: None,
+                roundup_close: self.roundup_close(&at),
             };
         }
         let step = step_rest::of(self.trace, self.step_marks, oom.event);
@@ -866,6 +882,7 @@ impl Judge<'_> {
             from_history: true,
             what_would_fit: None,
             step,
+            roundup_close: self.roundup_close(&at),
         }
     }
 
@@ -1066,17 +1083,48 @@ impl Judge<'_> {
         self.sourced(at, verdict, &runs)
     }
 
-    /// `roundup_power2_divisions:4`, requests rounded as PyTorch rounds them under it.
+    /// `roundup_power2_divisions:N`, each N of `ROUNDUP_TRIED` replayed with requests
+    /// rounded as PyTorch rounds them under it.
     fn roundup(&self, at: &At) -> RemedyVerdict {
-        let run = Run {
-            roundup: Some(ROUNDUP_TRIED),
+        let run = |n: u32| Run {
+            roundup: Some(n),
             ..self.plain
         };
-        self.sourced(
-            at,
-            verdicts::roundup(self.runs.verdict(at.event, run)),
-            &[run],
-        )
+        let runs: Vec<Run> = ROUNDUP_TRIED.iter().map(|&n| run(n)).collect();
+        let verdict = verdicts::roundup(&|n| {
+            let verdict = self.runs.verdict(at.event, run(n));
+            (verdict, verdict == Verdict::Fits && self.close(at, n))
+        });
+        self.sourced(at, verdict, &runs)
+    }
+
+    /// Whether `roundup_power2_divisions:n` serves the request at `at` with less than
+    /// `roundup_room` to spare.
+    fn close(&self, at: &At, n: u32) -> bool {
+        let run = Run {
+            roundup: Some(n),
+            ..self.plain
+        };
+        !self
+            .runs
+            .fits_with_room(at.event, run, roundup_room(self.plain.capacity))
+    }
+
+    /// The `roundup_power2_divisions` tried that fit at `at` with too little to spare.
+    fn roundup_close(&self, at: &At) -> Vec<u32> {
+        if !at.replay_fails_there {
+            return Vec::new();
+        }
+        ROUNDUP_TRIED
+            .into_iter()
+            .filter(|&n| {
+                let run = Run {
+                    roundup: Some(n),
+                    ..self.plain
+                };
+                self.runs.verdict(at.event, run) == Verdict::Fits && self.close(at, n)
+            })
+            .collect()
     }
 
     /// `garbage_collection_threshold:0.6`: replayed with PyTorch's garbage collector where
@@ -1234,11 +1282,7 @@ fn overturn(
             if !these.contains(&r.verdict) {
                 return r;
             }
-            let remedy = match r.remedy {
-                Remedy::MaxSplitSizeMb(_) => Remedy::MaxSplitSizeMb(None),
-                other => other,
-            };
-            RemedyVerdict::new(remedy, verdict, why)
+            RemedyVerdict::new(r.remedy.unnamed(), verdict, why)
         })
         .collect()
 }
@@ -1290,6 +1334,7 @@ fn kept_state(trace: &Trace, ooms: &[TraceOom]) -> Vec<OomRemedies> {
         from_history: false,
         what_would_fit: Some(remedy::what_would_fit(&scene)),
         step: None,
+        roundup_close: Vec::new(),
     }]
 }
 
@@ -1327,7 +1372,11 @@ mod tests {
         let at_the_oom = vec![
             RemedyVerdict::new(Remedy::ExpandableSegments, Verdict::Fits, "serves it"),
             RemedyVerdict::new(Remedy::MaxSplitSizeMb(Some(512)), Verdict::Fits, "N = 512"),
-            RemedyVerdict::new(Remedy::RoundupPower2Divisions(4), Verdict::Fails, "fails"),
+            RemedyVerdict::new(
+                Remedy::RoundupPower2Divisions(None),
+                Verdict::Fails,
+                "fails",
+            ),
             RemedyVerdict::new(
                 Remedy::EmptyCacheBetweenSteps,
                 Verdict::CannotTell,
@@ -1343,7 +1392,7 @@ mod tests {
             vec![
                 (&Remedy::ExpandableSegments, Verdict::CannotTell),
                 (&Remedy::MaxSplitSizeMb(None), Verdict::CannotTell),
-                (&Remedy::RoundupPower2Divisions(4), Verdict::Fails),
+                (&Remedy::RoundupPower2Divisions(None), Verdict::Fails),
                 (&Remedy::EmptyCacheBetweenSteps, Verdict::CannotTell),
             ]
         );
@@ -1361,21 +1410,21 @@ mod tests {
         let at_the_oom = vec![
             fits(Remedy::ExpandableSegments),
             fits(Remedy::GarbageCollectionThreshold(0.6)),
-            fits(Remedy::RoundupPower2Divisions(4)),
+            fits(Remedy::RoundupPower2Divisions(Some(4))),
             fits(Remedy::EmptyCacheBetweenSteps),
         ];
         // Carried on: expandable gets through; the others run out.
         let through = vec![
             fits(Remedy::ExpandableSegments),
             RemedyVerdict::new(Remedy::GarbageCollectionThreshold(0.6), Verdict::Fails, "x"),
-            RemedyVerdict::new(Remedy::RoundupPower2Divisions(4), Verdict::Fails, "x"),
+            RemedyVerdict::new(Remedy::RoundupPower2Divisions(None), Verdict::Fails, "x"),
             RemedyVerdict::new(Remedy::EmptyCacheBetweenSteps, Verdict::Fails, "x"),
         ];
         // At the pattern's own sizes, the least the step would ask, GC ran out with 1 %
         // more than the cap too, roundup only at the cap, the emptied cache not at all.
         let least = Least {
             fails: vec![Remedy::GarbageCollectionThreshold(0.6)],
-            close: vec![Remedy::RoundupPower2Divisions(4)],
+            close: vec![Remedy::RoundupPower2Divisions(None)],
         };
         let judged = carried_through(at_the_oom, &through, &least, 40, LIKEST);
         let verdicts: Vec<Verdict> = judged.iter().map(|r| r.verdict).collect();
@@ -1415,7 +1464,7 @@ mod tests {
             open(Remedy::EmptyCacheBetweenSteps),
             // Open for another reason: not the step's to decide.
             RemedyVerdict::new(
-                Remedy::RoundupPower2Divisions(4),
+                Remedy::RoundupPower2Divisions(None),
                 Verdict::CannotTell,
                 "the address orders disagree",
             ),
@@ -1428,12 +1477,12 @@ mod tests {
             RemedyVerdict::new(Remedy::ExpandableSegments, Verdict::Fits, "x"),
             RemedyVerdict::new(Remedy::GarbageCollectionThreshold(0.6), Verdict::Fails, "x"),
             RemedyVerdict::new(Remedy::EmptyCacheBetweenSteps, Verdict::Fails, "x"),
-            RemedyVerdict::new(Remedy::RoundupPower2Divisions(4), Verdict::Fails, "x"),
+            RemedyVerdict::new(Remedy::RoundupPower2Divisions(None), Verdict::Fails, "x"),
         ];
         let least = Least {
             fails: vec![
                 Remedy::GarbageCollectionThreshold(0.6),
-                Remedy::RoundupPower2Divisions(4),
+                Remedy::RoundupPower2Divisions(None),
             ],
             // Too close to call at the least: the row stays as the growth left it.
             close: vec![Remedy::EmptyCacheBetweenSteps],

@@ -4,7 +4,7 @@
 //! and again from the state after the gap (as from a checkpoint); it is given only where
 //! the two agree, else it is `cannot tell` and says both.
 
-use vramtop_alloc::remedy::{Remedy, RemedyVerdict, Verdict};
+use vramtop_alloc::remedy::{RemedyVerdict, Verdict};
 
 use super::OomRemedies;
 use crate::{Checkpoint, Trace};
@@ -83,10 +83,7 @@ pub(super) fn agreed(
 }
 
 fn differ(filled: &RemedyVerdict, again: Option<&RemedyVerdict>, age: &str) -> RemedyVerdict {
-    let remedy = match filled.remedy {
-        Remedy::MaxSplitSizeMb(_) => Remedy::MaxSplitSizeMb(None),
-        ref other => other.clone(),
-    };
+    let remedy = filled.remedy.clone().unnamed();
     let said = |v: &RemedyVerdict| format!("{} {}", v.remedy, v.verdict);
     let again = again.map_or_else(|| "no verdict".to_string(), said);
     RemedyVerdict::new(

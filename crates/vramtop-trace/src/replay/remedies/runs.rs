@@ -8,8 +8,23 @@ use crate::{AllocatorSettings, Trace};
 use vramtop_alloc::remedy::{Remedy, Verdict, GC_THRESHOLD_TRIED};
 use vramtop_alloc::PolicyKind;
 
-/// The `roundup_power2_divisions` tried (PyTorch's value for every size interval).
-pub(super) const ROUNDUP_TRIED: u32 = 4;
+/// The `roundup_power2_divisions` tried, each as the value for every size interval.
+/// PyTorch takes powers of two; 1 rounds as no setting does (512 B granules), and past 16
+/// a step between two powers of two is under 64 KiB for sizes below 2 MiB, close to none.
+pub(super) const ROUNDUP_TRIED: [u32; 4] = [2, 4, 8, 16];
+
+/// How much less than the lower capacity bound a `roundup_power2_divisions` run must also
+/// fit in for its "fits": a hundredth of it, in 2 MiB steps. The replay of a job's history
+/// under another rounding places blocks of sizes the job never made, so the segments it
+/// makes and keeps are its own guess, not PyTorch's. On a Llama trained in bf16 under a
+/// 7 GiB cap (H200), the replay of the plain job's history fitted N = 16 with nothing to
+/// spare (8 MiB less failed); PyTorch, run with it, failed the same request 64 MiB short
+/// (0.9 % of the cap), under four placements of CUDA's address space. The N that PyTorch
+/// fitted had more room in the replay: 96 MiB of 6 GiB (1.6 %, gpt2var's N = 4), 488 MiB
+/// of 13.1 GiB, 648 MiB of 14 GiB.
+pub(super) fn roundup_room(capacity: u64) -> u64 {
+    (capacity / 100).next_multiple_of(EXPANDABLE_PAGE)
+}
 
 /// PyTorch's page for expandable segments (the large pool's granularity).
 const EXPANDABLE_PAGE: u64 = 2 << 20;
@@ -181,7 +196,8 @@ impl Starts {
 }
 
 /// Every run the remedies need, at both capacity bounds: the job's own, expandable
-/// segments, each `max_split_size_mb` tried, `roundup_power2_divisions:4`, the cache
+/// segments, each `max_split_size_mb` and `roundup_power2_divisions` tried (the latter at
+/// the lower bound less `roundup_room` too), the cache
 /// emptied between steps (where the job's steps are known: marked, or its rounds), and the GC threshold at a known cap
 /// (`gc_cap`, when the job had none of its own); each then from every start and address
 /// order it must agree across.
@@ -211,10 +227,19 @@ pub(super) fn asked(
             }
         }
         if settings.roundup_power2_divisions == [0; 16] {
-            asked.push(Run {
-                roundup: Some(ROUNDUP_TRIED),
-                ..run
-            });
+            for n in ROUNDUP_TRIED {
+                let rounded = Run {
+                    roundup: Some(n),
+                    ..run
+                };
+                asked.push(rounded);
+                if capacity == bounds.low {
+                    asked.push(Run {
+                        capacity: capacity.saturating_sub(roundup_room(capacity)),
+                        ..rounded
+                    });
+                }
+            }
         }
         if steps_marked {
             asked.push(Run {
@@ -333,6 +358,16 @@ impl<'a> Runs<'a> {
         } else {
             Verdict::CannotTell
         }
+    }
+
+    /// Whether `run` fits at the lower capacity bound less `room` in every variant (the
+    /// run at that capacity must be among those asked).
+    pub fn fits_with_room(&self, event: usize, run: Run, room: u64) -> bool {
+        let capacity = self.bounds.low.saturating_sub(room);
+        self.starts
+            .variants(run)
+            .iter()
+            .all(|&v| self.fails(event, Run { capacity, ..v }) == Some(false))
     }
 
     /// Why variants of a run disagree, at some capacity: the start (where the blocks live

@@ -41,28 +41,118 @@ pub(super) fn between_steps(verdict: Verdict, steps: usize, by: StepsBy) -> Reme
     RemedyVerdict::new(Remedy::EmptyCacheBetweenSteps, verdict, reason)
 }
 
-/// `roundup_power2_divisions:4`: requests rounded up to the next quarter of a power of
-/// two, so that varying sizes reuse the same blocks.
-pub(super) fn roundup(verdict: Verdict) -> RemedyVerdict {
-    let reason = match verdict {
-        Verdict::Fits => {
-            "the job's history replayed with requests rounded as PyTorch rounds them \
-                          under it serves the request"
-        }
-        Verdict::Fails => {
-            "the job's history replayed with requests rounded as PyTorch rounds \
-                           them under it still fails the request"
-        }
-        Verdict::CannotTell => {
-            "the replay fits it at the trace's lower capacity bound only, or \
-                                from one start of the checkpoint only"
-        }
-    };
+/// `roundup_power2_divisions:N`: requests rounded up to the next of N equal steps between
+/// two powers of two, so that varying sizes reuse the same blocks. `verdict(n)`: the runs'
+/// verdict, and whether a "fits" is close (it does not fit with `runs::roundup_room` less).
+/// The values trusted as for `max_split_size_mb` (`Tried::pick`), except that no value is
+/// trusted alone for being the first: none is the safest by the allocator's rules. The N
+/// named is the last trusted that is not close, else a close one: the caller, once the rest
+/// of the step has had its say, leaves a "fits" that names a close N open (`too_close`).
+pub(super) fn roundup(verdict: &dyn Fn(u32) -> (Verdict, bool)) -> RemedyVerdict {
+    let answers: Vec<(u32, Verdict, bool)> = ROUNDUP_TRIED
+        .iter()
+        .map(|&n| {
+            let (v, close) = verdict(n);
+            (n, v, v == Verdict::Fits && close)
+        })
+        .collect();
+    let is_close = |n: u32| answers.iter().any(|a| a.0 == n && a.2);
+    let tried = Tried::of(&ROUNDUP_TRIED, &|n| {
+        answers
+            .iter()
+            .find(|a| a.0 == n)
+            .map_or(Verdict::CannotTell, |a| a.1)
+    });
+    let range = format!(
+        "tried {} to {}",
+        ROUNDUP_TRIED[0],
+        ROUNDUP_TRIED[ROUNDUP_TRIED.len() - 1]
+    );
+    let rounded = "requests rounded as PyTorch rounds them under it";
+    if let Some(picked) = tried.pick(false) {
+        let (close, roomy): (Vec<u32>, Vec<u32>) =
+            picked.values.iter().partition(|&&n| is_close(n));
+        let named = roomy.last().copied().unwrap_or(picked.value);
+        let (listed, close) = if roomy.is_empty() {
+            (close, String::new())
+        } else if close.is_empty() {
+            (roomy, String::new())
+        } else {
+            (roomy, format!("; {}: not counted", too_close_words(&close)))
+        };
+        return RemedyVerdict::new(
+            Remedy::RoundupPower2Divisions(Some(named)),
+            Verdict::Fits,
+            format!(
+                "the job's history replayed with {rounded} serves the request (fits with \
+                 N = {}{}{close}; {range})",
+                joined(&listed),
+                picked.also()
+            ),
+        );
+    }
+    const NAME: Remedy = Remedy::RoundupPower2Divisions(None);
+    if let Some(alone) = tried.fitting() {
+        return RemedyVerdict::new(
+            NAME,
+            Verdict::CannotTell,
+            format!(
+                "the job's history replayed with {rounded} serves the request with N = \
+                 {alone} alone, each between values that do not fit: the outcome turns on \
+                 the exact order of the job's allocations, which varies from run to run \
+                 ({range})"
+            ),
+        );
+    }
+    if tried.any_open() {
+        return RemedyVerdict::new(
+            NAME,
+            Verdict::CannotTell,
+            format!(
+                "the replay fits some N at the trace's lower capacity bound only, or from one \
+                 start of the checkpoint only ({range})"
+            ),
+        )
+        .lacking(Missing::MemoryCap);
+    }
     RemedyVerdict::new(
-        Remedy::RoundupPower2Divisions(ROUNDUP_TRIED),
-        verdict,
-        reason,
+        NAME,
+        Verdict::Fails,
+        format!(
+            "the job's history replayed with {rounded} still fails the request at every N \
+             ({range})"
+        ),
     )
+}
+
+/// A `roundup_power2_divisions` "fits" that names a close N (`roundup`), left open.
+pub(super) fn too_close(n: u32) -> RemedyVerdict {
+    RemedyVerdict::new(
+        Remedy::RoundupPower2Divisions(None),
+        Verdict::CannotTell,
+        format!(
+            "{} (tried {} to {})",
+            too_close_words(&[n]),
+            ROUNDUP_TRIED[0],
+            ROUNDUP_TRIED[ROUNDUP_TRIED.len() - 1]
+        ),
+    )
+}
+
+fn too_close_words(close: &[u32]) -> String {
+    format!(
+        "N = {} served it with less than a hundredth of the cap to spare, too close to call \
+         for a replay that guesses which segments PyTorch would make under it",
+        joined(close)
+    )
+}
+
+fn joined(values: &[u32]) -> String {
+    values
+        .iter()
+        .map(u32::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// `garbage_collection_threshold:0.6` under a memory fraction, from the history replayed
@@ -152,90 +242,140 @@ pub(super) fn expandable(
     RemedyVerdict::new(NAME, verdict, reason)
 }
 
+/// The verdicts of one setting at each value tried, in the order tried.
+struct Tried<T> {
+    verdicts: Vec<(T, Verdict)>,
+}
+
+/// The value a "fits" names, with the others trusted beside it and those left out.
+struct Picked<T> {
+    value: T,
+    /// Every value trusted, the one named among them ("20, 64").
+    trusted: String,
+    /// The same values.
+    values: Vec<T>,
+    /// Values that fitted alone, between values that do not fit ("" where none).
+    lone: String,
+}
+
+impl<T: Copy + std::fmt::Display> Picked<T> {
+    /// What the reason adds about the values left out.
+    fn also(&self) -> String {
+        if self.lone.is_empty() {
+            return String::new();
+        }
+        format!(
+            "; N = {} also served it alone, between values that do not, which turns on the \
+             exact order of the job's allocations: not counted",
+            self.lone
+        )
+    }
+}
+
+impl<T: Copy + std::fmt::Display> Tried<T> {
+    fn of(values: &[T], verdict: &dyn Fn(T) -> Verdict) -> Self {
+        Tried {
+            verdicts: values.iter().map(|&v| (v, verdict(v))).collect(),
+        }
+    }
+
+    fn fits(&self, i: usize) -> bool {
+        self.verdicts
+            .get(i)
+            .is_some_and(|(_, v)| *v == Verdict::Fits)
+    }
+
+    fn named(&self, list: impl Iterator<Item = usize>) -> String {
+        list.map(|j| self.verdicts[j].0.to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    /// Every value that fits, where any does ("64, 512").
+    fn fitting(&self) -> Option<String> {
+        let all = self.named((0..self.verdicts.len()).filter(|&i| self.fits(i)));
+        (!all.is_empty()).then_some(all)
+    }
+
+    fn any_open(&self) -> bool {
+        self.verdicts.iter().any(|(_, v)| *v == Verdict::CannotTell)
+    }
+
+    /// The value to name, the last tried of those trusted.
+    ///
+    /// The values that fit are trusted when they form one run of neighbouring values
+    /// tried. Where they are scattered, fitting, failing and fitting again, a value that
+    /// fits with both neighbours failing turns on the exact order of the job's
+    /// allocations, which is not the same from run to run: only a value beside another
+    /// that fits is then trusted, or the first tried where `first_alone` says it is the
+    /// safest by the allocator's rules.
+    fn pick(&self, first_alone: bool) -> Option<Picked<T>> {
+        let n = self.verdicts.len();
+        let fits = |i: usize| self.fits(i);
+        let runs = (0..n)
+            .filter(|&i| fits(i) && (i == 0 || !fits(i - 1)))
+            .count();
+        let i = (0..n)
+            .rev()
+            .find(|&i| fits(i) && (runs == 1 || (i > 0 && fits(i - 1)) || fits(i + 1)))
+            .or_else(|| (first_alone && fits(0)).then_some(0))?;
+        let alone = |j: usize| {
+            let left_fails = j == 0 || !fits(j - 1);
+            let trusted_first = first_alone && j == 0;
+            j != i && runs > 1 && fits(j) && left_fails && !fits(j + 1) && !trusted_first
+        };
+        let (lone, trusted): (Vec<usize>, Vec<usize>) =
+            (0..n).filter(|&j| fits(j)).partition(|&j| alone(j));
+        Some(Picked {
+            value: self.verdicts[i].0,
+            values: trusted.iter().map(|&j| self.verdicts[j].0).collect(),
+            trusted: self.named(trusted.into_iter()),
+            lone: self.named(lone.into_iter()),
+        })
+    }
+}
+
 /// The largest `max_split_size_mb` that fits for sure, else whether any might.
 ///
-/// The values that fit are trusted when they form one run of neighbouring tried values
-/// (a smaller N splits fewer large blocks: fitting below some N and failing above is what
-/// the allocator's rules give). Where they are scattered, fitting, failing and fitting
-/// again as N grows, a value that fits with both neighbours failing turns on the exact
-/// order of the job's allocations, which is not the same from run to run: on the H100
-/// PyTorch's own reruns of one seeded GPT-2 job with `max_split_size_mb:512` (the
-/// replay's fits were 20 and 512) fitted once and failed once. Only a value beside
-/// another that fits is then trusted, or the smallest tried (20), which gives every
-/// request of 20 MiB or more a segment of its own size and so leaves the least to the
-/// order of allocations: wherever the replay fitted it under every address order, PyTorch
-/// fitted it (that GPT-2 job; gpt2mixed in every run on H100 and H200, where 1024, also
-/// alone, fitted in four runs under four placements and 64 in three of four).
+/// The values that fit are trusted as `Tried::pick` says. On the H100 PyTorch's own
+/// reruns of one seeded GPT-2 job with `max_split_size_mb:512` (the replay's fits were 20
+/// and 512, each alone) fitted once and failed once. The smallest tried (20) is trusted
+/// alone: it gives every request of 20 MiB or more a segment of its own size and so leaves
+/// the least to the order of allocations. Wherever the replay fitted it under every
+/// address order, PyTorch fitted it (that GPT-2 job; gpt2mixed in every run on H100 and
+/// H200, where 1024, also alone, fitted in four runs under four placements and 64 in three
+/// of four). A value that fits alone, other than the one named, is not among those said
+/// to fit (on a Llama generating, the replay's lone 128 was one PyTorch failed, H200).
 pub(super) fn max_split(verdict: &dyn Fn(u64) -> Verdict) -> RemedyVerdict {
-    let verdicts: Vec<(u64, Verdict)> = MAX_SPLIT_TRIED_MB
-        .iter()
-        .map(|&mb| (mb, verdict(mb)))
-        .collect();
+    let tried_values = Tried::of(&MAX_SPLIT_TRIED_MB, verdict);
     let tried = format!(
         "tried {} to {} MiB",
         MAX_SPLIT_TRIED_MB[0],
         MAX_SPLIT_TRIED_MB[MAX_SPLIT_TRIED_MB.len() - 1]
     );
-    let fits = |i: usize| verdicts.get(i).is_some_and(|(_, v)| *v == Verdict::Fits);
-    let fitting: Vec<String> = verdicts
-        .iter()
-        .filter(|(_, v)| *v == Verdict::Fits)
-        .map(|(mb, _)| mb.to_string())
-        .collect();
-    // Runs of neighbouring values that fit: one run is trusted whole.
-    let runs = (0..verdicts.len())
-        .filter(|&i| fits(i) && (i == 0 || !fits(i - 1)))
-        .count();
-    let steady = (0..verdicts.len())
-        .rev()
-        .find(|&i| fits(i) && (runs == 1 || (i > 0 && fits(i - 1)) || fits(i + 1)))
-        .or_else(|| fits(0).then_some(0));
-    if let Some(i) = steady {
-        // Values that fit alone, between values that do not fit, other than the one named:
-        // not among those said to fit (on a Llama generating, the replay's lone 128 was
-        // one PyTorch failed, H200).
-        let alone =
-            |j: usize| j != i && runs > 1 && j > 0 && fits(j) && !fits(j - 1) && !fits(j + 1);
-        let (lone, trusted): (Vec<usize>, Vec<usize>) = (0..verdicts.len())
-            .filter(|&j| fits(j))
-            .partition(|&j| alone(j));
-        let named = |list: &[usize]| -> String {
-            list.iter()
-                .map(|&j| verdicts[j].0.to_string())
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
-        let also = if lone.is_empty() {
-            String::new()
-        } else {
-            format!(
-                "; N = {} also served it alone, between values that do not, which turns on \
-                 the exact order of the job's allocations: not counted",
-                named(&lone)
-            )
-        };
+    if let Some(picked) = tried_values.pick(true) {
         return RemedyVerdict::new(
-            Remedy::MaxSplitSizeMb(Some(verdicts[i].0)),
+            Remedy::MaxSplitSizeMb(Some(picked.value)),
             Verdict::Fits,
             format!(
-                "the job's history replayed with it serves the request (fits with N = {}{also}; {tried})",
-                named(&trusted)
+                "the job's history replayed with it serves the request (fits with N = {}{}; {tried})",
+                picked.trusted,
+                picked.also()
             ),
         );
     }
-    if !fitting.is_empty() {
+    if let Some(fitting) = tried_values.fitting() {
         return RemedyVerdict::new(
             Remedy::MaxSplitSizeMb(None),
             Verdict::CannotTell,
             format!(
-                "the job's history replayed serves the request with N = {} alone, each \
+                "the job's history replayed serves the request with N = {fitting} alone, each \
                  between values that do not fit: the outcome turns on the exact order of the \
-                 job's allocations, which varies from run to run ({tried})",
-                fitting.join(", ")
+                 job's allocations, which varies from run to run ({tried})"
             ),
         );
     }
-    if verdicts.iter().any(|(_, v)| *v == Verdict::CannotTell) {
+    if tried_values.any_open() {
         return RemedyVerdict::new(
             Remedy::MaxSplitSizeMb(None),
             Verdict::CannotTell,
@@ -306,5 +446,55 @@ mod tests {
         );
         assert_eq!(max_split(&only(&[256])).verdict, Fits);
         assert_eq!(max_split(&only(&[])).verdict, Fails);
+    }
+
+    #[test]
+    fn a_roundup_names_an_n_with_room_and_leaves_a_lone_or_close_one_out() {
+        use Verdict::{Fails, Fits};
+        let of = |fitting: &'static [u32], close: &'static [u32]| {
+            roundup(&move |n| {
+                let v = if fitting.contains(&n) { Fits } else { Fails };
+                (v, close.contains(&n))
+            })
+        };
+        // One run of neighbours: trusted whole, the last named.
+        let run = of(&[4, 8, 16], &[]);
+        assert_eq!(
+            (run.verdict, &run.remedy),
+            (Fits, &Remedy::RoundupPower2Divisions(Some(16)))
+        );
+        assert!(
+            run.reason.contains("fits with N = 4, 8, 16; tried 2 to 16"),
+            "{run:?}"
+        );
+        // Scattered, each alone: the first value is not trusted for being first.
+        let lone = of(&[2, 16], &[]);
+        assert_eq!(lone.verdict, Verdict::CannotTell, "{lone:?}");
+        assert_eq!(lone.remedy, Remedy::RoundupPower2Divisions(None));
+        assert!(lone.reason.contains("N = 2, 16 alone"), "{lone:?}");
+        // A close value beside values with room: named among them, listed apart.
+        let beside = of(&[4, 8, 16], &[16]);
+        assert_eq!(beside.remedy, Remedy::RoundupPower2Divisions(Some(8)));
+        assert!(
+            beside
+                .reason
+                .contains("fits with N = 4, 8; N = 16 served it with less than a hundredth"),
+            "{beside:?}"
+        );
+        // Only close values: named, for the caller to leave open once the step is judged.
+        let close = of(&[16], &[16]);
+        assert_eq!(close.remedy, Remedy::RoundupPower2Divisions(Some(16)));
+        let open = too_close(16);
+        assert_eq!(
+            (open.verdict, &open.remedy),
+            (Verdict::CannotTell, &Remedy::RoundupPower2Divisions(None))
+        );
+        assert!(open.reason.contains("N = 16 served it"), "{open:?}");
+        let none = of(&[], &[]);
+        assert_eq!(none.verdict, Fails);
+        assert!(
+            none.reason.contains("at every N (tried 2 to 16)"),
+            "{none:?}"
+        );
     }
 }
