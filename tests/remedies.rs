@@ -2002,6 +2002,38 @@ fn the_passes_stand_for_the_steps_a_scaler_skipped() {
     }
 }
 
+/// Hook 1.15 marks each step GradScaler skipped, where its `step()` returned: gpt2scalerskip
+/// (the scale at 2**40, steps 0 to 7 skipped) under 6.6 GiB ran out at step 8 asking 954 MiB
+/// with its 8 skipped steps marked and no pass needed (H200, 2026-11-29). PyTorch fitted
+/// expandable, expandable + GC and the cache emptied after every step; so does vramtop,
+/// live and kept, its steps now the marks.
+#[test]
+fn the_steps_a_scaler_skipped_are_marked() {
+    use vramtop::trace::replay::{steps, StepsBy};
+    let name = "history_gpt2scalerskip_cap6g6_hook115";
+    let path = fixture(&format!("{name}.pickle.gz"));
+    let file = trace::load(&path).unwrap();
+    let kept = file.stats.kept_oom.clone().unwrap();
+    assert_eq!((kept.steps_us.len(), kept.passes_us.len()), (8, 0));
+    assert_eq!(steps(&file).by, StepsBy::Marks);
+    let at = at_last_oom(name, &file);
+    for remedy in [
+        "expandable_segments:True",
+        "expandable_segments:True,garbage_collection_threshold",
+        "empty_cache() between steps",
+    ] {
+        let ours = verdict_of(name, &at, remedy);
+        assert_eq!(ours.verdict, Verdict::Fits, "{remedy}: {ours:?}");
+    }
+    let between = verdict_of(name, &at, "empty_cache() between steps");
+    assert!(
+        between.reason.contains("each of its 8 optimizer steps"),
+        "{between:?}"
+    );
+    let live = live_view_of(&path, name, &kept);
+    assert_eq!(live.remedies, at.remedies, "{name}");
+}
+
 /// An OOM inside a job's first step while it accumulated gradients: the fits are left open
 /// (hook 1.14's `accumulating`), as the micro-batches still to come are not in the
 /// history; so on the live view's one-state path too. Without that word the same file says "fits", which PyTorch, run with each

@@ -106,6 +106,10 @@ def main():
             reply = "ok %r" % (torch.cuda.memory.history_calls,)
         elif cmd == "step":  # an optimizer step, as a training loop makes
             torch.optim.Optimizer().step()
+        elif cmd in ("scaler_step", "scaler_skip"):  # GradScaler.step, run or skipped (infs)
+            scaler = torch.amp.GradScaler()
+            scaler.found_inf = cmd == "scaler_skip"
+            scaler.step(torch.optim.Optimizer())
         elif cmd == "exit":
             sys.stdout.write("ok\n")
             sys.stdout.flush()

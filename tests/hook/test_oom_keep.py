@@ -112,6 +112,23 @@ class OomKeepTest(unittest.TestCase):
         self.assertTrue(before <= steps[0] <= steps[1] <= steps[2] <= time.time(), steps)
         self.assertEqual(job.finish()[0], 0)
 
+    def test_a_step_gradscaler_skipped_is_marked_once_as_a_step_it_ran(self):
+        # fp16 with infs: GradScaler.step runs no optimizer step, so the post-step hook
+        # marks nothing; the iteration still ends there.
+        job = self.ready_job()
+        for n, cmd in enumerate(["step", "scaler_skip", "scaler_step", "scaler_skip"]):
+            job.do("alloc s%d %d" % (n, MiB))
+            job.do(cmd)
+        self.assertEqual(job.do("oom %d" % (1024 * MiB)), "ok caught OutOfMemoryError")
+        (name,) = self.kept()
+        with open(os.path.join(self.oom_dir, name), "rb") as f:
+            oom = pickle.load(f)["vramtop_oom"]
+        # One mark each: the step the scaler ran is marked by the post-step hook alone.
+        steps = oom["steps"]
+        self.assertEqual(len(steps), 4, steps)
+        self.assertEqual(steps, sorted(steps))
+        self.assertEqual(job.finish()[0], 0)
+
     def test_the_jobs_allocated_series_and_the_gpus_own_total_are_kept(self):
         job = self.ready_job(VRAMTOP_RING="0")  # 3 MiB allocated as `a`
         for n in range(3):

@@ -6,6 +6,7 @@ Stdlib only; nothing here raises into the job.
 
 import collections
 import contextlib
+import functools
 import os
 import sys
 import threading
@@ -136,6 +137,7 @@ class TorchAllocator:
         # When the job's optimizers stepped (time.time()), the last STEP_MARKS of them: a
         # replay empties the cache there to judge `empty_cache()` between steps.
         self.steps = collections.deque(maxlen=STEP_MARKS)
+        self.optimizer_steps = 0  # counted, for `watch_skipped_steps`
         # Where no step is marked, where the job's passes through its first model began
         # (`PassMarks`): a replay takes them for its steps.
         self.passes = collections.deque(maxlen=STEP_MARKS)
@@ -205,6 +207,7 @@ class TorchAllocator:
 
         def _vramtop_step_done(optimizer, args, kwargs):
             try:
+                alloc.optimizer_steps += 1
                 now = time.time()
                 steps.append(now)
                 if now >= alloc.step_series.next_due:
@@ -217,7 +220,8 @@ class TorchAllocator:
             register(_vramtop_step_done)
             self.capabilities.append("step_marks")
         except Exception:
-            pass
+            return
+        self.watch_skipped_steps(torch)
         # Optimizers are known from their first step's start (their state comes in it).
         register_pre = getattr(module, "register_optimizer_step_pre_hook", None)
         optimizers = self.roles.optimizers
@@ -233,6 +237,40 @@ class TorchAllocator:
             if register_pre is not None:
                 register_pre(_vramtop_step_starts)
                 self.capabilities.append("optimizer_roles")
+        except Exception:
+            pass
+
+    def watch_skipped_steps(self, torch):
+        """Mark a step that GradScaler skipped, where its step() returns. With inf or NaN
+        gradients (fp16, a scale too high) it does not run the optimizer's step, so the
+        post-step hook marks nothing, and the iteration would merge into the next in the
+        history: a replay emptying the cache between steps would skip that point, where the
+        job's own `empty_cache()` after `scaler.step()` runs. GradScaler.step is wrapped (on
+        torch.amp.GradScaler, which torch.cuda.amp's subclasses); a step that ran the
+        optimizer is marked once, by the post-step hook. Never raises into the job."""
+        scaler = getattr(getattr(torch, "amp", None), "GradScaler", None)
+        step = getattr(scaler, "step", None)
+        if step is None:
+            return
+        # A forked child's torch already carries its parent's wrapper: wrap the original.
+        original = getattr(step, "_vramtop_original", None) or step
+        alloc = self
+
+        def step_or_mark(scaler_self, optimizer, *args, **kwargs):
+            before = alloc.optimizer_steps
+            result = original(scaler_self, optimizer, *args, **kwargs)
+            try:
+                if alloc.optimizer_steps == before:
+                    alloc.steps.append(time.time())
+            except Exception:
+                pass
+            return result
+
+        try:
+            functools.update_wrapper(step_or_mark, original)
+            step_or_mark._vramtop_original = original
+            scaler.step = step_or_mark
+            self.capabilities.append("skipped_step_marks")
         except Exception:
             pass
 

@@ -19,3 +19,4 @@ class OutOfMemoryError(RuntimeError):
 from . import _C  # noqa: E402
 from . import cuda  # noqa: E402
 from . import optim  # noqa: E402
+from . import amp  # noqa: E402
