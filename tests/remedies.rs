@@ -686,10 +686,42 @@ fn roundup_agrees(name: &str, ours: &RemedyVerdict, pytorch_at_4: Verdict) {
     };
     match pytorch_at_4 {
         Verdict::Fits => assert!(listed.contains(&"4"), "{name}: PyTorch fitted 4: {ours:?}"),
-        Verdict::Fails => assert!(!listed.contains(&"4"), "{name}: PyTorch failed 4: {ours:?}"),
+        Verdict::Fails => {
+            assert!(!listed.contains(&"4"), "{name}: PyTorch failed 4: {ours:?}");
+            // Open only where these files leave it open, for the reason given.
+            match ROUNDUP_OPEN.iter().find(|(n, _)| *n == name) {
+                Some((_, why)) => {
+                    assert_eq!(ours.verdict, Verdict::CannotTell, "{name}: {ours:?}");
+                    assert!(ours.reason.contains(why), "{name}: {ours:?}");
+                }
+                None => assert_ne!(ours.verdict, Verdict::CannotTell, "{name}: {ours:?}"),
+            }
+        }
         Verdict::CannotTell => assert_eq!(ours.verdict, Verdict::CannotTell, "{name}: {ours:?}"),
     }
 }
+
+/// Files of the tables above whose roundup row PyTorch failed at N = 4 and vramtop, trying
+/// 2 to 16, leaves open, with why.
+const ROUNDUP_OPEN: &[(&str, &str)] = &[
+    // 2 and 4 fit or fail by where the checkpoint's blocks were.
+    (
+        "checkpoint_gpt2var_steps",
+        "the blocks live at the hook's checkpoint",
+    ),
+    // 16 alone fits, with nothing to spare (the llamabf16 case).
+    (
+        "history_moemix_hook18",
+        "N = 16 served it with less than a hundredth of the cap",
+    ),
+    // 4 and 16 fit alone, each between values that fail: PyTorch failed 4.
+    ("history_gpt2stream_hook18", "N = 4, 16 alone"),
+    // PyTorch failed every N (ROUNDUP_AT_EVERY_N).
+    (
+        "history_llamabf16_cap7_hook19",
+        "N = 16 served it with less than a hundredth of the cap",
+    ),
+];
 
 /// Kept files whose job PyTorch ran with `roundup_power2_divisions` 2, 4, 8 and 16 (H200,
 /// 2026-11-29, each judged at the step the kept run died in, the control reproducing it):

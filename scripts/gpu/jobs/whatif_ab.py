@@ -1893,7 +1893,7 @@ MAX_SPLIT_TRIED = ["20", "64", "128", "256", "512", "1024", "2048", "4096"]  # M
 ROUNDUP_TRIED = ["2", "4", "8", "16"]  # ROUNDUP_TRIED in crates/vramtop-trace/src/replay/remedies/runs.rs
 # WHATIF_REMEDIES=roundup,expandable: only the remedies whose names begin so are run (and
 # the control); the others' verdicts are not judged in that call.
-ONLY = [p for p in os.environ.get("WHATIF_REMEDIES", "").split(",") if p]
+ONLY = [p.strip() for p in os.environ.get("WHATIF_REMEDIES", "").split(",") if p.strip()]
 
 
 def remedy_runs(verdicts, workload="", reasons=None):
@@ -1927,8 +1927,10 @@ def remedy_runs(verdicts, workload="", reasons=None):
             continue
         listed = re.search(r"fits with N = ([0-9, ]+)", (reasons or {}).get(name, ""))
         fitting = {v.strip() for v in listed.group(1).split(",")} if listed else set()
+        if verdict == "fits" and not listed:
+            fitting = {name.split(":")[1]}  # the N the verdict names, alone
         for tried in ROUNDUP_TRIED:
-            if verdict == "fits" and listed:
+            if verdict == "fits":
                 runs["roundup:" + tried] = "fits" if tried in fitting else "not_listed"
             else:
                 runs["roundup:" + tried] = verdict

@@ -375,9 +375,10 @@ fn through_the_rest(
         .map(|r| r.remedy.clone())
         .collect();
     let more = carried.events.len().saturating_sub(last.event + 2);
-    let Some(through) = judged_at_end(carried, bounds, &fitting)? else {
+    let Some(through_end) = at_the_end(carried, bounds, &fitting)? else {
         return Ok(answers);
     };
+    let through = through_end.remedies;
     // Where the step carried on runs a remedy out, the same step at the pattern's own
     // sizes (the least it would ask): run out there too, with LEAST_ROOM more than the
     // cap, the remedy fails (`LEAST`); only at the cap, it is too close to call.
@@ -395,6 +396,9 @@ fn through_the_rest(
         more,
         on,
     );
+    // A roundup "fits" may now name the N that got through the step's end: close there,
+    // it is as open as one close at the request (`roundup_with_room`).
+    last.roundup_close.extend(through_end.roundup_close);
     Ok(answers)
 }
 
@@ -406,6 +410,15 @@ fn judged_at_end(
     bounds: CapacityBounds,
     only: &[Remedy],
 ) -> Result<Option<Vec<RemedyVerdict>>, ReplayError> {
+    Ok(at_the_end(carried, bounds, only)?.map(|end| end.remedies))
+}
+
+/// `judged_at_end`, with all the end's answers (its close roundups too).
+fn at_the_end(
+    carried: Trace,
+    bounds: CapacityBounds,
+    only: &[Remedy],
+) -> Result<Option<OomRemedies>, ReplayError> {
     let ooms = crate::ooms::trace_ooms(&carried);
     let Some(end) = ooms.last() else {
         return Ok(None);
@@ -418,7 +431,7 @@ fn judged_at_end(
         Some(only),
         &steps,
     )?;
-    Ok(again.into_iter().last().map(|through| through.remedies))
+    Ok(again.into_iter().last())
 }
 
 /// The remedies of `among` that `through` says fail.
@@ -1365,6 +1378,31 @@ mod tests {
 
     fn trace(initial: Vec<LiveAtStart>, events: Vec<TraceEvent>) -> Trace {
         Trace::bare(initial, events)
+    }
+
+    #[test]
+    fn a_roundup_fits_naming_a_close_n_is_left_open_and_a_fails_stands() {
+        let oom = |remedy: Remedy, verdict: Verdict| OomRemedies {
+            event: 5,
+            remedies: vec![RemedyVerdict::new(remedy, verdict, "x")],
+            from_history: true,
+            what_would_fit: None,
+            step: None,
+            roundup_close: vec![16],
+        };
+        let judged = roundup_with_room(vec![
+            oom(Remedy::RoundupPower2Divisions(Some(16)), Verdict::Fits),
+            oom(Remedy::RoundupPower2Divisions(Some(8)), Verdict::Fits),
+            oom(Remedy::RoundupPower2Divisions(None), Verdict::Fails),
+        ]);
+        let open = &judged[0].remedies[0];
+        assert_eq!(
+            (&open.remedy, open.verdict),
+            (&Remedy::RoundupPower2Divisions(None), Verdict::CannotTell)
+        );
+        assert!(open.reason.contains("N = 16 served it"), "{open:?}");
+        assert_eq!(judged[1].remedies[0].verdict, Verdict::Fits, "8 had room");
+        assert_eq!(judged[2].remedies[0].verdict, Verdict::Fails);
     }
 
     #[test]

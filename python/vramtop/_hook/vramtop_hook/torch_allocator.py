@@ -219,9 +219,9 @@ class TorchAllocator:
         try:
             register(_vramtop_step_done)
             self.capabilities.append("step_marks")
+            self.watch_skipped_steps(torch)
         except Exception:
-            return
-        self.watch_skipped_steps(torch)
+            pass
         # Optimizers are known from their first step's start (their state comes in it).
         register_pre = getattr(module, "register_optimizer_step_pre_hook", None)
         optimizers = self.roles.optimizers
@@ -246,11 +246,17 @@ class TorchAllocator:
         post-step hook marks nothing, and the iteration would merge into the next in the
         history: a replay emptying the cache between steps would skip that point, where the
         job's own `empty_cache()` after `scaler.step()` runs. GradScaler.step is wrapped (on
-        torch.amp.GradScaler, which torch.cuda.amp's subclasses); a step that ran the
-        optimizer is marked once, by the post-step hook. Never raises into the job."""
+        torch.amp.GradScaler, which torch.cuda.amp's subclasses from PyTorch 2.3; before,
+        on torch.cuda.amp's); a step that ran the optimizer is marked once, by the post-step
+        hook. Never raises into the job."""
         scaler = getattr(getattr(torch, "amp", None), "GradScaler", None)
+        if scaler is None:
+            # Before PyTorch 2.3 torch.cuda.amp's is a class of its own.
+            cuda_amp = getattr(getattr(torch, "cuda", None), "amp", None)
+            scaler = getattr(cuda_amp, "GradScaler", None)
         step = getattr(scaler, "step", None)
         if step is None:
+            self.missing.append("no GradScaler.step: a step it skips is not marked")
             return
         # A forked child's torch already carries its parent's wrapper: wrap the original.
         original = getattr(step, "_vramtop_original", None) or step

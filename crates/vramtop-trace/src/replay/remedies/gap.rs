@@ -62,6 +62,9 @@ pub(super) fn agreed(
             let Some(other) = i.checked_sub(before_gap).and_then(|j| again.get(j)) else {
                 return oom;
             };
+            // A roundup N close in either replay is close (`roundup_with_room`).
+            oom.roundup_close
+                .extend(other.roundup_close.iter().copied());
             for verdict in &mut oom.remedies {
                 let theirs = other.remedies.iter().find(|o| {
                     std::mem::discriminant(&o.remedy) == std::mem::discriminant(&verdict.remedy)
@@ -110,5 +113,33 @@ fn gap_age(trace: &Trace) -> String {
     match gap {
         Some(t) if t > 0 && at >= t => format!("{:.1} s before the OOM", (at - t) as f64 / 1e6),
         _ => "before the OOM".to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use vramtop_alloc::remedy::Remedy;
+
+    #[test]
+    fn a_roundup_close_from_the_state_after_the_gap_counts_as_close() {
+        let oom = |close: Vec<u32>| OomRemedies {
+            event: 5,
+            remedies: vec![RemedyVerdict::new(
+                Remedy::RoundupPower2Divisions(Some(16)),
+                Verdict::Fits,
+                "fits with N = 16",
+            )],
+            from_history: true,
+            what_would_fit: None,
+            step: None,
+            roundup_close: close,
+        };
+        let trace = Trace::bare(Vec::new(), Vec::new());
+        // Both replays name 16; only the one begun after the gap had too little room.
+        let merged = agreed(vec![oom(Vec::new())], &[oom(vec![16])], &trace);
+        assert_eq!(merged[0].roundup_close, vec![16]);
+        // Left to `roundup_with_room`, once the rest of the step has been judged.
+        assert_eq!(merged[0].remedies[0].verdict, Verdict::Fits);
     }
 }
