@@ -27,7 +27,7 @@ use super::{ReplayError, StepsBy};
 use crate::ooms::{CapacitySource, TraceOom};
 use crate::step_rest::{self, StepRest};
 use crate::{snapshot, Checkpoint, Trace, TraceEventKind};
-use runs::{roundup_room, Disagreement, Run, Runs, Starts, ROUNDUP_TRIED};
+use runs::{Disagreement, Run, Runs, Starts, ROUNDUP_TRIED};
 use vramtop_alloc::remedy::{
     self, beyond_any_setting, empty_cache_verdict, gc_threshold_verdict, JobSettings, OomScene,
     Remedy, RemedyVerdict, Verdict, WhatWouldFit, GC_THRESHOLD_TRIED,
@@ -375,7 +375,7 @@ fn through_the_rest(
         .map(|r| r.remedy.clone())
         .collect();
     let more = carried.events.len().saturating_sub(last.event + 2);
-    let Some(through_end) = at_the_end(carried, bounds, &fitting)? else {
+    let Some(through_end) = judged_at_end(carried, bounds, &fitting)? else {
         return Ok(answers);
     };
     let through = through_end.remedies;
@@ -406,15 +406,6 @@ fn through_the_rest(
 /// or None where it has no end. Takes the trace: a copy of the history up to the OOM,
 /// gone before another is made.
 fn judged_at_end(
-    carried: Trace,
-    bounds: CapacityBounds,
-    only: &[Remedy],
-) -> Result<Option<Vec<RemedyVerdict>>, ReplayError> {
-    Ok(at_the_end(carried, bounds, only)?.map(|end| end.remedies))
-}
-
-/// `judged_at_end`, with all the end's answers (its close roundups too).
-fn at_the_end(
     carried: Trace,
     bounds: CapacityBounds,
     only: &[Remedy],
@@ -533,7 +524,9 @@ fn least_through(
         event,
         step_rest::Sizes::Pattern,
     ) {
-        Some(least) => Ok(judged_at_end(least, bounds, among)?.unwrap_or_default()),
+        Some(least) => Ok(judged_at_end(least, bounds, among)?
+            .map(|end| end.remedies)
+            .unwrap_or_default()),
         None => Ok::<_, ReplayError>(Vec::new()),
     };
     let at_the_cap = failing(&judged_under(bounds, ran_out)?, ran_out);
@@ -848,12 +841,13 @@ impl Judge<'_> {
             partial: self.live_at_start > 0 && self.checkpoint.is_none(),
         };
         let settings = &self.trace.settings;
+        let roundup_close = self.roundup_close(&at);
         let mut remedies = Vec::new();
         if at.replay_fails_there {
             remedies.push(self.expandable(&at));
             remedies.push(self.max_split(&at));
             if !at.partial && settings.roundup_power2_divisions == [0; 16] {
-                remedies.push(self.roundup(&at));
+                remedies.push(self.roundup(&at, &roundup_close));
             }
         } else {
             let why = "vramtop's replay of this trace does not fail where PyTorch failed, so \
@@ -884,7 +878,7 @@ impl Judge<'_> {
                 from_history: true,
                 what_would_fit: None,
                 step: None,
-                roundup_close: self.roundup_close(&at),
+                roundup_close,
             };
         }
         let step = step_rest::of(self.trace, self.step_marks, oom.event);
@@ -895,7 +889,7 @@ impl Judge<'_> {
             from_history: true,
             what_would_fit: None,
             step,
-            roundup_close: self.roundup_close(&at),
+            roundup_close,
         }
     }
 
@@ -1097,33 +1091,29 @@ impl Judge<'_> {
     }
 
     /// `roundup_power2_divisions:N`, each N of `ROUNDUP_TRIED` replayed with requests
-    /// rounded as PyTorch rounds them under it.
-    fn roundup(&self, at: &At) -> RemedyVerdict {
-        let run = |n: u32| Run {
-            roundup: Some(n),
-            ..self.plain
-        };
-        let runs: Vec<Run> = ROUNDUP_TRIED.iter().map(|&n| run(n)).collect();
+    /// rounded as PyTorch rounds them under it; `close`: those that fit with too little to
+    /// spare (`roundup_close`).
+    fn roundup(&self, at: &At, close: &[u32]) -> RemedyVerdict {
+        let runs: Vec<Run> = ROUNDUP_TRIED.iter().map(|&n| self.rounded(n)).collect();
         let verdict = verdicts::roundup(&|n| {
-            let verdict = self.runs.verdict(at.event, run(n));
-            (verdict, verdict == Verdict::Fits && self.close(at, n))
+            (
+                self.runs.verdict(at.event, self.rounded(n)),
+                close.contains(&n),
+            )
         });
         self.sourced(at, verdict, &runs)
     }
 
-    /// Whether `roundup_power2_divisions:n` serves the request at `at` with less than
-    /// `roundup_room` to spare.
-    fn close(&self, at: &At, n: u32) -> bool {
-        let run = Run {
+    /// The job's own run with `roundup_power2_divisions:n`.
+    fn rounded(&self, n: u32) -> Run {
+        Run {
             roundup: Some(n),
             ..self.plain
-        };
-        !self
-            .runs
-            .fits_with_room(at.event, run, roundup_room(self.plain.capacity))
+        }
     }
 
-    /// The `roundup_power2_divisions` tried that fit at `at` with too little to spare.
+    /// The `roundup_power2_divisions` tried that serve the request at `at`, but not with
+    /// `roundup_room` less.
     fn roundup_close(&self, at: &At) -> Vec<u32> {
         if !at.replay_fails_there {
             return Vec::new();
@@ -1131,11 +1121,9 @@ impl Judge<'_> {
         ROUNDUP_TRIED
             .into_iter()
             .filter(|&n| {
-                let run = Run {
-                    roundup: Some(n),
-                    ..self.plain
-                };
-                self.runs.verdict(at.event, run) == Verdict::Fits && self.close(at, n)
+                let run = self.rounded(n);
+                self.runs.verdict(at.event, run) == Verdict::Fits
+                    && !self.runs.fits_with_room(at.event, run)
             })
             .collect()
     }

@@ -22,8 +22,13 @@ pub(super) const ROUNDUP_TRIED: [u32; 4] = [2, 4, 8, 16];
 /// (0.9 % of the cap), under four placements of CUDA's address space. The N that PyTorch
 /// fitted had more room in the replay: 96 MiB of 6 GiB (1.6 %, gpt2var's N = 4), 488 MiB
 /// of 13.1 GiB, 648 MiB of 14 GiB.
-pub(super) fn roundup_room(capacity: u64) -> u64 {
+fn roundup_room(capacity: u64) -> u64 {
     (capacity / 100).next_multiple_of(EXPANDABLE_PAGE)
+}
+
+/// `capacity` less `roundup_room`: where a roundup run must fit too.
+fn with_room(capacity: u64) -> u64 {
+    capacity.saturating_sub(roundup_room(capacity))
 }
 
 /// PyTorch's page for expandable segments (the large pool's granularity).
@@ -235,7 +240,7 @@ pub(super) fn asked(
                 asked.push(rounded);
                 if capacity == bounds.low {
                     asked.push(Run {
-                        capacity: capacity.saturating_sub(roundup_room(capacity)),
+                        capacity: with_room(capacity),
                         ..rounded
                     });
                 }
@@ -360,10 +365,10 @@ impl<'a> Runs<'a> {
         }
     }
 
-    /// Whether `run` fits at the lower capacity bound less `room` in every variant (the
-    /// run at that capacity must be among those asked).
-    pub fn fits_with_room(&self, event: usize, run: Run, room: u64) -> bool {
-        let capacity = self.bounds.low.saturating_sub(room);
+    /// Whether a `roundup_power2_divisions` run fits at the lower capacity bound less
+    /// `roundup_room` in every variant (`asked` asks it there).
+    pub fn fits_with_room(&self, event: usize, run: Run) -> bool {
+        let capacity = with_room(self.bounds.low);
         self.starts
             .variants(run)
             .iter()
