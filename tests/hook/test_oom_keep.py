@@ -841,6 +841,59 @@ class RoleWatchUnitTest(unittest.TestCase):
                     sys.modules[name] = module
             watch.stop_watching()
 
+    def test_a_module_compiled_in_place_keeps_the_global_hooks_idle(self):
+        """Module.compile()'s calls are traced, so the root pre-hook never notes that model;
+        an eager root (a loss module) coming round must not take the hooks out from under
+        its compiled graph (one recompile of a GPT-2 on the H200 before this)."""
+        import sys
+        import types
+
+        fake, hooks = self.global_hooks_module()
+
+        class Module:
+            def compile(self, *args, **kwargs):
+                self._compiled_call_impl = object()
+
+        fake.Module = Module
+        dynamo = types.ModuleType("torch._dynamo.utils")
+        dynamo.counters = {"stats": {"unique_graphs": 1}}
+        saved = {name: sys.modules.get(name) for name in ("torch.nn.modules.module", "torch._dynamo.utils")}
+        sys.modules["torch.nn.modules.module"] = fake
+        sys.modules["torch._dynamo.utils"] = dynamo
+        roles = self.hook.roles
+        try:
+            watch = roles.RoleWatch(self.fake_torch())
+            self.assertTrue(watch.watch_models())
+            self.assertEqual(Module.compile.__name__, "compile")
+            model, loss = Module(), Module()
+            model.compile(dynamic=True)  # the wrapper passes its arguments on
+            self.assertIsNotNone(model._compiled_call_impl)
+
+            def eager(module):
+                for fn in list(hooks["pre"]):
+                    fn(module, ())
+                for fn in list(hooks["post"]):
+                    fn(module, (), None)
+
+            eager(loss)
+            eager(loss)  # came round; the compiled model was never noted
+            self.assertEqual(set(watch.models), {loss})
+            self.assertTrue(watch.came_round and watch.idle)
+            self.assertEqual((len(hooks["pre"]), len(hooks["post"])), (1, 1))
+            # A second watch (a forked child's) does not wrap the wrapper.
+            wrapped = Module.compile
+            roles.RoleWatch(self.fake_torch()).watch_models()
+            self.assertIs(Module.compile, wrapped)
+        finally:
+            for name, module in saved.items():
+                if module is None:
+                    sys.modules.pop(name, None)
+                else:
+                    sys.modules[name] = module
+            roles.COMPILED_IN_PLACE.clear()
+            watch.idle = False
+            watch.stop_watching()
+
     def passes_world(self):
         """A fake torch whose autograd engine runs the callbacks queued in a backward at its
         end, and a Model whose own hooks run as Module.__call__ runs them."""

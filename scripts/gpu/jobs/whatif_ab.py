@@ -139,6 +139,9 @@ Workloads (each ends with one judged request, caught so the process ends normall
   gpt2scalerskip  gpt2scaler with its scale starting at 2**40: its shapes vary and
               it skips its first optimizer steps, none marked, so the hook's marks of
               the model's passes stand for them (WHATIF_GPT2SCALERSKIP_CAP_GIB).
+  gpt2scalermid  gpt2scaler whose gradients are made inf after the backward of every
+              fourth step from step 2 (2, 6, 10, ...): GradScaler skips those steps in
+              the middle of a run, after marked ones (WHATIF_GPT2SCALERMID_CAP_GIB).
   hftrainerskip  hftrainer in fp16, accelerate's GradScaler starting at 2**40: the
               Trainer's step with its first optimizer steps skipped, none marked
               (WHATIF_HFTRAINERSKIP_CAP_GIB).
@@ -264,7 +267,7 @@ import time
 MiB = 1 << 20
 GiB = 1 << 30
 WORKLOADS = ["checker", "splitcache", "tails", "gpt2var", "kvcache", "gpt2mixed", "llamamix", "resnetvar",
-             "bertaccum", "t5var", "gpt2ckpt", "evalmix", "gpt2keep", "gan", "vitvar", "moemix", "gpt2scaler", "loramix", "gpt2compile", "llamagen", "gpt2stream", "t5beam", "t5beam_steps", "wav2vec", "mambaslow", "hftrainer", "gpt2sgd", "resnetinfer", "lightning", "lightningaccum", "gpt2tutorial", "gpt2fixed", "clipvar", "gpt2fused", "accelaccum", "llamabf16", "unetvar", "graphsteps", "graphsonce", "gpt2graphs", "llamagraphs", "gpt2empties", "gpt2ddp", "gpt2ddp2", "gpt2fsdp2", "gpt2fsdp1", "gpt2loader", "llamafixed", "vitfixed", "resnetfixed", "bertfixed", "llamatune", "gpt2compilefixed", "gpt2scalerfixed", "gpt2scalerskip", "hftrainerskip", "gpt2accumfirst", "gpt2accumskip", "gpt2ddpaccumskip", "otherproc"]
+             "bertaccum", "t5var", "gpt2ckpt", "evalmix", "gpt2keep", "gan", "vitvar", "moemix", "gpt2scaler", "loramix", "gpt2compile", "llamagen", "gpt2stream", "t5beam", "t5beam_steps", "wav2vec", "mambaslow", "hftrainer", "gpt2sgd", "resnetinfer", "lightning", "lightningaccum", "gpt2tutorial", "gpt2fixed", "clipvar", "gpt2fused", "accelaccum", "llamabf16", "unetvar", "graphsteps", "graphsonce", "gpt2graphs", "llamagraphs", "gpt2empties", "gpt2ddp", "gpt2ddp2", "gpt2fsdp2", "gpt2fsdp1", "gpt2loader", "llamafixed", "vitfixed", "resnetfixed", "bertfixed", "llamatune", "gpt2compilefixed", "gpt2scalerfixed", "gpt2scalerskip", "gpt2scalermid", "hftrainerskip", "gpt2accumfirst", "gpt2accumskip", "gpt2ddpaccumskip", "otherproc"]
 # The cap of each stepped workload that takes one from the environment (`scan` varies it).
 CAP_ENV = {"gpt2mixed": ("WHATIF_GPT2MIXED_CAP_GIB", 15.5), "llamamix": ("WHATIF_LLAMAMIX_CAP_GIB", 10),
            "resnetvar": ("WHATIF_RESNETVAR_CAP_GIB", 6.5), "bertaccum": ("WHATIF_BERTACCUM_CAP_GIB", 8),
@@ -299,6 +302,7 @@ CAP_ENV = {"gpt2mixed": ("WHATIF_GPT2MIXED_CAP_GIB", 15.5), "llamamix": ("WHATIF
            "gpt2compilefixed": ("WHATIF_GPT2COMPILEFIXED_CAP_GIB", 15),
            "gpt2scalerfixed": ("WHATIF_GPT2SCALERFIXED_CAP_GIB", 15),
            "gpt2scalerskip": ("WHATIF_GPT2SCALERSKIP_CAP_GIB", 7),
+           "gpt2scalermid": ("WHATIF_GPT2SCALERMID_CAP_GIB", 7.43),
            "hftrainerskip": ("WHATIF_HFTRAINERSKIP_CAP_GIB", 7),
            "gpt2accumfirst": ("WHATIF_GPT2ACCUMFIRST_CAP_GIB", 7),
            "gpt2accumskip": ("WHATIF_GPT2ACCUMSKIP_CAP_GIB", 7),
@@ -937,7 +941,7 @@ def steps(workload, cap, stop_at, judged, before_judged, after_step):
         # A sparse mixture of experts: how many tokens each expert gets is the router's
         # choice, so the sizes inside a step vary even between steps of one shape.
         step = mixed_lm_step(model, opt, 32000, [2, 4, 6, 8], lambda i: 256 + 16 * i, 4096)
-    elif workload in ("gpt2scaler", "gpt2scalerskip", "gpt2accumskip", "gpt2ddpaccumskip"):
+    elif workload in ("gpt2scaler", "gpt2scalerskip", "gpt2scalermid", "gpt2accumskip", "gpt2ddpaccumskip"):
         from transformers import GPT2Config, GPT2LMHeadModel
 
         cap_from_env(cap, workload)
@@ -960,7 +964,7 @@ def steps(workload, cap, stop_at, judged, before_judged, after_step):
         # gpt2scalerskip and gpt2accumskip: the scale starts at 2**40, so the first steps
         # overflow and are all skipped, none marked; gpt2accumskip accumulates two
         # micro-batches of varying shape a step (the hook marks the passes after zero_grad()).
-        init = 2.0 ** (16 if workload == "gpt2scaler" else 40)
+        init = 2.0 ** (16 if workload in ("gpt2scaler", "gpt2scalermid") else 40)
         scaler = torch.amp.GradScaler("cuda", init_scale=init, growth_interval=8)
         micro = 2 if workload in ("gpt2accumskip", "gpt2ddpaccumskip") else 1
 
@@ -971,6 +975,9 @@ def steps(workload, cap, stop_at, judged, before_judged, after_step):
                 with torch.autocast("cuda", dtype=torch.float16):
                     loss = model(x, labels=x).loss / micro
                 scaler.scale(loss).backward()
+            if workload == "gpt2scalermid" and i % 4 == 2:
+                # An overflow in the middle of the run: GradScaler skips this step.
+                next(p for p in model.parameters() if p.grad is not None).grad.fill_(float("inf"))
             scaler.step(opt)
             scaler.update()
             opt.zero_grad(set_to_none=True)
@@ -1178,9 +1185,16 @@ def steps(workload, cap, stop_at, judged, before_judged, after_step):
         else:
             compiled = torch.compile(model)
 
+        # WHATIF_COMPILE_EAGER_ROOT=1: an eager root module runs too each step (a loss or
+        # metric module): the hook's watch notes it, not the compiled model, and its second
+        # call ends the watch (a recompile of the model until hook 1.16, stop 65).
+        eager = torch.nn.Identity() if os.environ.get("WHATIF_COMPILE_EAGER_ROOT") == "1" else None
+
         def step(i):
             x = batch()
             bf16_update(compiled, opt, input_ids=x, labels=x)
+            if eager is not None:
+                eager(x)
     elif workload == "gpt2scalerfixed":
         cap_from_env(cap, workload)
         model, opt, batch = gpt2_fixed()
@@ -1886,7 +1900,7 @@ def under_vramtop(binary, workload, work):
 STEPPED = ("gpt2var", "kvcache", "kvcache_steps", "gpt2mixed", "llamamix", "resnetvar", "bertaccum", "t5var",
            "gpt2ckpt", "evalmix", "gpt2keep", "gan", "vitvar", "moemix", "gpt2scaler",
            "loramix", "gpt2compile", "llamagen", "gpt2stream", "t5beam", "t5beam_steps", "wav2vec", "mambaslow", "hftrainer", "gpt2sgd", "resnetinfer", "gpt2fixed", "clipvar", "lightning", "lightningaccum", "gpt2tutorial", "gpt2fused", "accelaccum",
-           "llamabf16", "unetvar", "graphsteps", "graphsonce", "gpt2graphs", "llamagraphs", "gpt2empties", "gpt2ddp", "gpt2ddp2", "gpt2fsdp2", "gpt2fsdp1", "gpt2loader", "llamafixed", "vitfixed", "resnetfixed", "bertfixed", "llamatune", "gpt2compilefixed", "gpt2scalerfixed", "gpt2scalerskip", "hftrainerskip", "gpt2accumfirst", "gpt2accumskip", "gpt2ddpaccumskip")
+           "llamabf16", "unetvar", "graphsteps", "graphsonce", "gpt2graphs", "llamagraphs", "gpt2empties", "gpt2ddp", "gpt2ddp2", "gpt2fsdp2", "gpt2fsdp1", "gpt2loader", "llamafixed", "vitfixed", "resnetfixed", "bertfixed", "llamatune", "gpt2compilefixed", "gpt2scalerfixed", "gpt2scalerskip", "gpt2scalermid", "hftrainerskip", "gpt2accumfirst", "gpt2accumskip", "gpt2ddpaccumskip")
 
 
 MAX_SPLIT_TRIED = ["20", "64", "128", "256", "512", "1024", "2048", "4096"]  # MAX_SPLIT_TRIED_MB

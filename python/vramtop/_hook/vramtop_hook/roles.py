@@ -107,6 +107,7 @@ class RoleWatch:
         except Exception:
             return False
         self.quiet_compile_warning()
+        note_in_place_compiles(getattr(module, "Module", None))
         return True
 
     # torch.compile(module) warns at every call while any global module hook exists
@@ -148,11 +149,13 @@ class RoleWatch:
 
     def compiled_model(self):
         """Whether a model the watch noted is compiled (torch.compile's OptimizedModule, or
-        Module.compile()'s): a job that compiles only a loss function takes its global
-        hooks out, not leaving every eager module call to pay for them."""
+        Module.compile()'s), or any module was compiled in place (`COMPILED_IN_PLACE`): a
+        job that compiles only a loss function takes its global hooks out, not leaving every
+        eager module call to pay for them."""
         try:
-            return any(type(m).__name__ == "OptimizedModule" or getattr(m, "_compiled_call_impl", None) is not None
-                       for m in list(self.models))
+            compiled = lambda m: getattr(m, "_compiled_call_impl", None) is not None
+            return any(type(m).__name__ == "OptimizedModule" or compiled(m) for m in list(self.models)) or any(
+                compiled(m) for m in list(COMPILED_IN_PLACE))
         except Exception:
             return False
 
@@ -290,6 +293,39 @@ class RoleWatch:
             if totals is not None:
                 figures["allocated"], figures["reserved"] = totals
         return out
+
+
+# Modules compiled in place (Module.compile()). Their calls run Dynamo's code, so the root
+# pre-hook, traced in, never notes them; taking the global hooks out then failed the guard
+# Dynamo keeps on their count and recompiled the model once (stop 65).
+COMPILED_IN_PLACE = weakref.WeakSet()
+
+
+def note_in_place_compiles(module_class):
+    """Wrap Module.compile (PyTorch 2.2+) to note each module it compiles, once per process.
+    Never raises; a torch without it is left as it is."""
+    original = getattr(module_class, "compile", None)
+    if original is None or getattr(original, "_vramtop_original", None) is not None:
+        return
+
+    def compile(module, *args, **kwargs):
+        try:
+            COMPILED_IN_PLACE.add(module)
+        except Exception:
+            pass
+        return original(module, *args, **kwargs)
+
+    for attr in ("__name__", "__qualname__", "__doc__", "__module__"):
+        try:
+            setattr(compile, attr, getattr(original, attr))
+        except Exception:
+            pass
+    compile.__wrapped__ = original
+    compile._vramtop_original = original
+    try:
+        module_class.compile = compile
+    except Exception:
+        pass
 
 
 def dynamo_compiled():

@@ -7,12 +7,12 @@ use super::MAX_SPLIT_TRIED_MB;
 use vramtop_alloc::remedy::{Missing, Remedy, RemedyVerdict, Verdict, GC_THRESHOLD_TRIED};
 
 /// `empty_cache()` between steps, from the history replayed with the cache emptied after
-/// each of the `steps` optimizer steps the hook marked before the OOM, or where none is
-/// marked, after each of the passes it marked or else of the job's rounds (`by`).
+/// each of the `steps` steps the hook marked before the OOM (optimizer steps, steps
+/// GradScaler skipped, `vramtop.step()`), or where none is marked, after each of the passes it marked or else of the job's rounds (`by`).
 pub(super) fn between_steps(verdict: Verdict, steps: usize, by: StepsBy) -> RemedyVerdict {
     // A job that marked no steps is emptied between its passes, else its rounds.
     let each = match by {
-        StepsBy::Marks => format!("each of its {steps} optimizer steps"),
+        StepsBy::Marks => format!("each of its {steps} training steps"),
         StepsBy::Passes => format!(
             "each of its {steps} steps, before its model's next forward (no optimizer step \
              is marked in its history; a step ends where the model's forward runs again \
