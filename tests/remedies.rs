@@ -1498,6 +1498,27 @@ fn gpu_kept_histories_of_training_loops_give_pytorchs_outcomes_on_both_paths() {
     // gpt2mixed's GPT-2 in DistributedDataParallel, one rank over NCCL (gradient buckets,
     // the all-reduce on NCCL's stream), under 7.84 GiB, dying at step 8 asking 954 MiB
     // (hook 1.10, H200, 2026-11-28): PyTorch fitted all but roundup, as vramtop said.
+    let segformervar = &stepped(Outcomes {
+        expandable: Fits,
+        max_split: ("max_split_size_mb:256", Fits),
+        roundup: Fails,
+        gc: Fails,
+        between_steps: Fails,
+    })[..];
+    let gpt2offload = &stepped(Outcomes {
+        expandable: CannotTell,
+        max_split: ("max_split_size_mb", CannotTell),
+        roundup: Fails,
+        gc: Fails,
+        between_steps: CannotTell,
+    })[..];
+    let dlrmsparse = &stepped(Outcomes {
+        expandable: CannotTell,
+        max_split: ("max_split_size_mb", CannotTell),
+        roundup: Fails,
+        gc: CannotTell,
+        between_steps: CannotTell,
+    })[..];
     let gpt2ddp = &stepped(Outcomes {
         expandable: Fits,
         max_split: ("max_split_size_mb:512", Fits),
@@ -1837,6 +1858,24 @@ fn gpu_kept_histories_of_training_loops_give_pytorchs_outcomes_on_both_paths() {
         // PyTorch's outcomes: as gpt2ddp's (18 of 18 with every roundup N, H200,
         // 2026-11-29).
         ("history_gpt2scalermid_cap7g43_hook116", gpt2ddp, 8, true),
+        // A SegFormer (MiT-b0) trained for segmentation, batch and side varying, under 16
+        // GiB (uncapped it reserved 37.6 GiB for an allocated peak of 15.3 GiB): step 39
+        // asking 3.66 GiB (H200, 2026-11-29, 18 of 18 with every roundup N).
+        ("history_segformervar_cap16_hook116", segformervar, 39, true),
+        // gpt2scaler's GPT-2 with its saved activations offloaded to pinned host memory,
+        // under 4.6 GiB: step 8 asking 954 MiB. PyTorch fitted expandable, expandable + GC,
+        // the emptied cache and max_split 20 and 200, and failed GC 0.6, max_split 1000
+        // and roundup at every N (H200, 2026-11-29); vramtop leaves the fits open: the
+        // earlier steps at that point grew past it 1.52 to 3.43 times the memory they
+        // worked with (the backward copies the offloaded activations back), and the cap
+        // lies between what the least and the middle of them make of this step.
+        ("history_gpt2offload_cap4g6_hook116", gpt2offload, 8, true),
+        // A recommendation model (8 embedding tables of 2M x 64 with sparse gradients and
+        // SparseAdam, an MLP with Adam: two optimizer steps marked an iteration) under 14.4
+        // GiB: iteration 23 asking 164 MiB. PyTorch failed every setting (H200,
+        // 2026-11-29); vramtop fails roundup and leaves the rest open: carried on, the
+        // step ends 97 MiB over the cap, under 1 % of it.
+        ("ring_dlrmsparse_cap14g4_hook116", dlrmsparse, 46, false),
     ] {
         let path = fixture(&format!("{name}.pickle.gz"));
         let file = trace::load(&path).unwrap_or_else(|e| panic!("{name}: {e}"));
@@ -1954,6 +1993,8 @@ fn gpu_kept_histories_of_training_loops_give_pytorchs_outcomes_on_both_paths() {
                     "too close to call"
                 } else if name.contains("gpt2tutorial") {
                     "whether it gets through this step is not in its history"
+                } else if name.contains("gpt2offload") || name.contains("dlrmsparse") {
+                    "whether it ends under the cap is not in the job's history"
                 } else if remedy == "max_split_size_mb" {
                     "keeps rising"
                 } else if name.ends_with("_hook16") {
@@ -2322,4 +2363,50 @@ fn each_kept_files_own_replay_reaches_pytorchs_reserved_peak() {
         checked += 1;
     }
     assert!(checked >= 35, "{checked} files checked");
+}
+
+/// A replay of a file the hook kept under a memory fraction runs at that cap, where the
+/// remedies are judged, not at what PyTorch held when it gave up: on the SegFormer's file
+/// (16 GiB cap, 14.9 GiB held) the report said "pytorch-expandable fails too" at 15.3 GiB
+/// beside "expandable_segments:True: fits", which PyTorch, run with it, bore out.
+#[test]
+fn a_kept_files_replay_runs_at_the_cap_its_remedies_are_judged_at() {
+    use vramtop::alloc::PolicyKind;
+    use vramtop::trace::replay::{plan_capacity, report, CapacitySource};
+    let name = "history_segformervar_cap16_hook116";
+    let file = trace::load(&fixture(&format!("{name}.pickle.gz"))).unwrap();
+    let ooms = trace_ooms(&file);
+    let opts = plan_capacity(&file, None, &ooms);
+    let kept = file.stats.kept_oom.as_ref().unwrap();
+    assert_eq!(
+        (opts.source, opts.capacity),
+        (CapacitySource::Kept, kept.device_total_bytes)
+    );
+    assert_eq!(opts.capacity, 16 << 30);
+    let last = ooms.last().unwrap().event;
+    let rows = report(
+        &file,
+        &[PolicyKind::Caching, PolicyKind::PytorchExpandable],
+        opts,
+    )
+    .unwrap();
+    let fails: Vec<bool> = rows
+        .iter()
+        .map(|row| {
+            row.trace_ooms
+                .iter()
+                .find(|c| c.event == last)
+                .unwrap()
+                .fails
+        })
+        .collect();
+    assert_eq!(fails, [true, false], "caching fails, expandable fits");
+    let at = at_last_oom(name, &file);
+    let expandable = verdict_of(name, &at, "expandable_segments:True");
+    assert_eq!(expandable.verdict, Verdict::Fits, "{expandable:?}");
+    // Given a capacity, it stands.
+    assert_eq!(
+        plan_capacity(&file, Some(15 << 30), &ooms).source,
+        CapacitySource::Given
+    );
 }

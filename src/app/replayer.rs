@@ -55,8 +55,8 @@ impl<'t> ReplayerState<'t> {
         let trace_ooms = vramtop_trace::ooms::trace_ooms(trace);
         let opts = replay::plan_capacity(trace, capacity, &trace_ooms);
         let mut notices = trace.notices();
-        if opts.source == replay::CapacitySource::Inferred {
-            notices.insert(0, capacity_inferred_line(opts.capacity, trace_ooms.len()));
+        if let Some(line) = capacity_line(opts, trace_ooms.len()) {
+            notices.insert(0, line);
         }
         let events = trace.events.len();
         let mut state = ReplayerState {
@@ -238,13 +238,21 @@ impl<'t> ReplayerState<'t> {
     }
 }
 
-/// "capacity 8.0 GiB inferred from the trace's 2 OOM(s): what PyTorch held when it gave up".
-pub fn capacity_inferred_line(capacity: u64, ooms: usize) -> String {
-    format!(
-        "capacity {} inferred from the trace's {ooms} OOM(s): what PyTorch held when it gave up \
-         (give --capacity to choose another)",
-        vramtop_alloc::human_bytes(capacity)
-    )
+/// Where the replay's capacity came from, where the user did not give it: "capacity 8.0 GiB
+/// inferred from the trace's 2 OOM(s): what PyTorch held when it gave up ...".
+pub fn capacity_line(opts: replay::ReplayOptions, ooms: usize) -> Option<String> {
+    let capacity = vramtop_alloc::human_bytes(opts.capacity);
+    match opts.source {
+        replay::CapacitySource::Inferred => Some(format!(
+            "capacity {capacity} inferred from the trace's {ooms} OOM(s): what PyTorch held when \
+             it gave up (give --capacity to choose another)"
+        )),
+        replay::CapacitySource::Kept => Some(format!(
+            "capacity {capacity}: the cap the job ran under, as the hook kept it at the OOM \
+             (give --capacity to choose another)"
+        )),
+        replay::CapacitySource::Given | replay::CapacitySource::Unlimited => None,
+    }
 }
 
 #[cfg(test)]

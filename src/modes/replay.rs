@@ -11,7 +11,7 @@ use ratatui::Frame;
 
 use super::in_terminal;
 use super::screen::{self, Screen};
-use crate::app::replayer::{capacity_inferred_line, ReplayerState};
+use crate::app::replayer::{capacity_line, ReplayerState};
 use crate::app::viewer::{self, ViewerAction};
 use crate::app::Exit;
 use serde::Serialize;
@@ -145,11 +145,8 @@ pub fn run(path: &Path, args: &ReplayArgs) -> Result<u8> {
     if args.report || args.json || !std::io::stdout().is_terminal() {
         let ooms = vramtop_trace::ooms::trace_ooms(&trace);
         let opts = replay::plan_capacity(&trace, args.capacity, &ooms);
-        if opts.source == replay::CapacitySource::Inferred && !args.json {
-            eprintln!(
-                "vramtop: {}",
-                capacity_inferred_line(opts.capacity, ooms.len())
-            );
+        if let Some(line) = capacity_line(opts, ooms.len()).filter(|_| !args.json) {
+            eprintln!("vramtop: {line}");
         }
         let rows = match replay::report(&trace, &policies, opts) {
             Ok(rows) => rows,
@@ -165,8 +162,7 @@ pub fn run(path: &Path, args: &ReplayArgs) -> Result<u8> {
                 Vec::new()
             }
         };
-        let bounds =
-            remedies::capacity_bounds(&trace, &ooms, args.capacity.or(remedies::kept_cap(&trace)));
+        let bounds = remedies::capacity_bounds(&trace, &ooms, args.capacity);
         if args.json {
             let json = ReplayJson {
                 schema: REPLAY_SCHEMA,

@@ -73,10 +73,10 @@ fn title(state: &ReplayerState<'_>) -> Line<'static> {
         Style::new().bold(),
     )];
     if let Some(capacity) = state.capacity {
-        let how = if state.capacity_source == vramtop_trace::replay::CapacitySource::Inferred {
-            " (inferred from the trace's OOM)"
-        } else {
-            ""
+        let how = match state.capacity_source {
+            vramtop_trace::replay::CapacitySource::Inferred => " (inferred from the trace's OOM)",
+            vramtop_trace::replay::CapacitySource::Kept => " (the job's cap)",
+            _ => "",
         };
         spans.push(Span::raw(format!(
             "· capacity {}{how} ",

@@ -799,6 +799,17 @@ class RoleWatchUnitTest(unittest.TestCase):
         self.assertNotIn(watch.warning_filter, warnings.filters)
         self.assertFalse(any(f[1] is not None and "global hooks" in f[1].pattern for f in warnings.filters))
 
+    @staticmethod
+    def restore_modules(saved):
+        """Put back the sys.modules entries a test swapped (None: there was none)."""
+        import sys
+
+        for name, module in saved.items():
+            if module is None:
+                sys.modules.pop(name, None)
+            else:
+                sys.modules[name] = module
+
     def test_the_global_hooks_stay_idle_where_dynamo_compiled_a_graph(self):
         import sys
         import types
@@ -834,11 +845,7 @@ class RoleWatchUnitTest(unittest.TestCase):
             watch.stop_watching()
             self.assertEqual(hooks, {"pre": [], "post": []})
         finally:
-            for name, module in saved.items():
-                if module is None:
-                    sys.modules.pop(name, None)
-                else:
-                    sys.modules[name] = module
+            self.restore_modules(saved)
             watch.stop_watching()
 
     def test_a_module_compiled_in_place_keeps_the_global_hooks_idle(self):
@@ -851,6 +858,12 @@ class RoleWatchUnitTest(unittest.TestCase):
         fake, hooks = self.global_hooks_module()
 
         class Module:
+            def __init__(self, params=()):
+                self.params = list(params)
+
+            def parameters(self):
+                return iter(self.params)
+
             def compile(self, *args, **kwargs):
                 self._compiled_call_impl = object()
 
@@ -861,11 +874,12 @@ class RoleWatchUnitTest(unittest.TestCase):
         sys.modules["torch.nn.modules.module"] = fake
         sys.modules["torch._dynamo.utils"] = dynamo
         roles = self.hook.roles
+        watch = None
         try:
             watch = roles.RoleWatch(self.fake_torch())
             self.assertTrue(watch.watch_models())
-            self.assertEqual(Module.compile.__name__, "compile")
-            model, loss = Module(), Module()
+            self.assertIsNotNone(getattr(Module.compile, "_vramtop_original", None))
+            model, loss = Module(params=[object()]), Module()
             model.compile(dynamic=True)  # the wrapper passes its arguments on
             self.assertIsNotNone(model._compiled_call_impl)
 
@@ -880,19 +894,27 @@ class RoleWatchUnitTest(unittest.TestCase):
             self.assertEqual(set(watch.models), {loss})
             self.assertTrue(watch.came_round and watch.idle)
             self.assertEqual((len(hooks["pre"]), len(hooks["post"])), (1, 1))
-            # A second watch (a forked child's) does not wrap the wrapper.
-            wrapped = Module.compile
-            roles.RoleWatch(self.fake_torch()).watch_models()
-            self.assertIs(Module.compile, wrapped)
-        finally:
-            for name, module in saved.items():
-                if module is None:
-                    sys.modules.pop(name, None)
-                else:
-                    sys.modules[name] = module
+            # Only a module without parameters compiled in place (a loss or metric
+            # module): the hooks go, as where a loss function alone is compiled.
             roles.COMPILED_IN_PLACE.clear()
+            metric = Module()
+            metric.compile()
+            self.assertEqual(set(roles.COMPILED_IN_PLACE), {metric})
             watch.idle = False
             watch.stop_watching()
+            self.assertEqual(hooks, {"pre": [], "post": []})
+            # A second watch (a forked child's) does not wrap the wrapper.
+            wrapped = Module.compile
+            second = roles.RoleWatch(self.fake_torch())
+            second.watch_models()
+            second.stop_watching()
+            self.assertIs(Module.compile, wrapped)
+        finally:
+            self.restore_modules(saved)
+            roles.COMPILED_IN_PLACE.clear()
+            if watch is not None:
+                watch.idle = False
+                watch.stop_watching()
 
     def passes_world(self):
         """A fake torch whose autograd engine runs the callbacks queued in a backward at its

@@ -83,6 +83,9 @@ pub enum CapacitySource {
     Given,
     /// From the trace's OOMs (see `inferred_capacity`).
     Inferred,
+    /// The cap PyTorch enforced (a memory fraction), named in the file the hook kept at
+    /// the OOM (`replay::remedies::kept_cap`): the capacity the remedies are judged at.
+    Kept,
     /// No limit: the trace has no OOM and none was given.
     Unlimited,
 }

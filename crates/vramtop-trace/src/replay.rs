@@ -854,7 +854,8 @@ pub fn report(
         .collect()
 }
 
-/// The capacity to replay under: the one given, else the one the trace's OOMs show
+/// The capacity to replay under: the one given, else the cap the hook kept at the job's
+/// OOM (`remedies::kept_cap`), else the one the trace's OOMs show
 /// (`ooms::inferred_capacity`; `ooms` is `ooms::trace_ooms(trace)`, which callers also
 /// show), else none.
 pub fn plan_capacity(
@@ -871,6 +872,20 @@ pub fn plan_capacity(
             roundup_power2_divisions: None,
             empty_cache_at_steps: false,
             addresses: AddressOrder::Trace,
+        };
+    }
+    // The cap the job ran under, where the hook kept it: the capacity inferred from the
+    // trace may be less, and a replay there could fail a request the remedies, judged at
+    // the cap, serve (a SegFormer under 16 GiB: "pytorch-expandable fails too" at 15.3 GiB
+    // above "expandable_segments:True: fits", which PyTorch bore out). Not where the job
+    // reserved more than it before (a fraction lowered during the job): a replay there
+    // would stop short of the OOM.
+    let held = super::ooms::peak_reserved(trace);
+    if let Some(capacity) = remedies::kept_cap(trace).filter(|&cap| cap >= held) {
+        return ReplayOptions {
+            capacity,
+            source: CapacitySource::Kept,
+            ..ReplayOptions::default()
         };
     }
     match super::ooms::inferred_capacity(trace, ooms) {

@@ -142,6 +142,14 @@ Workloads (each ends with one judged request, caught so the process ends normall
   gpt2scalermid  gpt2scaler whose gradients are made inf after the backward of every
               fourth step from step 2 (2, 6, 10, ...): GradScaler skips those steps in
               the middle of a run, after marked ones (WHATIF_GPT2SCALERMID_CAP_GIB).
+  segformervar  a SegFormer (MiT-b0, random weights) trained for semantic segmentation of
+              150 classes, batch and square side varying, the largest side growing
+              (WHATIF_SEGFORMERVAR_CAP_GIB).
+  gpt2offload  gpt2scaler's GPT-2 in bf16 with its saved activations offloaded to pinned
+              host memory (save_on_cpu) (WHATIF_GPT2OFFLOAD_CAP_GIB).
+  dlrmsparse  a recommendation model: 8 embedding tables (2M x 64) in bags of varying size
+              with sparse gradients (SparseAdam), an MLP over them (Adam)
+              (WHATIF_DLRMSPARSE_CAP_GIB).
   hftrainerskip  hftrainer in fp16, accelerate's GradScaler starting at 2**40: the
               Trainer's step with its first optimizer steps skipped, none marked
               (WHATIF_HFTRAINERSKIP_CAP_GIB).
@@ -243,6 +251,10 @@ gc_collect, expandable, max_split:N, gc_threshold:0.6, roundup:N, expandable_gc
 WHATIF_REMEDIES=roundup (a comma-separated list of name prefixes) runs only those, and the
 control.
 
+WHATIF_COMPILE_IN_PLACE=1 compiles gpt2compilefixed's model with Module.compile() instead of
+torch.compile(model); WHATIF_COMPILE_EAGER_ROOT=1 calls an eager root module (nn.Identity)
+each step beside it.
+
 WHATIF_GPU_FREE_MIB runs the job as on a smaller GPU, with no memory fraction: each process
 first takes through the CUDA driver all but that much of what the device has free, and no
 cap is set (the workload's CAP_ENV is ignored), so the job runs out where CUDA itself
@@ -267,7 +279,7 @@ import time
 MiB = 1 << 20
 GiB = 1 << 30
 WORKLOADS = ["checker", "splitcache", "tails", "gpt2var", "kvcache", "gpt2mixed", "llamamix", "resnetvar",
-             "bertaccum", "t5var", "gpt2ckpt", "evalmix", "gpt2keep", "gan", "vitvar", "moemix", "gpt2scaler", "loramix", "gpt2compile", "llamagen", "gpt2stream", "t5beam", "t5beam_steps", "wav2vec", "mambaslow", "hftrainer", "gpt2sgd", "resnetinfer", "lightning", "lightningaccum", "gpt2tutorial", "gpt2fixed", "clipvar", "gpt2fused", "accelaccum", "llamabf16", "unetvar", "graphsteps", "graphsonce", "gpt2graphs", "llamagraphs", "gpt2empties", "gpt2ddp", "gpt2ddp2", "gpt2fsdp2", "gpt2fsdp1", "gpt2loader", "llamafixed", "vitfixed", "resnetfixed", "bertfixed", "llamatune", "gpt2compilefixed", "gpt2scalerfixed", "gpt2scalerskip", "gpt2scalermid", "hftrainerskip", "gpt2accumfirst", "gpt2accumskip", "gpt2ddpaccumskip", "otherproc"]
+             "bertaccum", "t5var", "gpt2ckpt", "evalmix", "gpt2keep", "gan", "vitvar", "moemix", "gpt2scaler", "loramix", "gpt2compile", "llamagen", "gpt2stream", "t5beam", "t5beam_steps", "wav2vec", "mambaslow", "hftrainer", "gpt2sgd", "resnetinfer", "lightning", "lightningaccum", "gpt2tutorial", "gpt2fixed", "clipvar", "gpt2fused", "accelaccum", "llamabf16", "unetvar", "graphsteps", "graphsonce", "gpt2graphs", "llamagraphs", "gpt2empties", "gpt2ddp", "gpt2ddp2", "gpt2fsdp2", "gpt2fsdp1", "gpt2loader", "llamafixed", "vitfixed", "resnetfixed", "bertfixed", "llamatune", "gpt2compilefixed", "gpt2scalerfixed", "gpt2scalerskip", "gpt2scalermid", "segformervar", "gpt2offload", "dlrmsparse", "hftrainerskip", "gpt2accumfirst", "gpt2accumskip", "gpt2ddpaccumskip", "otherproc"]
 # The cap of each stepped workload that takes one from the environment (`scan` varies it).
 CAP_ENV = {"gpt2mixed": ("WHATIF_GPT2MIXED_CAP_GIB", 15.5), "llamamix": ("WHATIF_LLAMAMIX_CAP_GIB", 10),
            "resnetvar": ("WHATIF_RESNETVAR_CAP_GIB", 6.5), "bertaccum": ("WHATIF_BERTACCUM_CAP_GIB", 8),
@@ -303,6 +315,10 @@ CAP_ENV = {"gpt2mixed": ("WHATIF_GPT2MIXED_CAP_GIB", 15.5), "llamamix": ("WHATIF
            "gpt2scalerfixed": ("WHATIF_GPT2SCALERFIXED_CAP_GIB", 15),
            "gpt2scalerskip": ("WHATIF_GPT2SCALERSKIP_CAP_GIB", 7),
            "gpt2scalermid": ("WHATIF_GPT2SCALERMID_CAP_GIB", 7.43),
+           # The caps of the README's runs (H200, 2026-11-29; WHATIF_STEP_LIMIT=45, 45, 30).
+           "segformervar": ("WHATIF_SEGFORMERVAR_CAP_GIB", 16),
+           "gpt2offload": ("WHATIF_GPT2OFFLOAD_CAP_GIB", 4.6),
+           "dlrmsparse": ("WHATIF_DLRMSPARSE_CAP_GIB", 14.4),
            "hftrainerskip": ("WHATIF_HFTRAINERSKIP_CAP_GIB", 7),
            "gpt2accumfirst": ("WHATIF_GPT2ACCUMFIRST_CAP_GIB", 7),
            "gpt2accumskip": ("WHATIF_GPT2ACCUMSKIP_CAP_GIB", 7),
@@ -1452,6 +1468,72 @@ def steps(workload, cap, stop_at, judged, before_judged, after_step):
         # interpolated), the largest resolution growing: tokens grow as its square.
         step = image_step(model, opt, [16, 32, 48, 64], 16, lambda i: min(28, 8 + i // 4), 8,
                           bf16=True, interpolate_pos_encoding=True)
+    elif workload == "segformervar":
+        import random
+
+        from transformers import SegformerConfig, SegformerForSemanticSegmentation
+
+        cap_from_env(cap, workload)
+        # A SegFormer (MiT-b0 encoder, all-MLP decoder, random weights) trained for semantic
+        # segmentation of 150 classes: batch and square side vary, the largest side growing;
+        # its logits are upsampled to the masks' size for the loss.
+        model = SegformerForSemanticSegmentation(SegformerConfig(num_labels=150)).cuda()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+        def step(i):
+            batch = random.choice([4, 8, 12, 16])
+            side = 32 * random.randint(8, min(20, 8 + i // 3))
+            x = torch.randn(batch, 3, side, side, device="cuda")
+            masks = torch.randint(0, 150, (batch, side, side), device="cuda")
+            bf16_update(model, opt, pixel_values=x, labels=masks)
+    elif workload == "dlrmsparse":
+        import random
+
+        import torch.nn as nn
+
+        cap_from_env(cap, workload)
+        # A recommendation model: 8 embedding tables of 2M rows x 64 looked up in bags whose
+        # size varies, with sparse gradients (SparseAdam, its state dense), and an MLP over
+        # their concatenation (Adam): each step's gradients are as large as the rows it
+        # touched, and two optimizers step in turn.
+        tables = nn.ModuleList([nn.EmbeddingBag(2_000_000, 64, mode="sum", sparse=True)
+                                for _ in range(8)]).cuda()
+        mlp = nn.Sequential(nn.Linear(8 * 64, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(),
+                            nn.Linear(1024, 1)).cuda()
+        sparse_opt = torch.optim.SparseAdam(list(tables.parameters()), lr=1e-3)
+        dense_opt = torch.optim.Adam(mlp.parameters(), lr=1e-3)
+
+        def step(i):
+            batch = random.choice([2048, 4096, 8192, 16384])
+            bag = random.randint(8, min(64, 8 + 2 * i))
+            offsets = torch.arange(0, batch * bag, bag, device="cuda")
+            feats = [t(torch.randint(0, 2_000_000, (batch * bag,), device="cuda"), offsets) for t in tables]
+            y = torch.rand(batch, 1, device="cuda")
+            loss = nn.functional.binary_cross_entropy_with_logits(mlp(torch.cat(feats, 1)), y)
+            loss.backward()
+            sparse_opt.step()
+            dense_opt.step()
+            sparse_opt.zero_grad(set_to_none=True)
+            dense_opt.zero_grad(set_to_none=True)
+    elif workload == "gpt2offload":
+        from transformers import GPT2Config, GPT2LMHeadModel
+
+        cap_from_env(cap, workload)
+        # gpt2scaler's GPT-2 in bf16 with its saved activations offloaded to pinned host
+        # memory (torch.autograd.graph.save_on_cpu): each is copied out in the forward and
+        # back in the backward, so the device holds fewer of them, and more copies.
+        model = GPT2LMHeadModel(GPT2Config(n_layer=6, n_embd=1024, n_head=16, n_positions=2048)).cuda()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+        def step(i):
+            batch, length = varying_shape(i)
+            x = torch.randint(0, 50257, (batch, length), device="cuda")
+            with torch.autograd.graph.save_on_cpu(pin_memory=True):
+                with torch.autocast("cuda", dtype=torch.bfloat16):
+                    loss = model(x, labels=x).loss
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
     elif workload == "vitfixed":
         from transformers import ViTConfig, ViTForImageClassification
 
@@ -1900,7 +1982,7 @@ def under_vramtop(binary, workload, work):
 STEPPED = ("gpt2var", "kvcache", "kvcache_steps", "gpt2mixed", "llamamix", "resnetvar", "bertaccum", "t5var",
            "gpt2ckpt", "evalmix", "gpt2keep", "gan", "vitvar", "moemix", "gpt2scaler",
            "loramix", "gpt2compile", "llamagen", "gpt2stream", "t5beam", "t5beam_steps", "wav2vec", "mambaslow", "hftrainer", "gpt2sgd", "resnetinfer", "gpt2fixed", "clipvar", "lightning", "lightningaccum", "gpt2tutorial", "gpt2fused", "accelaccum",
-           "llamabf16", "unetvar", "graphsteps", "graphsonce", "gpt2graphs", "llamagraphs", "gpt2empties", "gpt2ddp", "gpt2ddp2", "gpt2fsdp2", "gpt2fsdp1", "gpt2loader", "llamafixed", "vitfixed", "resnetfixed", "bertfixed", "llamatune", "gpt2compilefixed", "gpt2scalerfixed", "gpt2scalerskip", "gpt2scalermid", "hftrainerskip", "gpt2accumfirst", "gpt2accumskip", "gpt2ddpaccumskip")
+           "llamabf16", "unetvar", "graphsteps", "graphsonce", "gpt2graphs", "llamagraphs", "gpt2empties", "gpt2ddp", "gpt2ddp2", "gpt2fsdp2", "gpt2fsdp1", "gpt2loader", "llamafixed", "vitfixed", "resnetfixed", "bertfixed", "llamatune", "gpt2compilefixed", "gpt2scalerfixed", "gpt2scalerskip", "gpt2scalermid", "segformervar", "gpt2offload", "dlrmsparse", "hftrainerskip", "gpt2accumfirst", "gpt2accumskip", "gpt2ddpaccumskip")
 
 
 MAX_SPLIT_TRIED = ["20", "64", "128", "256", "512", "1024", "2048", "4096"]  # MAX_SPLIT_TRIED_MB

@@ -112,11 +112,16 @@ pub fn capacity_bounds(
     ooms: &[TraceOom],
     given: Option<u64>,
 ) -> Option<CapacityBounds> {
-    if let Some(c) = given {
+    let known = match (given, kept_cap(trace)) {
+        (Some(c), _) => Some((c, CapacitySource::Given)),
+        (None, Some(c)) => Some((c, CapacitySource::Kept)),
+        (None, None) => None,
+    };
+    if let Some((c, source)) = known {
         return Some(CapacityBounds {
             low: c,
             high: c,
-            source: CapacitySource::Given,
+            source,
         });
     }
     let (mut low, mut high) = (crate::ooms::peak_reserved(trace), u64::MAX);
@@ -158,7 +163,7 @@ pub fn remedies(
     ooms: &[TraceOom],
     given: Option<u64>,
 ) -> Result<Vec<OomRemedies>, ReplayError> {
-    let Some(bounds) = capacity_bounds(trace, ooms, given.or(kept_cap(trace))) else {
+    let Some(bounds) = capacity_bounds(trace, ooms, given) else {
         return Ok(Vec::new());
     };
     // The job's steps, found once: every run of its judgement empties the cache at them,

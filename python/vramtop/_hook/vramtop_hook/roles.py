@@ -149,13 +149,16 @@ class RoleWatch:
 
     def compiled_model(self):
         """Whether a model the watch noted is compiled (torch.compile's OptimizedModule, or
-        Module.compile()'s), or any module was compiled in place (`COMPILED_IN_PLACE`): a
-        job that compiles only a loss function takes its global hooks out, not leaving every
-        eager module call to pay for them."""
+        Module.compile()'s), or a module with parameters was compiled in place
+        (`COMPILED_IN_PLACE`): a job that compiles only a loss function (or a loss module,
+        which has none) takes its global hooks out, not leaving every eager module call to
+        pay for them."""
         try:
             compiled = lambda m: getattr(m, "_compiled_call_impl", None) is not None
-            return any(type(m).__name__ == "OptimizedModule" or compiled(m) for m in list(self.models)) or any(
-                compiled(m) for m in list(COMPILED_IN_PLACE))
+            if any(type(m).__name__ == "OptimizedModule" or compiled(m) for m in list(self.models)):
+                return True
+            return any(compiled(m) and next(iter(m.parameters()), None) is not None
+                       for m in list(COMPILED_IN_PLACE))
         except Exception:
             return False
 
@@ -308,7 +311,7 @@ def note_in_place_compiles(module_class):
     if original is None or getattr(original, "_vramtop_original", None) is not None:
         return
 
-    def compile(module, *args, **kwargs):
+    def compile(module, /, *args, **kwargs):
         try:
             COMPILED_IN_PLACE.add(module)
         except Exception:

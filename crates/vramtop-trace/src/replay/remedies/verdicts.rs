@@ -8,7 +8,8 @@ use vramtop_alloc::remedy::{Missing, Remedy, RemedyVerdict, Verdict, GC_THRESHOL
 
 /// `empty_cache()` between steps, from the history replayed with the cache emptied after
 /// each of the `steps` steps the hook marked before the OOM (optimizer steps, steps
-/// GradScaler skipped, `vramtop.step()`), or where none is marked, after each of the passes it marked or else of the job's rounds (`by`).
+/// GradScaler skipped, `vramtop.step()`), or where none is marked, after each of the
+/// passes it marked or else of the job's rounds (`by`).
 pub(super) fn between_steps(verdict: Verdict, steps: usize, by: StepsBy) -> RemedyVerdict {
     // A job that marked no steps is emptied between its passes, else its rounds.
     let each = match by {
