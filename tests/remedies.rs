@@ -1495,9 +1495,7 @@ fn gpu_kept_histories_of_training_loops_give_pytorchs_outcomes_on_both_paths() {
         gc: Fails,
         between_steps: Fails,
     })[..];
-    // gpt2mixed's GPT-2 in DistributedDataParallel, one rank over NCCL (gradient buckets,
-    // the all-reduce on NCCL's stream), under 7.84 GiB, dying at step 8 asking 954 MiB
-    // (hook 1.10, H200, 2026-11-28): PyTorch fitted all but roundup, as vramtop said.
+    // The runs of 2026-11-29 on an H200 (their rows below say what PyTorch did).
     let segformervar = &stepped(Outcomes {
         expandable: Fits,
         max_split: ("max_split_size_mb:256", Fits),
@@ -1519,6 +1517,9 @@ fn gpu_kept_histories_of_training_loops_give_pytorchs_outcomes_on_both_paths() {
         gc: CannotTell,
         between_steps: CannotTell,
     })[..];
+    // gpt2mixed's GPT-2 in DistributedDataParallel, one rank over NCCL (gradient buckets,
+    // the all-reduce on NCCL's stream), under 7.84 GiB, dying at step 8 asking 954 MiB
+    // (hook 1.10, H200, 2026-11-28): PyTorch fitted all but roundup, as vramtop said.
     let gpt2ddp = &stepped(Outcomes {
         expandable: Fits,
         max_split: ("max_split_size_mb:512", Fits),
@@ -2366,9 +2367,10 @@ fn each_kept_files_own_replay_reaches_pytorchs_reserved_peak() {
 }
 
 /// A replay of a file the hook kept under a memory fraction runs at that cap, where the
-/// remedies are judged, not at what PyTorch held when it gave up: on the SegFormer's file
-/// (16 GiB cap, 14.9 GiB held) the report said "pytorch-expandable fails too" at 15.3 GiB
-/// beside "expandable_segments:True: fits", which PyTorch, run with it, bore out.
+/// remedies are judged, not at the capacity inferred from the trace: on the SegFormer's
+/// file (16 GiB cap, 14.9 GiB held at the OOM) the report said "pytorch-expandable fails
+/// too" at 15.3 GiB (its reserved peak) beside "expandable_segments:True: fits", which
+/// PyTorch, run with it, bore out.
 #[test]
 fn a_kept_files_replay_runs_at_the_cap_its_remedies_are_judged_at() {
     use vramtop::alloc::PolicyKind;
