@@ -874,14 +874,12 @@ pub fn plan_capacity(
             addresses: AddressOrder::Trace,
         };
     }
-    // The cap the job ran under, where the hook kept it: the capacity inferred from the
-    // trace may be less, and a replay there could fail a request the remedies, judged at
-    // the cap, serve (a SegFormer under 16 GiB: "pytorch-expandable fails too" at 15.3 GiB
-    // above "expandable_segments:True: fits", which PyTorch bore out). Not where the job
-    // reserved more than it before (a fraction lowered during the job): a replay there
-    // would stop short of the OOM.
-    let held = super::ooms::peak_reserved(trace);
-    if let Some(capacity) = remedies::kept_cap(trace).filter(|&cap| cap >= held) {
+    // The cap the job ran under, where the hook kept it, as the remedies are judged
+    // (`remedies::capacity_bounds`): the capacity inferred from the trace may be less, and
+    // a replay there could fail a request the remedies serve (a SegFormer under 16 GiB:
+    // "pytorch-expandable fails too" at 15.3 GiB above "expandable_segments:True: fits",
+    // which PyTorch bore out).
+    if let Some(capacity) = remedies::kept_cap(trace) {
         return ReplayOptions {
             capacity,
             source: CapacitySource::Kept,

@@ -148,12 +148,16 @@ pub fn capacity_bounds(
 }
 
 /// The cap PyTorch enforced, where a file the hook kept at an OOM under a memory fraction
-/// names it (what PyTorch passed its OOM observer): no need to bound it then.
+/// names it (what PyTorch passed its OOM observer): no need to bound it then. Not where
+/// the job's history reserved more than it (a fraction lowered during the job): a replay
+/// at it would stop short of the OOM, so the trace's OOMs bound the capacity instead.
 pub fn kept_cap(trace: &Trace) -> Option<u64> {
     trace.stats.kept_oom.as_ref().and_then(|k| {
         let needed = round_size(k.requested_bytes).unwrap_or(k.requested_bytes);
         let capped = k.device_free_bytes >= segment_size_for(needed);
-        (capped && k.device_total_bytes > 0).then_some(k.device_total_bytes)
+        let held = crate::ooms::peak_reserved(trace);
+        (capped && k.device_total_bytes > 0 && k.device_total_bytes >= held)
+            .then_some(k.device_total_bytes)
     })
 }
 

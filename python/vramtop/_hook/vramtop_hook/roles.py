@@ -4,6 +4,7 @@ models, their parameters, gradients and state), and the allocated-bytes series.
 Stdlib only; nothing here raises into the job.
 """
 
+import functools
 import sys
 import threading
 import time
@@ -318,14 +319,9 @@ def note_in_place_compiles(module_class):
             pass
         return original(module, *args, **kwargs)
 
-    for attr in ("__name__", "__qualname__", "__doc__", "__module__"):
-        try:
-            setattr(compile, attr, getattr(original, attr))
-        except Exception:
-            pass
-    compile.__wrapped__ = original
-    compile._vramtop_original = original
     try:
+        functools.update_wrapper(compile, original)  # as GradScaler.step's wrapper
+        compile._vramtop_original = original
         module_class.compile = compile
     except Exception:
         pass

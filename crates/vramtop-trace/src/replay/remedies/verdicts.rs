@@ -50,20 +50,8 @@ pub(super) fn between_steps(verdict: Verdict, steps: usize, by: StepsBy) -> Reme
 /// named is the last trusted that is not close, else a close one: the caller, once the rest
 /// of the step has had its say, leaves a "fits" that names a close N open (`too_close`).
 pub(super) fn roundup(verdict: &dyn Fn(u32) -> (Verdict, bool)) -> RemedyVerdict {
-    let answers: Vec<(u32, Verdict, bool)> = ROUNDUP_TRIED
-        .iter()
-        .map(|&n| {
-            let (v, close) = verdict(n);
-            (n, v, v == Verdict::Fits && close)
-        })
-        .collect();
-    let is_close = |n: u32| answers.iter().any(|a| a.0 == n && a.2);
-    let tried = Tried::of(&ROUNDUP_TRIED, &|n| {
-        answers
-            .iter()
-            .find(|a| a.0 == n)
-            .map_or(Verdict::CannotTell, |a| a.1)
-    });
+    let tried = Tried::of(&ROUNDUP_TRIED, &|n| verdict(n).0);
+    let is_close = |n: u32| verdict(n) == (Verdict::Fits, true);
     let range = format!(
         "tried {} to {}",
         ROUNDUP_TRIED[0],
@@ -148,10 +136,11 @@ fn too_close_words(close: &[u32]) -> String {
     )
 }
 
-fn joined(values: &[u32]) -> String {
+/// "20, 64, 128": values as a reason lists them.
+fn joined<T: std::fmt::Display>(values: &[T]) -> String {
     values
         .iter()
-        .map(u32::to_string)
+        .map(T::to_string)
         .collect::<Vec<_>>()
         .join(", ")
 }
@@ -251,12 +240,10 @@ struct Tried<T> {
 /// The value a "fits" names, with the others trusted beside it and those left out.
 struct Picked<T> {
     value: T,
-    /// Every value trusted, the one named among them ("20, 64").
-    trusted: String,
-    /// The same values.
+    /// Every value trusted, the one named among them.
     values: Vec<T>,
-    /// Values that fitted alone, between values that do not fit ("" where none).
-    lone: String,
+    /// Values that fitted alone, between values that do not fit.
+    lone: Vec<T>,
 }
 
 impl<T: Copy + std::fmt::Display> Picked<T> {
@@ -268,7 +255,7 @@ impl<T: Copy + std::fmt::Display> Picked<T> {
         format!(
             "; N = {} also served it alone, between values that do not, which turns on the \
              exact order of the job's allocations: not counted",
-            self.lone
+            joined(&self.lone)
         )
     }
 }
@@ -286,16 +273,15 @@ impl<T: Copy + std::fmt::Display> Tried<T> {
             .is_some_and(|(_, v)| *v == Verdict::Fits)
     }
 
-    fn named(&self, list: impl Iterator<Item = usize>) -> String {
-        list.map(|j| self.verdicts[j].0.to_string())
-            .collect::<Vec<_>>()
-            .join(", ")
+    /// The values at these indices.
+    fn values(&self, list: impl Iterator<Item = usize>) -> Vec<T> {
+        list.map(|j| self.verdicts[j].0).collect()
     }
 
     /// Every value that fits, where any does ("64, 512").
     fn fitting(&self) -> Option<String> {
-        let all = self.named((0..self.verdicts.len()).filter(|&i| self.fits(i)));
-        (!all.is_empty()).then_some(all)
+        let all = self.values((0..self.verdicts.len()).filter(|&i| self.fits(i)));
+        (!all.is_empty()).then(|| joined(&all))
     }
 
     fn any_open(&self) -> bool {
@@ -329,9 +315,8 @@ impl<T: Copy + std::fmt::Display> Tried<T> {
             (0..n).filter(|&j| fits(j)).partition(|&j| alone(j));
         Some(Picked {
             value: self.verdicts[i].0,
-            values: trusted.iter().map(|&j| self.verdicts[j].0).collect(),
-            trusted: self.named(trusted.into_iter()),
-            lone: self.named(lone.into_iter()),
+            values: self.values(trusted.into_iter()),
+            lone: self.values(lone.into_iter()),
         })
     }
 }
@@ -360,7 +345,7 @@ pub(super) fn max_split(verdict: &dyn Fn(u64) -> Verdict) -> RemedyVerdict {
             Verdict::Fits,
             format!(
                 "the job's history replayed with it serves the request (fits with N = {}{}; {tried})",
-                picked.trusted,
+                joined(&picked.values),
                 picked.also()
             ),
         );
