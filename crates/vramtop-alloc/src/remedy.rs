@@ -129,6 +129,12 @@ pub enum Missing {
     AllocationSites,
 }
 
+/// Whether `remedies` were judged and each fails: no allocator setting gets the job
+/// through, as far as what judged them says.
+pub fn none_fits(remedies: &[RemedyVerdict]) -> bool {
+    !remedies.is_empty() && remedies.iter().all(|r| r.verdict == Verdict::Fails)
+}
+
 /// One remedy, its verdict and one line of why.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct RemedyVerdict {

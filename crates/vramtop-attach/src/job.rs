@@ -276,6 +276,7 @@ impl OomExplained {
             .iter()
             .find(|r| r.verdict == remedy::Verdict::Fits)
             .map(|r| r.remedy.clone());
+        let no_setting_fits = remedy::none_fits(&remedies);
         // PyTorch's own totals where the hook sent them: the segments on the wire may have
         // been cut to fit a frame, the kept file's never are.
         let torch = oom.stats.as_ref();
@@ -312,6 +313,7 @@ impl OomExplained {
             series: oom.series.as_ref(),
             step_series: oom.step_series.as_ref(),
             remedy_that_fits,
+            no_setting_fits,
             leak_sites: kept.as_ref().map_or_else(Vec::new, cause::leak_sites),
             steps_us: kept
                 .as_ref()

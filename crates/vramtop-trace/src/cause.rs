@@ -89,6 +89,8 @@ pub struct OomFacts<'a> {
     pub step_series: Option<&'a AllocatedSeries>,
     /// The first remedy whose verdict is "fits", as the user writes it.
     pub remedy_that_fits: Option<Remedy>,
+    /// Every remedy was judged and each fails (`no_setting_fits`).
+    pub no_setting_fits: bool,
     /// Sites whose blocks were still alive at the OOM, allocated over the whole history
     /// (`leak_sites`): known only with the allocation history.
     pub leak_sites: Vec<LeakSite>,
@@ -226,6 +228,12 @@ pub enum Cause {
         free_runs: u64,
         largest_free_bytes: u64,
         remedy: Option<Remedy>,
+        /// Every allocator setting was judged and fails: the free memory is in pieces,
+        /// but no layout PyTorch can be told to use gets the job through, so the job must
+        /// hold less. A distillation under 9.17 GiB (1 % over its allocated peak) ran out
+        /// asking 954 MiB with 796 MiB free in 36 runs, and PyTorch failed all 22 settings
+        /// (H200).
+        no_setting_fits: bool,
     },
 }
 
@@ -553,6 +561,7 @@ impl Cause {
                 free_runs,
                 largest_free_bytes,
                 remedy,
+                no_setting_fits,
             } => {
                 let held = format!(
                     "{} free in PyTorch's cache in {} runs, largest {}",
@@ -562,6 +571,11 @@ impl Cause {
                 );
                 match remedy {
                     Some(r) => format!("fragmentation and the cache: {held}; {r} fits"),
+                    None if *no_setting_fits => format!(
+                        "fragmentation and the cache: {held}; no allocator setting gets the \
+                         job through (each one replayed fails): it must hold less (a smaller \
+                         batch or sequence, activation checkpointing, lower precision)"
+                    ),
                     None => format!("fragmentation and the cache: {held}"),
                 }
             }
@@ -777,12 +791,29 @@ pub fn causes(facts: &OomFacts) -> Vec<Cause> {
                     free_runs: facts.free_runs,
                     largest_free_bytes: facts.largest_free_bytes,
                     remedy: facts.remedy_that_fits.clone().filter(|_| !pools_larger),
+                    no_setting_fits: facts.no_setting_fits,
                 });
             }
         }
     }
     if let Some(leak) = leak(facts) {
         found.push(leak);
+    }
+    // "It must hold less" only where the cache alone explains the OOM: beside another
+    // library's memory in the process, other processes or a leak, giving those back may
+    // be the fix (JAX's preallocation beside a PyTorch job whose every setting fails).
+    if found
+        .iter()
+        .any(|c| !matches!(c, Cause::Fragmentation { .. } | Cause::GraphPools { .. }))
+    {
+        for cause in &mut found {
+            if let Cause::Fragmentation {
+                no_setting_fits, ..
+            } = cause
+            {
+                *no_setting_fits = false;
+            }
+        }
     }
     // Causes that explain the OOM on their own come first, by bytes; then those that do
     // not (others' memory when the job is too big even alone; a rise seen only in time,
@@ -999,6 +1030,7 @@ pub fn of_kept_file(
         series: kept.series.as_ref(),
         step_series: kept.step_series.as_ref(),
         remedy_that_fits: at.and_then(|a| a.first_fit()),
+        no_setting_fits: at.is_some_and(|a| a.none_fits()),
         leak_sites: leak_sites(trace),
         steps_us: &kept.steps_us,
         history_recorded: sites_recorded(trace),

@@ -71,6 +71,12 @@ impl OomRemedies {
             .find(|r| r.verdict == Verdict::Fits)
             .map(|r| r.remedy.clone())
     }
+
+    /// Every remedy was judged and each fails: no allocator setting gets the job through,
+    /// as far as its history (or its state) says.
+    pub fn none_fits(&self) -> bool {
+        vramtop_alloc::remedy::none_fits(&self.remedies)
+    }
 }
 
 /// The capacities a replay is asked at: equal when given or known.

@@ -13,7 +13,8 @@ use vramtop_alloc::remedy::{Missing, Remedy, RemedyVerdict, Verdict, GC_THRESHOL
 pub(super) fn between_steps(verdict: Verdict, steps: usize, by: StepsBy) -> RemedyVerdict {
     // A job that marked no steps is emptied between its passes, else its rounds.
     let each = match by {
-        StepsBy::Marks => format!("each of its {steps} training steps"),
+        // Not "training" steps: a decode loop's `vramtop.step()` marks are steps too.
+        StepsBy::Marks => format!("each of the {steps} steps marked in its history"),
         StepsBy::Passes => format!(
             "each of its {steps} steps, before its model's next forward (no optimizer step \
              is marked in its history; a step ends where the model's forward runs again \
