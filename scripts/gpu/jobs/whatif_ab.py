@@ -161,6 +161,10 @@ Workloads (each ends with one judged request, caught so the process ends normall
               recipes do: bf16 autocast, AdamW, gradient clipping, a cosine schedule and an
               EMA of the weights (torch.optim.swa_utils.AveragedModel, its foreach update)
               (WHATIF_CONVNEXTEMA_CAP_GIB).
+  whispervar  a Whisper (6 + 6 layers, 512 wide, random weights) trained for speech
+              recognition: 30 s of log-mel features a sample (the encoder's 1,500 frames
+              fixed), the batch (4 to 32) and the transcript's length (16 to 448 tokens, the
+              longest growing) varying, bf16 autocast, AdamW (WHATIF_WHISPERVAR_CAP_GIB).
   hftrainerskip  hftrainer in fp16, accelerate's GradScaler starting at 2**40: the
               Trainer's step with its first optimizer steps skipped, none marked
               (WHATIF_HFTRAINERSKIP_CAP_GIB).
@@ -290,7 +294,7 @@ import time
 MiB = 1 << 20
 GiB = 1 << 30
 WORKLOADS = ["checker", "splitcache", "tails", "gpt2var", "kvcache", "gpt2mixed", "llamamix", "resnetvar",
-             "bertaccum", "t5var", "gpt2ckpt", "evalmix", "gpt2keep", "gan", "vitvar", "moemix", "gpt2scaler", "loramix", "gpt2compile", "llamagen", "gpt2stream", "t5beam", "t5beam_steps", "wav2vec", "mambaslow", "hftrainer", "gpt2sgd", "resnetinfer", "lightning", "lightningaccum", "gpt2tutorial", "gpt2fixed", "clipvar", "gpt2fused", "accelaccum", "llamabf16", "unetvar", "graphsteps", "graphsonce", "gpt2graphs", "llamagraphs", "gpt2empties", "gpt2ddp", "gpt2ddp2", "gpt2fsdp2", "gpt2fsdp1", "gpt2loader", "llamafixed", "vitfixed", "resnetfixed", "bertfixed", "llamatune", "gpt2compilefixed", "gpt2scalerfixed", "gpt2scalerskip", "gpt2scalermid", "segformervar", "gpt2offload", "dlrmsparse", "distill", "convnextema", "hftrainerskip", "gpt2accumfirst", "gpt2accumskip", "gpt2ddpaccumskip", "otherproc"]
+             "bertaccum", "t5var", "gpt2ckpt", "evalmix", "gpt2keep", "gan", "vitvar", "moemix", "gpt2scaler", "loramix", "gpt2compile", "llamagen", "gpt2stream", "t5beam", "t5beam_steps", "wav2vec", "mambaslow", "hftrainer", "gpt2sgd", "resnetinfer", "lightning", "lightningaccum", "gpt2tutorial", "gpt2fixed", "clipvar", "gpt2fused", "accelaccum", "llamabf16", "unetvar", "graphsteps", "graphsonce", "gpt2graphs", "llamagraphs", "gpt2empties", "gpt2ddp", "gpt2ddp2", "gpt2fsdp2", "gpt2fsdp1", "gpt2loader", "llamafixed", "vitfixed", "resnetfixed", "bertfixed", "llamatune", "gpt2compilefixed", "gpt2scalerfixed", "gpt2scalerskip", "gpt2scalermid", "segformervar", "gpt2offload", "dlrmsparse", "distill", "convnextema", "whispervar", "hftrainerskip", "gpt2accumfirst", "gpt2accumskip", "gpt2ddpaccumskip", "otherproc"]
 # The cap of each stepped workload that takes one from the environment (`scan` varies it).
 CAP_ENV = {"gpt2mixed": ("WHATIF_GPT2MIXED_CAP_GIB", 15.5), "llamamix": ("WHATIF_LLAMAMIX_CAP_GIB", 10),
            "resnetvar": ("WHATIF_RESNETVAR_CAP_GIB", 6.5), "bertaccum": ("WHATIF_BERTACCUM_CAP_GIB", 8),
@@ -332,6 +336,7 @@ CAP_ENV = {"gpt2mixed": ("WHATIF_GPT2MIXED_CAP_GIB", 15.5), "llamamix": ("WHATIF
            "dlrmsparse": ("WHATIF_DLRMSPARSE_CAP_GIB", 14.4),
            "distill": ("WHATIF_DISTILL_CAP_GIB", 10),
            "convnextema": ("WHATIF_CONVNEXTEMA_CAP_GIB", 10),
+           "whispervar": ("WHATIF_WHISPERVAR_CAP_GIB", 10),
            "hftrainerskip": ("WHATIF_HFTRAINERSKIP_CAP_GIB", 7),
            "gpt2accumfirst": ("WHATIF_GPT2ACCUMFIRST_CAP_GIB", 7),
            "gpt2accumskip": ("WHATIF_GPT2ACCUMSKIP_CAP_GIB", 7),
@@ -1595,6 +1600,26 @@ def steps(workload, cap, stop_at, judged, before_judged, after_step):
             sched.step()
             opt.zero_grad(set_to_none=True)
             ema.update_parameters(model)
+    elif workload == "whispervar":
+        import random
+
+        from transformers import WhisperConfig, WhisperForConditionalGeneration
+
+        cap_from_env(cap, workload)
+        # Speech recognition as its fine-tuning scripts train it: every sample 30 s of
+        # log-mel features (the encoder's length fixed), the batch and the transcripts'
+        # padded length varying, the longest growing.
+        model = WhisperForConditionalGeneration(WhisperConfig(
+            d_model=512, encoder_layers=6, decoder_layers=6, encoder_attention_heads=8,
+            decoder_attention_heads=8, encoder_ffn_dim=2048, decoder_ffn_dim=2048)).cuda()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+        def step(i):
+            batch = random.choice([4, 8, 12, 16, 24, 32])
+            length = random.randint(16, min(448, 64 + 8 * i))
+            feats = torch.randn(batch, 80, 3000, device="cuda")
+            labels = torch.randint(0, 51865, (batch, length), device="cuda")
+            bf16_update(model, opt, input_features=feats, labels=labels)
     elif workload == "gpt2offload":
         from transformers import GPT2Config, GPT2LMHeadModel
 
@@ -2062,7 +2087,7 @@ def under_vramtop(binary, workload, work):
 STEPPED = ("gpt2var", "kvcache", "kvcache_steps", "gpt2mixed", "llamamix", "resnetvar", "bertaccum", "t5var",
            "gpt2ckpt", "evalmix", "gpt2keep", "gan", "vitvar", "moemix", "gpt2scaler",
            "loramix", "gpt2compile", "llamagen", "gpt2stream", "t5beam", "t5beam_steps", "wav2vec", "mambaslow", "hftrainer", "gpt2sgd", "resnetinfer", "gpt2fixed", "clipvar", "lightning", "lightningaccum", "gpt2tutorial", "gpt2fused", "accelaccum",
-           "llamabf16", "unetvar", "graphsteps", "graphsonce", "gpt2graphs", "llamagraphs", "gpt2empties", "gpt2ddp", "gpt2ddp2", "gpt2fsdp2", "gpt2fsdp1", "gpt2loader", "llamafixed", "vitfixed", "resnetfixed", "bertfixed", "llamatune", "gpt2compilefixed", "gpt2scalerfixed", "gpt2scalerskip", "gpt2scalermid", "segformervar", "gpt2offload", "dlrmsparse", "distill", "convnextema", "hftrainerskip", "gpt2accumfirst", "gpt2accumskip", "gpt2ddpaccumskip")
+           "llamabf16", "unetvar", "graphsteps", "graphsonce", "gpt2graphs", "llamagraphs", "gpt2empties", "gpt2ddp", "gpt2ddp2", "gpt2fsdp2", "gpt2fsdp1", "gpt2loader", "llamafixed", "vitfixed", "resnetfixed", "bertfixed", "llamatune", "gpt2compilefixed", "gpt2scalerfixed", "gpt2scalerskip", "gpt2scalermid", "segformervar", "gpt2offload", "dlrmsparse", "distill", "convnextema", "whispervar", "hftrainerskip", "gpt2accumfirst", "gpt2accumskip", "gpt2ddpaccumskip")
 
 
 MAX_SPLIT_TRIED = ["20", "64", "128", "256", "512", "1024", "2048", "4096"]  # MAX_SPLIT_TRIED_MB
