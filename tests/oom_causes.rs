@@ -426,6 +426,33 @@ fn the_roles_at_an_oom_are_the_jobs_own_sums() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A distillation on an H200 (hook 1.17): its teacher's parameters, frozen, are said apart,
+/// and AdamW's state is told against the student's. The same models' own sums, each storage
+/// once, printed by PyTorch on the GPU machine: teacher 308,664,320 bytes (bf16), student
+/// 274,093,056, no buffers.
+#[test]
+fn a_distilling_jobs_frozen_teacher_is_said_apart() {
+    let (dir, path) = unzipped_as_kept(
+        &fixture("history_distill_cap9g17_hook117.pickle.gz"),
+        "roles",
+    );
+    let trace = trace::load(&path).unwrap();
+    let roles = trace.stats.kept_oom.as_ref().unwrap().roles.unwrap();
+    assert_eq!(
+        (roles.parameters, roles.frozen, roles.optimizer_state),
+        (308_664_320 + 274_093_056, 308_664_320, 2 * 274_093_056)
+    );
+    let block = batch_block(&path);
+    assert!(
+        block.contains(
+            "  memory: parameters 555.8 MiB (294.4 MiB frozen) · gradients 0 B · optimizer \
+             state 522.8 MiB (2.0x the trained parameters) · activations and other"
+        ),
+        "{block}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// gpt2ddp2's GPT-2 sharded by FSDP2 on two H200s (hook 1.11): its parameters, their
 /// gradients and AdamW's state are DTensors, counted by their local shards. The rank
 /// printed its shards' bytes before training (tests/fixtures/README.md): 258,281,472,

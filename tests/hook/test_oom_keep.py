@@ -651,6 +651,36 @@ class RoleWatchUnitTest(unittest.TestCase):
         # At an OOM, on the thread that hit it: read there and then.
         self.assertEqual(watch.at_oom(0)["gradients"], 4096 + 512)
 
+    def test_parameters_that_need_no_gradient_are_counted_apart_as_frozen(self):
+        # A distilling job's teacher (or a LoRA model's base weights): their bytes are
+        # parameters, and "frozen" says how many of them, so that the optimizer's state is
+        # told against what it trains. Buffers are not parameters, frozen or not.
+        S, T = self.Storage, self.Tensor
+        trained = T(S(0x1000, 4096), grad=T(S(0x9000, 4096)))
+        teacher = T(S(0x2000, 8192))
+        teacher.requires_grad = False
+        tied = T(S(0x2000, 8192))  # the teacher's tied weight: its storage counts once
+        tied.requires_grad = False
+        elsewhere = T(S(0x3000, 1024), device=1)
+        elsewhere.requires_grad = False
+        buffer = T(S(0x4000, 512))
+        buffer.requires_grad = False
+
+        class Model:
+            def parameters(self):
+                return iter([trained, teacher, tied, elsewhere])
+
+            def buffers(self):
+                return iter([buffer])
+
+        watch = self.hook.roles.RoleWatch(self.fake_torch())
+        model = Model()
+        watch.models.add(model)
+        roles = watch.of(0)
+        self.assertEqual(roles["parameters"], 4096 + 8192 + 512)
+        self.assertEqual(roles["frozen"], 8192)
+        self.assertEqual(watch.of(1)["frozen"], 1024)
+
     def test_fsdp2s_sharded_tensors_count_by_their_local_shards(self):
         # FSDP2 (fully_shard) makes parameters, their gradients and AdamW's state DTensors:
         # wrappers with no storage of their own, the memory in `_local_tensor`. Left out,

@@ -19,6 +19,10 @@ pub struct Roles {
     pub gradients: u64,
     #[serde(default)]
     pub optimizer_state: u64,
+    /// Of `parameters`, those that need no gradient (hook 1.17): a distilling job's
+    /// teacher, a LoRA model's base weights. 0 from older hooks.
+    #[serde(default)]
+    pub frozen: u64,
     /// Root models and optimizers the hook found.
     #[serde(default)]
     pub models: u64,
@@ -45,6 +49,8 @@ pub struct Roles {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
 pub struct RoleBreakdown {
     pub parameters: u64,
+    /// Of the parameters, those that need no gradient (`Roles::frozen`).
+    pub frozen: u64,
     pub gradients: u64,
     pub optimizer_state: u64,
     /// Allocated bytes no role claims: activations, temporaries, inputs.
@@ -69,6 +75,7 @@ impl RoleBreakdown {
             .saturating_add(roles.optimizer_state);
         RoleBreakdown {
             parameters: roles.parameters,
+            frozen: roles.frozen.min(roles.parameters),
             gradients: roles.gradients,
             optimizer_state: roles.optimizer_state,
             other: allocated.saturating_sub(claimed),
@@ -91,17 +98,30 @@ impl RoleBreakdown {
     }
 
     /// "parameters 1.2 GiB · gradients 1.2 GiB · optimizer state 2.4 GiB (2.0x the
-    /// parameters) · activations and other 6.2 GiB (58 % of live) · cache 1.5 GiB"
+    /// parameters) · activations and other 6.2 GiB (58 % of live) · cache 1.5 GiB".
+    /// Where some parameters are frozen, "parameters 555.8 MiB (294.0 MiB frozen)" and the
+    /// optimizer's state against the parameters it trains ("2.0x the trained
+    /// parameters"): a distilling job read "0.9x the parameters", its teacher among them.
     pub fn line(&self) -> String {
         let live = self
             .parameters
             .saturating_add(self.gradients)
             .saturating_add(self.optimizer_state)
             .saturating_add(self.other);
+        let trained = self.parameters.saturating_sub(self.frozen);
         self.parts()
             .iter()
             .map(|&(name, bytes)| {
                 let note = match name {
+                    "parameters" if self.frozen > 0 => {
+                        format!(" ({} frozen)", human_bytes(self.frozen))
+                    }
+                    "optimizer state" if self.frozen > 0 && trained > 0 && bytes > 0 => {
+                        format!(
+                            " ({:.1}x the trained parameters)",
+                            bytes as f64 / trained as f64
+                        )
+                    }
                     "optimizer state" if self.parameters > 0 && bytes > 0 => format!(
                         " ({:.1}x the parameters)",
                         bytes as f64 / self.parameters as f64
@@ -188,6 +208,33 @@ mod tests {
             "parameters 100.0 MiB · gradients 100.0 MiB · optimizer state 200.0 MiB (2.0x the \
              parameters) · activations and other 600.0 MiB (60 % of live) · cache 200.0 MiB"
         );
+    }
+
+    /// A distillation's student trained beside its frozen teacher (hook 1.17): the teacher's
+    /// bytes are parameters, said apart, and AdamW's state is told against the student's.
+    #[test]
+    fn frozen_parameters_are_said_apart_and_the_state_told_against_the_trained() {
+        let roles = Roles {
+            parameters: 556 * MIB,
+            frozen: 294 * MIB,
+            optimizer_state: 524 * MIB,
+            ..Default::default()
+        };
+        let line = RoleBreakdown::of(&roles, 8 * 1024 * MIB, 9 * 1024 * MIB).line();
+        assert!(
+            line.starts_with(
+                "parameters 556.0 MiB (294.0 MiB frozen) · gradients 0 B · optimizer state \
+                 524.0 MiB (2.0x the trained parameters)"
+            ),
+            "{line}"
+        );
+        // An older hook sends no "frozen": the line is as before.
+        let old: Roles =
+            serde_json::from_str(r#"{"parameters": 100, "optimizer_state": 200}"#).unwrap();
+        assert_eq!(old.frozen, 0);
+        assert!(RoleBreakdown::of(&old, 400, 400)
+            .line()
+            .contains("(2.0x the parameters)"));
     }
 
     #[test]

@@ -177,8 +177,9 @@ class RoleWatch:
         self.at_step_time = time.time()
 
     def of(self, device):
-        """For a state, on the hook's thread: {"parameters", "gradients", "optimizer_state"
-        (bytes), "models", "optimizers", "time_s" (when read)} for `device`, or None when
+        """For a state, on the hook's thread: {"parameters", "gradients", "optimizer_state",
+        "frozen" (bytes; "frozen": the parameters among them that need no gradient), "models",
+        "optimizers", "time_s" (when read)} for `device`, or None when
         nothing is known yet (it is asked for: the job's next step reads them)."""
         models, optimizers = list(self.models), list(self.optimizers)
         if optimizers:
@@ -266,7 +267,7 @@ class RoleWatch:
                 figures = out.get(tensor.device.index)
                 if figures is None:
                     figures = out[tensor.device.index] = {
-                        "parameters": 0, "gradients": 0, "optimizer_state": 0,
+                        "parameters": 0, "gradients": 0, "optimizer_state": 0, "frozen": 0,
                         "models": len(models), "optimizers": len(optimizers),
                     }
                 figures[role] += int(storage.nbytes())
@@ -279,8 +280,22 @@ class RoleWatch:
         for optimizer in optimizers:
             for group in list(optimizer.param_groups):
                 params.extend(group.get("params") or [])
+        frozen = set()
         for p in params:
             add("parameters", p)
+            # Of those, the parameters no gradient is asked of (a distilling job's teacher, a
+            # LoRA model's base weights), counted apart: the optimizer's state is told
+            # against the parameters it trains.
+            if getattr(p, "requires_grad", True) is False:
+                tensor = local(p)
+                try:
+                    storage = tensor.untyped_storage()
+                    ptr = storage.data_ptr()
+                except Exception:
+                    continue
+                if on_device(tensor) and ptr and ptr not in frozen and tensor.device.index in out:
+                    frozen.add(ptr)
+                    out[tensor.device.index]["frozen"] += int(storage.nbytes())
         if grads:
             for p in params:
                 if not on_device(local(p)):
