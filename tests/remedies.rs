@@ -2174,7 +2174,7 @@ fn the_steps_a_scaler_skipped_are_marked() {
     assert!(
         between
             .reason
-            .contains("each of the 8 steps marked in its history"),
+            .contains("each of its 8 steps marked in its history"),
         "{between:?}"
     );
     let live = live_view_of(&path, name, &kept);

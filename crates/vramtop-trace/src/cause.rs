@@ -800,11 +800,12 @@ pub fn causes(facts: &OomFacts) -> Vec<Cause> {
         found.push(leak);
     }
     // "It must hold less" only where the cache alone explains the OOM: beside another
-    // library's memory in the process, other processes or a leak, giving those back may
-    // be the fix (JAX's preallocation beside a PyTorch job whose every setting fails).
+    // library's memory in the process, other processes, a leak or CUDA graphs' pools,
+    // giving those back may be the fix (JAX's preallocation beside a PyTorch job whose
+    // every setting fails).
     if found
         .iter()
-        .any(|c| !matches!(c, Cause::Fragmentation { .. } | Cause::GraphPools { .. }))
+        .any(|c| !matches!(c, Cause::Fragmentation { .. }))
     {
         for cause in &mut found {
             if let Cause::Fragmentation {

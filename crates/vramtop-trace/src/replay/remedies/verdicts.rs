@@ -12,17 +12,24 @@ use vramtop_alloc::remedy::{Missing, Remedy, RemedyVerdict, Verdict, GC_THRESHOL
 /// passes it marked or else of the job's rounds (`by`).
 pub(super) fn between_steps(verdict: Verdict, steps: usize, by: StepsBy) -> RemedyVerdict {
     // A job that marked no steps is emptied between its passes, else its rounds.
+    // "each of its 8 steps", "its one step"
+    let its = |noun: &str| match steps {
+        1 => format!("its one {noun}"),
+        n => format!("each of its {n} {noun}s"),
+    };
     let each = match by {
         // Not "training" steps: a decode loop's `vramtop.step()` marks are steps too.
-        StepsBy::Marks => format!("each of the {steps} steps marked in its history"),
+        StepsBy::Marks => format!("{} marked in its history", its("step")),
         StepsBy::Passes => format!(
-            "each of its {steps} steps, before its model's next forward (no optimizer step \
-             is marked in its history; a step ends where the model's forward runs again \
-             after a backward whose gradients were since released or changed)"
+            "{}, before its model's next forward (no optimizer step is marked in its \
+             history; a step ends where the model's forward runs again after a backward \
+             whose gradients were since released or changed)",
+            its("step")
         ),
         StepsBy::Rounds => format!(
-            "each of its {steps} rounds (no step is marked in its history; a round ends where \
-             its memory in use came back down to what it keeps)"
+            "{} (no step is marked in its history; a round ends where its memory in use came \
+             back down to what it keeps)",
+            its("round")
         ),
     };
     let reason = match verdict {
