@@ -255,6 +255,12 @@ fn roles_line(roles: &RoleBreakdown) -> Line<'static> {
         }
         spans.push(Span::styled("■ ", Style::new().fg(colour)));
         spans.push(Span::raw(format!("{name} {}", human_bytes(bytes))));
+        if name == "parameters" && roles.frozen > 0 {
+            spans.push(Span::raw(format!(
+                " ({} frozen)",
+                human_bytes(roles.frozen)
+            )));
+        }
     }
     Line::from(spans)
 }

@@ -651,35 +651,50 @@ class RoleWatchUnitTest(unittest.TestCase):
         # At an OOM, on the thread that hit it: read there and then.
         self.assertEqual(watch.at_oom(0)["gradients"], 4096 + 512)
 
-    def test_parameters_that_need_no_gradient_are_counted_apart_as_frozen(self):
-        # A distilling job's teacher (or a LoRA model's base weights): their bytes are
-        # parameters, and "frozen" says how many of them, so that the optimizer's state is
-        # told against what it trains. Buffers are not parameters, frozen or not.
+    def test_parameters_no_optimizer_trains_are_counted_apart_as_frozen(self):
+        # A distilling job's teacher (held by no optimizer, whether or not it was frozen
+        # with requires_grad_(False)) and a LoRA model's base weights (needing no gradient)
+        # are parameters, and "frozen" says how many of their bytes, so that the optimizer's
+        # state is told against what it trains ("trained"). Buffers are neither.
         S, T = self.Storage, self.Tensor
-        trained = T(S(0x1000, 4096), grad=T(S(0x9000, 4096)))
-        teacher = T(S(0x2000, 8192))
-        teacher.requires_grad = False
+        student = T(S(0x1000, 4096), grad=T(S(0x9000, 4096)))
+        teacher = T(S(0x2000, 8192))  # under no_grad only: requires_grad left True
         tied = T(S(0x2000, 8192))  # the teacher's tied weight: its storage counts once
-        tied.requires_grad = False
-        elsewhere = T(S(0x3000, 1024), device=1)
-        elsewhere.requires_grad = False
+        base = T(S(0x3000, 2048))
+        base.requires_grad = False
+        # FSDP1 with use_orig_params: a trained and a frozen view of one flat storage.
+        flat = S(0x5000, 16384)
+        adapter_view, base_view = T(flat), T(flat)
+        base_view.requires_grad = False
+        elsewhere = T(S(0x6000, 1024), device=1)
         buffer = T(S(0x4000, 512))
         buffer.requires_grad = False
 
         class Model:
             def parameters(self):
-                return iter([trained, teacher, tied, elsewhere])
+                return iter([student, teacher, tied, base, adapter_view, base_view, elsewhere])
 
             def buffers(self):
                 return iter([buffer])
 
+        class Optimizer:
+            param_groups = [{"params": [student, base, adapter_view, elsewhere]}]
+            state = {}
+
         watch = self.hook.roles.RoleWatch(self.fake_torch())
-        model = Model()
+        model, optimizer = Model(), Optimizer()
         watch.models.add(model)
+        watch.optimizers.add(optimizer)
+        watch.after_step()
         roles = watch.of(0)
-        self.assertEqual(roles["parameters"], 4096 + 8192 + 512)
-        self.assertEqual(roles["frozen"], 8192)
-        self.assertEqual(watch.of(1)["frozen"], 1024)
+        self.assertEqual(roles["parameters"], 4096 + 8192 + 2048 + 16384 + 512)
+        self.assertEqual(roles["trained"], 4096 + 16384)
+        self.assertEqual(roles["frozen"], 8192 + 2048)
+        self.assertEqual((watch.of(1)["trained"], watch.of(1)["frozen"]), (1024, 0))
+        # With no optimizer (inference) nothing is trained, and nothing is said frozen.
+        bare = self.hook.roles.RoleWatch(self.fake_torch())
+        bare.models.add(model)
+        self.assertEqual((bare.of(0)["trained"], bare.of(0)["frozen"]), (0, 0))
 
     def test_fsdp2s_sharded_tensors_count_by_their_local_shards(self):
         # FSDP2 (fully_shard) makes parameters, their gradients and AdamW's state DTensors:

@@ -276,7 +276,8 @@ impl OomExplained {
             .iter()
             .find(|r| r.verdict == remedy::Verdict::Fits)
             .map(|r| r.remedy.clone());
-        let no_setting_fits = remedy::none_fits(&remedies);
+        // Only where the job's history was replayed: one state's verdicts replay nothing.
+        let no_setting_fits = history_events.is_some() && remedy::none_fits(&remedies);
         // PyTorch's own totals where the hook sent them: the segments on the wire may have
         // been cut to fit a frame, the kept file's never are.
         let torch = oom.stats.as_ref();

@@ -89,7 +89,8 @@ pub struct OomFacts<'a> {
     pub step_series: Option<&'a AllocatedSeries>,
     /// The first remedy whose verdict is "fits", as the user writes it.
     pub remedy_that_fits: Option<Remedy>,
-    /// Every remedy was judged and each fails (`no_setting_fits`).
+    /// Every remedy was judged from the job's history, replayed, and each fails
+    /// (`no_setting_fits`); false where they were judged from one state.
     pub no_setting_fits: bool,
     /// Sites whose blocks were still alive at the OOM, allocated over the whole history
     /// (`leak_sites`): known only with the allocation history.
@@ -234,6 +235,9 @@ pub enum Cause {
         /// asking 954 MiB with 796 MiB free in 36 runs, and PyTorch failed all 22 settings
         /// (H200).
         no_setting_fits: bool,
+        /// The job ran under a memory fraction: raising it is the other way out.
+        #[serde(skip)]
+        capped: bool,
     },
 }
 
@@ -317,6 +321,17 @@ impl Cause {
             Cause::GraphPools { free_bytes, .. } | Cause::Fragmentation { free_bytes, .. } => {
                 *free_bytes
             }
+        }
+    }
+
+    /// Takes back "no allocator setting gets the job through" (`no_setting_fits`), where
+    /// something else may be the fix or the verdicts were judged at another capacity.
+    pub fn unsay_no_setting_fits(&mut self) {
+        if let Cause::Fragmentation {
+            no_setting_fits, ..
+        } = self
+        {
+            *no_setting_fits = false;
         }
     }
 
@@ -562,6 +577,7 @@ impl Cause {
                 largest_free_bytes,
                 remedy,
                 no_setting_fits,
+                capped,
             } => {
                 let held = format!(
                     "{} free in PyTorch's cache in {} runs, largest {}",
@@ -573,8 +589,9 @@ impl Cause {
                     Some(r) => format!("fragmentation and the cache: {held}; {r} fits"),
                     None if *no_setting_fits => format!(
                         "fragmentation and the cache: {held}; no allocator setting gets the \
-                         job through (each one replayed fails): it must hold less (a smaller \
-                         batch or sequence, activation checkpointing, lower precision)"
+                         job through (each one replayed fails): {}it must hold less (a \
+                         smaller batch or sequence, activation checkpointing, lower precision)",
+                        if *capped { "raise the fraction, or " } else { "" }
                     ),
                     None => format!("fragmentation and the cache: {held}"),
                 }
@@ -792,6 +809,7 @@ pub fn causes(facts: &OomFacts) -> Vec<Cause> {
                     largest_free_bytes: facts.largest_free_bytes,
                     remedy: facts.remedy_that_fits.clone().filter(|_| !pools_larger),
                     no_setting_fits: facts.no_setting_fits,
+                    capped: cap.is_some(),
                 });
             }
         }
@@ -807,14 +825,7 @@ pub fn causes(facts: &OomFacts) -> Vec<Cause> {
         .iter()
         .any(|c| !matches!(c, Cause::Fragmentation { .. }))
     {
-        for cause in &mut found {
-            if let Cause::Fragmentation {
-                no_setting_fits, ..
-            } = cause
-            {
-                *no_setting_fits = false;
-            }
-        }
+        found.iter_mut().for_each(Cause::unsay_no_setting_fits);
     }
     // Causes that explain the OOM on their own come first, by bytes; then those that do
     // not (others' memory when the job is too big even alone; a rise seen only in time,
@@ -1031,7 +1042,7 @@ pub fn of_kept_file(
         series: kept.series.as_ref(),
         step_series: kept.step_series.as_ref(),
         remedy_that_fits: at.and_then(|a| a.first_fit()),
-        no_setting_fits: at.is_some_and(|a| a.none_fits()),
+        no_setting_fits: at.is_some_and(|a| a.from_history && a.none_fits()),
         leak_sites: leak_sites(trace),
         steps_us: &kept.steps_us,
         history_recorded: sites_recorded(trace),
@@ -1458,6 +1469,61 @@ mod tests {
             "{line}"
         );
         assert!(line.ends_with("expandable_segments:True fits"), "{line}");
+    }
+
+    /// Every setting replayed fails: the job must hold less (or raise its fraction, where
+    /// it has one), said only where the cache alone explains the OOM.
+    #[test]
+    fn a_cache_no_setting_mends_says_hold_less_only_where_nothing_else_is_found() {
+        let capped = || OomFacts {
+            requested_bytes: 954 * MIB,
+            allocated_bytes: 8 * GIB,
+            reserved_bytes: 8 * GIB + 800 * MIB,
+            free_runs: 36,
+            largest_free_bytes: 263 * MIB,
+            device_free_bytes: Some(100 * GIB),
+            limit_bytes: Some(9 * GIB + 170 * MIB),
+            physical_total_bytes: Some(140 * GIB),
+            no_setting_fits: true,
+            ..Default::default()
+        };
+        let found = causes(&capped());
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(
+            found[0].line().ends_with(
+                "no allocator setting gets the job through (each one replayed fails): raise \
+                 the fraction, or it must hold less (a smaller batch or sequence, activation \
+                 checkpointing, lower precision)"
+            ),
+            "{}",
+            found[0].line()
+        );
+        // No fraction: holding less alone.
+        let mut uncapped = capped();
+        uncapped.physical_total_bytes = uncapped.limit_bytes;
+        uncapped.device_free_bytes = Some(300 * MIB);
+        let line = causes(&uncapped)[0].line();
+        assert!(
+            line.contains("(each one replayed fails): it must hold less"),
+            "{line}"
+        );
+        // Free memory in CUDA graphs' pools beside it: releasing those may be the fix.
+        let mut pools = capped();
+        pools.graph_pool_free_bytes = 300 * MIB;
+        pools.graph_pools = 2;
+        let found = causes(&pools);
+        assert!(
+            found.iter().any(|c| matches!(c, Cause::GraphPools { .. })),
+            "{found:?}"
+        );
+        assert!(
+            found.iter().all(|c| !c.line().contains("must hold less")),
+            "{found:?}"
+        );
+        // Not every setting failed: nothing of holding less.
+        let mut open = capped();
+        open.no_setting_fits = false;
+        assert!(!causes(&open)[0].line().contains("must hold less"));
     }
 
     #[test]

@@ -996,6 +996,7 @@ fn roles(value: &Value) -> Option<Roles> {
         parameters: uint("parameters")?,
         gradients: uint("gradients").unwrap_or(0),
         optimizer_state: uint("optimizer_state").unwrap_or(0),
+        trained: uint("trained").unwrap_or(0),
         frozen: uint("frozen").unwrap_or(0),
         models: uint("models").unwrap_or(0),
         optimizers: uint("optimizers").unwrap_or(0),

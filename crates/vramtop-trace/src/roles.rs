@@ -19,8 +19,11 @@ pub struct Roles {
     pub gradients: u64,
     #[serde(default)]
     pub optimizer_state: u64,
-    /// Of `parameters`, those that need no gradient (hook 1.17): a distilling job's
-    /// teacher, a LoRA model's base weights. 0 from older hooks.
+    /// `parameters` split (hook 1.17, where the job has an optimizer): those an optimizer
+    /// trains (holds, and they need a gradient), and the rest, frozen (a distilling job's
+    /// teacher, a LoRA model's base weights); buffers are neither. 0 from older hooks.
+    #[serde(default)]
+    pub trained: u64,
     #[serde(default)]
     pub frozen: u64,
     /// Root models and optimizers the hook found.
@@ -49,7 +52,8 @@ pub struct Roles {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
 pub struct RoleBreakdown {
     pub parameters: u64,
-    /// Of the parameters, those that need no gradient (`Roles::frozen`).
+    /// Of the parameters, those an optimizer trains and the frozen rest (`Roles::trained`).
+    pub trained: u64,
     pub frozen: u64,
     pub gradients: u64,
     pub optimizer_state: u64,
@@ -75,6 +79,7 @@ impl RoleBreakdown {
             .saturating_add(roles.optimizer_state);
         RoleBreakdown {
             parameters: roles.parameters,
+            trained: roles.trained.min(roles.parameters),
             frozen: roles.frozen.min(roles.parameters),
             gradients: roles.gradients,
             optimizer_state: roles.optimizer_state,
@@ -99,7 +104,7 @@ impl RoleBreakdown {
 
     /// "parameters 1.2 GiB · gradients 1.2 GiB · optimizer state 2.4 GiB (2.0x the
     /// parameters) · activations and other 6.2 GiB (58 % of live) · cache 1.5 GiB".
-    /// Where some parameters are frozen, "parameters 555.8 MiB (294.0 MiB frozen)" and the
+    /// Where some parameters are frozen, "parameters 555.8 MiB (294.4 MiB frozen)" and the
     /// optimizer's state against the parameters it trains ("2.0x the trained
     /// parameters"): a distilling job read "0.9x the parameters", its teacher among them.
     pub fn line(&self) -> String {
@@ -108,7 +113,6 @@ impl RoleBreakdown {
             .saturating_add(self.gradients)
             .saturating_add(self.optimizer_state)
             .saturating_add(self.other);
-        let trained = self.parameters.saturating_sub(self.frozen);
         self.parts()
             .iter()
             .map(|&(name, bytes)| {
@@ -116,12 +120,12 @@ impl RoleBreakdown {
                     "parameters" if self.frozen > 0 => {
                         format!(" ({} frozen)", human_bytes(self.frozen))
                     }
-                    "optimizer state" if self.frozen > 0 && trained > 0 && bytes > 0 => {
-                        format!(
-                            " ({:.1}x the trained parameters)",
-                            bytes as f64 / trained as f64
-                        )
-                    }
+                    // Nothing trained: no ratio, rather than one against frozen weights.
+                    "optimizer state" if self.frozen > 0 && self.trained == 0 => String::new(),
+                    "optimizer state" if self.frozen > 0 && bytes > 0 => format!(
+                        " ({:.1}x the trained parameters)",
+                        bytes as f64 / self.trained as f64
+                    ),
                     "optimizer state" if self.parameters > 0 && bytes > 0 => format!(
                         " ({:.1}x the parameters)",
                         bytes as f64 / self.parameters as f64
@@ -216,6 +220,7 @@ mod tests {
     fn frozen_parameters_are_said_apart_and_the_state_told_against_the_trained() {
         let roles = Roles {
             parameters: 556 * MIB,
+            trained: 262 * MIB,
             frozen: 294 * MIB,
             optimizer_state: 524 * MIB,
             ..Default::default()
@@ -228,6 +233,15 @@ mod tests {
             ),
             "{line}"
         );
+        // Everything frozen (an optimizer holding none of them): no ratio against frozen
+        // weights.
+        let all_frozen = Roles {
+            trained: 0,
+            frozen: 556 * MIB,
+            ..roles
+        };
+        let line = RoleBreakdown::of(&all_frozen, 8 * 1024 * MIB, 9 * 1024 * MIB).line();
+        assert!(line.contains("optimizer state 524.0 MiB · "), "{line}");
         // An older hook sends no "frozen": the line is as before.
         let old: Roles =
             serde_json::from_str(r#"{"parameters": 100, "optimizer_state": 200}"#).unwrap();

@@ -485,12 +485,15 @@ def run_job(workload, remedy, stop_at):
         # OOM under expandable segments went on further (2,383 tensors against 2,145 on an
         # H200, whose cap is 14.0 GiB), so that run was judged on another job's state.
         allowed = int(0.1 * torch.cuda.get_device_properties(0).total_memory)
+        count = allowed // (20 * MiB) * 3
         held = []
         try:
-            for _ in range(allowed // (20 * MiB) * 3):
+            for _ in range(count):
                 held.append(torch.empty(6 * MiB, dtype=torch.uint8, device="cuda"))
         except torch.OutOfMemoryError:
-            pass  # a count one segment over: where the plain allocator stopped
+            # A remedy's run that cannot even hold the plain run's tensors fails the job.
+            judged(False, note=f"ran out at tensor {len(held)} of {count}")
+            return
         del held[::2]
         ask(GiB)
     elif workload == "splitcache":

@@ -178,8 +178,8 @@ class RoleWatch:
 
     def of(self, device):
         """For a state, on the hook's thread: {"parameters", "gradients", "optimizer_state",
-        "frozen" (bytes; "frozen": the parameters among them that need no gradient), "models",
-        "optimizers", "time_s" (when read)} for `device`, or None when
+        "trained", "frozen" (bytes; the last two split the parameters: `split_trained`),
+        "models", "optimizers", "time_s" (when read)} for `device`, or None when
         nothing is known yet (it is asked for: the job's next step reads them)."""
         models, optimizers = list(self.models), list(self.optimizers)
         if optimizers:
@@ -236,6 +236,34 @@ class RoleWatch:
         except Exception:
             return False
 
+    @staticmethod
+    def split_trained(params, in_optimizers, out, local, on_device):
+        """The parameters' bytes split into "trained" (an optimizer holds them and they need
+        a gradient) and "frozen" (the rest: a distilling job's teacher, a LoRA model's base
+        weights), each storage once, so that the optimizer's state is told against what it
+        trains. A storage that any trained parameter shares is trained (FSDP1's flat
+        parameter with use_orig_params, its views mixing both). Buffers are neither."""
+
+        def storage_of(tensor):
+            try:
+                storage = local(tensor).untyped_storage()
+                return storage, storage.data_ptr()
+            except Exception:
+                return None, 0
+
+        trained = set()
+        for p in in_optimizers:
+            if getattr(p, "requires_grad", True) is not False:
+                trained.add(storage_of(p)[1])
+        counted = set()
+        for p in params:
+            tensor = local(p)
+            storage, ptr = storage_of(p)
+            if not ptr or ptr in counted or not on_device(tensor) or tensor.device.index not in out:
+                continue
+            counted.add(ptr)
+            out[tensor.device.index]["trained" if ptr in trained else "frozen"] += int(storage.nbytes())
+
     def read(self, models, optimizers, grads, device=None):
         """{device: figures} over every CUDA device the tensors are on (only `device`'s
         when given: another device's gradients may be written by its autograd thread right
@@ -267,7 +295,8 @@ class RoleWatch:
                 figures = out.get(tensor.device.index)
                 if figures is None:
                     figures = out[tensor.device.index] = {
-                        "parameters": 0, "gradients": 0, "optimizer_state": 0, "frozen": 0,
+                        "parameters": 0, "gradients": 0, "optimizer_state": 0,
+                        "trained": 0, "frozen": 0,
                         "models": len(models), "optimizers": len(optimizers),
                     }
                 figures[role] += int(storage.nbytes())
@@ -277,25 +306,15 @@ class RoleWatch:
             params.extend(model.parameters())
             for buffer in model.buffers():
                 add("parameters", buffer)
+        in_optimizers = []
         for optimizer in optimizers:
             for group in list(optimizer.param_groups):
-                params.extend(group.get("params") or [])
-        frozen = set()
+                in_optimizers.extend(group.get("params") or [])
+        params.extend(in_optimizers)
         for p in params:
             add("parameters", p)
-            # Of those, the parameters no gradient is asked of (a distilling job's teacher, a
-            # LoRA model's base weights), counted apart: the optimizer's state is told
-            # against the parameters it trains.
-            if getattr(p, "requires_grad", True) is False:
-                tensor = local(p)
-                try:
-                    storage = tensor.untyped_storage()
-                    ptr = storage.data_ptr()
-                except Exception:
-                    continue
-                if on_device(tensor) and ptr and ptr not in frozen and tensor.device.index in out:
-                    frozen.add(ptr)
-                    out[tensor.device.index]["frozen"] += int(storage.nbytes())
+        if optimizers:
+            self.split_trained(params, in_optimizers, out, local, on_device)
         if grads:
             for p in params:
                 if not on_device(local(p)):
