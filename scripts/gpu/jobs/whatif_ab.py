@@ -480,10 +480,10 @@ def run_job(workload, remedy, stop_at):
     if workload == "checker":
         torch.cuda.set_per_process_memory_fraction(0.1)
         # As many 6 MiB tensors as the plain allocator holds under the cap (three to a
-        # 20 MiB segment): the count the plain run reached by allocating until its first
-        # OOM. A fixed count makes every remedy's run the same job: allocating until the
-        # OOM under expandable segments went on further (2,383 tensors against 2,145 on an
-        # H200, whose cap is 14.0 GiB), so that run was judged on another job's state.
+        # 20 MiB segment): the count this workload reached when it allocated until its
+        # first OOM. A fixed count makes every remedy's run the same job: allocating until
+        # the OOM under expandable segments went on further (2,383 tensors against 2,145 on
+        # an H200, whose cap is 14.0 GiB), so that run was judged on another job's state.
         allowed = int(0.1 * torch.cuda.get_device_properties(0).total_memory)
         count = allowed // (20 * MiB) * 3
         held = []
