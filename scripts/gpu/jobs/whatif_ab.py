@@ -612,6 +612,14 @@ def bf16_update(model, opt, **inputs):
     opt.zero_grad(set_to_none=True)
 
 
+def gpt2_mixed_model():
+    """gpt2mixed's GPT-2 (6 layers, 1024 wide, 2,048 positions, random weights) on the GPU:
+    the model of every workload built on gpt2mixed."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    return GPT2LMHeadModel(GPT2Config(n_layer=6, n_embd=1024, n_head=16, n_positions=2048)).cuda()
+
+
 def gpt2_fixed():
     """gpt2fixed's GPT-2 (6 layers, 1024 wide, random weights) with AdamW, and a draw of its
     one batch shape (12 x 1024): the same job under the fixed-batch workloads' variations."""
@@ -723,18 +731,14 @@ def steps(workload, cap, stop_at, judged, before_judged, after_step):
             opt.step()
             opt.zero_grad(set_to_none=True)
     elif workload == "gpt2mixed":
-        from transformers import GPT2Config, GPT2LMHeadModel
-
         cap_from_env(cap, workload)
-        model = GPT2LMHeadModel(GPT2Config(n_layer=6, n_embd=1024, n_head=16, n_positions=2048)).cuda()
+        model = gpt2_mixed_model()
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
 
         step = mixed_lm_step(model, opt, 50257, [2, 4, 6, 8, 12, 16], lambda i: 256 + 8 * i, 2048)
     elif workload == "gpt2loader":
-        from transformers import GPT2Config, GPT2LMHeadModel
-
         cap_from_env(cap, workload)
-        model = GPT2LMHeadModel(GPT2Config(n_layer=6, n_embd=1024, n_head=16, n_positions=2048)).cuda()
+        model = gpt2_mixed_model()
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
         # Each batch's shape drawn here, in the job's order, so a seeded run repeats
         # whichever worker makes it; the workers make the samples themselves.
@@ -761,7 +765,6 @@ def steps(workload, cap, stop_at, judged, before_judged, after_step):
 
         import torch.distributed as dist
         from torch.nn.parallel import DistributedDataParallel
-        from transformers import GPT2Config, GPT2LMHeadModel
 
         cap_from_env(cap, workload)
         # One rank of DistributedDataParallel over NCCL: its gradient buckets, its
@@ -773,14 +776,13 @@ def steps(workload, cap, stop_at, judged, before_judged, after_step):
         import atexit
 
         atexit.register(dist.destroy_process_group)  # NCCL warns at exit otherwise
-        model = GPT2LMHeadModel(GPT2Config(n_layer=6, n_embd=1024, n_head=16, n_positions=2048)).cuda()
+        model = gpt2_mixed_model()
         model = DistributedDataParallel(model, device_ids=[0])
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
         step = mixed_lm_step(model, opt, 50257, [2, 4, 6, 8, 12, 16], lambda i: 256 + 8 * i, 2048)
     elif workload == "gpt2ddp2":
         import torch.distributed as dist
         from torch.nn.parallel import DistributedDataParallel
-        from transformers import GPT2Config, GPT2LMHeadModel
 
         rank = join_the_ranks()
         if os.environ.get("WHATIF_DDP_DESTROY_AT_EXIT") == "1":
@@ -794,13 +796,12 @@ def steps(workload, cap, stop_at, judged, before_judged, after_step):
         # two ranks' draws, so the rank that runs out is on cuda:1 instead of cuda:0.
         swap = os.environ.get("WHATIF_DDP_SWAP") == "1"
         random.seed(1234 + (rank ^ 1 if swap else rank))
-        model = GPT2LMHeadModel(GPT2Config(n_layer=6, n_embd=1024, n_head=16, n_positions=2048)).cuda()
+        model = gpt2_mixed_model()
         model = DistributedDataParallel(model, device_ids=[torch.cuda.current_device()])
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
         step = mixed_lm_step(model, opt, 50257, [2, 4, 6, 8, 12, 16], lambda i: 256 + 8 * i, 2048)
     elif workload == "gpt2fsdp2":
         from torch.distributed.fsdp import fully_shard
-        from transformers import GPT2Config, GPT2LMHeadModel
 
         # gpt2ddp2's job sharded by FSDP2 instead, as LLM fine-tuning scripts do: each
         # block and the root `fully_shard`ed, so a rank holds half the parameters, gradients
@@ -809,7 +810,7 @@ def steps(workload, cap, stop_at, judged, before_judged, after_step):
         rank = join_the_ranks()
         cap_from_env(cap, workload)
         random.seed(1234 + rank)
-        model = GPT2LMHeadModel(GPT2Config(n_layer=6, n_embd=1024, n_head=16, n_positions=2048)).cuda()
+        model = gpt2_mixed_model()
         for block in model.transformer.h:
             fully_shard(block)
         fully_shard(model)
@@ -844,10 +845,8 @@ def steps(workload, cap, stop_at, judged, before_judged, after_step):
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
         step = mixed_lm_step(model, opt, 50257, [2, 4, 6, 8, 12, 16], lambda i: 256 + 8 * i, 2048)
     elif workload == "gpt2empties":
-        from transformers import GPT2Config, GPT2LMHeadModel
-
         cap_from_env(cap, workload)
-        model = GPT2LMHeadModel(GPT2Config(n_layer=6, n_embd=1024, n_head=16, n_positions=2048)).cuda()
+        model = gpt2_mixed_model()
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
         update = mixed_lm_step(model, opt, 50257, [2, 4, 6, 8, 12, 16], lambda i: 256 + 8 * i, 2048)
 
@@ -856,10 +855,8 @@ def steps(workload, cap, stop_at, judged, before_judged, after_step):
             if i % 10 == 9:
                 torch.cuda.empty_cache()  # the script's own, not a remedy's
     elif workload == "gpt2sgd":
-        from transformers import GPT2Config, GPT2LMHeadModel
-
         cap_from_env(cap, workload)
-        model = GPT2LMHeadModel(GPT2Config(n_layer=6, n_embd=1024, n_head=16, n_positions=2048)).cuda()
+        model = gpt2_mixed_model()
         params = [p for p in model.parameters() if p.requires_grad]
         momentum = {}
 
@@ -914,10 +911,8 @@ def steps(workload, cap, stop_at, judged, before_judged, after_step):
                 model.train()
             train(i)
     elif workload == "gpt2keep":
-        from transformers import GPT2Config, GPT2LMHeadModel
-
         cap_from_env(cap, workload)
-        model = GPT2LMHeadModel(GPT2Config(n_layer=6, n_embd=1024, n_head=16, n_positions=2048)).cuda()
+        model = gpt2_mixed_model()
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
         kept = []
 
@@ -985,10 +980,8 @@ def steps(workload, cap, stop_at, judged, before_judged, after_step):
         # choice, so the sizes inside a step vary even between steps of one shape.
         step = mixed_lm_step(model, opt, 32000, [2, 4, 6, 8], lambda i: 256 + 16 * i, 4096)
     elif workload in ("gpt2scaler", "gpt2scalerskip", "gpt2scalermid", "gpt2accumskip", "gpt2ddpaccumskip"):
-        from transformers import GPT2Config, GPT2LMHeadModel
-
         cap_from_env(cap, workload)
-        model = GPT2LMHeadModel(GPT2Config(n_layer=6, n_embd=1024, n_head=16, n_positions=2048)).cuda()
+        model = gpt2_mixed_model()
         if workload == "gpt2ddpaccumskip":
             import atexit
             import tempfile as _tempfile
@@ -1052,10 +1045,8 @@ def steps(workload, cap, stop_at, judged, before_judged, after_step):
         opt = torch.optim.AdamW(adapters, lr=1e-4)
         step = mixed_lm_step(model, opt, 32000, [2, 4, 8, 12, 16], lambda i: 256 + 24 * i, 4096)
     elif workload == "gpt2compile":
-        from transformers import GPT2Config, GPT2LMHeadModel
-
         cap_from_env(cap, workload)
-        model = GPT2LMHeadModel(GPT2Config(n_layer=6, n_embd=1024, n_head=16, n_positions=2048)).cuda()
+        model = gpt2_mixed_model()
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
         compiled = torch.compile(model, dynamic=True)
         step = mixed_lm_step(compiled, opt, 50257, [2, 4, 6, 8, 12, 16], lambda i: 256 + 8 * i, 2048)
@@ -1074,10 +1065,8 @@ def steps(workload, cap, stop_at, judged, before_judged, after_step):
                 model.generate(x, attention_mask=torch.ones_like(x), do_sample=False,
                                max_new_tokens=random.randint(8, 32 + 2 * i), min_new_tokens=1)
     elif workload == "gpt2stream":
-        from transformers import GPT2Config, GPT2LMHeadModel
-
         cap_from_env(cap, workload)
-        model = GPT2LMHeadModel(GPT2Config(n_layer=6, n_embd=1024, n_head=16, n_positions=2048)).cuda()
+        model = gpt2_mixed_model()
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
         side = torch.cuda.Stream()
 
@@ -1159,7 +1148,7 @@ def steps(workload, cap, stop_at, judged, before_judged, after_step):
 
         cap_from_env(cap, workload)
         skip = workload == "hftrainerskip"
-        model = GPT2LMHeadModel(GPT2Config(n_layer=6, n_embd=1024, n_head=16, n_positions=2048)).cuda()
+        model = gpt2_mixed_model()
         trainer = Trainer(model=model, args=TrainingArguments(
             output_dir=tempfile.mkdtemp(prefix="whatif-trainer-"), bf16=not skip, fp16=skip,
             max_grad_norm=1.0, learning_rate=1e-4, report_to=[], save_strategy="no",
@@ -1291,10 +1280,8 @@ def steps(workload, cap, stop_at, judged, before_judged, after_step):
     elif workload in ("lightning", "lightningaccum"):
         return lightning_steps(workload, cap, stop_at, judged, before_judged, after_step)
     elif workload == "gpt2tutorial":
-        from transformers import GPT2Config, GPT2LMHeadModel
-
         cap_from_env(cap, workload)
-        model = GPT2LMHeadModel(GPT2Config(n_layer=6, n_embd=1024, n_head=16, n_positions=2048)).cuda()
+        model = gpt2_mixed_model()
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
 
         def step(i):
@@ -1308,10 +1295,8 @@ def steps(workload, cap, stop_at, judged, before_judged, after_step):
             loss.backward()
             opt.step()
     elif workload == "gpt2fused":
-        from transformers import GPT2Config, GPT2LMHeadModel
-
         cap_from_env(cap, workload)
-        model = GPT2LMHeadModel(GPT2Config(n_layer=6, n_embd=1024, n_head=16, n_positions=2048)).cuda()
+        model = gpt2_mixed_model()
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
         schedule = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=STEP_LIMIT)
 
@@ -1465,10 +1450,8 @@ def steps(workload, cap, stop_at, judged, before_judged, after_step):
             opt.step()
             opt.zero_grad(set_to_none=True)
     elif workload == "gpt2graphs":
-        from transformers import GPT2Config, GPT2LMHeadModel
-
         cap_from_env(cap, workload)
-        model = GPT2LMHeadModel(GPT2Config(n_layer=6, n_embd=1024, n_head=16, n_positions=2048)).cuda()
+        model = gpt2_mixed_model()
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
         # torch.compile's CUDA graphs (cudagraph trees): each new shape is run once in the
         # trees' own pool, then recorded there, and replayed after; the optimizer eager.
@@ -1624,13 +1607,11 @@ def steps(workload, cap, stop_at, judged, before_judged, after_step):
             labels = torch.randint(0, 51865, (batch, length), device="cuda")
             bf16_update(model, opt, input_features=feats, labels=labels)
     elif workload == "gpt2offload":
-        from transformers import GPT2Config, GPT2LMHeadModel
-
         cap_from_env(cap, workload)
         # gpt2scaler's GPT-2 in bf16 with its saved activations offloaded to pinned host
         # memory (torch.autograd.graph.save_on_cpu): each is copied out in the forward and
         # back in the backward, so the device holds fewer of them, and more copies.
-        model = GPT2LMHeadModel(GPT2Config(n_layer=6, n_embd=1024, n_head=16, n_positions=2048)).cuda()
+        model = gpt2_mixed_model()
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
 
         def step(i):
