@@ -1144,7 +1144,7 @@ def steps(workload, cap, stop_at, judged, before_judged, after_step):
     elif workload in ("hftrainer", "hftrainerskip"):
         import tempfile
 
-        from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
+        from transformers import Trainer, TrainingArguments
 
         cap_from_env(cap, workload)
         skip = workload == "hftrainerskip"
