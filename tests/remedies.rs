@@ -753,6 +753,18 @@ const ROUNDUP_AT_EVERY_N: &[(&str, Verdict, &str)] = &[
         Verdict::Fits,
         "fits with N = 8, 16; tried 2 to 16",
     ),
+    // 16 fitted, 2, 4 and 8 failed (gnnvar under 19 GiB, 2026-11-29).
+    (
+        "history_gnnvar_cap19_hook117",
+        Verdict::Fits,
+        "fits with N = 16; tried 2 to 16",
+    ),
+    // Every N failed (detrvar under 4.6 GiB, 2026-11-29).
+    (
+        "history_detrvar_cap4g6_hook117",
+        Verdict::Fails,
+        "at every N (tried 2 to 16)",
+    ),
     // Every N failed, under four placements too for 16, which the replay serves with
     // nothing to spare: 64 MiB short in PyTorch's own run (`runs::roundup_room`).
     (
@@ -1570,6 +1582,36 @@ fn gpu_kept_histories_of_training_loops_give_pytorchs_outcomes_on_both_paths() {
         gc: Fits,
         between_steps: Fits,
     })[..];
+    // Graph learning on neighbour-sampled batches (gnnvar: 4 GraphSAGE layers, each batch
+    // a graph of its own node and edge counts) under 19 GiB: step 28 asking 2.96 GiB with
+    // 4.5 GiB free in 30 runs (H200, 2026-11-29). PyTorch fitted expandable, expandable +
+    // GC, the emptied cache, max_split 2048 and roundup 16, and failed GC 0.6 and roundup
+    // 2, 4 and 8 (18 of 18).
+    let gnnvar_19 = &stepped(Outcomes {
+        expandable: Fits,
+        max_split: ("max_split_size_mb:2048", Fits),
+        roundup: Fails,
+        gc: Fails,
+        between_steps: Fits,
+    })[..];
+    // A DETR (transformers' ResNet-50, 6 + 6 layers) trained on 2 to 8 images of their own
+    // sizes padded to the batch's largest, 1 to 40 boxes each, under 4.6 GiB: step 7 asking
+    // 618 MiB with 1.7 GiB free in 59 runs. PyTorch fitted all but roundup at every N (18 of
+    // 18). Under 4.3 GiB it ran out in its first step (`ring_detrvar_cap4g3_hook117`).
+    let detrvar_4g6 = &stepped(Outcomes {
+        expandable: Fits,
+        max_split: ("max_split_size_mb:512", Fits),
+        roundup: Fails,
+        gc: Fits,
+        between_steps: Fits,
+    })[..];
+    let detrvar_4g3 = &stepped(Outcomes {
+        expandable: Fits,
+        max_split: ("max_split_size_mb:512", Fits),
+        roundup: Fails,
+        gc: Fails,
+        between_steps: Fails,
+    })[..];
     // gpt2mixed's GPT-2 in DistributedDataParallel, one rank over NCCL (gradient buckets,
     // the all-reduce on NCCL's stream), under 7.84 GiB, dying at step 8 asking 954 MiB
     // (hook 1.10, H200, 2026-11-28): PyTorch fitted all but roundup, as vramtop said.
@@ -1939,6 +1981,9 @@ fn gpu_kept_histories_of_training_loops_give_pytorchs_outcomes_on_both_paths() {
         ("history_convnextema_cap8g93_hook116", convnextema, 23, true),
         ("history_whispervar_cap8g9_hook116", whispervar_8g9, 3, true),
         ("history_whispervar_cap10_hook116", whispervar_10, 16, true),
+        ("history_gnnvar_cap19_hook117", gnnvar_19, 28, true),
+        ("history_detrvar_cap4g6_hook117", detrvar_4g6, 7, true),
+        ("ring_detrvar_cap4g3_hook117", detrvar_4g3, 0, false),
     ] {
         let path = fixture(&format!("{name}.pickle.gz"));
         let file = trace::load(&path).unwrap_or_else(|e| panic!("{name}: {e}"));
@@ -1974,12 +2019,13 @@ fn gpu_kept_histories_of_training_loops_give_pytorchs_outcomes_on_both_paths() {
                 || name.ends_with("_hook112")
                 || name.ends_with("_hook113")
                 || name.ends_with("_hook114")
-                || name.ends_with("_hook116"),
+                || name.ends_with("_hook116")
+                || name.ends_with("_hook117"),
             "{name}: {requests}"
         );
         if [
             "_hook18", "_hook19", "_hook110", "_hook111", "_hook112", "_hook113", "_hook114",
-            "_hook116",
+            "_hook116", "_hook117",
         ]
         .iter()
         .any(|hook| name.ends_with(hook))

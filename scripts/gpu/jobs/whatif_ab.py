@@ -165,6 +165,16 @@ Workloads (each ends with one judged request, caught so the process ends normall
               recognition: 30 s of log-mel features a sample (the encoder's 1,500 frames
               fixed), the batch (4 to 32) and the transcript's length (16 to 448 tokens, the
               longest growing) varying, bf16 autocast, AdamW (WHATIF_WHISPERVAR_CAP_GIB).
+  gnnvar      graph learning on neighbour-sampled mini-batches: each batch a graph of
+              its own node and edge counts (20,000 to 60,000 nodes and more each step, 4 to
+              24 edges a node), 4 GraphSAGE layers 512 wide whose messages are gathered
+              along the edges and summed into their targets (index_add_), bf16 autocast,
+              AdamW: no two steps' tensors alike (WHATIF_GNNVAR_CAP_GIB).
+  detrvar     object detection: a DETR (transformers' ResNet-50 backbone, 6 + 6 layers,
+              random weights) trained on batches of 2 to 8 images padded to the batch's
+              largest, each side 480 to 1,333 as DETR's multi-scale augmentation draws them,
+              1 to 40 boxes an image, the Hungarian matching's loss, AdamW, gradient
+              clipping (WHATIF_DETRVAR_CAP_GIB).
   hftrainerskip  hftrainer in fp16, accelerate's GradScaler starting at 2**40: the
               Trainer's step with its first optimizer steps skipped, none marked
               (WHATIF_HFTRAINERSKIP_CAP_GIB).
@@ -294,7 +304,7 @@ import time
 MiB = 1 << 20
 GiB = 1 << 30
 WORKLOADS = ["checker", "splitcache", "tails", "gpt2var", "kvcache", "gpt2mixed", "llamamix", "resnetvar",
-             "bertaccum", "t5var", "gpt2ckpt", "evalmix", "gpt2keep", "gan", "vitvar", "moemix", "gpt2scaler", "loramix", "gpt2compile", "llamagen", "gpt2stream", "t5beam", "t5beam_steps", "wav2vec", "mambaslow", "hftrainer", "gpt2sgd", "resnetinfer", "lightning", "lightningaccum", "gpt2tutorial", "gpt2fixed", "clipvar", "gpt2fused", "accelaccum", "llamabf16", "unetvar", "graphsteps", "graphsonce", "gpt2graphs", "llamagraphs", "gpt2empties", "gpt2ddp", "gpt2ddp2", "gpt2fsdp2", "gpt2fsdp1", "gpt2loader", "llamafixed", "vitfixed", "resnetfixed", "bertfixed", "llamatune", "gpt2compilefixed", "gpt2scalerfixed", "gpt2scalerskip", "gpt2scalermid", "segformervar", "gpt2offload", "dlrmsparse", "distill", "convnextema", "whispervar", "hftrainerskip", "gpt2accumfirst", "gpt2accumskip", "gpt2ddpaccumskip", "otherproc"]
+             "bertaccum", "t5var", "gpt2ckpt", "evalmix", "gpt2keep", "gan", "vitvar", "moemix", "gpt2scaler", "loramix", "gpt2compile", "llamagen", "gpt2stream", "t5beam", "t5beam_steps", "wav2vec", "mambaslow", "hftrainer", "gpt2sgd", "resnetinfer", "lightning", "lightningaccum", "gpt2tutorial", "gpt2fixed", "clipvar", "gpt2fused", "accelaccum", "llamabf16", "unetvar", "graphsteps", "graphsonce", "gpt2graphs", "llamagraphs", "gpt2empties", "gpt2ddp", "gpt2ddp2", "gpt2fsdp2", "gpt2fsdp1", "gpt2loader", "llamafixed", "vitfixed", "resnetfixed", "bertfixed", "llamatune", "gpt2compilefixed", "gpt2scalerfixed", "gpt2scalerskip", "gpt2scalermid", "segformervar", "gpt2offload", "dlrmsparse", "distill", "convnextema", "whispervar", "hftrainerskip", "gpt2accumfirst", "gpt2accumskip", "gpt2ddpaccumskip", "gnnvar", "detrvar", "otherproc"]
 # The cap of each stepped workload that takes one from the environment (`scan` varies it).
 CAP_ENV = {"gpt2mixed": ("WHATIF_GPT2MIXED_CAP_GIB", 15.5), "llamamix": ("WHATIF_LLAMAMIX_CAP_GIB", 10),
            "resnetvar": ("WHATIF_RESNETVAR_CAP_GIB", 6.5), "bertaccum": ("WHATIF_BERTACCUM_CAP_GIB", 8),
@@ -340,7 +350,8 @@ CAP_ENV = {"gpt2mixed": ("WHATIF_GPT2MIXED_CAP_GIB", 15.5), "llamamix": ("WHATIF
            "hftrainerskip": ("WHATIF_HFTRAINERSKIP_CAP_GIB", 7),
            "gpt2accumfirst": ("WHATIF_GPT2ACCUMFIRST_CAP_GIB", 7),
            "gpt2accumskip": ("WHATIF_GPT2ACCUMSKIP_CAP_GIB", 7),
-           "gpt2ddpaccumskip": ("WHATIF_GPT2DDPACCUMSKIP_CAP_GIB", 7.5)}
+           "gpt2ddpaccumskip": ("WHATIF_GPT2DDPACCUMSKIP_CAP_GIB", 7.5),
+           "gnnvar": ("WHATIF_GNNVAR_CAP_GIB", 10), "detrvar": ("WHATIF_DETRVAR_CAP_GIB", 10)}
 HERE = os.path.dirname(os.path.abspath(__file__))
 # What a workload says of where it was when an OOM came (graphsteps, graphsonce: "before
 # the capture", "capture" or "replay").
@@ -1606,6 +1617,90 @@ def steps(workload, cap, stop_at, judged, before_judged, after_step):
             feats = torch.randn(batch, 80, 3000, device="cuda")
             labels = torch.randint(0, 51865, (batch, length), device="cuda")
             bf16_update(model, opt, input_features=feats, labels=labels)
+    elif workload == "gnnvar":
+        import random
+
+        cap_from_env(cap, workload)
+
+        # Graph learning as PyG's neighbour-sampled loaders hand it: each batch a graph of
+        # its own size, so no two steps allocate alike. Each layer gathers its messages
+        # along the edges (E x 512), sums them into their targets and drops them.
+        class Sage(torch.nn.Module):
+            def __init__(self, width):
+                super().__init__()
+                self.own = torch.nn.Linear(width, width)
+                self.neighbours = torch.nn.Linear(width, width)
+                self.norm = torch.nn.LayerNorm(width)
+
+            def forward(self, h, src, dst, inv_degree):
+                summed = torch.zeros_like(h).index_add_(0, dst, h.index_select(0, src))
+                return h + torch.relu(self.norm(self.own(h) + self.neighbours(summed * inv_degree)))
+
+        class Gnn(torch.nn.Module):
+            def __init__(self, features=256, width=512, layers=4, classes=64):
+                super().__init__()
+                self.embed = torch.nn.Linear(features, width)
+                self.layers = torch.nn.ModuleList(Sage(width) for _ in range(layers))
+                self.head = torch.nn.Linear(width, classes)
+
+            def forward(self, x, src, dst, inv_degree, labels):
+                h = self.embed(x)
+                for layer in self.layers:
+                    h = layer(h, src, dst, inv_degree)
+                return torch.nn.functional.cross_entropy(self.head(h).float(), labels)
+
+        model = Gnn().cuda()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+
+        def step(i):
+            nodes = random.randint(20_000, 60_000 + 4_000 * i)
+            edges = nodes * random.randint(4, 24) + random.randint(0, 999)
+            x = torch.randn(nodes, 256, device="cuda")
+            src = torch.randint(0, nodes, (edges,), device="cuda")
+            dst = torch.randint(0, nodes, (edges,), device="cuda")
+            inv_degree = (1.0 / torch.bincount(dst, minlength=nodes).clamp_(min=1)).unsqueeze(1)
+            labels = torch.randint(0, 64, (nodes,), device="cuda")
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = model(x, src, dst, inv_degree, labels)
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+    elif workload == "detrvar":
+        import random
+
+        from transformers import DetrConfig, DetrForObjectDetection, ResNetConfig
+
+        cap_from_env(cap, workload)
+        # DETR as its recipe trains it: images of their own sizes (each side 480 to 1,333,
+        # multi-scale augmentation) padded to the batch's largest with a pixel mask, a
+        # varying count of boxes each, the Hungarian matcher's losses (scipy), AdamW and
+        # clipping at 0.1. No download: the backbone is transformers' own ResNet-50.
+        config = DetrConfig(use_timm_backbone=False, use_pretrained_backbone=False,
+                            backbone=None, backbone_config=ResNetConfig(out_features=["stage4"]),
+                            num_labels=91)
+        model = DetrForObjectDetection(config).cuda()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=1e-4)
+
+        def step(i):
+            batch = random.randint(2, 8)
+            sides = [(random.randint(480, 1333), random.randint(480, 1333)) for _ in range(batch)]
+            height, width = max(h for h, _ in sides), max(w for _, w in sides)
+            pixels = torch.zeros(batch, 3, height, width, device="cuda")
+            mask = torch.zeros(batch, height, width, dtype=torch.long, device="cuda")
+            labels = []
+            for k, (h, w) in enumerate(sides):
+                pixels[k, :, :h, :w] = torch.randn(3, h, w, device="cuda")
+                mask[k, :h, :w] = 1
+                boxes = random.randint(1, 40)
+                centres = torch.rand(boxes, 2, device="cuda") * 0.8 + 0.1
+                extents = torch.rand(boxes, 2, device="cuda") * 0.2 + 0.02
+                labels.append({"class_labels": torch.randint(0, 91, (boxes,), device="cuda"),
+                               "boxes": torch.cat([centres, extents], dim=1)})
+            loss = model(pixel_values=pixels, pixel_mask=mask, labels=labels).loss
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 0.1)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
     elif workload == "gpt2offload":
         cap_from_env(cap, workload)
         # gpt2scaler's GPT-2 in bf16 with its saved activations offloaded to pinned host
@@ -2071,7 +2166,7 @@ def under_vramtop(binary, workload, work):
 STEPPED = ("gpt2var", "kvcache", "kvcache_steps", "gpt2mixed", "llamamix", "resnetvar", "bertaccum", "t5var",
            "gpt2ckpt", "evalmix", "gpt2keep", "gan", "vitvar", "moemix", "gpt2scaler",
            "loramix", "gpt2compile", "llamagen", "gpt2stream", "t5beam", "t5beam_steps", "wav2vec", "mambaslow", "hftrainer", "gpt2sgd", "resnetinfer", "gpt2fixed", "clipvar", "lightning", "lightningaccum", "gpt2tutorial", "gpt2fused", "accelaccum",
-           "llamabf16", "unetvar", "graphsteps", "graphsonce", "gpt2graphs", "llamagraphs", "gpt2empties", "gpt2ddp", "gpt2ddp2", "gpt2fsdp2", "gpt2fsdp1", "gpt2loader", "llamafixed", "vitfixed", "resnetfixed", "bertfixed", "llamatune", "gpt2compilefixed", "gpt2scalerfixed", "gpt2scalerskip", "gpt2scalermid", "segformervar", "gpt2offload", "dlrmsparse", "distill", "convnextema", "whispervar", "hftrainerskip", "gpt2accumfirst", "gpt2accumskip", "gpt2ddpaccumskip")
+           "llamabf16", "unetvar", "graphsteps", "graphsonce", "gpt2graphs", "llamagraphs", "gpt2empties", "gpt2ddp", "gpt2ddp2", "gpt2fsdp2", "gpt2fsdp1", "gpt2loader", "llamafixed", "vitfixed", "resnetfixed", "bertfixed", "llamatune", "gpt2compilefixed", "gpt2scalerfixed", "gpt2scalerskip", "gpt2scalermid", "segformervar", "gpt2offload", "dlrmsparse", "distill", "convnextema", "whispervar", "hftrainerskip", "gpt2accumfirst", "gpt2accumskip", "gpt2ddpaccumskip", "gnnvar", "detrvar")
 
 
 MAX_SPLIT_TRIED = ["20", "64", "128", "256", "512", "1024", "2048", "4096"]  # MAX_SPLIT_TRIED_MB
