@@ -484,6 +484,46 @@ fn frozen_parameters_are_said_apart_from_those_an_optimizer_trains() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A GPT-2 trained with two EMAs of its weights, torch's AveragedModel and timm's
+/// ModelEmaV3, updated after each step and never called (`roles_check.py ema`, H200, hook
+/// 1.18). No forward finds them; the hook finds them in the training loop's names, and
+/// their weights are parameters no optimizer trains. Before, they were "activations and
+/// other", and half the batch seemed to give back half of them too. The job's own sums,
+/// each storage once: 978,232,320 bytes of parameters and buffers, 652,154,880 of them the
+/// two copies'.
+#[test]
+fn an_ema_of_the_weights_is_frozen_parameters_not_activations() {
+    let (dir, path) = unzipped_as_kept(&fixture("ring_gpt2ema_roles_hook118.pickle.gz"), "ema");
+    let trace = trace::load(&path).unwrap();
+    let roles = trace.stats.kept_oom.as_ref().unwrap().roles.unwrap();
+    assert_eq!(
+        (
+            roles.parameters,
+            roles.frozen,
+            roles.trained,
+            roles.gradients,
+            roles.optimizer_state
+        ),
+        (
+            978_232_320,
+            652_154_880,
+            326_077_440,
+            326_077_440,
+            652_154_880
+        )
+    );
+    let block = batch_block(&path);
+    assert!(
+        block.contains(
+            "  memory: parameters 932.9 MiB (621.9 MiB frozen) · gradients 311.0 MiB · \
+             optimizer state 621.9 MiB (2.0x the trained parameters) · activations and other \
+             81.6 MiB"
+        ),
+        "{block}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// gpt2ddp2's GPT-2 sharded by FSDP2 on two H200s (hook 1.11): its parameters, their
 /// gradients and AdamW's state are DTensors, counted by their local shards. The rank
 /// printed its shards' bytes before training (tests/fixtures/README.md): 258,281,472,

@@ -696,6 +696,72 @@ class RoleWatchUnitTest(unittest.TestCase):
         bare.models.add(model)
         self.assertEqual((bare.of(0)["trained"], bare.of(0)["frozen"]), (0, 0))
 
+    def test_models_the_jobs_frames_hold_count_as_frozen_parameters(self):
+        # An EMA of the weights (torch's AveragedModel: updated after each step, never
+        # called in training, so no forward finds it) was "activations and other" (109 MiB
+        # of convnextema's 8.5 GiB), which also swelled what half the batch would give
+        # back. Models the training loop names (or one level into an object: timm's
+        # ModelEma `.module`, diffusers' EMAModel `shadow_params`) are parameters, frozen.
+        S, T = self.Storage, self.Tensor
+        Module = type("Module", (), {})
+        torch = self.fake_torch()
+        torch.nn = type("nn", (), {"Module": Module})
+
+        def module(weights, buffers=()):
+            return type("Net", (Module,), {"parameters": lambda self: iter(weights),
+                                           "buffers": lambda self: iter(buffers)})()
+
+        weight = T(S(0x1000, 4096), grad=T(S(0x9000, 4096)))
+        model = module([weight])
+
+        class Optimizer:
+            param_groups = [{"params": [weight]}]
+            state = {}
+
+        class TimmEma:  # timm.utils.ModelEmaV3: its copy in `.module`
+            def __init__(self):
+                self.module = module([T(S(0x3000, 1024))])
+
+        class DiffusersEma:  # diffusers' EMAModel: a list of tensors
+            def __init__(self):
+                self.shadow_params = [T(S(0x5000, 256)), T(S(0x6000, 256), device=None)]
+
+        touched = []
+
+        class Lazy:  # read without its __getattr__
+            __slots__ = ()
+
+            def __getattr__(self, name):
+                touched.append(name)
+                raise AttributeError(name)
+
+        watch = self.hook.roles.RoleWatch(torch)
+        optimizer = Optimizer()
+        watch.models.add(model)
+        watch.optimizers.add(optimizer)
+
+        def training_loop(out):
+            averaged = module([T(S(0x2000, 4096))], buffers=[T(S(0x2800, 8))])
+            timm_ema, diffusers_ema, lazy, same = TimmEma(), DiffusersEma(), Lazy(), model
+            watch.after_step()
+            out.append(watch.of(0))
+            out.append(watch.at_oom(0))
+            del averaged, timm_ema, diffusers_ema, lazy, same
+
+        for run in (lambda out: training_loop(out),
+                    # A loop on a thread of its own: that thread's frames are read.
+                    lambda out: (lambda t: (t.start(), t.join()))(
+                        threading.Thread(target=training_loop, args=(out,)))):
+            out = []
+            watch.at_step, watch.wanted = None, True
+            run(out)
+            for roles in out:
+                self.assertEqual(roles["parameters"], 4096 + 4096 + 8 + 1024 + 256)
+                self.assertEqual((roles["trained"], roles["frozen"]), (4096, 4096 + 1024 + 256))
+        self.assertEqual(touched, [])
+        # Out of the loop, no frame names them: the parameters are the model's again.
+        self.assertEqual(watch.at_oom(0)["parameters"], 4096)
+
     def test_fsdp2s_sharded_tensors_count_by_their_local_shards(self):
         # FSDP2 (fully_shard) makes parameters, their gradients and AdamW's state DTensors:
         # wrappers with no storage of their own, the memory in `_local_tensor`. Left out,

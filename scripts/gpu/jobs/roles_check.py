@@ -12,6 +12,10 @@ roles then).
   trainer    a Hugging Face Trainer fine-tuning it on random tokens (its own AdamW)
   ddp        the plain loop under DistributedDataParallel (torchrun; gloo when the ranks
              share a GPU, NCCL when each has its own)
+  ema        the plain loop with two EMAs of the weights, torch's AveragedModel and timm's
+             ModelEmaV3 (where timm is installed), updated after each step and never
+             called: their weights are parameters no optimizer trains ("frozen"); it also
+             times the hook's look through the loop's frames for them (`frames_walk_us`)
   compare JOB_OUT ATTACH_JSONL KEPT...   the job's sums against vramtop's, as a table
 """
 
@@ -104,6 +108,63 @@ def loop(ddp):
         torch.distributed.destroy_process_group()
 
 
+def ema():
+    import torch
+    from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
+
+    model = gpt2(torch, 0)
+    opt = torch.optim.AdamW(model.parameters())
+    averaged = AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(0.999))
+    copies = [averaged]
+    try:
+        from timm.utils import ModelEmaV3
+
+        timm_ema = ModelEmaV3(model, decay=0.999)
+        copies.append(timm_ema.module)
+    except ImportError:
+        timm_ema = None
+
+    def figures():
+        out = sums(torch, [model] + copies, [opt], 0)
+        out["frozen"] = sums(torch, copies, [], 0)["parameters"]
+        return out
+
+    for step in range(6):
+        ids = torch.randint(0, 50257, (8, 512), device=0)
+        model(ids, labels=ids).loss.backward()
+        opt.step()
+        averaged.update_parameters(model)
+        if timm_ema is not None:
+            timm_ema.update(model)
+        if step == 4:
+            torch.cuda.synchronize()
+            say("step", figures())
+            time.sleep(HOLD_S)
+        opt.zero_grad(set_to_none=True)
+    ids = torch.randint(0, 50257, (8, 512), device=0)
+    model(ids, labels=ids).loss.backward()
+    frames_walk_us()
+    oom(torch, 0, figures)
+
+
+def frames_walk_us(times=200):
+    """What the hook's look through the job's frames costs, here in the loop (median)."""
+    import torch
+
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..",
+                                    "python", "vramtop", "_hook"))
+    from vramtop_hook.roles import RoleWatch
+
+    watch = RoleWatch(torch)
+    took = []
+    for _ in range(times):
+        began = time.perf_counter()
+        found = watch.held_in_frames()
+        took.append(1e6 * (time.perf_counter() - began))
+    took.sort()
+    print(json.dumps({"frames_walk_us": round(took[len(took) // 2], 1), "found": len(found)}), flush=True)
+
+
 def inference():
     import torch
 
@@ -171,8 +232,9 @@ def compare(job_out, attach_jsonl, kept_files):
             oom = pickle.load(f).get("vramtop_oom", {})
         kept[oom.get("pid")] = oom.get("roles")
     rows, bad = [], 0
-    keys = ("parameters", "gradients", "optimizer_state")
     for s in said:
+        # The EMA job says its frozen bytes too (hook 1.17+ sends them).
+        keys = ("parameters", "gradients", "optimizer_state") + (("frozen",) if "frozen" in s else ())
         own = tuple(s[k] for k in keys)
         if s["moment"] == "step":
             seen = [tuple(r[k] for k in keys) for pid, r in states if pid == s["pid"]]
@@ -199,6 +261,8 @@ if __name__ == "__main__":
         loop(False)
     elif what == "ddp":
         loop(True)
+    elif what == "ema":
+        ema()
     elif what == "inference":
         inference()
     elif what == "trainer":

@@ -175,6 +175,15 @@ Workloads (each ends with one judged request, caught so the process ends normall
               largest, each side 480 to 1,333 as DETR's multi-scale augmentation draws them,
               1 to 40 boxes an image, the Hungarian matching's loss, AdamW, gradient
               clipping (WHATIF_DETRVAR_CAP_GIB).
+  maskrcnnvar torchvision's detection reference: a Mask R-CNN (ResNet-50 FPN, random
+              weights) trained with SGD and momentum under fp16 autocast and a GradScaler, on
+              2 to 8 images of their own sizes (each side 320 to 1,024; the model resizes
+              them), 1 to 60 objects each with a box and a mask (WHATIF_MASKRCNNVAR_CAP_GIB).
+  timmprog    timm's recipe with progressive resizing: an EfficientNet-B2 (random weights,
+              drop path), channels_last, bf16 autocast, AdamW, label smoothing, cuDNN's
+              benchmark, an EMA (timm's ModelEmaV3); the side ramps from 128 to 320 over
+              the run with jitter, the batch smaller at the larger sides
+              (WHATIF_TIMMPROG_CAP_GIB).
   hftrainerskip  hftrainer in fp16, accelerate's GradScaler starting at 2**40: the
               Trainer's step with its first optimizer steps skipped, none marked
               (WHATIF_HFTRAINERSKIP_CAP_GIB).
@@ -304,7 +313,7 @@ import time
 MiB = 1 << 20
 GiB = 1 << 30
 WORKLOADS = ["checker", "splitcache", "tails", "gpt2var", "kvcache", "gpt2mixed", "llamamix", "resnetvar",
-             "bertaccum", "t5var", "gpt2ckpt", "evalmix", "gpt2keep", "gan", "vitvar", "moemix", "gpt2scaler", "loramix", "gpt2compile", "llamagen", "gpt2stream", "t5beam", "t5beam_steps", "wav2vec", "mambaslow", "hftrainer", "gpt2sgd", "resnetinfer", "lightning", "lightningaccum", "gpt2tutorial", "gpt2fixed", "clipvar", "gpt2fused", "accelaccum", "llamabf16", "unetvar", "graphsteps", "graphsonce", "gpt2graphs", "llamagraphs", "gpt2empties", "gpt2ddp", "gpt2ddp2", "gpt2fsdp2", "gpt2fsdp1", "gpt2loader", "llamafixed", "vitfixed", "resnetfixed", "bertfixed", "llamatune", "gpt2compilefixed", "gpt2scalerfixed", "gpt2scalerskip", "gpt2scalermid", "segformervar", "gpt2offload", "dlrmsparse", "distill", "convnextema", "whispervar", "hftrainerskip", "gpt2accumfirst", "gpt2accumskip", "gpt2ddpaccumskip", "gnnvar", "detrvar", "otherproc"]
+             "bertaccum", "t5var", "gpt2ckpt", "evalmix", "gpt2keep", "gan", "vitvar", "moemix", "gpt2scaler", "loramix", "gpt2compile", "llamagen", "gpt2stream", "t5beam", "t5beam_steps", "wav2vec", "mambaslow", "hftrainer", "gpt2sgd", "resnetinfer", "lightning", "lightningaccum", "gpt2tutorial", "gpt2fixed", "clipvar", "gpt2fused", "accelaccum", "llamabf16", "unetvar", "graphsteps", "graphsonce", "gpt2graphs", "llamagraphs", "gpt2empties", "gpt2ddp", "gpt2ddp2", "gpt2fsdp2", "gpt2fsdp1", "gpt2loader", "llamafixed", "vitfixed", "resnetfixed", "bertfixed", "llamatune", "gpt2compilefixed", "gpt2scalerfixed", "gpt2scalerskip", "gpt2scalermid", "segformervar", "gpt2offload", "dlrmsparse", "distill", "convnextema", "whispervar", "hftrainerskip", "gpt2accumfirst", "gpt2accumskip", "gpt2ddpaccumskip", "gnnvar", "detrvar", "maskrcnnvar", "timmprog", "otherproc"]
 # The cap of each stepped workload that takes one from the environment (`scan` varies it).
 CAP_ENV = {"gpt2mixed": ("WHATIF_GPT2MIXED_CAP_GIB", 15.5), "llamamix": ("WHATIF_LLAMAMIX_CAP_GIB", 10),
            "resnetvar": ("WHATIF_RESNETVAR_CAP_GIB", 6.5), "bertaccum": ("WHATIF_BERTACCUM_CAP_GIB", 8),
@@ -351,7 +360,8 @@ CAP_ENV = {"gpt2mixed": ("WHATIF_GPT2MIXED_CAP_GIB", 15.5), "llamamix": ("WHATIF
            "gpt2accumfirst": ("WHATIF_GPT2ACCUMFIRST_CAP_GIB", 7),
            "gpt2accumskip": ("WHATIF_GPT2ACCUMSKIP_CAP_GIB", 7),
            "gpt2ddpaccumskip": ("WHATIF_GPT2DDPACCUMSKIP_CAP_GIB", 7.5),
-           "gnnvar": ("WHATIF_GNNVAR_CAP_GIB", 10), "detrvar": ("WHATIF_DETRVAR_CAP_GIB", 10)}
+           "gnnvar": ("WHATIF_GNNVAR_CAP_GIB", 10), "detrvar": ("WHATIF_DETRVAR_CAP_GIB", 10),
+           "maskrcnnvar": ("WHATIF_MASKRCNNVAR_CAP_GIB", 10), "timmprog": ("WHATIF_TIMMPROG_CAP_GIB", 10)}
 HERE = os.path.dirname(os.path.abspath(__file__))
 # What a workload says of where it was when an OOM came (graphsteps, graphsonce: "before
 # the capture", "capture" or "replay").
@@ -1701,6 +1711,72 @@ def steps(workload, cap, stop_at, judged, before_judged, after_step):
             torch.nn.utils.clip_grad_norm_(model.parameters(), 0.1)
             opt.step()
             opt.zero_grad(set_to_none=True)
+    elif workload == "maskrcnnvar":
+        import random
+
+        import torchvision
+
+        cap_from_env(cap, workload)
+        # torchvision's detection reference (train.py --amp): Mask R-CNN, SGD with momentum,
+        # fp16 autocast and a GradScaler (which skips the first steps while its scale is
+        # too large), images of their own sizes, objects with boxes and masks.
+        model = torchvision.models.detection.maskrcnn_resnet50_fpn(
+            weights=None, weights_backbone=None, num_classes=91).cuda()
+        opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.02,
+                              momentum=0.9, weight_decay=1e-4)
+        scaler = torch.amp.GradScaler("cuda")
+
+        def target(height, width):
+            count = random.randint(1, 60)
+            boxes, masks = [], torch.zeros(count, height, width, dtype=torch.uint8)
+            for k in range(count):
+                x0, y0 = random.randint(0, width // 2), random.randint(0, height // 2)
+                x1, y1 = random.randint(x0 + 8, width), random.randint(y0 + 8, height)
+                boxes.append([x0, y0, x1, y1])
+                masks[k, y0:y1, x0:x1] = 1
+            return {"boxes": torch.tensor(boxes, dtype=torch.float32, device="cuda"),
+                    "labels": torch.randint(1, 91, (count,), device="cuda"),
+                    "masks": masks.cuda()}
+
+        def step(i):
+            sides = [(random.randint(320, 1024), random.randint(320, 1024))
+                     for _ in range(random.randint(2, 8))]
+            images = [torch.rand(3, h, w, device="cuda") for h, w in sides]
+            targets = [target(h, w) for h, w in sides]
+            with torch.autocast("cuda", dtype=torch.float16):
+                losses = model(images, targets)
+                loss = sum(losses.values())
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+            opt.zero_grad(set_to_none=True)
+    elif workload == "timmprog":
+        import random
+
+        import timm
+        from timm.utils import ModelEmaV3
+
+        cap_from_env(cap, workload)
+        # Progressive resizing (as FFCV's and timm's fast recipes train): small images first,
+        # the side growing over the run, each step's a little off the ramp; channels_last,
+        # bf16, cuDNN's benchmark (its trial workspaces), an EMA updated after each step.
+        torch.backends.cudnn.benchmark = True
+        model = timm.create_model("efficientnet_b2", pretrained=False, num_classes=1000,
+                                  drop_path_rate=0.1).cuda().to(memory_format=torch.channels_last)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.05)
+        ema = ModelEmaV3(model, decay=0.9998)
+
+        def step(i):
+            side = min(320, 128 + 8 * i) + random.choice([-32, -16, 0, 16])
+            batch = random.choice([96, 128, 160]) if side <= 224 else random.choice([64, 80, 96])
+            x = torch.randn(batch, 3, side, side, device="cuda").to(memory_format=torch.channels_last)
+            y = torch.randint(0, 1000, (batch,), device="cuda")
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = torch.nn.functional.cross_entropy(model(x), y, label_smoothing=0.1)
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            ema.update(model, step=i)
     elif workload == "gpt2offload":
         cap_from_env(cap, workload)
         # gpt2scaler's GPT-2 in bf16 with its saved activations offloaded to pinned host
@@ -2166,7 +2242,7 @@ def under_vramtop(binary, workload, work):
 STEPPED = ("gpt2var", "kvcache", "kvcache_steps", "gpt2mixed", "llamamix", "resnetvar", "bertaccum", "t5var",
            "gpt2ckpt", "evalmix", "gpt2keep", "gan", "vitvar", "moemix", "gpt2scaler",
            "loramix", "gpt2compile", "llamagen", "gpt2stream", "t5beam", "t5beam_steps", "wav2vec", "mambaslow", "hftrainer", "gpt2sgd", "resnetinfer", "gpt2fixed", "clipvar", "lightning", "lightningaccum", "gpt2tutorial", "gpt2fused", "accelaccum",
-           "llamabf16", "unetvar", "graphsteps", "graphsonce", "gpt2graphs", "llamagraphs", "gpt2empties", "gpt2ddp", "gpt2ddp2", "gpt2fsdp2", "gpt2fsdp1", "gpt2loader", "llamafixed", "vitfixed", "resnetfixed", "bertfixed", "llamatune", "gpt2compilefixed", "gpt2scalerfixed", "gpt2scalerskip", "gpt2scalermid", "segformervar", "gpt2offload", "dlrmsparse", "distill", "convnextema", "whispervar", "hftrainerskip", "gpt2accumfirst", "gpt2accumskip", "gpt2ddpaccumskip", "gnnvar", "detrvar")
+           "llamabf16", "unetvar", "graphsteps", "graphsonce", "gpt2graphs", "llamagraphs", "gpt2empties", "gpt2ddp", "gpt2ddp2", "gpt2fsdp2", "gpt2fsdp1", "gpt2loader", "llamafixed", "vitfixed", "resnetfixed", "bertfixed", "llamatune", "gpt2compilefixed", "gpt2scalerfixed", "gpt2scalerskip", "gpt2scalermid", "segformervar", "gpt2offload", "dlrmsparse", "distill", "convnextema", "whispervar", "hftrainerskip", "gpt2accumfirst", "gpt2accumskip", "gpt2ddpaccumskip", "gnnvar", "detrvar", "maskrcnnvar", "timmprog")
 
 
 MAX_SPLIT_TRIED = ["20", "64", "128", "256", "512", "1024", "2048", "4096"]  # MAX_SPLIT_TRIED_MB

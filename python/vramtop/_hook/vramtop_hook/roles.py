@@ -1,5 +1,6 @@
 """What the memory is for, found without scanning the heap (`RoleWatch`: optimizers,
-models, their parameters, gradients and state), and the allocated-bytes series.
+models, their parameters, gradients and state; models the job's own frames hold), and the
+allocated-bytes series.
 
 Stdlib only; nothing here raises into the job.
 """
@@ -33,6 +34,10 @@ class RoleWatch:
     optimizer (inference) has no gradients to race: its parameters are read at the state."""
 
     MODELS_WATCH_S = 60.0
+    # What `held_in_frames` looks through: the main thread's innermost frames, and the first
+    # names of each (a script's globals are its bottom frame's).
+    FRAMES_MAX = 64
+    NAMES_MAX = 512
 
     def __init__(self, torch, totals=None):
         self.torch = torch
@@ -171,7 +176,8 @@ class RoleWatch:
             return
         self.wanted = False
         try:
-            self.at_step = self.read(list(self.models), list(self.optimizers), grads=True)
+            self.at_step = self.read(list(self.models), list(self.optimizers), grads=True,
+                                     held=self.held_in_frames())
         except Exception:
             self.at_step = {}  # read again only when a state asks, not at every step
         self.at_step_time = time.time()
@@ -211,7 +217,8 @@ class RoleWatch:
         in_backward = isinstance(current, getattr(threading, "_DummyThread", ()))
         own = current is threading.main_thread() or in_backward
         try:
-            figures = self.read(models, optimizers, grads=own, device=device).get(device)
+            held = self.held_in_frames()  # weights only: safe from any thread
+            figures = self.read(models, optimizers, grads=own, device=device, held=held).get(device)
         except Exception:
             return None
         if not figures:
@@ -235,6 +242,64 @@ class RoleWatch:
             return bool(self.models) and not self.came_round and until is not None and time.monotonic() <= until
         except Exception:
             return False
+
+    def held_in_frames(self):
+        """Models the job's main thread holds by name that no forward found: an EMA of the
+        weights (torch's AveragedModel, updated and never called in training; timm's
+        ModelEma keeps its copy in `.module`, diffusers' EMAModel its `shadow_params`), a
+        model kept for evaluation. Their weights are parameters, not activations, and no
+        optimizer trains them unless it holds them: they count as frozen (`read`). Looked
+        for in the names of the frames of the job's thread that stepped or ran out (the
+        training loop's locals, a script's globals; in a backward, on the autograd
+        engine's thread, the main thread's, which waits in it), one level into an object,
+        at most FRAMES_MAX frames of NAMES_MAX names. Returns a list of modules and tensor
+        lists; never raises."""
+        module_type = getattr(getattr(self.torch, "nn", None), "Module", None)
+        if not isinstance(module_type, type):
+            return []
+        try:
+            current = threading.current_thread()
+            if isinstance(current, getattr(threading, "_DummyThread", ())):
+                current = threading.main_thread()
+            frame = sys._current_frames().get(current.ident)
+        except Exception:
+            return []
+        found, ids = [], set()
+
+        def note(value):
+            if id(value) not in ids:
+                ids.add(id(value))
+                found.append(value)
+
+        depth = 0
+        while frame is not None and depth < self.FRAMES_MAX:
+            depth += 1
+            try:
+                values = list(frame.f_locals.values())[: self.NAMES_MAX]
+            except Exception:
+                values = []
+            for value in values:
+                try:
+                    if isinstance(value, module_type):
+                        if value not in self.models:
+                            note(value)
+                        continue
+                    # The instance's own names, read without its __getattr__ (a lazy
+                    # object's may import or compute).
+                    names = object.__getattribute__(value, "__dict__")
+                    if not isinstance(names, dict):
+                        continue
+                    inner = names.get("module")
+                    if isinstance(inner, module_type) and inner not in self.models:
+                        note(inner)
+                    shadow = names.get("shadow_params")
+                    if isinstance(shadow, list):
+                        note(shadow)
+                except Exception:
+                    continue
+            frame = frame.f_back
+        frame = None
+        return found
 
     @staticmethod
     def split_trained(params, in_optimizers, out, local, on_device):
@@ -264,12 +329,13 @@ class RoleWatch:
             counted.add(ptr)
             out[tensor.device.index]["trained" if ptr in trained else "frozen"] += int(storage.nbytes())
 
-    def read(self, models, optimizers, grads, device=None):
+    def read(self, models, optimizers, grads, device=None, held=()):
         """{device: figures} over every CUDA device the tensors are on (only `device`'s
         when given: another device's gradients may be written by its autograd thread right
         now). A DTensor (FSDP2's sharded parameters, their gradients and optimizer state)
         counts by its local shard, which holds its memory; a tensor whose storage cannot be
-        read is left out."""
+        read is left out. `held` (`held_in_frames`): more models, or lists of tensors,
+        whose weights are parameters too."""
         is_tensor = self.torch.is_tensor
         seen = set()
         out = {}
@@ -306,6 +372,16 @@ class RoleWatch:
             params.extend(model.parameters())
             for buffer in model.buffers():
                 add("parameters", buffer)
+        for extra in held:
+            try:
+                if isinstance(extra, list):
+                    params.extend(t for t in extra if is_tensor(t))
+                else:
+                    params.extend(extra.parameters())
+                    for buffer in extra.buffers():
+                        add("parameters", buffer)
+            except Exception:
+                continue  # a model that cannot list its weights: left to "other"
         in_optimizers = []
         for optimizer in optimizers:
             for group in list(optimizer.param_groups):

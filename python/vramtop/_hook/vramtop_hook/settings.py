@@ -8,7 +8,7 @@ import os
 import sys
 
 
-HOOK_VERSION = "1.17"
+HOOK_VERSION = "1.18"
 PROTOCOL_VERSION = 1
 MAX_FRAME = 16 * 1024 * 1024
 # Viewers only ever send `subscribe`; a bigger frame from one is garbage, not a request.
