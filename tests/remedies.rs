@@ -454,9 +454,18 @@ fn gpu_kept_files_with_the_whole_history_give_pytorchs_outcomes_on_both_paths() 
         let path = kept_path;
         let live = OomExplained::from_oom(&oom_message_for(&path, &kept, true));
         assert_eq!(live.history_events, Some(file.events.len()), "{workload}");
+        // checker caught its first OOM (6 MiB tensors until one fails) and went on: under
+        // expandable segments that request is served, and the job goes on making tensors
+        // (on an H200 PyTorch's run made 2,383 where the plain one made 2,145), so its
+        // history cannot say (`runs::served_caught`); PyTorch failed it on the H100 and
+        // fitted it on the H200.
+        let went_another_way = workload == "checker";
         assert!(
-            live.expandable_line()
-                .contains("the job's own history replayed"),
+            live.expandable_line().contains(if went_another_way {
+                "and went on without (an OOM it caught"
+            } else {
+                "the job's own history replayed"
+            }),
             "{workload}: {}",
             live.expandable_line()
         );
@@ -467,7 +476,11 @@ fn gpu_kept_files_with_the_whole_history_give_pytorchs_outcomes_on_both_paths() 
                 .iter()
                 .find(|r| r.remedy.to_string().starts_with(remedy))
                 .unwrap_or_else(|| panic!("{workload}: no {remedy}"));
-            let expected = if fits { Verdict::Fits } else { Verdict::Fails };
+            let expected = match (fits, went_another_way && remedy.starts_with("expandable")) {
+                (_, true) => Verdict::CannotTell,
+                (true, false) => Verdict::Fits,
+                (false, false) => Verdict::Fails,
+            };
             assert_eq!(ours.verdict, expected, "{workload} {remedy}: {ours:?}");
         }
         // A ring the hook does not call complete is not replayed from the live view.
@@ -705,6 +718,10 @@ fn roundup_agrees(name: &str, ours: &RemedyVerdict, pytorch_at_4: Verdict) {
 /// Files of the tables above whose roundup row PyTorch failed at N = 4 and vramtop, trying
 /// 2 to 16, leaves open, with why.
 const ROUNDUP_OPEN: &[(&str, &str)] = &[
+    (
+        "history_maskrcnnvar_cap17g03_hook118",
+        "and went on without (an OOM it caught",
+    ),
     // 2 and 4 fit or fail by where the checkpoint's blocks were.
     (
         "checkpoint_gpt2var_steps",
@@ -1351,12 +1368,16 @@ fn gpu_kept_histories_of_training_loops_give_pytorchs_outcomes_on_both_paths() {
     // same under four placements of CUDA's (`whatif_ab.py nudge`, 0 to 512 MiB taken
     // first). Roundup 4 and GC 0.6 were open while two random address orders were asked
     // besides the trace's and top-down: one disagreed with each.
+    // Since a remedy that would have served an OOM the job caught is left open (the job
+    // run so goes another way: `runs::served_caught`), vramtop leaves expandable, GC 0.6,
+    // max_split and the emptied cache open: each replay served a workspace cuDNN had been
+    // refused. Roundup 4 served none, and is judged as before.
     let gan = &stepped(Outcomes {
-        expandable: Fits,
-        max_split: ("max_split_size_mb:512", Fits),
+        expandable: CannotTell,
+        max_split: ("max_split_size_mb", CannotTell),
         roundup: Fits,
-        gc: Fails,
-        between_steps: Fits,
+        gc: CannotTell,
+        between_steps: CannotTell,
     })[..];
     // gpt2mixed's GPT-2 handing activations between two CUDA streams (record_stream),
     // under 7.44 GiB, dying at step 8 asking 954 MiB (H200, 2026-11-27). PyTorch fitted
@@ -1434,12 +1455,14 @@ fn gpu_kept_histories_of_training_loops_give_pytorchs_outcomes_on_both_paths() {
     // GC 0.6, roundup 4 and max_split 256 to 4096. Kept by hook 1.8 under the same load,
     // the history began at a checkpoint 0.8 s before the OOM (a read the clear overtook),
     // and GC 0.6 was `cannot tell`.
+    // vramtop leaves expandable, max_split and the emptied cache open: their replays
+    // served workspaces cuDNN had been refused (`runs::served_caught`).
     let unetvar = &stepped(Outcomes {
-        expandable: Fits,
-        max_split: ("max_split_size_mb:128", Fits),
+        expandable: CannotTell,
+        max_split: ("max_split_size_mb", CannotTell),
         roundup: Fails,
         gc: Fails,
-        between_steps: Fits,
+        between_steps: CannotTell,
     })[..];
     // A Llama (8 layers) trained in pure bf16 (no autocast: weights, gradients and AdamW's
     // state all bf16), SDPA, activation checkpointing, under 7 GiB, dying at step 76 asking
@@ -1604,6 +1627,22 @@ fn gpu_kept_histories_of_training_loops_give_pytorchs_outcomes_on_both_paths() {
         roundup: Fails,
         gc: Fits,
         between_steps: Fits,
+    })[..];
+    // torchvision's Mask R-CNN (ResNet-50 FPN, SGD, fp16 autocast and a GradScaler) on 2
+    // to 8 images of their own sizes under 17.03 GiB (1.01 times its allocated peak): 240
+    // OOMs caught inside cuDNN (each convolution trying its algorithms' workspaces, 841 to
+    // 883 MiB, from step 13), then step 20 asking 442 MiB with 1.1 GiB free in 42 runs
+    // (H200, 2026-11-29). PyTorch fitted expandable, expandable + GC, the emptied cache and
+    // roundup 16, and failed GC 0.6, max_split 128 (both at step 13, asking 442 MiB) and
+    // roundup 2, 4 and 8. vramtop said GC 0.6 and max_split 128 fit (4 wrong rows): their
+    // replays were given the workspaces cuDNN had been refused, and a job given them goes
+    // another way. Every setting whose replay served one is now open.
+    let maskrcnnvar = &stepped(Outcomes {
+        expandable: CannotTell,
+        max_split: ("max_split_size_mb", CannotTell),
+        roundup: Fails,
+        gc: CannotTell,
+        between_steps: CannotTell,
     })[..];
     let detrvar_4g3 = &stepped(Outcomes {
         expandable: Fits,
@@ -1984,6 +2023,12 @@ fn gpu_kept_histories_of_training_loops_give_pytorchs_outcomes_on_both_paths() {
         ("history_gnnvar_cap19_hook117", gnnvar_19, 28, true),
         ("history_detrvar_cap4g6_hook117", detrvar_4g6, 7, true),
         ("ring_detrvar_cap4g3_hook117", detrvar_4g3, 0, false),
+        (
+            "history_maskrcnnvar_cap17g03_hook118",
+            maskrcnnvar,
+            20,
+            true,
+        ),
     ] {
         let path = fixture(&format!("{name}.pickle.gz"));
         let file = trace::load(&path).unwrap_or_else(|e| panic!("{name}: {e}"));
@@ -2020,12 +2065,13 @@ fn gpu_kept_histories_of_training_loops_give_pytorchs_outcomes_on_both_paths() {
                 || name.ends_with("_hook113")
                 || name.ends_with("_hook114")
                 || name.ends_with("_hook116")
-                || name.ends_with("_hook117"),
+                || name.ends_with("_hook117")
+                || name.ends_with("_hook118"),
             "{name}: {requests}"
         );
         if [
             "_hook18", "_hook19", "_hook110", "_hook111", "_hook112", "_hook113", "_hook114",
-            "_hook116", "_hook117",
+            "_hook116", "_hook117", "_hook118",
         ]
         .iter()
         .any(|hook| name.ends_with(hook))
@@ -2067,7 +2113,6 @@ fn gpu_kept_histories_of_training_loops_give_pytorchs_outcomes_on_both_paths() {
                 "history_gpt2stream_hook18"
                 | "history_lightning_hook18"
                 | "history_accelaccum_hook18" => Some("fits with N = 20, 64, 128, 256, 512;"),
-                "history_unetvar_cap24_hook19" => Some("fits with N = 20, 64, 128;"),
                 "history_llamabf16_cap7_hook19" => {
                     Some("fits with N = 20, 64, 128, 256, 512, 1024;")
                 }
@@ -2084,7 +2129,12 @@ fn gpu_kept_histories_of_training_loops_give_pytorchs_outcomes_on_both_paths() {
                 assert!(ours.reason.contains(fitting), "{name}: {ours:?}");
             }
             if expected == CannotTell {
-                let why = if name.contains("bertaccum") || name.contains("accumskip") {
+                let why = if name.contains("gan_hook18")
+                    || name.contains("unetvar_cap24")
+                    || name.contains("maskrcnnvar")
+                {
+                    "and went on without (an OOM it caught"
+                } else if name.contains("bertaccum") || name.contains("accumskip") {
                     "the step goes on"
                 } else if name.contains("graphsteps")
                     || (name.contains("gpt2graphs") && remedy == "max_split_size_mb")

@@ -605,9 +605,14 @@ impl<'t> Replay<'t> {
         }
     }
 
-    /// Asks the policy for what the traced allocator refused, then gives it back. Before
-    /// giving up PyTorch released its cached segments (release_cached_blocks), so the
-    /// policy's wholly free segments are released here too, whatever the answer.
+    /// Asks the policy for what the traced allocator refused, then gives it back (a job
+    /// that caught the OOM went on without it). Refused, the policy has released its
+    /// cached segments first, as PyTorch's release_cached_blocks did before it raised
+    /// (nothing during a graph's capture). Served, the job run so did not run out here,
+    /// and PyTorch released nothing: its cache stays as it was. (Releasing it whatever the
+    /// answer gave a remedy that served a job's caught OOMs an emptied cache at each:
+    /// a Mask R-CNN whose cuDNN workspaces were refused 240 times was told GC 0.6 and
+    /// max_split 128 fit, and PyTorch failed both.)
     fn check_oom(&mut self, event: &TraceEvent) -> Result<(), AllocError> {
         self.counts.trace_ooms += 1;
         let index = self.next.saturating_sub(1);
@@ -620,10 +625,6 @@ impl<'t> Replay<'t> {
             Err(AllocError::OutOfMemory(_)) => true,
             Err(e) => return Err(e),
         };
-        // Asked during a graph's capture, PyTorch released nothing before it raised.
-        if !vramtop_alloc::in_graph_pool(event.stream) {
-            self.allocator.empty_cache();
-        }
         self.oom_checks.push(OomCheck {
             event: index,
             requested_bytes: event.size,

@@ -184,6 +184,11 @@ Workloads (each ends with one judged request, caught so the process ends normall
               benchmark, an EMA (timm's ModelEmaV3); the side ramps from 128 to 320 over
               the run with jitter, the batch smaller at the larger sides
               (WHATIF_TIMMPROG_CAP_GIB).
+  gpt2finder  a batch-size finder as accelerate's find_executable_batch_size runs one: a
+              step of gpt2mixed's GPT-2 at 1,024 tokens tried at batch 64, halved at each
+              OOM (caught; the cache emptied, as accelerate's release_memory does), then
+              training at the batch that got through on lengths that vary and grow
+              (WHATIF_GPT2FINDER_CAP_GIB).
   hftrainerskip  hftrainer in fp16, accelerate's GradScaler starting at 2**40: the
               Trainer's step with its first optimizer steps skipped, none marked
               (WHATIF_HFTRAINERSKIP_CAP_GIB).
@@ -313,7 +318,7 @@ import time
 MiB = 1 << 20
 GiB = 1 << 30
 WORKLOADS = ["checker", "splitcache", "tails", "gpt2var", "kvcache", "gpt2mixed", "llamamix", "resnetvar",
-             "bertaccum", "t5var", "gpt2ckpt", "evalmix", "gpt2keep", "gan", "vitvar", "moemix", "gpt2scaler", "loramix", "gpt2compile", "llamagen", "gpt2stream", "t5beam", "t5beam_steps", "wav2vec", "mambaslow", "hftrainer", "gpt2sgd", "resnetinfer", "lightning", "lightningaccum", "gpt2tutorial", "gpt2fixed", "clipvar", "gpt2fused", "accelaccum", "llamabf16", "unetvar", "graphsteps", "graphsonce", "gpt2graphs", "llamagraphs", "gpt2empties", "gpt2ddp", "gpt2ddp2", "gpt2fsdp2", "gpt2fsdp1", "gpt2loader", "llamafixed", "vitfixed", "resnetfixed", "bertfixed", "llamatune", "gpt2compilefixed", "gpt2scalerfixed", "gpt2scalerskip", "gpt2scalermid", "segformervar", "gpt2offload", "dlrmsparse", "distill", "convnextema", "whispervar", "hftrainerskip", "gpt2accumfirst", "gpt2accumskip", "gpt2ddpaccumskip", "gnnvar", "detrvar", "maskrcnnvar", "timmprog", "otherproc"]
+             "bertaccum", "t5var", "gpt2ckpt", "evalmix", "gpt2keep", "gan", "vitvar", "moemix", "gpt2scaler", "loramix", "gpt2compile", "llamagen", "gpt2stream", "t5beam", "t5beam_steps", "wav2vec", "mambaslow", "hftrainer", "gpt2sgd", "resnetinfer", "lightning", "lightningaccum", "gpt2tutorial", "gpt2fixed", "clipvar", "gpt2fused", "accelaccum", "llamabf16", "unetvar", "graphsteps", "graphsonce", "gpt2graphs", "llamagraphs", "gpt2empties", "gpt2ddp", "gpt2ddp2", "gpt2fsdp2", "gpt2fsdp1", "gpt2loader", "llamafixed", "vitfixed", "resnetfixed", "bertfixed", "llamatune", "gpt2compilefixed", "gpt2scalerfixed", "gpt2scalerskip", "gpt2scalermid", "segformervar", "gpt2offload", "dlrmsparse", "distill", "convnextema", "whispervar", "hftrainerskip", "gpt2accumfirst", "gpt2accumskip", "gpt2ddpaccumskip", "gnnvar", "detrvar", "maskrcnnvar", "timmprog", "gpt2finder", "otherproc"]
 # The cap of each stepped workload that takes one from the environment (`scan` varies it).
 CAP_ENV = {"gpt2mixed": ("WHATIF_GPT2MIXED_CAP_GIB", 15.5), "llamamix": ("WHATIF_LLAMAMIX_CAP_GIB", 10),
            "resnetvar": ("WHATIF_RESNETVAR_CAP_GIB", 6.5), "bertaccum": ("WHATIF_BERTACCUM_CAP_GIB", 8),
@@ -361,7 +366,8 @@ CAP_ENV = {"gpt2mixed": ("WHATIF_GPT2MIXED_CAP_GIB", 15.5), "llamamix": ("WHATIF
            "gpt2accumskip": ("WHATIF_GPT2ACCUMSKIP_CAP_GIB", 7),
            "gpt2ddpaccumskip": ("WHATIF_GPT2DDPACCUMSKIP_CAP_GIB", 7.5),
            "gnnvar": ("WHATIF_GNNVAR_CAP_GIB", 10), "detrvar": ("WHATIF_DETRVAR_CAP_GIB", 10),
-           "maskrcnnvar": ("WHATIF_MASKRCNNVAR_CAP_GIB", 10), "timmprog": ("WHATIF_TIMMPROG_CAP_GIB", 10)}
+           "maskrcnnvar": ("WHATIF_MASKRCNNVAR_CAP_GIB", 10), "timmprog": ("WHATIF_TIMMPROG_CAP_GIB", 10),
+           "gpt2finder": ("WHATIF_GPT2FINDER_CAP_GIB", 8)}
 HERE = os.path.dirname(os.path.abspath(__file__))
 # What a workload says of where it was when an OOM came (graphsteps, graphsonce: "before
 # the capture", "capture" or "replay").
@@ -1777,6 +1783,33 @@ def steps(workload, cap, stop_at, judged, before_judged, after_step):
             opt.step()
             opt.zero_grad(set_to_none=True)
             ema.update(model, step=i)
+    elif workload == "gpt2finder":
+        import gc
+        import random
+
+        cap_from_env(cap, workload)
+        # The batch is whatever got through the finder: a job given the memory it was
+        # refused there trains at a larger one from then on.
+        model = gpt2_mixed_model()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        found = {"batch": 64}
+        while found["batch"] > 1:
+            try:
+                x = torch.randint(0, 50257, (found["batch"], 1024), device="cuda")
+                bf16_update(model, opt, input_ids=x, labels=x)
+                break
+            except torch.OutOfMemoryError:
+                x = None
+                opt.zero_grad(set_to_none=True)
+                gc.collect()
+                torch.cuda.empty_cache()
+                found["batch"] //= 2
+        print(f"finder: batch {found['batch']}", flush=True)
+
+        def step(i):
+            length = min(2048, random.randint(256, 512 + 16 * i))
+            x = torch.randint(0, 50257, (found["batch"], length), device="cuda")
+            bf16_update(model, opt, input_ids=x, labels=x)
     elif workload == "gpt2offload":
         cap_from_env(cap, workload)
         # gpt2scaler's GPT-2 in bf16 with its saved activations offloaded to pinned host
@@ -2242,7 +2275,7 @@ def under_vramtop(binary, workload, work):
 STEPPED = ("gpt2var", "kvcache", "kvcache_steps", "gpt2mixed", "llamamix", "resnetvar", "bertaccum", "t5var",
            "gpt2ckpt", "evalmix", "gpt2keep", "gan", "vitvar", "moemix", "gpt2scaler",
            "loramix", "gpt2compile", "llamagen", "gpt2stream", "t5beam", "t5beam_steps", "wav2vec", "mambaslow", "hftrainer", "gpt2sgd", "resnetinfer", "gpt2fixed", "clipvar", "lightning", "lightningaccum", "gpt2tutorial", "gpt2fused", "accelaccum",
-           "llamabf16", "unetvar", "graphsteps", "graphsonce", "gpt2graphs", "llamagraphs", "gpt2empties", "gpt2ddp", "gpt2ddp2", "gpt2fsdp2", "gpt2fsdp1", "gpt2loader", "llamafixed", "vitfixed", "resnetfixed", "bertfixed", "llamatune", "gpt2compilefixed", "gpt2scalerfixed", "gpt2scalerskip", "gpt2scalermid", "segformervar", "gpt2offload", "dlrmsparse", "distill", "convnextema", "whispervar", "hftrainerskip", "gpt2accumfirst", "gpt2accumskip", "gpt2ddpaccumskip", "gnnvar", "detrvar", "maskrcnnvar", "timmprog")
+           "llamabf16", "unetvar", "graphsteps", "graphsonce", "gpt2graphs", "llamagraphs", "gpt2empties", "gpt2ddp", "gpt2ddp2", "gpt2fsdp2", "gpt2fsdp1", "gpt2loader", "llamafixed", "vitfixed", "resnetfixed", "bertfixed", "llamatune", "gpt2compilefixed", "gpt2scalerfixed", "gpt2scalerskip", "gpt2scalermid", "segformervar", "gpt2offload", "dlrmsparse", "distill", "convnextema", "whispervar", "hftrainerskip", "gpt2accumfirst", "gpt2accumskip", "gpt2ddpaccumskip", "gnnvar", "detrvar", "maskrcnnvar", "timmprog", "gpt2finder")
 
 
 MAX_SPLIT_TRIED = ["20", "64", "128", "256", "512", "1024", "2048", "4096"]  # MAX_SPLIT_TRIED_MB

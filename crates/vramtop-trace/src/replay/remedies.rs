@@ -1225,6 +1225,24 @@ impl Judge<'_> {
         let split = runs
             .iter()
             .find_map(|&run| self.runs.disagreement(at.event, run));
+        let diverged = runs
+            .iter()
+            .filter_map(|&run| self.runs.diverged(at.event, run))
+            .min_by_key(|c| c.event);
+        if let (Verdict::CannotTell, Some(caught)) = (r.verdict, diverged) {
+            // Left open because the job run so goes another way: no flag, no cap settles it.
+            r.missing = None;
+            r.reason = format!(
+                "under it the job would have been given the {} it was refused at event {} \
+                 and went on without (an OOM it caught: cuDNN trying a convolution's \
+                 algorithms, a batch-size finder), and gone another way from there, which \
+                 its history does not hold (cuDNN keeps the algorithm whose workspace it \
+                 got, and asks for that workspace again)",
+                human_bytes(caught.requested_bytes),
+                caught.event
+            );
+            return r;
+        }
         if r.verdict == Verdict::CannotTell {
             if split.is_some() || self.plain.capacity == self.high {
                 // The variants disagree whatever the cap, or the cap is known already:

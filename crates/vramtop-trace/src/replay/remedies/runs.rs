@@ -338,13 +338,30 @@ impl<'a> Runs<'a> {
     }
 
     /// Would a job run so have died by the OOM at `event`: there, or at an allocation
-    /// before it that the run could not place (PyTorch's own run placed them all)?
+    /// before it that the run could not place (PyTorch's own run placed them all)? `None`
+    /// where the history cannot say: the run served an OOM the job caught earlier
+    /// (`served_caught`) before anything failed, so the job run so went another way.
     pub fn fails(&self, event: usize, run: Run) -> Option<bool> {
-        self.done
+        let checks = &self.done.iter().find(|(k, _)| *k == run)?.1;
+        let at = checks.iter().find(|c| c.event == event)?;
+        match served_caught(checks, event, run) {
+            Some(served) if served.failed_before == 0 => None,
+            _ => Some(at.fails || at.failed_before > 0),
+        }
+    }
+
+    /// The first OOM before `event` that the job caught and went on from, and that `run`,
+    /// at either capacity bound, in any variant, would have served instead (`None`: none).
+    pub fn diverged(&self, event: usize, run: Run) -> Option<&OomCheck> {
+        let variants = self.starts.variants(run);
+        [self.bounds.low, self.bounds.high]
             .iter()
-            .find(|(k, _)| *k == run)
-            .and_then(|(_, checks)| checks.iter().find(|c| c.event == event))
-            .map(|c| c.fails || c.failed_before > 0)
+            .flat_map(|&capacity| variants.iter().map(move |&v| Run { capacity, ..v }))
+            .filter_map(|v| {
+                let checks = &self.done.iter().find(|(k, _)| *k == v)?.1;
+                served_caught(checks, event, v).filter(|c| c.failed_before == 0)
+            })
+            .min_by_key(|c| c.event)
     }
 
     /// Fits only where it fits at the low capacity in every variant; fails only where it
@@ -403,6 +420,19 @@ impl<'a> Runs<'a> {
             None
         }
     }
+}
+
+/// The first of a run's checks before `event` at an OOM the job caught and went on from
+/// (the trace goes on past it) that the run served: a job run so would have had what it
+/// asked for there and gone another way from there (cuDNN, trying a convolution's
+/// algorithms, keeps the first whose workspace it gets, and asks for it again each time;
+/// a batch-size finder keeps the batch that fits). The job's history holds only the way
+/// it went. The job's own run (`Run::is_plain`) is PyTorch's, whatever it serves.
+fn served_caught(checks: &[OomCheck], event: usize, run: Run) -> Option<&OomCheck> {
+    if run.is_plain() {
+        return None;
+    }
+    checks.iter().find(|c| c.event < event && !c.fails)
 }
 
 #[cfg(test)]
@@ -487,5 +517,60 @@ mod tests {
         let by_both = runs_of(&starts, &[(Start::Packed, AddressOrder::Cuda)]);
         assert_eq!(by_both.verdict(10, run), Verdict::CannotTell);
         assert_eq!(by_both.disagreement(10, run), Some(Disagreement::Start));
+    }
+
+    /// A remedy's replay that serves what the job was refused at an OOM it caught and went
+    /// on from (event 5; the judged OOM is event 10) says nothing of the judged one: the
+    /// job run so went another way. Unless the run had already failed an allocation
+    /// before it, or it is the job's own run.
+    #[test]
+    fn a_run_given_what_the_job_caught_an_oom_for_went_another_way() {
+        let check = |event, fails, failed_before| OomCheck {
+            event,
+            requested_bytes: GIB / 2,
+            fails,
+            failed_before,
+            reserved_bytes: GIB,
+            largest_free_bytes: 0,
+        };
+        let trace = Trace::bare(Vec::new(), Vec::new());
+        let starts = Starts::of(&trace, false);
+        let bounds = CapacityBounds {
+            low: GIB,
+            high: GIB,
+            source: CapacitySource::Given,
+        };
+        let remedy = Run {
+            max_split: Some(64 * MIB),
+            ..Run::plain(GIB)
+        };
+        let runs = |run: Run, checks: Vec<OomCheck>| Runs {
+            starts: &starts,
+            bounds,
+            done: starts
+                .variants(run)
+                .into_iter()
+                .map(|v| (v, checks.clone()))
+                .collect(),
+        };
+        // Served at the caught OOM, served at the judged one: open, not "fits".
+        let served = runs(remedy, vec![check(5, false, 0), check(10, false, 0)]);
+        assert_eq!(served.fails(10, remedy), None);
+        assert_eq!(served.verdict(10, remedy), Verdict::CannotTell);
+        assert_eq!(served.diverged(10, remedy).map(|c| c.event), Some(5));
+        // Failing the judged one after it: open too.
+        let then_failed = runs(remedy, vec![check(5, false, 0), check(10, true, 0)]);
+        assert_eq!(then_failed.verdict(10, remedy), Verdict::CannotTell);
+        // Refused there as the job was: the history holds the way it went.
+        let refused = runs(remedy, vec![check(5, true, 0), check(10, false, 0)]);
+        assert_eq!(refused.verdict(10, remedy), Verdict::Fits);
+        assert!(refused.diverged(10, remedy).is_none());
+        // An allocation failed before the caught OOM: it had run out already.
+        let died_first = runs(remedy, vec![check(5, false, 1), check(10, false, 1)]);
+        assert_eq!(died_first.verdict(10, remedy), Verdict::Fails);
+        // The job's own run is PyTorch's, whatever it serves.
+        let plain = Run::plain(GIB);
+        let own = runs(plain, vec![check(5, false, 0), check(10, false, 0)]);
+        assert_eq!(own.verdict(10, plain), Verdict::Fits);
     }
 }
