@@ -2202,6 +2202,45 @@ fn gpu_kept_histories_of_training_loops_give_pytorchs_outcomes_on_both_paths() {
     );
 }
 
+/// A batch-size finder (`whatif_ab.py gpt2finder`: a GPT-2 step tried at batch 64, halved
+/// at each caught OOM, `empty_cache()` in its `except`) under 8 GiB on an H200 (hook
+/// 1.18), refused at batch 64, 32 and 16 for want of room and at batch 8 for want of a
+/// piece (1.5 GiB asked, 858.8 MiB free in 10 runs). Its `empty_cache()` calls came with a
+/// segment that would not have fitted beside what it held, so the replay took them for
+/// PyTorch's own releases, kept those segments, served the batch-8 request PyTorch refused
+/// and judged nothing ("does not fail where PyTorch failed"). PyTorch's own release comes
+/// right before its retry or its raise; these were followed by the job's frees.
+#[test]
+fn a_batch_size_finders_own_empty_cache_is_replayed_as_the_job_made_it() {
+    let name = "ring_gpt2finder_cap8_hook118";
+    let file = trace::load(&fixture(&format!("{name}.pickle.gz"))).unwrap();
+    let releases: Vec<bool> = file
+        .stats
+        .cache_releases
+        .iter()
+        .map(|r| r.retried)
+        .collect();
+    // Three in the finder's `except` blocks, one before the last refusal.
+    assert_eq!(releases, [false, false, false, true]);
+    let at = at_last_oom(name, &file);
+    for r in &at.remedies {
+        assert!(
+            !r.reason.contains("does not fail where PyTorch failed"),
+            "{r:?}"
+        );
+    }
+    // Under expandable segments the replay serves batch 64's first refused request: a
+    // finder given it tries on, and may keep a larger batch.
+    let expandable = verdict_of(name, &at, "expandable_segments:True");
+    assert_eq!(expandable.verdict, Verdict::CannotTell, "{expandable:?}");
+    assert!(
+        expandable
+            .reason
+            .contains("128.0 MiB it was refused at event 201"),
+        "{expandable:?}"
+    );
+}
+
 /// An OOM in the job's first step: `empty_cache() between steps` fails only where the hook
 /// saw the job still in its first pass through its model (hook 1.13); the same file
 /// without that word leaves it open, as before.

@@ -7,10 +7,12 @@ import json
 import os
 import pickle
 import shutil
+import sys
 import tempfile
 import threading
 import time
 import unittest
+import weakref
 
 from support import Job, KeptFilesTest, Viewer, wait_for
 
@@ -696,20 +698,17 @@ class RoleWatchUnitTest(unittest.TestCase):
         bare.models.add(model)
         self.assertEqual((bare.of(0)["trained"], bare.of(0)["frozen"]), (0, 0))
 
-    def test_models_the_jobs_frames_hold_count_as_frozen_parameters(self):
-        # An EMA of the weights (torch's AveragedModel: updated after each step, never
-        # called in training, so no forward finds it) was "activations and other" (109 MiB
-        # of convnextema's 8.5 GiB), which also swelled what half the batch would give
-        # back. Models the training loop names (or one level into an object: timm's
-        # ModelEma `.module`, diffusers' EMAModel `shadow_params`) are parameters, frozen.
+    def ema_world(self):
+        """A fake torch with nn.Module, a trained model (4096 bytes) and its optimizer,
+        a RoleWatch watching them, and a maker of modules."""
         S, T = self.Storage, self.Tensor
         Module = type("Module", (), {})
         torch = self.fake_torch()
         torch.nn = type("nn", (), {"Module": Module})
 
-        def module(weights, buffers=()):
-            return type("Net", (Module,), {"parameters": lambda self: iter(weights),
-                                           "buffers": lambda self: iter(buffers)})()
+        def module(weights, buffers=(), base=Module):
+            return type("Net", (base,), {"parameters": lambda self: iter(weights),
+                                         "buffers": lambda self: iter(buffers)})()
 
         weight = T(S(0x1000, 4096), grad=T(S(0x9000, 4096)))
         model = module([weight])
@@ -718,7 +717,22 @@ class RoleWatchUnitTest(unittest.TestCase):
             param_groups = [{"params": [weight]}]
             state = {}
 
-        class TimmEma:  # timm.utils.ModelEmaV3: its copy in `.module`
+        watch = self.hook.roles.RoleWatch(torch)
+        optimizer = Optimizer()
+        watch.models.add(model)
+        watch.optimizers.add(optimizer)
+        return watch, module, Module, (model, optimizer)
+
+    def test_models_a_scripts_globals_hold_count_as_frozen_parameters(self):
+        # An EMA of the weights (torch's AveragedModel: updated after each step, never
+        # called in training, so no forward finds it) was "activations and other" (109 MiB
+        # of convnextema's 8.5 GiB), which also swelled what half the batch would give
+        # back. Models a script names (or one level into an object: a module's `.module`,
+        # diffusers' EMAModel `shadow_params`) are parameters, frozen.
+        S, T = self.Storage, self.Tensor
+        watch, module, Module, held = self.ema_world()
+
+        class EmaHolder:  # holds its copy in `.module`
             def __init__(self):
                 self.module = module([T(S(0x3000, 1024))])
 
@@ -735,23 +749,24 @@ class RoleWatchUnitTest(unittest.TestCase):
                 touched.append(name)
                 raise AttributeError(name)
 
-        watch = self.hook.roles.RoleWatch(torch)
-        optimizer = Optimizer()
-        watch.models.add(model)
-        watch.optimizers.add(optimizer)
+        class Proxy:  # its attribute reads run its code: not looked into
+            def __getattribute__(self, name):
+                touched.append(name)
+                return object.__getattribute__(self, name)
 
-        def training_loop(out):
-            averaged = module([T(S(0x2000, 4096))], buffers=[T(S(0x2800, 8))])
-            timm_ema, diffusers_ema, lazy, same = TimmEma(), DiffusersEma(), Lazy(), model
-            watch.after_step()
-            out.append(watch.of(0))
-            out.append(watch.at_oom(0))
-            del averaged, timm_ema, diffusers_ema, lazy, same
+        script = ("averaged = module([T(S(0x2000, 4096))], buffers=[T(S(0x2800, 8))])\n"
+                  "holder, diffusers_ema, lazy, proxy, same = EmaHolder(), DiffusersEma(), Lazy(), Proxy(), model\n"
+                  "watch.after_step()\n"
+                  "out.append(watch.of(0))\n"
+                  "out.append(watch.at_oom(0))\n")
 
-        for run in (lambda out: training_loop(out),
+        def run_script(out):
+            exec(script, dict(module=module, T=T, S=S, EmaHolder=EmaHolder, DiffusersEma=DiffusersEma,
+                              Lazy=Lazy, Proxy=Proxy, model=held[0], watch=watch, out=out))
+
+        for run in (run_script,
                     # A loop on a thread of its own: that thread's frames are read.
-                    lambda out: (lambda t: (t.start(), t.join()))(
-                        threading.Thread(target=training_loop, args=(out,)))):
+                    lambda out: (lambda t: (t.start(), t.join()))(threading.Thread(target=run_script, args=(out,)))):
             out = []
             watch.at_step, watch.wanted = None, True
             run(out)
@@ -759,7 +774,70 @@ class RoleWatchUnitTest(unittest.TestCase):
                 self.assertEqual(roles["parameters"], 4096 + 4096 + 8 + 1024 + 256)
                 self.assertEqual((roles["trained"], roles["frozen"]), (4096, 4096 + 1024 + 256))
         self.assertEqual(touched, [])
-        # Out of the loop, no frame names them: the parameters are the model's again.
+        # Out of the script, no frame names them: the parameters are the model's again.
+        self.assertEqual(watch.at_oom(0)["parameters"], 4096)
+
+    def test_a_functions_locals_are_read_only_where_python_copies_none(self):
+        # Before Python 3.13, reading a function frame's f_locals stores a copy on the
+        # frame, which kept a step's rebound locals (its logits, its batch) alive until the
+        # next read: those frames are not read there. From 3.13 (PEP 667) they are.
+        S, T = self.Storage, self.Tensor
+        watch, module, Module, held = self.ema_world()
+
+        class Logits:
+            pass
+
+        def training_loop():
+            averaged = module([T(S(0x2000, 4096))])
+            logits = Logits()
+            freed = weakref.ref(logits)
+            watch.at_step, watch.wanted = None, True
+            watch.after_step()
+            logits = None
+            self.assertIsNone(freed(), "the hook's read kept a rebound local alive")
+            roles = watch.at_oom(0)
+            del averaged
+            return roles, logits
+
+        roles, _ = training_loop()
+        read = sys.version_info >= (3, 13)
+        self.assertEqual(roles["parameters"], 4096 + (4096 if read else 0))
+
+    def test_every_averaged_model_made_counts_wherever_it_is_held(self):
+        # torch's AveragedModel (torchvision's ExponentialMovingAverage, Lightning's weight
+        # averaging) is noted as it is made: found on any Python, in any frame or none.
+        import types
+
+        S, T = self.Storage, self.Tensor
+        watch, module, Module, held = self.ema_world()
+
+        class AveragedModel(Module):
+            def __init__(self, weights):
+                self.weights = weights
+
+            def parameters(self):
+                return iter(self.weights)
+
+            def buffers(self):
+                return iter([])
+
+        swa = types.ModuleType("torch.optim.swa_utils")
+        swa.AveragedModel = AveragedModel
+        before = sys.modules.get("torch.optim.swa_utils")
+        sys.modules["torch.optim.swa_utils"] = swa
+        try:
+            self.assertTrue(watch.watch_averaged())
+            self.assertFalse(watch.watch_averaged())  # wrapped once
+        finally:
+            if before is None:
+                del sys.modules["torch.optim.swa_utils"]
+            else:
+                sys.modules["torch.optim.swa_utils"] = before
+        kept = {"ema": AveragedModel([T(S(0x2000, 2048))])}  # inside a dict: no frame names it
+        watch.at_step, watch.wanted = None, True
+        watch.after_step()
+        self.assertEqual(watch.of(0)["frozen"], 2048)
+        del kept["ema"]
         self.assertEqual(watch.at_oom(0)["parameters"], 4096)
 
     def test_fsdp2s_sharded_tensors_count_by_their_local_shards(self):

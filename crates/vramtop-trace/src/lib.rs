@@ -243,6 +243,11 @@ pub struct CacheRelease {
     pub reserved_before: u64,
     /// The size of the next segment it took, where it took one before any `oom` entry.
     pub next_segment: Option<u64>,
+    /// Whether the run is followed at once (markers aside) by a new segment or an `oom`
+    /// entry, as PyTorch's own release is: it releases while it holds its lock, and then
+    /// retries (the retry's segment) or raises. A run the job's own frees follow came
+    /// from the job: `empty_cache()` in a batch-size finder's `except`, say.
+    pub retried: bool,
 }
 
 /// A snapshot the vramtop hook kept at an OOM says which OOM, of which process, and the
@@ -540,8 +545,24 @@ impl Trace {
         let mut out: Vec<CacheRelease> = Vec::new();
         // The last run, while its next segment (or an OOM first) is still to come.
         let mut open = false;
+        // The last run, while the entry right after it is still to come.
+        let mut unfollowed = false;
         let mut previous = None;
         for (i, event) in self.events.iter().enumerate() {
+            if unfollowed
+                && !matches!(
+                    event.kind,
+                    TraceEventKind::SegmentFree | TraceEventKind::Snapshot
+                )
+            {
+                if let Some(last) = out.last_mut() {
+                    last.retried = matches!(
+                        event.kind,
+                        TraceEventKind::SegmentAlloc | TraceEventKind::Oom
+                    );
+                }
+                unfollowed = false;
+            }
             match event.kind {
                 TraceEventKind::SegmentFree => {
                     let put_in = gaps.iter().any(|g| g.contains(&i));
@@ -550,8 +571,10 @@ impl Trace {
                             at: i,
                             reserved_before: reserved,
                             next_segment: None,
+                            retried: false,
                         });
                         open = true;
+                        unfollowed = true;
                     }
                     reserved = reserved.saturating_sub(event.size);
                 }

@@ -260,14 +260,22 @@ pub struct Replay<'t> {
     /// order, and the next of them: every replay empties it there too.
     job_empties: Vec<usize>,
     job_empty_next: usize,
+    /// The job's own settings, no remedy: the replay of what PyTorch did (`check_oom`).
+    as_traced: bool,
 }
 
 /// Where the job emptied PyTorch's cache itself: the runs of `segment_free` entries
-/// (`CacheRelease`) that PyTorch had no reason of its own for, the segment it took next
-/// fitting beside what it held under the job's own limit (the kept file's, else
-/// `capacity`). A run before an `oom` entry, or one at a segment that would not have
-/// fitted, is PyTorch's own release, which a replay makes where it runs short itself.
-/// None where the garbage collector was on (its releases look alike).
+/// (`CacheRelease`) that PyTorch had no reason of its own for: not followed at once by
+/// the retry's new segment or an `oom` entry (`CacheRelease::retried`), or the segment it
+/// took next fitting beside what it held under the job's own limit (the kept file's, else
+/// `capacity`). A run right before an `oom` entry, or right before a segment that would
+/// not have fitted, is PyTorch's own release, which a replay makes where it runs short
+/// itself. None where the garbage collector was on (its releases look alike).
+///
+/// A batch-size finder on an H200 (a GPT-2 tried at batch 64, halved at each caught OOM,
+/// `empty_cache()` in its `except`) emptied the cache under a tight cap twice with only
+/// its own frees after; taken for PyTorch's releases, the replay kept those segments and
+/// served the batch-8 request PyTorch refused, and judged nothing.
 fn emptied_by_the_job(trace: &Trace, capacity: u64) -> Vec<usize> {
     if trace
         .settings
@@ -288,8 +296,9 @@ fn emptied_by_the_job(trace: &Trace, capacity: u64) -> Vec<usize> {
         .cache_releases
         .iter()
         .filter(|r| {
-            r.next_segment
-                .is_some_and(|next| r.reserved_before.saturating_add(next) <= limit)
+            !r.retried
+                || r.next_segment
+                    .is_some_and(|next| r.reserved_before.saturating_add(next) <= limit)
         })
         .map(|r| r.at)
         .collect()
@@ -384,6 +393,11 @@ impl<'t> Replay<'t> {
             empty_next: 0,
             job_empties: emptied_by_the_job(trace, opts.capacity),
             job_empty_next: 0,
+            as_traced: policy == PolicyKind::Caching
+                && opts.max_split_size.is_none()
+                && opts.roundup_power2_divisions.is_none()
+                && !opts.empty_cache_at_steps
+                && opts.gc_threshold == trace.settings.garbage_collection_threshold,
         };
         let adopted = replay.adopt_initial_segments()?;
         // Blocks freed before any alloc in formats whose importer does not infer them
@@ -608,11 +622,13 @@ impl<'t> Replay<'t> {
     /// Asks the policy for what the traced allocator refused, then gives it back (a job
     /// that caught the OOM went on without it). Refused, the policy has released its
     /// cached segments first, as PyTorch's release_cached_blocks did before it raised
-    /// (nothing during a graph's capture). Served, the job run so did not run out here,
-    /// and PyTorch released nothing: its cache stays as it was. (Releasing it whatever the
-    /// answer gave a remedy that served a job's caught OOMs an emptied cache at each:
-    /// a Mask R-CNN whose cuDNN workspaces were refused 240 times was told GC 0.6 and
-    /// max_split 128 fit, and PyTorch failed both.)
+    /// (nothing during a graph's capture). Served under a remedy, the job run so did not
+    /// run out here, and PyTorch would have released nothing: its cache stays as it was.
+    /// (Releasing it whatever the answer gave a remedy that served a job's caught OOMs an
+    /// emptied cache at each: a Mask R-CNN whose cuDNN workspaces were refused 240 times
+    /// was told GC 0.6 and max_split 128 fit, and PyTorch failed both.) Served by the
+    /// job's own settings, the replay has strayed from PyTorch, which did refuse it and
+    /// release: it releases too, to stay as near PyTorch's state as it can.
     fn check_oom(&mut self, event: &TraceEvent) -> Result<(), AllocError> {
         self.counts.trace_ooms += 1;
         let index = self.next.saturating_sub(1);
@@ -625,6 +641,9 @@ impl<'t> Replay<'t> {
             Err(AllocError::OutOfMemory(_)) => true,
             Err(e) => return Err(e),
         };
+        if !fails && self.as_traced && !vramtop_alloc::in_graph_pool(event.stream) {
+            self.allocator.empty_cache();
+        }
         self.oom_checks.push(OomCheck {
             event: index,
             requested_bytes: event.size,
@@ -1022,6 +1041,48 @@ mod tests {
             let mut r = Replay::new(&t, PolicyKind::Caching, opts).unwrap();
             r.run_to(usize::MAX).unwrap();
             assert_eq!(r.allocator().stats().reserved_bytes, held, "cap {cap}");
+        }
+    }
+
+    /// Under a cap the next segment would not have fitted beside, a release PyTorch made
+    /// itself is followed at once by the retry's segment; one followed by the job's own
+    /// frees came from the job (`empty_cache()` in a batch-size finder's `except`), and
+    /// the replay empties the cache there too: the 60 MiB block then gets a segment of
+    /// its own (20 + 60 MiB held) instead of a piece of the cached 100 MiB one (120).
+    #[test]
+    fn a_release_the_jobs_frees_follow_is_the_jobs_even_under_a_tight_cap() {
+        let release = [
+            event(SegmentAlloc, 0x3000_0000, 20 * MIB),
+            event(Alloc, 0x3000_0000, 4 * MIB),
+            event(SegmentAlloc, 0x1000_0000, 100 * MIB),
+            event(Alloc, 0x1000_0000, 100 * MIB),
+            event(FreeCompleted, 0x1000_0000, 100 * MIB),
+            event(SegmentFree, 0x1000_0000, 100 * MIB),
+        ];
+        let free_small = event(FreeCompleted, 0x3000_0000, 4 * MIB);
+        let big = [
+            event(SegmentAlloc, 0x2000_0000, 60 * MIB),
+            event(Alloc, 0x2000_0000, 60 * MIB),
+        ];
+        let jobs = [&release[..], &[free_small.clone()], &big[..]].concat();
+        let pytorchs = [&release[..], &big[..], &[free_small]].concat();
+        for (events, held, retried) in [(jobs, 80 * MIB, false), (pytorchs, 120 * MIB, true)] {
+            let mut t = trace(Vec::new(), events);
+            t.tally();
+            assert_eq!(t.stats.cache_releases.len(), 1);
+            assert_eq!(t.stats.cache_releases[0].retried, retried);
+            let opts = ReplayOptions {
+                capacity: 150 * MIB,
+                source: CapacitySource::Given,
+                ..ReplayOptions::default()
+            };
+            let mut r = Replay::new(&t, PolicyKind::Caching, opts).unwrap();
+            r.run_to(usize::MAX).unwrap();
+            assert_eq!(
+                r.allocator().stats().reserved_bytes,
+                held,
+                "retried {retried}"
+            );
         }
     }
 

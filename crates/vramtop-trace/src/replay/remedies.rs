@@ -1229,15 +1229,15 @@ impl Judge<'_> {
             .iter()
             .filter_map(|&run| self.runs.diverged(at.event, run))
             .min_by_key(|c| c.event);
-        if let (Verdict::CannotTell, Some(caught)) = (r.verdict, diverged) {
+        if let (Verdict::CannotTell, Some(caught), false) = (r.verdict, diverged, at.partial) {
             // Left open because the job run so goes another way: no flag, no cap settles it.
             r.missing = None;
             r.reason = format!(
-                "under it the job would have been given the {} it was refused at event {} \
-                 and went on without (an OOM it caught: cuDNN trying a convolution's \
-                 algorithms, a batch-size finder), and gone another way from there, which \
-                 its history does not hold (cuDNN keeps the algorithm whose workspace it \
-                 got, and asks for that workspace again)",
+                "under it the job could have been given the {} it was refused at event {} \
+                 and went on without (an OOM it caught), and gone another way from there, \
+                 which its history does not hold: cuDNN, given a convolution's workspace, \
+                 keeps that algorithm and asks for it again; a batch-size finder keeps the \
+                 larger batch",
                 human_bytes(caught.requested_bytes),
                 caught.event
             );

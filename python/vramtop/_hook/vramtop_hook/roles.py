@@ -13,6 +13,8 @@ import weakref
 
 from .settings import SERIES_MAX, SERIES_PERIOD_S
 
+CO_OPTIMIZED = 0x0001  # a function's frame (inspect.CO_OPTIMIZED): its locals are fast locals
+
 
 class RoleWatch:
     """What the job's memory is for: parameters and buffers, gradients, optimizer state.
@@ -34,7 +36,7 @@ class RoleWatch:
     optimizer (inference) has no gradients to race: its parameters are read at the state."""
 
     MODELS_WATCH_S = 60.0
-    # What `held_in_frames` looks through: the main thread's innermost frames, and the first
+    # What `held_in_frames` looks through: the job's thread's innermost frames, and the first
     # names of each (a script's globals are its bottom frame's).
     FRAMES_MAX = 64
     NAMES_MAX = 512
@@ -55,6 +57,7 @@ class RoleWatch:
         self.at_step_time = None
         self.passes = None  # a PassMarks, told each new root module (`follow`)
         self.idle = False  # done watching, its global hooks left in (`stop_watching`)
+        self.averaged = weakref.WeakSet()  # AveragedModels made (`watch_averaged`)
 
     def watch_models(self):
         module = sys.modules.get("torch.nn.modules.module")
@@ -217,7 +220,7 @@ class RoleWatch:
         in_backward = isinstance(current, getattr(threading, "_DummyThread", ()))
         own = current is threading.main_thread() or in_backward
         try:
-            held = self.held_in_frames()  # weights only: safe from any thread
+            held = self.held_in_frames()  # reads no gradient: any thread may
             figures = self.read(models, optimizers, grads=own, device=device, held=held).get(device)
         except Exception:
             return None
@@ -244,26 +247,21 @@ class RoleWatch:
             return False
 
     def held_in_frames(self):
-        """Models the job's main thread holds by name that no forward found: an EMA of the
-        weights (torch's AveragedModel, updated and never called in training; timm's
-        ModelEma keeps its copy in `.module`, diffusers' EMAModel its `shadow_params`), a
-        model kept for evaluation. Their weights are parameters, not activations, and no
-        optimizer trains them unless it holds them: they count as frozen (`read`). Looked
-        for in the names of the frames of the job's thread that stepped or ran out (the
-        training loop's locals, a script's globals; in a backward, on the autograd
-        engine's thread, the main thread's, which waits in it), one level into an object,
-        at most FRAMES_MAX frames of NAMES_MAX names. Returns a list of modules and tensor
-        lists; never raises."""
-        module_type = getattr(getattr(self.torch, "nn", None), "Module", None)
-        if not isinstance(module_type, type):
-            return []
-        try:
-            current = threading.current_thread()
-            if isinstance(current, getattr(threading, "_DummyThread", ())):
-                current = threading.main_thread()
-            frame = sys._current_frames().get(current.ident)
-        except Exception:
-            return []
+        """Models the job holds by name that no forward found: an EMA of the weights
+        (torch's AveragedModel, updated and never called in training; timm's ModelEma is a
+        module holding its copy; diffusers' EMAModel keeps `shadow_params`), a model kept
+        for evaluation. Their weights are parameters, not activations, and no optimizer
+        trains them unless it holds them: they count as frozen (`read`).
+
+        Every AveragedModel made since the hook came in (`watch_averaged`), and what the
+        names of the frames of the job's thread that stepped or ran out hold (in a
+        backward, on the autograd engine's thread, the main thread's, which waits in it),
+        one level into an object, at most FRAMES_MAX frames of NAMES_MAX names. A
+        function's locals are read only where Python reads them without a copy (3.13+,
+        PEP 667): before it, `frame.f_locals` stores a copy of them on the frame, which
+        keeps whatever the job rebinds or deletes alive until it is read again (a step's
+        logits, its batch). So before 3.13 only a script's globals (and class bodies)
+        are read. Returns a list of modules and tensor lists; never raises."""
         found, ids = [], set()
 
         def note(value):
@@ -271,35 +269,90 @@ class RoleWatch:
                 ids.add(id(value))
                 found.append(value)
 
+        try:
+            for model in list(self.averaged):
+                note(model)
+        except Exception:
+            pass
+        module_type = getattr(getattr(self.torch, "nn", None), "Module", None)
+        if not isinstance(module_type, type):
+            return found
+        try:
+            current = threading.current_thread()
+            if isinstance(current, getattr(threading, "_DummyThread", ())):
+                current = threading.main_thread()
+            frame = sys._current_frames().get(current.ident)
+        except Exception:
+            return found
+        copies_locals = sys.version_info < (3, 13)
         depth = 0
         while frame is not None and depth < self.FRAMES_MAX:
             depth += 1
             try:
-                values = list(frame.f_locals.values())[: self.NAMES_MAX]
+                if copies_locals and frame.f_code.co_flags & CO_OPTIMIZED:
+                    values = []
+                else:
+                    values = list(frame.f_locals.values())[: self.NAMES_MAX]
             except Exception:
                 values = []
             for value in values:
                 try:
-                    if isinstance(value, module_type):
+                    kind = type(value)
+                    if issubclass(kind, module_type):
                         if value not in self.models:
                             note(value)
                         continue
+                    if kind.__getattribute__ is not object.__getattribute__:
+                        continue  # a proxy's attribute reads run its code
                     # The instance's own names, read without its __getattr__ (a lazy
                     # object's may import or compute).
                     names = object.__getattribute__(value, "__dict__")
                     if not isinstance(names, dict):
                         continue
                     inner = names.get("module")
-                    if isinstance(inner, module_type) and inner not in self.models:
+                    if issubclass(type(inner), module_type) and inner not in self.models:
                         note(inner)
                     shadow = names.get("shadow_params")
                     if isinstance(shadow, list):
                         note(shadow)
                 except Exception:
                     continue
+            values = None
             frame = frame.f_back
         frame = None
         return found
+
+    def watch_averaged(self):
+        """Note each torch.optim.swa_utils.AveragedModel as it is made (an EMA or SWA of
+        the weights; torchvision's ExponentialMovingAverage and Lightning's weight
+        averaging are made on it): no forward runs it in training, and a function's
+        locals are not read before Python 3.13 (`held_in_frames`). Its __init__ is
+        wrapped once; the set is weak. Never raises."""
+        try:
+            module = sys.modules.get("torch.optim.swa_utils")
+            if module is None and "torch.optim" in sys.modules:
+                import importlib
+
+                module = importlib.import_module("torch.optim.swa_utils")
+            cls = getattr(module, "AveragedModel", None)
+            if cls is None or getattr(cls.__init__, "_vramtop_averaged", False):
+                return False
+            original = cls.__init__
+            averaged = self.averaged
+
+            @functools.wraps(original)
+            def __init__(model, *args, **kwargs):
+                original(model, *args, **kwargs)
+                try:
+                    averaged.add(model)
+                except Exception:
+                    pass
+
+            __init__._vramtop_averaged = True
+            cls.__init__ = __init__
+            return True
+        except Exception:
+            return False
 
     @staticmethod
     def split_trained(params, in_optimizers, out, local, on_device):

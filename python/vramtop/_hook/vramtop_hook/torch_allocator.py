@@ -167,6 +167,7 @@ class TorchAllocator:
         self.watch_steps(torch)
         if self.roles.watch_models():
             self.capabilities.append("model_roles")
+        self.roles.watch_averaged()
         if self._snapshot or self._memory_snapshot:
             self.capabilities.append("memory_snapshot")
         else:

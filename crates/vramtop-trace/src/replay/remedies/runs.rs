@@ -345,21 +345,26 @@ impl<'a> Runs<'a> {
         let checks = &self.done.iter().find(|(k, _)| *k == run)?.1;
         let at = checks.iter().find(|c| c.event == event)?;
         match served_caught(checks, event, run) {
-            Some(served) if served.failed_before == 0 => None,
-            _ => Some(at.fails || at.failed_before > 0),
+            Some(_) => None,
+            None => Some(at.fails || at.failed_before > 0),
         }
     }
 
     /// The first OOM before `event` that the job caught and went on from, and that `run`,
-    /// at either capacity bound, in any variant, would have served instead (`None`: none).
+    /// in any variant, would have served instead (`None`: none), at the lower capacity
+    /// bound, where a "fits" is asked: there it keeps the verdict from fitting. (At the
+    /// higher bound alone, the lower one may still decide it, and the cap would settle it.)
     pub fn diverged(&self, event: usize, run: Run) -> Option<&OomCheck> {
-        let variants = self.starts.variants(run);
-        [self.bounds.low, self.bounds.high]
-            .iter()
-            .flat_map(|&capacity| variants.iter().map(move |&v| Run { capacity, ..v }))
+        self.starts
+            .variants(run)
+            .into_iter()
             .filter_map(|v| {
+                let v = Run {
+                    capacity: self.bounds.low,
+                    ..v
+                };
                 let checks = &self.done.iter().find(|(k, _)| *k == v)?.1;
-                served_caught(checks, event, v).filter(|c| c.failed_before == 0)
+                served_caught(checks, event, v)
             })
             .min_by_key(|c| c.event)
     }
@@ -427,12 +432,17 @@ impl<'a> Runs<'a> {
 /// asked for there and gone another way from there (cuDNN, trying a convolution's
 /// algorithms, keeps the first whose workspace it gets, and asks for it again each time;
 /// a batch-size finder keeps the batch that fits). The job's history holds only the way
-/// it went. The job's own run (`Run::is_plain`) is PyTorch's, whatever it serves.
+/// it went. A run that had already failed an allocation before it had run out by then,
+/// as far as the history says. The job's own run (`Run::is_plain`) is PyTorch's,
+/// whatever it serves.
 fn served_caught(checks: &[OomCheck], event: usize, run: Run) -> Option<&OomCheck> {
     if run.is_plain() {
         return None;
     }
-    checks.iter().find(|c| c.event < event && !c.fails)
+    checks
+        .iter()
+        .find(|c| c.event < event && !c.fails)
+        .filter(|c| c.failed_before == 0)
 }
 
 #[cfg(test)]
