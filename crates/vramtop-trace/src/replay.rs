@@ -1064,7 +1064,7 @@ mod tests {
             event(SegmentAlloc, 0x2000_0000, 60 * MIB),
             event(Alloc, 0x2000_0000, 60 * MIB),
         ];
-        let jobs = [&release[..], &[free_small.clone()], &big[..]].concat();
+        let jobs = [&release[..], std::slice::from_ref(&free_small), &big[..]].concat();
         let pytorchs = [&release[..], &big[..], &[free_small]].concat();
         for (events, held, retried) in [(jobs, 80 * MIB, false), (pytorchs, 120 * MIB, true)] {
             let mut t = trace(Vec::new(), events);
