@@ -342,7 +342,7 @@ impl<'a> Runs<'a> {
     /// where the history cannot say: the run served an OOM the job caught earlier
     /// (`served_caught`) before anything failed, so the job run so went another way.
     pub fn fails(&self, event: usize, run: Run) -> Option<bool> {
-        let checks = &self.done.iter().find(|(k, _)| *k == run)?.1;
+        let checks = self.checks(run)?;
         let at = checks.iter().find(|c| c.event == event)?;
         match served_caught(checks, event, run) {
             Some(_) => None,
@@ -363,10 +363,17 @@ impl<'a> Runs<'a> {
                     capacity: self.bounds.low,
                     ..v
                 };
-                let checks = &self.done.iter().find(|(k, _)| *k == v)?.1;
-                served_caught(checks, event, v)
+                served_caught(self.checks(v)?, event, v)
             })
             .min_by_key(|c| c.event)
+    }
+
+    /// What a run answered at each of the trace's OOMs, where it was asked.
+    fn checks(&self, run: Run) -> Option<&[OomCheck]> {
+        self.done
+            .iter()
+            .find(|(k, _)| *k == run)
+            .map(|(_, checks)| checks.as_slice())
     }
 
     /// Fits only where it fits at the low capacity in every variant; fails only where it
