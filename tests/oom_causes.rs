@@ -840,6 +840,35 @@ fn a_cache_in_pieces_that_no_setting_mends_says_the_job_must_hold_less() {
         live.causes
     );
 
+    // Verdicts judged at a capacity the user gave (`replay --capacity`) say nothing of the
+    // job as it ran: every setting fails at 8 GiB too, and the cause does not go on.
+    let out = Command::new(env!("CARGO_BIN_EXE_vramtop"))
+        .args(["replay", "--json", "--capacity", "8GiB"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let last = json["trace_ooms"]
+        .as_array()
+        .and_then(|o| o.last())
+        .unwrap()
+        .clone();
+    let verdicts: Vec<&str> = last["remedies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|r| r["verdict"].as_str())
+        .collect();
+    assert!(verdicts.iter().all(|v| *v == "fails"), "{verdicts:?}");
+    let said = last["cause"].as_str().unwrap_or_default();
+    assert!(said.starts_with("fragmentation and the cache"), "{said}");
+    assert!(!said.contains("no allocator setting"), "{said}");
+
     // A setting fits: the cause names it, and says nothing of holding less.
     let (_dir, path) = unzipped_as_kept(
         &fixture("history_distill_cap9g5_hook116.pickle.gz"),

@@ -17,7 +17,6 @@ use crate::app::Exit;
 use serde::Serialize;
 use vramtop_alloc::remedy::Missing;
 use vramtop_alloc::PolicyKind;
-use vramtop_trace::cause::Cause;
 use vramtop_trace::replay::{self, remedies, TraceFigures};
 
 impl Screen for ReplayerState<'_> {
@@ -174,14 +173,7 @@ pub fn run(path: &Path, args: &ReplayArgs) -> Result<u8> {
                     .map(|oom| {
                         let at = remedies.iter().find(|r| r.event == oom.event);
                         let causes = if ooms.last().map(|o| o.event) == Some(oom.event) {
-                            let mut causes = vramtop_trace::cause::of_kept_file(&trace, oom, at);
-                            if args.capacity.is_some() {
-                                // The remedies were judged at a capacity the user gave, the
-                                // causes at the job's own: "it must hold less" is not said of
-                                // the job from another capacity's verdicts.
-                                causes.iter_mut().for_each(Cause::unsay_no_setting_fits);
-                            }
-                            causes
+                            vramtop_trace::cause::of_kept_file(&trace, oom, at)
                         } else {
                             Vec::new()
                         };

@@ -48,6 +48,9 @@ pub struct OomRemedies {
     /// The verdicts replay the trace's history (else they are the one state's at the OOM).
     #[serde(skip)]
     pub from_history: bool,
+    /// Judged at a capacity the user gave (`replay --capacity`), not the job's own.
+    #[serde(skip)]
+    pub at_given_capacity: bool,
     /// From one state only (a trace kept at the OOM without history).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub what_would_fit: Option<WhatWouldFit>,
@@ -73,9 +76,10 @@ impl OomRemedies {
     }
 
     /// Every remedy was judged and each fails: no allocator setting gets the job through,
-    /// as far as its history (or its state) says.
+    /// as far as its history (or its state) says, at the job's own capacity (verdicts at
+    /// one the user gave say nothing of the job as it ran).
     pub fn none_fits(&self) -> bool {
-        vramtop_alloc::remedy::none_fits(&self.remedies)
+        !self.at_given_capacity && vramtop_alloc::remedy::none_fits(&self.remedies)
     }
 }
 
@@ -194,7 +198,11 @@ pub fn remedies(
     let answers = through_the_rest(trace, answers, bounds, &steps)?;
     let answers = roundup_with_room(answers);
     let answers = inside_an_accumulating_first_step(trace, answers, &steps);
-    Ok(split_open_under_graphs(trace, answers))
+    let mut answers = split_open_under_graphs(trace, answers);
+    for answer in &mut answers {
+        answer.at_given_capacity = given.is_some();
+    }
+    Ok(answers)
 }
 
 /// Each `roundup_power2_divisions` "fits" left once the rest of the step has been judged,
@@ -891,6 +899,7 @@ impl Judge<'_> {
                 event: at.event,
                 remedies,
                 from_history: true,
+                at_given_capacity: false,
                 what_would_fit: None,
                 step: None,
                 roundup_close,
@@ -902,6 +911,7 @@ impl Judge<'_> {
             event: at.event,
             remedies,
             from_history: true,
+            at_given_capacity: false,
             what_would_fit: None,
             step,
             roundup_close,
@@ -1366,6 +1376,7 @@ fn kept_state(trace: &Trace, ooms: &[TraceOom]) -> Vec<OomRemedies> {
         event: last.event,
         remedies: remedy::one_state(&scene, &remedy::expandable(&scene)),
         from_history: false,
+        at_given_capacity: false,
         what_would_fit: Some(remedy::what_would_fit(&scene)),
         step: None,
         roundup_close: Vec::new(),
@@ -1407,6 +1418,7 @@ mod tests {
             event: 5,
             remedies: vec![RemedyVerdict::new(remedy, verdict, "x")],
             from_history: true,
+            at_given_capacity: false,
             what_would_fit: None,
             step: None,
             roundup_close: vec![16],

@@ -131,6 +131,7 @@ mod tests {
                 "fits with N = 16",
             )],
             from_history: true,
+            at_given_capacity: false,
             what_would_fit: None,
             step: None,
             roundup_close: close,
